@@ -1,0 +1,616 @@
+"""Tests of cluster_tests.parsers on the real captured samples in tests/data/samples/.
+
+Each sample file is parsed by at least one test that asserts values read from the file.
+The fuzz tests at the end check the "never raise" contract of every parser.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Callable
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from cluster_tests import parsers as p
+
+SAMPLES = Path(__file__).parent / "data" / "samples"
+
+
+def sample(name: str) -> str:
+    return (SAMPLES / name).read_text(encoding="utf-8", errors="replace")
+
+
+def test_every_sample_has_a_test() -> None:
+    """A new sample file must be named in this module (so that some test parses it)."""
+    source = Path(__file__).read_text(encoding="utf-8")
+    untested = [f.name for f in SAMPLES.glob("*.txt") if f.name not in source]
+    assert not untested
+
+
+# ------------------------------------------------------------------ nvidia-smi -L
+
+
+def test_nvidia_smi_L_8gpu() -> None:
+    gpus = p.parse_nvidia_smi_L(sample("nvidia-smi-L-8gpu.txt"))
+    assert [g.index for g in gpus] == list(range(8))
+    assert {g.name for g in gpus} == {"Quadro RTX 8000"}
+    assert gpus[0].uuid == "GPU-6b201039-6477-dd9c-1edd-137c8c44f8d6"
+    assert gpus[7].uuid == "GPU-9f690c37-bb84-1e1a-1e4a-3dbfd1b1015c"
+    assert all(g.mig == () for g in gpus)
+
+
+def test_nvidia_smi_L_mixed_models() -> None:
+    gpus = p.parse_nvidia_smi_L(sample("nvidia-smi-L-mixed-models.txt"))
+    assert [(g.index, g.name) for g in gpus] == [(0, "NVIDIA T1000"), (1, "Tesla V100-PCIE-16GB")]
+    assert gpus[1].uuid == "GPU-b08ecee0-0ea5-7b07-d459-baa5b95f5e89"
+
+
+def test_nvidia_smi_L_mig_children() -> None:
+    gpus = p.parse_nvidia_smi_L(sample("nvidia-smi-L-mig.txt"))
+    assert len(gpus) == 4
+    assert {g.name for g in gpus} == {"NVIDIA A100-SXM4-80GB"}
+    mig = gpus[0].mig
+    assert [m.index for m in mig] == [0, 1, 2, 3]
+    assert {m.profile for m in mig} == {"1g.20gb"}
+    assert mig[3].uuid == "MIG-930574a9-d43a-5d2b-95da-3e68384c8d6b"
+    assert [len(g.mig) for g in gpus[1:]] == [0, 0, 0]
+
+
+def test_nvidia_smi_L_truncated_uuid() -> None:
+    gpus = p.parse_nvidia_smi_L("GPU 0: Tesla V100 (UUID: GPU-b08e")
+    assert gpus == [p.Gpu(index=0, name="Tesla V100", uuid="GPU-b08e")]
+    assert p.parse_nvidia_smi_L("GPU 1: Tesla V100")[0].uuid is None
+
+
+# ------------------------------------------------------------------ nvidia-smi --query-gpu
+
+
+def test_nvidia_smi_query_csv_units_become_numbers() -> None:
+    rows = p.parse_nvidia_smi_query_csv(sample("nvidia-smi-query-gpu-csv-2gpu.txt"))
+    assert len(rows) == 2
+    assert rows[0] == {
+        "index": "0",
+        "name": "NVIDIA RTX A5000",
+        "uuid": "GPU-30667114-4567-bc4a-029b-3375d117048e",
+        "memory.total": 24564,
+        "driver_version": "610.57.04",
+        "power.limit": 230.0,
+    }
+    assert rows[1]["name"] == "NVIDIA RTX 4500 Ada Generation"
+    assert rows[1]["memory.total"] == 24570
+    assert rows[1]["power.limit"] == 210.0
+
+
+def test_nvidia_smi_query_csv_noheader_nounits_and_na() -> None:
+    text = "0, 24564, [N/A]\n1, 24570, [Not Supported]\n"
+    rows = p.parse_nvidia_smi_query_csv(
+        text, fields=["index", "memory.total [MiB]", "power.draw [W]"]
+    )
+    assert rows == [
+        {"index": "0", "memory.total": 24564, "power.draw": None},
+        {"index": "1", "memory.total": 24570, "power.draw": None},
+    ]
+
+
+def test_nvidia_smi_query_csv_skips_short_rows() -> None:
+    text = sample("nvidia-smi-query-gpu-csv-2gpu.txt")
+    assert len(p.parse_nvidia_smi_query_csv(text[: text.index("GPU-fbe2")])) == 1
+
+
+# ------------------------------------------------------------------ topology matrices
+
+
+def test_nvidia_smi_topo_h100() -> None:
+    topo = p.parse_nvidia_smi_topo(sample("nvidia-smi-topo-m-h100-8gpu.txt"))
+    assert topo.devices == [f"GPU{i}" for i in range(8)]
+    assert topo.warnings == []
+    for a in topo.devices:
+        for b in topo.devices:
+            assert topo.link(a, b) == ("X" if a == b else "NV18")
+    assert topo.affinity["GPU0"] == {"CPU Affinity": "0-51,104-155", "NUMA Affinity": "0"}
+    assert topo.affinity["GPU7"] == {"CPU Affinity": "52-103,156-207", "NUMA Affinity": "1"}
+
+
+def test_nvidia_smi_topo_2gpu_nvlink() -> None:
+    topo = p.parse_nvidia_smi_topo(sample("nvidia-smi-topo-m-2gpu-nvlink.txt"))
+    assert topo.devices == ["GPU0", "GPU1"]
+    assert topo.link("GPU0", "GPU1") == topo.link("GPU1", "GPU0") == "NV2"
+    assert topo.affinity["GPU1"] == {"CPU Affinity": "0-23", "NUMA Affinity": "N/A"}
+
+
+def test_nvidia_smi_topo_legend_alone_is_ignored() -> None:
+    topo = p.parse_nvidia_smi_topo(sample("nvidia-smi-topo-m-legend.txt"))
+    assert topo.devices == [] and topo.links == {}
+
+
+def test_nvidia_smi_topo_with_legend_tabs_and_nics() -> None:
+    """The real tool separates columns with tabs and appends NIC rows and a NIC legend."""
+    text = (
+        "\tGPU0\tGPU1\tNIC0\tCPU Affinity\tNUMA Affinity\tGPU NUMA ID\n"
+        "GPU0\t X \tNV12\tPXB\t0-31\t0\t\tN/A\n"
+        "GPU1\tNV12\t X \tSYS\t32-63\t1\t\tN/A\n"
+        "NIC0\tPXB\tSYS\t X \n"
+        "\n" + sample("nvidia-smi-topo-m-legend.txt") + "\nNIC Legend:\n\n  NIC0: mlx5_0\n"
+    )
+    topo = p.parse_nvidia_smi_topo(text)
+    assert topo.devices == ["GPU0", "GPU1", "NIC0"]
+    assert topo.link("GPU0", "NIC0") == "PXB"
+    assert topo.link("NIC0", "GPU1") == "SYS"
+    assert topo.affinity["GPU1"]["CPU Affinity"] == "32-63"
+    assert "NIC0" not in topo.affinity
+    assert topo.nic_names == {"NIC0": "mlx5_0"}
+
+
+def test_npu_smi_topo_910b() -> None:
+    topo = p.parse_npu_smi_topo(sample("npu-smi-info-t-topo-910b.txt"))
+    assert topo.devices == [f"NPU{i}" for i in range(8)]
+    assert topo.warnings == []
+    assert topo.link("NPU0", "NPU0") == "X"
+    assert topo.link("NPU3", "NPU6") == "HCCS"
+    assert {topo.affinity[d]["CPU Affinity"] for d in topo.devices} == {
+        "144-167",
+        "96-119",
+        "0-23",
+        "48-71",
+    }
+    assert topo.affinity["NPU4"] == {"CPU Affinity": "0-23"}
+
+
+# ------------------------------------------------------------------ npu-smi info
+
+
+def test_npu_smi_info_910a_two_warnings_and_processes() -> None:
+    info = p.parse_npu_smi_info(sample("npu-smi-info-910a-warning-with-procs.txt"))
+    assert info.warnings == []
+    assert (info.npu_smi_version, info.version) == ("24.1.RC2", "24.1.RC2")
+    assert [n.npu_id for n in info.npus] == list(range(8))
+    warned = [n.npu_id for n in info.npus if n.health is p.NpuHealth.WARNING]
+    assert warned == [3, 7]
+    assert info.npus[3].health_raw == "Warning"
+    assert all(n.health is p.NpuHealth.OK for n in info.npus if n.npu_id not in (3, 7))
+    npu3 = info.npus[3]
+    assert (npu3.name, npu3.power_w, npu3.temp_c) == ("xxx", 206.9, 39.0)
+    assert npu3.hugepages == p.Usage(1232, 1232)
+    assert len(npu3.chips) == 1
+    assert npu3.chips[0].chip_id == 0
+    assert npu3.chips[0].bus_id == "0000:01:00.0"
+    assert npu3.chips[0].memory_mb == p.Usage(3616, 15039)
+    assert npu3.hbm_mb == p.Usage(0, 32768)
+    assert len(info.processes) == 32
+    assert info.processes[0] == p.NpuProcess(0, 0, 37656, "hlt_host_devmm_", 686)
+    assert info.processes[-1] == p.NpuProcess(7, 0, 37663, "hlt_host_devmm_", 686)
+    assert {pr.npu_id for pr in info.processes} == set(range(8))
+
+
+def test_npu_smi_info_910b() -> None:
+    info = p.parse_npu_smi_info(sample("npu-smi-info-910b.txt"))
+    assert info.warnings == []
+    assert info.version == "24.1.rc1.b030"
+    assert len(info.npus) == 8
+    assert {n.name for n in info.npus} == {"910B3"}
+    assert all(n.health is p.NpuHealth.OK for n in info.npus)
+    assert info.npus[0].power_w == 101.8
+    assert info.npus[4].temp_c == 45
+    assert info.npus[0].hbm_mb == p.Usage(3318, 65536)
+    assert info.npus[7].hbm_mb == p.Usage(3315, 65536)
+    assert info.npus[2].chips[0].bus_id == "0000:81:00.0"
+    assert info.processes == []
+
+
+# From the 310P Duo layout in Ascend docs: one NPU row, two "Chip Device" rows, no HBM column.
+NPU_SMI_310P_TWO_CHIPS = """\
++--------------------------------------------------------------------------------------------+
+| npu-smi 22.0.4                             Version: 22.0.4                                 |
++-------------------+-----------------+------------------------------------------------------+
+| NPU     Name      | Health          | Power(W)     Temp(C)           Hugepages-Usage(page) |
+| Chip    Device    | Bus-Id          | AICore(%)    Memory-Usage(MB)                        |
++===================+=================+======================================================+
+| 1       310P3     | Critical        | NA           41                0     / 0             |
+| 0       2         | 0000:1A:00.0    | 0            1654 / 21527                            |
+| 1       3         | 0000:1A:00.0    | 3            1375 / 21527                            |
++===================+=================+======================================================+
+| 2       310P3     | Fine            | 15.4         43                0    / 0              |
+| 0       4         | 0000:89:00.0    | 0            1070 / 21534                            |
++===================+=================+======================================================+
++-------------------+-----------------+------------------------------------------------------+
+| NPU     Chip      | Process id      | Process name             | Process memory(MB)      |
++===================+=================+======================================================+
+| No running processes found in NPU 1                                                        |
++===================+=================+======================================================+
+"""
+
+
+def test_npu_smi_info_two_chips_per_npu_and_health_normalization() -> None:
+    info = p.parse_npu_smi_info(NPU_SMI_310P_TWO_CHIPS)
+    assert info.warnings == []
+    npu1, npu2 = info.npus
+    assert (npu1.health, npu1.health_raw) == (p.NpuHealth.CRITICAL, "Critical")
+    assert (npu2.health, npu2.health_raw) == (p.NpuHealth.UNKNOWN, "Fine")
+    assert npu1.power_w is None and npu1.temp_c == 41
+    assert [(c.chip_id, c.device_id) for c in npu1.chips] == [(0, 2), (1, 3)]
+    assert npu1.chips[1].memory_mb == p.Usage(1375, 21527)
+    assert npu1.chips[1].aicore_percent == 3
+    assert npu1.hbm_mb is None
+    assert [(c.chip_id, c.device_id) for c in npu2.chips] == [(0, 4)]
+    assert info.processes == []
+
+
+@pytest.mark.parametrize(
+    ("raw", "health"),
+    [
+        ("OK", p.NpuHealth.OK),
+        ("warning", p.NpuHealth.WARNING),
+        ("Alarm", p.NpuHealth.ALARM),
+        (" Critical ", p.NpuHealth.CRITICAL),
+        ("", p.NpuHealth.UNKNOWN),
+        ("NA", p.NpuHealth.UNKNOWN),
+    ],
+)
+def test_npu_health_from_raw(raw: str, health: p.NpuHealth) -> None:
+    assert p.NpuHealth.from_raw(raw) is health
+
+
+def test_npu_smi_info_truncated_mid_table() -> None:
+    text = sample("npu-smi-info-910b.txt")
+    cut = text[: text.index("| 3     910B3")]
+    info = p.parse_npu_smi_info(cut + "| 3     910B3      | O")
+    assert [n.npu_id for n in info.npus] == [0, 1, 2, 3]
+    assert info.npus[3].health is p.NpuHealth.UNKNOWN
+
+
+def test_npu_smi_info_cut_head_starts_with_chip_row() -> None:
+    text = sample("npu-smi-info-910b.txt")
+    info = p.parse_npu_smi_info(text[text.index("| 0                         | 0000:C1") :])
+    assert [n.npu_id for n in info.npus] == list(range(1, 8))
+    assert info.warnings == ["line 1: chip row without its NPU row"]
+
+
+def test_topo_header_without_indent() -> None:
+    topo = p.parse_nvidia_smi_topo(sample("nvidia-smi-topo-m-2gpu-nvlink.txt").lstrip())
+    assert topo.link("GPU1", "GPU0") == "NV2"
+
+
+def test_npu_smi_info_l() -> None:
+    listing = p.parse_npu_smi_info_l(sample("npu-smi-info-l-8npu.txt"))
+    assert listing.total_count == 8
+    assert [n.npu_id for n in listing.npus] == list(range(8))
+    assert {n.chip_count for n in listing.npus} == {1}
+    assert listing.npus[5].fields == {"NPU ID": "5", "Chip Count": "1"}
+    assert listing.warnings == []
+
+
+def test_npu_smi_info_l_count_mismatch_is_a_warning() -> None:
+    text = sample("npu-smi-info-l-8npu.txt")
+    listing = p.parse_npu_smi_info_l(text[: text.index("NPU ID                         : 7")])
+    assert len(listing.npus) == 7
+    assert listing.warnings == ["Total Count says 8 but 7 NPU blocks were read"]
+
+
+def test_npu_smi_info_m_mapping() -> None:
+    rows = p.parse_npu_smi_info_m(sample("npu-smi-info-m-910a.txt"))
+    assert len(rows) == 8
+    assert rows[0] == p.NpuChipMapping(0, 0, 0, "Ascend 910A")
+    assert rows[7] == p.NpuChipMapping(7, 0, 7, "Ascend 910A")
+    assert p.parse_npu_smi_info_m("3   1   -   Mcu\n") == [p.NpuChipMapping(3, 1, None, "Mcu")]
+
+
+def test_npu_smi_board() -> None:
+    board = p.parse_npu_smi_board(sample("npu-smi-info-t-board-910b.txt"))
+    assert board["NPU ID"] == "0"
+    assert board["Product Name"] == "IT21HMDC_Bin5"
+    assert board["Software Version"] == "25.5.1"
+    assert board["Firmware Version"] == "7.8.0.6.201"
+    assert board["PCIe Bus Info"] == "0000:C1:00.0"
+    assert board["Chip Count"] == "1"
+    assert len(board) == 19
+
+
+# ------------------------------------------------------------------ hccn_tool
+
+
+def test_hccn_tool_ip() -> None:
+    values = p.parse_hccn_tool(sample("hccn-tool-ip-g.txt"))
+    assert values == {"ipaddr": "10.xx.xx.10", "netmask": "255.255.255.0"}
+    assert p.hccn_link_up(sample("hccn-tool-ip-g.txt")) is None
+
+
+def test_hccn_tool_link_up_and_down() -> None:
+    assert p.parse_hccn_tool(sample("hccn-tool-link-g-up.txt")) == {"link status": "UP"}
+    assert p.hccn_link_up(sample("hccn-tool-link-g-up.txt")) is True
+    assert p.hccn_link_up(sample("hccn-tool-link-g-down.txt")) is False
+    assert p.hccn_link_up("link status:up\r\n") is True
+    assert p.hccn_link_up("") is None
+    assert p.hccn_link_up("link status: UNKNOWN") is None
+
+
+def test_hccn_tool_net_health() -> None:
+    values = p.parse_hccn_tool(sample("hccn-tool-net-health-g.txt"))
+    assert values == {"net health status": "Init"}
+
+
+def test_hccn_tool_tls_switch_line() -> None:
+    values = p.parse_hccn_tool(sample("hccn-tool-tls-g-switch.txt"))
+    assert values == {
+        "dev_id": "0",
+        "tls switch": "0",
+        "tls preconfigured": "1",
+        "tls alarm time threshold": "60",
+    }
+
+
+def test_hccn_tool_link_stat() -> None:
+    text = sample("hccn-tool-link-stat-g.txt")
+    values = p.parse_hccn_tool(text)
+    assert values["current time"] == "Wed Jun  7 10:08:28 2023"
+    assert values["link up count"] == "2"
+    stat = p.parse_hccn_link_stat(text)
+    assert stat.device == 0
+    assert stat.link_up_count == 2
+    assert stat.changes == [
+        ("Tue Jun 6 16:32:12 2023", "UP"),
+        ("Tue Jun 6 16:32:10 2023", "DOWN"),
+        ("Tue Jun 6 16:31:55 2023", "UP"),
+    ]
+
+
+# ------------------------------------------------------------------ nccl-tests
+
+NCCL_SAMPLES = {
+    "nccl-tests-all-reduce-perf-1node-8gpu.txt": 8,
+    "nccl-tests-all-reduce-perf-2node-16gpu.txt": 16,
+}
+
+
+def test_nccl_tests_1node() -> None:
+    result = p.parse_nccl_tests(sample("nccl-tests-all-reduce-perf-1node-8gpu.txt"))
+    assert result.warnings == []
+    assert result.params["nGpus"] == "8"
+    assert result.params["maxBytes"] == "10737418240"
+    assert result.params["warmup iters"] == "5"
+    assert result.nranks == 8
+    assert result.hosts == ["inst-ks8ls-comp"]
+    device5 = p.NcclDevice(5, 0, 944, "inst-ks8ls-comp", 5, "0x92", "NVIDIA A100-SXM4-40GB")
+    assert result.devices[5] == device5
+    assert len(result.rows) == 28
+    assert result.rows[0].size_bytes == 64
+    assert result.rows[-1].size_bytes == 8589934592
+    last = result.rows[-1]
+    assert (last.type, last.redop, last.root) == ("float", "sum", -1)
+    assert last.out_of_place == p.NcclTiming(63929.0, 134.37, 235.14, 0)
+    assert last.in_place == p.NcclTiming(63911.0, 134.40, 235.21, 0)
+    assert result.avg_busbw == 81.112
+    assert result.out_of_bounds == 0 and result.out_of_bounds_ok is True
+    assert result.total_wrong == 0
+
+
+def test_nccl_tests_2node() -> None:
+    result = p.parse_nccl_tests(sample("nccl-tests-all-reduce-perf-2node-16gpu.txt"))
+    assert result.warnings == []
+    # Quirk: the header says nGpus 1 (one GPU per process), yet 16 ranks ran on two hosts.
+    assert result.params["nGpus"] == "1"
+    assert result.nranks == 16
+    assert result.hosts == ["inst-xxxxx-comp", "inst-yyyyy-comp"]
+    assert [d.device for d in result.devices] == list(range(8)) * 2
+    (row,) = result.rows
+    assert row.size_bytes == 10737418240 and row.count == 2684354560
+    assert row.out_of_place == p.NcclTiming(90330.0, 118.87, 222.88, 0)
+    assert row.in_place.busbw == 218.96
+    assert result.avg_busbw == 220.921
+
+
+@pytest.mark.parametrize(("name", "nranks"), NCCL_SAMPLES.items())
+def test_nccl_busbw_is_algbw_times_factor(name: str, nranks: int) -> None:
+    result = p.parse_nccl_tests(sample(name))
+    assert result.nranks == nranks
+    factor = p.busbw_factor("all_reduce_perf", result.nranks)
+    # algbw and busbw are each printed rounded to 0.01.
+    tolerance = 0.005 * factor + 0.005 + 1e-9
+    for row in result.rows:
+        for timing in (row.out_of_place, row.in_place):
+            assert timing.algbw is not None and timing.busbw is not None
+            assert abs(timing.algbw * factor - timing.busbw) <= tolerance, row
+
+
+@pytest.mark.parametrize("name", NCCL_SAMPLES)
+def test_nccl_algbw_is_size_over_time(name: str) -> None:
+    for row in p.parse_nccl_tests(sample(name)).rows:
+        for timing in (row.out_of_place, row.in_place):
+            assert timing.time_us is not None and timing.algbw is not None
+            expected = p.algbw(row.size_bytes, timing.time_us * 1e-6)
+            # time printed with 4-5 significant digits, algbw to 0.01 GB/s.
+            assert expected == pytest.approx(timing.algbw, rel=1e-3, abs=0.006), row
+
+
+@pytest.mark.parametrize("name", NCCL_SAMPLES)
+def test_nccl_avg_busbw_is_mean_of_both_columns(name: str) -> None:
+    result = p.parse_nccl_tests(sample(name))
+    busbws = [t.busbw for r in result.rows for t in (r.out_of_place, r.in_place)]
+    assert result.avg_busbw == pytest.approx(sum(busbws) / len(busbws), abs=0.01)
+
+
+def test_nccl_tests_na_columns_and_older_header() -> None:
+    """``-c 0`` prints N/A for #wrong; older nccl-tests had no Group and no root column."""
+    text = (
+        "# nccl-tests version 2.13.8 nccl-headers=21903 nccl-library=21903\n"
+        "#   Rank  0 Pid  12345 on   node-a device  0 [0x1a] Tesla V100-SXM2-32GB\n"
+        "#   Rank  1 Pid  12346 on   node-a device  1 [0x1b] Tesla V100-SXM2-32GB\n"
+        "#                                  out-of-place                in-place\n"
+        "#    size    count  type redop   time algbw busbw error   time algbw busbw error\n"
+        " 1048576   262144 float   sum  50.00 20.97 20.97   N/A  51.00 20.56 20.56   N/A\n"
+        "     2097152        524288   float\n"
+        "# Avg bus bandwidth    : 20.765\n"
+    )
+    result = p.parse_nccl_tests(text)
+    assert [(d.rank, d.group, d.host) for d in result.devices] == [
+        (0, None, "node-a"),
+        (1, None, "node-a"),
+    ]
+    (row,) = result.rows
+    assert (row.redop, row.root) == ("sum", None)
+    assert row.out_of_place == p.NcclTiming(50.0, 20.97, 20.97, None)
+    assert len(result.warnings) == 1 and "2097152" in result.warnings[0]
+    assert result.avg_busbw == 20.765
+    assert result.version == "2.13.8"
+
+
+@pytest.mark.parametrize(
+    ("collective", "nranks", "factor"),
+    [
+        ("allreduce", 8, 1.75),
+        ("all_reduce", 16, 1.875),
+        ("AllReduce", 1, 0.0),
+        ("reduce_scatter", 4, 0.75),
+        ("all_gather_perf", 8, 0.875),
+        ("alltoall", 2, 0.5),
+        ("broadcast", 8, 1.0),
+        ("reduce", 8, 1.0),
+    ],
+)
+def test_busbw_factor(collective: str, nranks: int, factor: float) -> None:
+    assert p.busbw_factor(collective, nranks) == pytest.approx(factor)
+
+
+def test_busbw_factor_and_algbw_reject_nonsense() -> None:
+    with pytest.raises(ValueError, match="unknown collective"):
+        p.busbw_factor("allscramble", 8)
+    with pytest.raises(ValueError, match="nranks"):
+        p.busbw_factor("allreduce", 0)
+    with pytest.raises(ValueError, match="seconds"):
+        p.algbw(1, 0)
+    assert p.algbw(1e9, 0.5) == 2.0
+
+
+# ------------------------------------------------------------------ hccl_test
+
+
+def test_hccl_test_all_reduce_8npu() -> None:
+    result = p.parse_hccl_test(sample("hccl-test-all-reduce-8npu.txt"))
+    assert result.warnings == [] and result.errors == [] and result.error is None
+    assert result.params == {
+        "minbytes": 8192,
+        "maxbytes": 67108864,
+        "iters": 20,
+        "warmup_iters": 5,
+    }
+    assert len(result.rows) == 14
+    assert result.rows[0] == p.HcclRow(8192, 764.55, 0.00998, "success")
+    assert result.rows[-1] == p.HcclRow(67108864, 2630.20, 23.76245, "success")
+    assert result.ok
+
+
+def test_hccl_test_bandwidth_is_gibibytes_per_second() -> None:
+    """Quirk: hccl_test's "GB/s" is bytes / time / 2**30 (GiB/s), unlike nccl-tests' 1e9."""
+    for row in p.parse_hccl_test(sample("hccl-test-all-reduce-8npu.txt")).rows:
+        assert row.avg_time_us is not None
+        gib = row.data_size_bytes / (row.avg_time_us * 1e-6) / 2**30
+        assert gib == pytest.approx(row.alg_bandwidth_gbs, rel=1e-3)
+
+
+def test_hccl_test_aveg_time_spelling_and_failed_check() -> None:
+    text = sample("hccl-test-all-reduce-8npu.txt").replace("avg_time(us):", "aveg_time(us):")
+    text = text.replace("23.76245        | success", "23.76245        | failed")
+    result = p.parse_hccl_test(text)
+    assert len(result.rows) == 14 and result.warnings == []
+    assert result.rows[3].avg_time_us == 900.00
+    assert not result.rows[-1].ok and not result.ok
+
+
+def test_hccl_test_retcode_error() -> None:
+    result = p.parse_hccl_test(sample("hccl-test-retcode7-error.txt"))
+    assert result.rows == [] and not result.ok
+    assert result.params["maxbytes"] == 2147483648
+    assert len(result.errors) == 4
+    assert result.error == p.HcclError(
+        retcode=7,
+        message="This is an error in init_hcclComm.",
+        location="./common/src/hccl_test_common.cc:538",
+    )
+    assert result.warnings == []
+
+
+# ------------------------------------------------------------------ robustness
+
+PARSERS = [
+    p.parse_nvidia_smi_L,
+    p.parse_nvidia_smi_query_csv,
+    p.parse_nvidia_smi_topo,
+    p.parse_npu_smi_topo,
+    p.parse_npu_smi_info,
+    p.parse_npu_smi_info_l,
+    p.parse_npu_smi_info_m,
+    p.parse_npu_smi_board,
+    p.parse_hccn_tool,
+    p.hccn_link_up,
+    p.parse_hccn_link_stat,
+    p.parse_nccl_tests,
+    p.parse_hccl_test,
+    p.parse_key_values,
+]
+ALL_SAMPLES = sorted(f.name for f in SAMPLES.glob("*.txt"))
+
+EMPTY_RESULTS = {
+    p.parse_npu_smi_info: p.NpuSmiInfo(),
+    p.parse_nccl_tests: p.NcclTestsResult(),
+    p.parse_hccl_test: p.HcclTestResult(),
+    p.parse_npu_smi_info_l: p.NpuSmiList(),
+}
+
+
+def _touch(result: object) -> None:
+    """Walk the result, so lazy properties run too."""
+    if dataclasses.is_dataclass(result):
+        for name in dir(result):
+            if not name.startswith("_"):
+                getattr(result, name)
+    repr(result)
+
+
+@pytest.mark.parametrize("parser", PARSERS, ids=lambda f: f.__name__)
+@pytest.mark.parametrize("text", ["", " ", "\n\n\n", "|||", "+==+", "#", ":", "\x00\ufffd\ufffd"])
+def test_garbage_never_raises(parser: Callable[[str], object], text: str) -> None:
+    _touch(parser(text))
+
+
+@pytest.mark.parametrize("parser", list(EMPTY_RESULTS), ids=lambda f: f.__name__)
+def test_empty_input_gives_empty_result(parser: Callable[[str], object]) -> None:
+    assert parser("") == EMPTY_RESULTS[parser]
+
+
+@pytest.mark.parametrize("parser", PARSERS, ids=lambda f: f.__name__)
+@pytest.mark.parametrize("name", ALL_SAMPLES)
+def test_every_parser_survives_every_sample(parser: Callable[[str], object], name: str) -> None:
+    """Wrong tool output for the parser (npu-smi text into the nccl parser...) never raises."""
+    _touch(parser(sample(name)))
+
+
+FUZZ = settings(max_examples=200, deadline=None, suppress_health_check=list(HealthCheck))
+
+
+@FUZZ
+@given(text=st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=400))
+def test_fuzz_random_text(text: str) -> None:
+    for parser in PARSERS:
+        _touch(parser(text))
+
+
+@st.composite
+def mangled_samples(draw: st.DrawFn) -> str:
+    text = sample(draw(st.sampled_from(ALL_SAMPLES)))
+    start = draw(st.integers(0, len(text)))
+    end = draw(st.integers(start, len(text)))
+    piece = text[start:end]
+    if draw(st.booleans()) and piece:
+        at = draw(st.integers(0, len(piece) - 1))
+        junk = draw(st.text(max_size=5, alphabet="|:/ \t\n#+=-0123456789\ufffdXN/A"))
+        piece = piece[:at] + junk + piece[at + 1 :]
+    return piece
+
+
+@FUZZ
+@given(text=mangled_samples())
+def test_fuzz_truncated_and_mangled_samples(text: str) -> None:
+    for parser in PARSERS:
+        _touch(parser(text))
