@@ -1,0 +1,541 @@
+"""All-reduce checks C1-C3, launcher side: sizes, rank layout, worker command, report.
+
+The worker (``remote_scripts/allreduce.py``) runs one process per rank and prints JSON event
+lines; this module turns those lines into a :class:`CollectiveReport` with an nccl-tests-like
+table and a verdict that names the ranks (and their host and local rank) that never joined,
+hung, or failed. :func:`run_local` runs the workers as local subprocesses (gloo on 127.0.0.1),
+which is what this project's own tests use; the SSH orchestration builds on :func:`worker_argv`
+and :func:`collect`.
+
+Units: sizes in bytes, times in microseconds, bandwidths in GB/s with 1 GB = 1e9 bytes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+WORKER_SCRIPT = Path(__file__).with_name("remote_scripts") / "allreduce.py"
+
+# Exit codes of the worker; keep in step with remote_scripts/allreduce.py.
+EXIT_OK = 0
+EXIT_ERROR = 1
+EXIT_USAGE = 2
+EXIT_WRONG = 3
+EXIT_BACKEND = 4
+EXIT_CONNECT = 10
+EXIT_MISSING = 11
+EXIT_INIT = 12
+EXIT_COLLECTIVE = 13
+
+_UNITS = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+
+UNITS_LEGEND = (
+    "# units: size in bytes (B), count in elements, time in microseconds (us), "
+    "algbw and busbw in GB/s (1 GB = 1e9 B)"
+)
+
+
+# --- sizes -----------------------------------------------------------------------------------
+
+
+def parse_size(text: str) -> int:
+    """``"64K"`` -> 65536. K, M, G are powers of two, as in nccl-tests' ``-b``/``-e``."""
+    raw = text.strip().upper().removesuffix("B")
+    scale = _UNITS.get(raw[-1:], 1)
+    digits = raw[:-1] if scale > 1 else raw
+    if not digits.isdigit() or int(digits) == 0:
+        raise ValueError(f"bad size {text!r}: expected a positive integer with optional K/M/G")
+    return int(digits) * scale
+
+
+def parse_sizes(text: str) -> list[int]:
+    """``"8,1K,64K,1M"`` -> ``[8, 1024, 65536, 1048576]``."""
+    sizes = [parse_size(part) for part in text.split(",") if part.strip()]
+    if not sizes:
+        raise ValueError(f"no sizes in {text!r}")
+    return sizes
+
+
+def format_size(nbytes: int) -> str:
+    """Inverse of :func:`parse_size` where exact: 65536 -> ``"64K"``."""
+    for suffix in ("G", "M", "K"):
+        if nbytes >= _UNITS[suffix] and nbytes % _UNITS[suffix] == 0:
+            return f"{nbytes // _UNITS[suffix]}{suffix}"
+    return str(nbytes)
+
+
+def default_sizes(backend: str = "nccl") -> list[int]:
+    """Size sweep, factor 4 (nccl-tests' ``-f 4``).
+
+    Accelerators (nccl, hccl): 1K..256M. Small sizes show latency, and inter-node busbw only
+    reaches its plateau around 64M-256M (see nccl-tests' own sample output), while 256 MB
+    buffers fit on any training accelerator and the sweep stays a few seconds.
+    CPU (gloo): 1K..16M. gloo over TCP plateaus by a few MB, and larger buffers only make the
+    check slow and memory-hungry on the launcher-sized hosts it runs on.
+    """
+    top = 16 << 20 if backend == "gloo" else 256 << 20
+    sizes, size = [], 1 << 10
+    while size <= top:
+        sizes.append(size)
+        size *= 4
+    return sizes
+
+
+# --- bandwidth formula (nccl-tests doc/PERFORMANCE.md) --------------------------------------
+
+
+def allreduce_busbw_factor(nranks: int) -> float:
+    """busbw / algbw for all-reduce: 2(n-1)/n. One rank gives 0, as nccl-tests prints."""
+    if nranks < 1:
+        raise ValueError(f"nranks must be >= 1, got {nranks}")
+    return 2.0 * (nranks - 1) / nranks
+
+
+def algbw_gbps(nbytes: int, time_us: float) -> float:
+    """Bytes moved per second of one op, in GB/s (1e9 B/s); 0 for a zero time."""
+    return nbytes / (time_us * 1e-6) / 1e9 if time_us > 0 else 0.0
+
+
+# --- ranks -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Rank:
+    rank: int
+    host: str
+    local_rank: int
+
+
+def assign_ranks(slots: Mapping[str, int] | Iterable[tuple[str, int]]) -> list[Rank]:
+    """Global ranks as DeepSpeed and torchrun assign them: node by node in hostfile order,
+    local ranks 0..slots-1 within a node."""
+    items = slots.items() if isinstance(slots, Mapping) else slots
+    ranks: list[Rank] = []
+    for host, count in items:
+        if count < 0:
+            raise ValueError(f"negative slot count for {host}: {count}")
+        ranks.extend(Rank(len(ranks), host, local) for local in range(count))
+    return ranks
+
+
+def _spans(numbers: Iterable[int]) -> str:
+    """[0, 1, 2, 5, 7, 8] -> "0-2,5,7-8"."""
+    out: list[str] = []
+    values = sorted(set(numbers))
+    i = 0
+    while i < len(values):
+        j = i
+        while j + 1 < len(values) and values[j + 1] == values[j] + 1:
+            j += 1
+        out.append(str(values[i]) if i == j else f"{values[i]}-{values[j]}")
+        i = j + 1
+    return ",".join(out)
+
+
+def describe_ranks(numbers: Iterable[int], ranks: Sequence[Rank]) -> str:
+    """``"ranks 4-7 (node3 local 0-3)"``; ranks unknown to ``ranks`` are listed bare."""
+    wanted = sorted(set(numbers))
+    by_rank = {r.rank: r for r in ranks}
+    per_host: dict[str, list[int]] = {}
+    for n in wanted:
+        if n in by_rank:
+            per_host.setdefault(by_rank[n].host, []).append(by_rank[n].local_rank)
+    where = "; ".join(f"{host} local {_spans(locals_)}" for host, locals_ in per_host.items())
+    noun = "rank" if len(wanted) == 1 else "ranks"
+    return f"{noun} {_spans(wanted)}" + (f" ({where})" if where else "")
+
+
+# --- worker command --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class WorkerOptions:
+    sizes: Sequence[int] = field(default_factory=lambda: default_sizes("gloo"))
+    backend: str = "auto"
+    dtype: str = "float32"
+    warmup: int = 5
+    iters: int = 20
+    connect_timeout: float = 30.0
+    init_timeout: float = 60.0
+    op_timeout: float = 300.0
+
+
+def worker_argv(python: str, script_path: str | Path, rank: Rank, world_size: int,
+                master_addr: str, port: int, options: WorkerOptions) -> list[str]:
+    """The worker's command line as an argument list (quote it once, where it meets a shell)."""
+    return [
+        python, str(script_path),
+        "--rank", str(rank.rank), "--world-size", str(world_size),
+        "--local-rank", str(rank.local_rank), "--label", rank.host,
+        "--master-addr", master_addr, "--master-port", str(port),
+        "--backend", options.backend, "--dtype", options.dtype,
+        "--sizes", ",".join(str(s) for s in options.sizes),
+        "--warmup", str(options.warmup), "--iters", str(options.iters),
+        "--connect-timeout", f"{options.connect_timeout:g}",
+        "--init-timeout", f"{options.init_timeout:g}",
+        "--op-timeout", f"{options.op_timeout:g}",
+    ]
+
+
+# --- report ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SizeRow:
+    size_bytes: int
+    count: int
+    dtype: str
+    time_us: float  # slowest rank's average time per op
+    algbw_GBps: float
+    busbw_GBps: float
+    wrong: int  # wrong elements summed over ranks (nccl-tests' #wrong)
+    nranks_reported: int
+
+
+@dataclass
+class CollectiveReport:
+    world_size: int
+    ranks: list[Rank]
+    backend: str | None = None
+    timed: str = ""
+    versions: dict[str, str] = field(default_factory=dict)
+    rows: list[SizeRow] = field(default_factory=list)
+    missing: list[int] = field(default_factory=list)  # never joined the rendezvous
+    silent: list[int] = field(default_factory=list)  # printed nothing at all
+    unfinished: list[int] = field(default_factory=list)  # started, never said done or error
+    failed: dict[int, tuple[str, str]] = field(default_factory=dict)  # rank -> (stage, message)
+    stuck_stage: str | None = None  # stage in which a watchdog fired
+    stuck: list[int] = field(default_factory=list)  # ranks that did not reach that stage's end
+    exit_codes: dict[int, int | None] = field(default_factory=dict)
+    pids: dict[int, int] = field(default_factory=dict)
+    verdict: str = "unknown"  # ok | wrong | missing | hang | failed | incomplete
+    message: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.verdict == "ok"
+
+    @property
+    def max_busbw_GBps(self) -> float:
+        return max((row.busbw_GBps for row in self.rows), default=0.0)
+
+
+_STAGE_END = {"connect": "joined", "rendezvous": "joined", "init": "init_ok",
+              "collective": "done"}
+
+
+def _rows(events_by_rank: Mapping[int, Sequence[dict]], world: int) -> list[SizeRow]:
+    per_size: dict[int, list[dict]] = {}
+    for events in events_by_rank.values():
+        for ev in events:
+            if ev.get("event") == "result":
+                per_size.setdefault(int(ev["size_bytes"]), []).append(ev)
+    rows = []
+    factor = allreduce_busbw_factor(world)
+    for size in sorted(per_size):
+        results = per_size[size]
+        time_us = max(float(ev["time_us"]) for ev in results)
+        algbw = algbw_gbps(size, time_us)
+        rows.append(SizeRow(
+            size_bytes=size, count=int(results[0]["count"]), dtype=str(results[0]["dtype"]),
+            time_us=time_us, algbw_GBps=algbw, busbw_GBps=algbw * factor,
+            wrong=sum(int(ev["wrong"]) for ev in results), nranks_reported=len(results)))
+    return rows
+
+
+def collect(events_by_rank: Mapping[int, Sequence[dict]], ranks: Sequence[Rank],
+            exit_codes: Mapping[int, int | None] | None = None) -> CollectiveReport:
+    """Fold every rank's events into one report with a verdict and an actionable message."""
+    world = len(ranks)
+    report = CollectiveReport(world_size=world, ranks=list(ranks),
+                              exit_codes=dict(exit_codes or {}))
+    rendezvous: dict = {}
+    for r in ranks:
+        events = events_by_rank.get(r.rank, [])
+        kinds = {ev.get("event") for ev in events}
+        if not events:
+            report.silent.append(r.rank)
+        for ev in events:
+            kind = ev.get("event")
+            if kind == "start":
+                report.backend = report.backend or ev.get("backend")
+                report.timed = report.timed or ev.get("timed", "")
+                report.versions = report.versions or dict(ev.get("versions", {}))
+                if "pid" in ev:
+                    report.pids[r.rank] = int(ev["pid"])
+            elif kind == "missing_ranks":
+                rendezvous = rendezvous or ev
+            elif kind == "error":
+                report.failed[r.rank] = (str(ev.get("stage")), str(ev.get("message")))
+                if ev.get("timeout") and report.stuck_stage is None:
+                    report.stuck_stage = str(ev.get("stage"))
+        if events and "done" not in kinds and "error" not in kinds:
+            report.unfinished.append(r.rank)
+    report.rows = _rows(events_by_rank, world)
+    if rendezvous:
+        report.missing = sorted(int(n) for n in rendezvous.get("missing", []))
+    if report.stuck_stage in ("init", "collective"):
+        end = _STAGE_END[report.stuck_stage]
+        report.stuck = [r.rank for r in ranks if r.rank not in report.failed
+                        and not any(ev.get("event") == end
+                                    for ev in events_by_rank.get(r.rank, []))]
+    _judge(report, rendezvous)
+    return report
+
+
+def _judge(report: CollectiveReport, rendezvous: Mapping) -> None:
+    ranks = report.ranks
+    wrong = sum(row.wrong for row in report.rows)
+    if report.missing:
+        timeout = rendezvous.get("timeout_s")
+        within = f" within {timeout:g} s" if isinstance(timeout, (int, float)) else ""
+        report.verdict = "missing"
+        report.message = (f"{describe_ranks(report.missing, ranks)} never joined the rendezvous"
+                          f" at {rendezvous.get('master', '?')}{within}")
+    elif report.stuck_stage in ("init", "collective"):
+        fired = sorted(r for r, (stage, _) in report.failed.items()
+                       if stage == report.stuck_stage)
+        what = ("communicator init (init_process_group + first all_reduce)"
+                if report.stuck_stage == "init" else "the all-reduce sweep")
+        report.verdict = "hang"
+        stuck = report.stuck or report.silent or report.unfinished
+        fired_on = f"watchdog fired on {describe_ranks(fired, ranks)} in stage {report.stuck_stage}"
+        report.message = (
+            f"{describe_ranks(stuck, ranks)} stuck in {what}: {fired_on}" if stuck else
+            f"every rank timed out in {what} ({fired_on}): no single rank to blame, suspect "
+            "the network between them")
+    elif report.failed:
+        by_stage: dict[str, list[int]] = {}
+        for r, (stage, _) in sorted(report.failed.items()):
+            by_stage.setdefault(stage, []).append(r)
+        report.verdict = "failed"
+        report.message = "; ".join(
+            f"{describe_ranks(rs, ranks)} failed in stage {stage}: {report.failed[rs[0]][1]}"
+            for stage, rs in by_stage.items())
+        if report.silent:
+            report.message += f"; {describe_ranks(report.silent, ranks)} printed nothing"
+    elif report.silent or report.unfinished:
+        report.verdict = "incomplete"
+        report.message = (f"{describe_ranks(report.silent + report.unfinished, ranks)} "
+                          "never reported completion")
+    elif wrong:
+        bad = [row for row in report.rows if row.wrong]
+        report.verdict = "wrong"
+        report.message = (f"{wrong} wrong elements at sizes "
+                          f"{', '.join(format_size(r.size_bytes) for r in bad)}")
+    elif not report.rows:
+        report.verdict = "incomplete"
+        report.message = "no results"
+    else:
+        best = max(report.rows, key=lambda row: row.busbw_GBps)
+        report.verdict = "ok"
+        report.message = (
+            f"all-reduce over {report.world_size} ranks ({report.backend}) correct at "
+            f"{len(report.rows)} sizes; peak busbw {best.busbw_GBps:.2f} GB/s at "
+            f"{format_size(best.size_bytes)}B")
+
+
+def _header_line(*cols: str) -> str:
+    widths = (11, 12, 8, 6, 10, 8, 8, 7)
+    return "#" + " ".join(f"{c:>{w}}" for c, w in zip(cols, widths))
+
+
+def format_table(report: CollectiveReport) -> str:
+    """nccl-tests-style table, with a units legend and a line stating what was timed."""
+    lines = [
+        (f"# all_reduce: {report.world_size} ranks, backend {report.backend}, "
+        f"versions {json.dumps(report.versions, sort_keys=True)}"),
+        f"# timed: {report.timed or 'unknown'}",
+        UNITS_LEGEND,
+        _header_line("size", "count", "type", "redop", "time", "algbw", "busbw", "#wrong"),
+        _header_line("(B)", "(elements)", "", "", "(us)", "(GB/s)", "(GB/s)", ""),
+    ]
+    for row in report.rows:
+        lines.append(
+            f"{row.size_bytes:12d} {row.count:12d} {row.dtype:>8} {'sum':>6} {row.time_us:10.2f}"
+            f" {row.algbw_GBps:8.2f} {row.busbw_GBps:8.2f} {row.wrong:7d}")
+    if report.rows:
+        avg = statistics.fmean(row.busbw_GBps for row in report.rows)
+        lines.append(f"# Avg bus bandwidth    : {avg:.3f} GB/s")
+    lines.append(f"# verdict: {report.verdict}: {report.message}")
+    return "\n".join(lines)
+
+
+# --- pairwise (C2) ---------------------------------------------------------------------------
+
+
+def circle_schedule(nodes: Sequence[str]) -> list[list[tuple[str, str]]]:
+    """Round-robin "circle method": n-1 rounds of n/2 disjoint pairs (n even), every unordered
+    pair exactly once, so each round can run all its pairs at the same time. For odd n a bye
+    is added: n rounds of (n-1)/2 pairs, one node idle per round."""
+    players: list[str | None] = list(nodes)
+    if len(set(nodes)) != len(nodes):
+        raise ValueError("duplicate node names")
+    if len(players) < 2:
+        return []
+    if len(players) % 2:
+        players.append(None)
+    n = len(players)
+    rounds = []
+    for _ in range(n - 1):
+        pairs = []
+        for i in range(n // 2):
+            a, b = players[i], players[n - 1 - i]
+            if a is not None and b is not None:
+                pairs.append((a, b))
+        rounds.append(pairs)
+        players = [players[0], players[-1], *players[1:-1]]  # rotate all but the first
+    return rounds
+
+
+@dataclass(frozen=True)
+class SlowPairs:
+    median_GBps: float
+    threshold_GBps: float
+    slow: list[tuple[tuple[str, str], float]]  # slowest first
+    suspect: str | None  # node in strictly more slow pairs than any other, if any
+    counts: dict[str, int]
+
+
+def flag_slow_pairs(pair_busbw: Mapping[tuple[str, str], float],
+                    ratio: float = 0.5) -> SlowPairs:
+    """Pairs whose busbw is below ``ratio`` x the median of all pairs. A node common to most
+    slow pairs is the likely slow node; a single slow pair with no common node is a link."""
+    if not pair_busbw:
+        return SlowPairs(0.0, 0.0, [], None, {})
+    median = statistics.median(pair_busbw.values())
+    threshold = ratio * median
+    slow = sorted(((p, bw) for p, bw in pair_busbw.items() if bw < threshold),
+                  key=lambda item: item[1])
+    counts = Counter(node for (a, b), _ in slow for node in (a, b))
+    suspect = None
+    ranked = counts.most_common(2)
+    if ranked and ranked[0][1] >= 2 and (len(ranked) == 1 or ranked[0][1] > ranked[1][1]):
+        suspect = ranked[0][0]
+    return SlowPairs(median, threshold, slow, suspect, dict(counts))
+
+
+# --- local runner ----------------------------------------------------------------------------
+
+EventHook = Callable[[int, dict, "subprocess.Popen[bytes]"], None]
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+def _pump(rank: int, stream: object, out: queue.Queue, stderr_tail: list[str]) -> None:
+    """Read one worker's stdout: JSON lines become events, anything else is kept as text."""
+    for raw in iter(stream.readline, b""):  # type: ignore[attr-defined]
+        line = raw.decode(errors="replace").strip()
+        try:
+            event = json.loads(line)
+        except ValueError:
+            stderr_tail.append(line)
+            continue
+        if isinstance(event, dict):
+            out.put((rank, event))
+    out.put((rank, None))
+
+
+def _kill_group(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is None:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:  # pragma: no cover - SIGKILL does not fail
+        pass
+
+
+def run_local(world_size: int, sizes: Sequence[int], backend: str = "gloo", *,
+              connect_timeout: float = 20.0, init_timeout: float = 30.0,
+              op_timeout: float = 120.0, warmup: int = 5, iters: int = 20,
+              dtype: str = "float32", env: Mapping[str, str] | None = None,
+              start_ranks: Iterable[int] | None = None, port: int | None = None,
+              on_event: EventHook | None = None, python: str = sys.executable,
+              overall_timeout: float | None = None, grace: float = 3.0) -> CollectiveReport:
+    """Run the worker for ``world_size`` ranks on 127.0.0.1 and return the report.
+
+    Only ``start_ranks`` are started (default: all), to simulate ranks that never join.
+    ``on_event(rank, event, popen)`` sees every event as it arrives (tests use it to SIGSTOP a
+    rank at a chosen stage). Every worker runs in its own process group and is killed on every
+    path out of here, including exceptions and the overall deadline (default: the sum of the
+    stage deadlines plus 30 s). Once a rank reports an error or dies, the others get ``grace``
+    seconds to report theirs (a SIGSTOPped or wedged rank never would) before all are killed.
+    """
+    ranks = assign_ranks({"127.0.0.1": world_size})
+    port = port or free_port()
+    options = WorkerOptions(sizes=list(sizes), backend=backend, dtype=dtype, warmup=warmup,
+                            iters=iters, connect_timeout=connect_timeout,
+                            init_timeout=init_timeout, op_timeout=op_timeout)
+    child_env = dict(os.environ if env is None else env)
+    child_env.setdefault("GLOO_SOCKET_IFNAME", "lo")
+    child_env.setdefault("PYTHONUNBUFFERED", "1")
+    deadline = time.monotonic() + (overall_timeout or
+                                   connect_timeout + init_timeout + op_timeout + 30.0)
+    wanted = sorted(set(range(world_size) if start_ranks is None else start_ranks))
+    procs: dict[int, subprocess.Popen[bytes]] = {}
+    events: dict[int, list[dict]] = {r: [] for r in range(world_size)}
+    text: dict[int, list[str]] = {r: [] for r in range(world_size)}
+    inbox: queue.Queue = queue.Queue()
+    try:
+        for r in wanted:
+            argv = worker_argv(python, WORKER_SCRIPT, ranks[r], world_size, "127.0.0.1", port,
+                               options)
+            procs[r] = subprocess.Popen(argv, stdout=subprocess.PIPE,
+                                        stderr=subprocess.DEVNULL, env=child_env,
+                                        start_new_session=True)
+            threading.Thread(target=_pump, args=(r, procs[r].stdout, inbox, text[r]),
+                             daemon=True).start()
+        open_streams = len(procs)
+        while open_streams and time.monotonic() < deadline:
+            try:
+                rank, event = inbox.get(timeout=min(0.5, max(0.0, deadline - time.monotonic())))
+            except queue.Empty:
+                continue
+            if event is None:
+                open_streams -= 1
+                try:
+                    code: int | None = procs[rank].wait(timeout=2.0)
+                except subprocess.TimeoutExpired:
+                    code = None
+                if code != EXIT_OK:
+                    deadline = min(deadline, time.monotonic() + grace)
+                continue
+            events[rank].append(event)
+            if event.get("event") == "error":
+                deadline = min(deadline, time.monotonic() + grace)
+            if on_event is not None:
+                on_event(rank, event, procs[rank])
+        for proc in procs.values():  # let finished workers exit by themselves
+            try:
+                proc.wait(timeout=max(0.1, min(5.0, deadline - time.monotonic())))
+            except subprocess.TimeoutExpired:
+                pass
+    finally:
+        for proc in procs.values():
+            _kill_group(proc)
+            if proc.stdout is not None:
+                proc.stdout.close()
+    report = collect(events, ranks, {r: p.returncode for r, p in procs.items()})
+    report.pids.update({r: p.pid for r, p in procs.items()})
+    return report

@@ -1,0 +1,428 @@
+#!/usr/bin/env python3
+"""All-reduce correctness and bandwidth worker: one process per rank (checks C1-C3).
+
+Standalone on purpose (stdlib + torch only, python>=3.8): the orchestrator copies it to each node
+and runs it with that node's Python, one process per rank::
+
+    python allreduce.py --rank R --world-size W --local-rank L \
+        --master-addr A --master-port P [--backend auto|nccl|hccl|gloo] \
+        [--sizes 8,1K,64K,1M] [--dtype float32] [--warmup 5] [--iters 20] \
+        [--connect-timeout S] [--init-timeout S] [--op-timeout S] [--label host]
+
+Stages, each with its own deadline and exit code, so a hang names where it happened:
+
+1. ``connect``/``rendezvous``: a ``TCPStore`` on rank 0 (server) at A:P; every rank writes
+   ``joined/<rank>`` and waits up to --connect-timeout for all the others. Missing ranks are
+   listed by number (the orchestrator maps them to host and local rank).
+2. ``init``: ``init_process_group`` on that store plus one tiny all_reduce, within --init-timeout.
+3. ``collective``: the whole size sweep, within --op-timeout.
+
+A watchdog thread enforces each deadline: it prints an ``error`` event naming the stage and
+calls ``os._exit`` with that stage's code, because a rank blocked inside NCCL/HCCL/gloo cannot be
+interrupted from Python.
+
+What is timed (same as nccl-tests' per-size figure): after ``warmup`` untimed calls, ``iters``
+in-place all_reduce calls issued back to back, timed as one batch (CUDA/NPU events around the
+loop, ``time.perf_counter`` on CPU) and divided by ``iters``: the average time per operation of a
+pipelined loop, not the latency of one isolated call. The figure is the slowest rank's time
+(MAX over ranks). algbw = bytes / time (GB/s, 1 GB = 1e9 B); busbw = algbw * 2(W-1)/W.
+
+Correctness scheme: an in-place SUM accumulates, so the timed loop runs on a zero-filled buffer
+(0 summed any number of times stays exactly 0; a non-zero element afterwards counts as wrong).
+Then the buffer is re-filled, untimed, with rank r's pattern ``(r+1) * (i % m + 1)`` and reduced
+once more; every element must equal ``W(W+1)/2 * (i % m + 1)``, which is exact in the dtype
+(m is chosen so the largest sum stays below the dtype's exact-integer limit). ``wrong`` is the
+number of elements failing either check (nccl-tests' #wrong), summed over ranks.
+
+Output: one JSON object per line on stdout, ``{"event": ..., "rank": ..., "t": seconds since
+start, ...}``; human-readable text goes to stderr only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import socket
+import sys
+import threading
+import time
+
+EXIT_OK = 0
+EXIT_ERROR = 1  # unexpected exception outside the stages below
+EXIT_USAGE = 2  # bad arguments (argparse's own code)
+EXIT_WRONG = 3  # every stage finished, but some element was wrong
+EXIT_BACKEND = 4  # the requested backend is not available on this node
+EXIT_CONNECT = 10  # could not create / reach the TCPStore within --connect-timeout
+EXIT_MISSING = 11  # the store was up, but some ranks never joined within --connect-timeout
+EXIT_INIT = 12  # init_process_group or the first tiny all_reduce failed or hung
+EXIT_COLLECTIVE = 13  # the size sweep failed or hung past --op-timeout
+
+STAGE_EXIT = {
+    "setup": EXIT_BACKEND,
+    "connect": EXIT_CONNECT,
+    "rendezvous": EXIT_MISSING,
+    "init": EXIT_INIT,
+    "collective": EXIT_COLLECTIVE,
+}
+
+TIMED = (
+    "avg time per op of {iters} back-to-back in-place all_reduce calls after {warmup} warmup "
+    "calls, slowest rank (MAX over ranks); algbw = bytes/time, busbw = algbw*2(n-1)/n; "
+    "GB/s = 1e9 B/s"
+)
+
+# Largest integer N such that every integer in [0, N] is exact in the dtype.
+EXACT_LIMIT = {
+    "float64": 2**53,
+    "float32": 2**24,
+    "float16": 2**11,
+    "bfloat16": 2**8,
+    "int32": 2**31 - 1,
+    "int64": 2**63 - 1,
+}
+
+_T0 = time.monotonic()
+_OUT_LOCK = threading.Lock()
+_RANK = -1
+
+
+def emit(event: str, **fields: object) -> None:
+    """Print one JSON event line on stdout (thread safe, flushed at once)."""
+    record = {"event": event, "rank": _RANK, "t": round(time.monotonic() - _T0, 3)}
+    record.update(fields)
+    line = json.dumps(record, sort_keys=False)
+    with _OUT_LOCK:
+        sys.stdout.write(line + "\n")
+        sys.stdout.flush()
+
+
+def say(text: str) -> None:
+    with _OUT_LOCK:
+        sys.stderr.write(f"[rank {_RANK}] {text}\n")
+        sys.stderr.flush()
+
+
+def fail(stage: str, message: str, **fields: object) -> None:
+    """Report an error for ``stage`` and leave at once with that stage's exit code."""
+    emit("error", stage=stage, message=message, **fields)
+    say(f"ERROR in stage {stage}: {message}")
+    os._exit(STAGE_EXIT.get(stage, EXIT_ERROR))
+
+
+class Watchdog:
+    """Kills this process with the stage's exit code when a stage overruns its deadline."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._stage = ""
+        self._seconds = 0.0
+        self._deadline = None  # type: float | None
+        self._wake = threading.Event()
+        thread = threading.Thread(target=self._run, name="watchdog", daemon=True)
+        thread.start()
+
+    def arm(self, stage: str, seconds: float) -> None:
+        with self._lock:
+            self._stage, self._seconds = stage, seconds
+            self._deadline = time.monotonic() + seconds
+
+    def disarm(self) -> None:
+        with self._lock:
+            self._deadline = None
+
+    def _run(self) -> None:
+        while not self._wake.wait(0.05):
+            with self._lock:
+                expired = self._deadline is not None and time.monotonic() > self._deadline
+                stage, seconds = self._stage, self._seconds
+            if expired:
+                fail(
+                    stage,
+                    f"stage {stage} did not finish within {seconds:g} s (watchdog)",
+                    timeout=True,
+                    timeout_s=seconds,
+                )
+
+
+def parse_size(text: str) -> int:
+    """'64K' -> 65536: K/M/G are powers of 2, as nccl-tests' -b/-e."""
+    text = text.strip().upper().rstrip("B")
+    scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1:], 1)
+    number = text[:-1] if scale > 1 else text
+    value = int(number) * scale
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"size must be positive: {text!r}")
+    return value
+
+
+def parse_sizes(text: str) -> list:
+    try:
+        return [parse_size(part) for part in text.split(",") if part.strip()]
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"bad --sizes {text!r}: {exc}") from None
+
+
+def parse_args(argv: list) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--rank", type=int, required=True)
+    p.add_argument("--world-size", type=int, required=True)
+    p.add_argument("--local-rank", type=int, default=0)
+    p.add_argument("--master-addr", required=True)
+    p.add_argument("--master-port", type=int, required=True)
+    p.add_argument("--backend", choices=["auto", "nccl", "hccl", "gloo"], default="auto")
+    p.add_argument("--sizes", type=parse_sizes, default=parse_sizes("1K,64K,1M"))
+    p.add_argument("--dtype", choices=sorted(EXACT_LIMIT), default="float32")
+    p.add_argument("--warmup", type=int, default=5)
+    p.add_argument("--iters", type=int, default=20)
+    p.add_argument("--connect-timeout", type=float, default=30.0)
+    p.add_argument("--init-timeout", type=float, default=60.0)
+    p.add_argument("--op-timeout", type=float, default=300.0)
+    p.add_argument("--label", default="")
+    args = p.parse_args(argv)
+    if not 0 <= args.rank < args.world_size:
+        p.error("--rank must be in [0, --world-size)")
+    if args.iters < 1 or args.warmup < 0:
+        p.error("--iters must be >= 1 and --warmup >= 0")
+    return args
+
+
+def choose_backend(torch: object, requested: str, local_rank: int) -> tuple:
+    """Return (backend, device string, reason, versions); exits with EXIT_BACKEND if impossible."""
+    versions = {"python": sys.version.split()[0], "torch": torch.__version__}  # type: ignore
+    cuda = torch.cuda.is_available()  # type: ignore[attr-defined]
+    npu = False
+    npu_why = "torch_npu not importable"
+    try:
+        import torch_npu  # registers torch.npu
+
+        versions["torch_npu"] = getattr(torch_npu, "__version__", "?")
+        npu = bool(torch.npu.is_available())  # type: ignore[attr-defined]
+        npu_why = "torch_npu {}, npu available: {}".format(versions["torch_npu"], npu)
+    except Exception as exc:  # noqa: BLE001 - ImportError, or a broken CANN install
+        npu_why = f"torch_npu not usable ({type(exc).__name__}: {exc})"
+    if cuda:
+        versions["nccl"] = ".".join(map(str, torch.cuda.nccl.version()))  # type: ignore
+        versions["cuda"] = torch.version.cuda  # type: ignore[attr-defined]
+
+    backend = requested
+    if requested == "auto":
+        if cuda:
+            backend, reason = "nccl", f"CUDA available ({torch.cuda.device_count()} devices)"
+        elif npu:
+            backend, reason = "hccl", npu_why
+        else:
+            backend, reason = "gloo", "no CUDA; " + npu_why
+    else:
+        reason = "requested"
+    if backend == "nccl" and not cuda:
+        fail("setup", "backend nccl requested but torch.cuda.is_available() is False")
+    if backend == "hccl" and not npu:
+        fail("setup", "backend hccl requested but " + npu_why)
+    kind = "cuda" if backend == "nccl" else "npu"
+    device = "cpu" if backend == "gloo" else f"{kind}:{local_rank}"
+    return backend, device, reason, versions
+
+
+def connect(args: argparse.Namespace) -> object:
+    from torch.distributed import TCPStore
+
+    timeout = datetime.timedelta(seconds=args.connect_timeout)
+    master = f"{args.master_addr}:{args.master_port}"
+    try:
+        if args.rank == 0:
+            return TCPStore(args.master_addr, args.master_port, args.world_size, True,
+                            timeout=timeout, wait_for_workers=False)
+        return TCPStore(args.master_addr, args.master_port, args.world_size, False,
+                        timeout=timeout)
+    except Exception as exc:  # noqa: BLE001 - any failure here is a connect failure
+        verb = "listen on" if args.rank == 0 else "reach"
+        fail("connect", f"cannot {verb} the rendezvous store at {master} within "
+             f"{args.connect_timeout:g} s: {exc}", master=master)
+    raise AssertionError("unreachable")
+
+
+def rendezvous(store: object, args: argparse.Namespace, deadline: float) -> None:
+    """Every rank announces itself, then waits until all have (or reports who did not)."""
+    master = f"{args.master_addr}:{args.master_port}"
+    me = {"host": socket.gethostname(), "label": args.label, "local_rank": args.local_rank,
+          "pid": os.getpid()}
+    store.set(f"joined/{args.rank}", json.dumps(me))  # type: ignore[attr-defined]
+    store.add("joined_count", 1)  # type: ignore[attr-defined]
+    while store.add("joined_count", 0) < args.world_size:  # type: ignore[attr-defined]
+        if time.monotonic() > deadline:
+            missing = [r for r in range(args.world_size)
+                       if not store.check([f"joined/{r}"])]  # type: ignore[attr-defined]
+            joined = [r for r in range(args.world_size) if r not in missing]
+            emit("missing_ranks", stage="rendezvous", missing=missing, joined=joined,
+                 master=master, timeout_s=args.connect_timeout)
+            fail("rendezvous", f"ranks {','.join(map(str, missing))} never joined the rendezvous"
+                 f" at {master} within {args.connect_timeout:g} s", timeout=True,
+                 missing=missing)
+        time.sleep(0.05)
+    peers = []
+    if args.rank == 0:
+        for r in range(args.world_size):
+            info = json.loads(store.get(f"joined/{r}"))  # type: ignore[attr-defined]
+            info["rank"] = r
+            peers.append(info)
+    emit("joined", world_size=args.world_size, peers=peers)
+
+
+def fill_pattern(torch: object, buf: object, rank: int, modulus: int) -> None:
+    idx = torch.arange(buf.numel(), device=buf.device)  # type: ignore
+    buf.copy_((idx % modulus + 1) * (rank + 1))  # type: ignore[attr-defined]
+
+
+def pattern_modulus(world: int, dtype: str) -> int:
+    total = world * (world + 1) // 2
+    for modulus in (5, 1):
+        if total * modulus <= EXACT_LIMIT[dtype]:
+            return modulus
+    raise SystemExit(f"world size {world} too large for exact sums in {dtype}")
+
+
+def sync(torch: object, backend: str) -> None:
+    if backend == "nccl":
+        torch.cuda.synchronize()  # type: ignore[attr-defined]
+    elif backend == "hccl":
+        torch.npu.synchronize()  # type: ignore[attr-defined]
+
+
+def timed_loop(torch: object, dist: object, backend: str, buf: object, iters: int) -> float:
+    """Seconds per op, averaged over ``iters`` back-to-back all_reduce calls."""
+    if backend in ("nccl", "hccl"):
+        mod = torch.cuda if backend == "nccl" else torch.npu  # type: ignore[attr-defined]
+        start, end = mod.Event(enable_timing=True), mod.Event(enable_timing=True)
+        start.record()
+        for _ in range(iters):
+            dist.all_reduce(buf)  # type: ignore[attr-defined]
+        end.record()
+        end.synchronize()
+        return start.elapsed_time(end) / 1e3 / iters
+    t0 = time.perf_counter()
+    for _ in range(iters):
+        dist.all_reduce(buf)  # type: ignore[attr-defined]
+    return (time.perf_counter() - t0) / iters
+
+
+def sweep(torch: object, dist: object, args: argparse.Namespace, backend: str,
+          device: str) -> int:
+    """Run every size; return the number of wrong elements over all ranks and sizes."""
+    dtype = getattr(torch, args.dtype)
+    elsize = torch.tensor([], dtype=dtype).element_size()  # type: ignore[attr-defined]
+    world = args.world_size
+    modulus = pattern_modulus(world, args.dtype)
+    total = world * (world + 1) // 2
+    factor = 2.0 * (world - 1) / world
+    wrong_all = 0
+    if args.rank == 0:
+        say(f"{'size(B)':>12} {'count':>12} {'type':>8} {'time(us)':>10} {'algbw':>10} "
+            f"{'busbw':>10} {'#wrong':>7}   (GB/s = 1e9 B/s)")
+    for size in args.sizes:
+        count = max(1, size // elsize)
+        nbytes = count * elsize
+        buf = torch.zeros(count, dtype=dtype, device=device)  # type: ignore[attr-defined]
+        for _ in range(args.warmup):
+            dist.all_reduce(buf)  # type: ignore[attr-defined]
+        sync(torch, backend)
+        seconds = timed_loop(torch, dist, backend, buf, args.iters)
+        wrong = int(torch.count_nonzero(buf).item())  # type: ignore[attr-defined]
+        fill_pattern(torch, buf, args.rank, modulus)
+        dist.all_reduce(buf)  # type: ignore[attr-defined]
+        expected = torch.empty_like(buf)  # type: ignore[attr-defined]
+        fill_pattern(torch, expected, total - 1, modulus)  # (total-1)+1 = W(W+1)/2
+        wrong += int((buf != expected).sum().item())
+        stats = torch.tensor([seconds], dtype=torch.float32, device=device)  # type: ignore
+        dist.all_reduce(stats, op=dist.ReduceOp.MAX)  # type: ignore[attr-defined]
+        wrongs = torch.tensor([wrong], dtype=torch.int64, device=device)  # type: ignore
+        dist.all_reduce(wrongs)  # type: ignore[attr-defined]
+        time_s = float(stats.item())
+        time_us = time_s * 1e6
+        algbw = nbytes / time_s / 1e9 if time_s > 0 else 0.0
+        busbw = algbw * factor
+        wrong_all += int(wrongs.item())
+        emit("result", size_bytes=nbytes, count=count, dtype=args.dtype, time_us=time_us,
+             algbw_GBps=algbw, busbw_GBps=busbw, wrong=wrong, wrong_all_ranks=int(wrongs.item()),
+             local_time_us=seconds * 1e6, iters=args.iters, warmup=args.warmup)
+        if args.rank == 0:
+            say(f"{nbytes:12d} {count:12d} {args.dtype:>8} {time_us:10.2f} {algbw:10.3f} "
+                f"{busbw:10.3f} {int(wrongs.item()):7d}")
+        del buf, expected
+    return wrong_all
+
+
+def main(argv: list) -> int:
+    global _RANK
+    args = parse_args(argv)
+    _RANK = args.rank
+    import torch
+    import torch.distributed as dist
+
+    backend, device, reason, versions = choose_backend(torch, args.backend, args.local_rank)
+    emit("start", world_size=args.world_size, local_rank=args.local_rank,
+         host=socket.gethostname(), label=args.label, pid=os.getpid(), backend=backend,
+         device=device, reason=reason, versions=versions,
+         master=f"{args.master_addr}:{args.master_port}", dtype=args.dtype,
+         sizes=args.sizes, timed=TIMED.format(iters=args.iters, warmup=args.warmup))
+    say(f"backend {backend} on {device} ({reason}); {json.dumps(versions)}")
+    if backend == "nccl":
+        torch.cuda.set_device(args.local_rank)
+    elif backend == "hccl":
+        torch.npu.set_device(args.local_rank)  # type: ignore[attr-defined]
+
+    watchdog = Watchdog()
+    deadline = time.monotonic() + args.connect_timeout
+    # The store honours its own timeout; the watchdog only catches a stuck constructor.
+    watchdog.arm("connect", args.connect_timeout + 5.0)
+    store = connect(args)
+    watchdog.arm("rendezvous", max(0.0, deadline - time.monotonic()) + 5.0)
+    try:
+        rendezvous(store, args, deadline)
+    except Exception as exc:  # noqa: BLE001 - report the stage, whatever broke
+        fail("rendezvous", f"store error during rendezvous: {exc}")
+
+    watchdog.arm("init", args.init_timeout)
+    t_init = time.monotonic()
+    try:
+        dist.init_process_group(
+            backend, store=store, rank=args.rank, world_size=args.world_size,
+            timeout=datetime.timedelta(seconds=args.init_timeout + args.op_timeout))
+        probe = torch.ones(1, device=device)
+        dist.all_reduce(probe)
+        sync(torch, backend)
+        if probe.item() != args.world_size:
+            fail("init", f"first all_reduce of ones gave {probe.item()}, "
+                 f"expected {args.world_size}")
+    except Exception as exc:  # noqa: BLE001 - report the stage, whatever broke
+        fail("init", f"{type(exc).__name__}: {exc}")
+    watchdog.disarm()
+    emit("init_ok", backend=backend, seconds=round(time.monotonic() - t_init, 3))
+
+    watchdog.arm("collective", args.op_timeout)
+    t_sweep = time.monotonic()
+    try:
+        wrong = sweep(torch, dist, args, backend, device)
+        done = torch.ones(1, device=device)
+        dist.all_reduce(done)  # everyone finished before the store server (rank 0) goes away
+        sync(torch, backend)
+    except Exception as exc:  # noqa: BLE001 - report the stage, whatever broke
+        fail("collective", f"{type(exc).__name__}: {exc}")
+    watchdog.disarm()
+    emit("done", ok=wrong == 0, wrong=wrong, seconds=round(time.monotonic() - t_sweep, 3))
+    dist.destroy_process_group()
+    return EXIT_OK if wrong == 0 else EXIT_WRONG
+
+
+if __name__ == "__main__":
+    try:
+        code = main(sys.argv[1:])
+    except SystemExit:
+        raise
+    except BaseException as exc:  # noqa: BLE001 - report, never hang in interpreter teardown
+        emit("error", stage="unexpected", message=f"{type(exc).__name__}: {exc}")
+        sys.stderr.flush()
+        os._exit(EXIT_ERROR)
+    sys.stdout.flush()
+    sys.exit(code)

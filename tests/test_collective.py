@@ -1,0 +1,283 @@
+"""C1-C3: the all-reduce worker run for real on gloo/127.0.0.1, and the launcher-side logic."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import threading
+from itertools import combinations
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from cluster_tests import collective as C
+
+SAMPLES = Path(__file__).parent / "data" / "samples"
+FAST = {"warmup": 2, "iters": 5, "connect_timeout": 10.0, "init_timeout": 10.0,
+        "op_timeout": 30.0}
+
+
+def assert_gone(report: C.CollectiveReport, expected: int) -> None:
+    """Every started worker, and anything in its process group, is gone."""
+    assert len(report.pids) == expected
+    for pid in report.pids.values():
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
+        with pytest.raises(ProcessLookupError):
+            os.killpg(pid, 0)
+
+
+# --- real local runs (C1) --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("world", "sizes"), [(2, "8,1K,64K,1M,4M"), (3, "8,4K,256K")])
+def test_gloo_allreduce_is_correct_and_reported_as_nccl_tests(world: int, sizes: str) -> None:
+    report = C.run_local(world, C.parse_sizes(sizes), **FAST)
+
+    assert report.verdict == "ok", report.message
+    assert report.backend == "gloo"
+    assert [row.size_bytes for row in report.rows] == C.parse_sizes(sizes)
+    factor = 2 * (world - 1) / world
+    for row in report.rows:
+        assert row.wrong == 0
+        assert row.nranks_reported == world
+        assert row.count == row.size_bytes // 4
+        assert row.time_us > 0
+        assert row.algbw_GBps == row.size_bytes / (row.time_us * 1e-6) / 1e9
+        assert row.busbw_GBps == row.algbw_GBps * factor
+    table = C.format_table(report)
+    assert C.UNITS_LEGEND in table
+    assert "# timed: avg time per op of 5 back-to-back in-place all_reduce calls" in table
+    assert f"{report.rows[-1].size_bytes:12d}" in table
+    assert_gone(report, world)
+
+
+def test_worker_result_lines_carry_the_busbw_formula() -> None:
+    seen: list[dict] = []
+    report = C.run_local(2, [4096], on_event=lambda rank, ev, proc: seen.append(ev), **FAST)
+    results = [ev for ev in seen if ev["event"] == "result"]
+    assert report.ok and len(results) == 2
+    for ev in results:
+        assert ev["busbw_GBps"] == ev["algbw_GBps"] * (2 * (2 - 1) / 2)
+        assert ev["wrong"] == 0 and ev["time_us"] > 0
+    assert {ev["event"] for ev in seen} >= {"start", "joined", "init_ok", "result", "done"}
+    assert report.exit_codes == {0: C.EXIT_OK, 1: C.EXIT_OK}
+
+
+def test_one_rank_has_zero_busbw_as_nccl_tests_prints() -> None:
+    report = C.run_local(1, [1024], **FAST)
+    assert report.ok, report.message
+    (row,) = report.rows
+    assert row.algbw_GBps > 0
+    assert row.busbw_GBps == 0.0
+
+
+# --- formula against nccl-tests' own output --------------------------------------------------
+
+
+def test_busbw_factor_is_nccl_tests_allreduce_factor() -> None:
+    assert C.allreduce_busbw_factor(1) == 0.0
+    assert C.allreduce_busbw_factor(2) == 1.0
+    assert C.allreduce_busbw_factor(8) == 1.75
+    assert C.allreduce_busbw_factor(16) == 1.875
+    with pytest.raises(ValueError):
+        C.allreduce_busbw_factor(0)
+
+
+@pytest.mark.parametrize(("sample", "nranks"), [
+    ("nccl-tests-all-reduce-perf-1node-8gpu.txt", 8),
+    ("nccl-tests-all-reduce-perf-2node-16gpu.txt", 16),
+])
+def test_formula_reproduces_nccl_tests_rows(sample: str, nranks: int) -> None:
+    rows = [line.split() for line in (SAMPLES / sample).read_text().splitlines()
+            if line.strip() and not line.lstrip().startswith("#")]
+    assert rows
+    for cols in rows:
+        size, time_us, algbw, busbw = int(cols[0]), float(cols[5]), float(cols[6]), float(cols[7])
+        # nccl-tests prints time with 4 significant digits and bandwidths to 0.01.
+        assert C.algbw_gbps(size, time_us) == pytest.approx(algbw, rel=2e-3, abs=0.006)
+        assert algbw * C.allreduce_busbw_factor(nranks) == pytest.approx(busbw, abs=0.02)
+
+
+# --- hangs and missing ranks (C3) ------------------------------------------------------------
+
+
+def test_rank_that_never_starts_is_named_and_nothing_is_left_running() -> None:
+    report = C.run_local(2, [1024], **{**FAST, "connect_timeout": 2.0}, start_ranks=[0])
+    assert report.verdict == "missing"
+    assert report.missing == [1]
+    assert report.failed[0][0] == "rendezvous"
+    assert report.exit_codes == {0: C.EXIT_MISSING}
+    assert report.message.startswith("rank 1 (127.0.0.1 local 1) never joined the rendezvous "
+                                     "at 127.0.0.1:")
+    assert report.message.endswith(" within 2 s")
+    assert_gone(report, 1)
+
+
+def test_missing_rank_zero_fails_the_others_at_connect() -> None:
+    report = C.run_local(2, [1024], **{**FAST, "connect_timeout": 2.0}, start_ranks=[1])
+    assert report.verdict == "failed"
+    assert report.failed[1][0] == "connect"
+    assert report.exit_codes == {1: C.EXIT_CONNECT}
+    assert "rank 1 (127.0.0.1 local 1) failed in stage connect" in report.message
+    assert "rank 0 (127.0.0.1 local 0) printed nothing" in report.message
+    assert_gone(report, 1)
+
+
+def test_rank_that_joins_but_never_inits_trips_the_init_watchdog() -> None:
+    """A peer that registers in the rendezvous store and then never builds its communicator
+    (what a rank wedged before init_process_group looks like from outside)."""
+    from torch.distributed import TCPStore
+
+    port = C.free_port()
+    held: list[object] = []
+
+    def join_as_rank_1() -> None:
+        import datetime
+        import json
+
+        store = TCPStore("127.0.0.1", port, 2, False, timeout=datetime.timedelta(seconds=10))
+        store.set("joined/1", json.dumps({"host": "phantom", "label": "", "local_rank": 1,
+                                          "pid": os.getpid()}))
+        store.add("joined_count", 1)
+        held.append(store)
+
+    def on_event(rank: int, event: dict, proc: subprocess.Popen[bytes]) -> None:
+        if rank == 0 and event["event"] == "start":
+            threading.Thread(target=join_as_rank_1, daemon=True).start()
+
+    report = C.run_local(2, [1024], **{**FAST, "init_timeout": 2.0}, start_ranks=[0],
+                         port=port, on_event=on_event)
+    assert report.verdict == "hang", report.message
+    assert report.stuck_stage == "init"
+    assert report.stuck == [1]
+    assert report.failed[0][0] == "init"
+    assert report.exit_codes == {0: C.EXIT_INIT}
+    assert report.message.startswith("rank 1 (127.0.0.1 local 1) stuck in communicator init")
+    assert_gone(report, 1)
+
+
+def test_rank_stopped_mid_sweep_trips_the_collective_watchdog() -> None:
+    def on_event(rank: int, event: dict, proc: subprocess.Popen[bytes]) -> None:
+        if rank == 1 and event["event"] == "init_ok":
+            os.kill(proc.pid, signal.SIGSTOP)
+
+    report = C.run_local(2, C.parse_sizes("1M,4M"), warmup=2, iters=50, connect_timeout=10,
+                         init_timeout=10, op_timeout=3, grace=1.0, on_event=on_event)
+    assert report.verdict == "hang", report.message
+    assert report.stuck_stage == "collective"
+    assert report.stuck == [1]
+    assert report.failed == {0: ("collective", report.failed[0][1])}
+    assert "within 3 s (watchdog)" in report.failed[0][1]
+    assert report.exit_codes[0] == C.EXIT_COLLECTIVE
+    assert report.exit_codes[1] == -signal.SIGKILL
+    assert "rank 1 (127.0.0.1 local 1) stuck in the all-reduce sweep" in report.message
+    assert_gone(report, 2)
+
+
+# --- pure logic ------------------------------------------------------------------------------
+
+
+def test_parse_sizes_uses_powers_of_two() -> None:
+    assert C.parse_sizes("8,1K,64K,1M,2G") == [8, 1024, 65536, 1 << 20, 2 << 30]
+    assert C.parse_sizes(" 4kb , 16 ") == [4096, 16]
+    for bad in ("", "0", "-1K", "1.5M", "K"):
+        with pytest.raises(ValueError):
+            C.parse_sizes(bad)
+    assert C.format_size(65536) == "64K" and C.format_size(1000) == "1000"
+
+
+def test_default_sizes() -> None:
+    gpu, cpu = C.default_sizes("nccl"), C.default_sizes("gloo")
+    assert gpu[0] == cpu[0] == 1024 and gpu[-1] == 256 << 20 and cpu[-1] == 16 << 20
+    assert all(b == 4 * a for a, b in zip(gpu, gpu[1:]))
+
+
+def test_ranks_are_assigned_node_by_node() -> None:
+    ranks = C.assign_ranks({"node1": 2, "node2": 0, "node3": 3})
+    assert [(r.rank, r.host, r.local_rank) for r in ranks] == [
+        (0, "node1", 0), (1, "node1", 1), (2, "node3", 0), (3, "node3", 1), (4, "node3", 2)]
+    assert C.describe_ranks([4, 2, 3], ranks) == "ranks 2-4 (node3 local 0-2)"
+    assert C.describe_ranks([1, 2], ranks) == "ranks 1-2 (node1 local 1; node3 local 0)"
+
+
+def test_worker_argv() -> None:
+    opts = C.WorkerOptions(sizes=[8, 1024], backend="nccl", connect_timeout=20)
+    argv = C.worker_argv("python3", "/tmp/allreduce.py", C.Rank(5, "node2", 1), 8,
+                         "node1", 29500, opts)
+    assert argv[:2] == ["python3", "/tmp/allreduce.py"]
+    flags = dict(zip(argv[2::2], argv[3::2]))
+    assert flags == {
+        "--rank": "5", "--world-size": "8", "--local-rank": "1", "--label": "node2",
+        "--master-addr": "node1", "--master-port": "29500", "--backend": "nccl",
+        "--dtype": "float32", "--sizes": "8,1024", "--warmup": "5", "--iters": "20",
+        "--connect-timeout": "20", "--init-timeout": "60", "--op-timeout": "300"}
+
+
+def test_collect_names_missing_ranks_by_host_and_local_rank() -> None:
+    ranks = C.assign_ranks({"node1": 4, "node2": 4, "node3": 4})
+    events: dict[int, list[dict]] = {r.rank: [{"event": "start", "backend": "nccl"}]
+                                     for r in ranks if r.host != "node3"}
+    events[0].append({"event": "missing_ranks", "missing": [8, 9, 10, 11],
+                      "master": "node1:29500", "timeout_s": 20.0})
+    events[0].append({"event": "error", "stage": "rendezvous", "message": "...",
+                      "timeout": True})
+    report = C.collect(events, ranks)
+    assert report.verdict == "missing"
+    assert report.message == ("ranks 8-11 (node3 local 0-3) never joined the rendezvous at "
+                              "node1:29500 within 20 s")
+
+
+def test_collect_counts_wrong_elements() -> None:
+    ranks = C.assign_ranks({"a": 2})
+    row = {"event": "result", "size_bytes": 1024, "count": 256, "dtype": "float32",
+           "time_us": 10.0}
+    events = {0: [{**row, "wrong": 0}, {"event": "done"}],
+              1: [{**row, "wrong": 3}, {"event": "done"}]}
+    report = C.collect(events, ranks)
+    assert report.verdict == "wrong"
+    assert report.rows[0].wrong == 3
+    assert report.rows[0].algbw_GBps == pytest.approx(0.1024)
+    assert report.message == "3 wrong elements at sizes 1K"
+
+
+@given(st.integers(min_value=2, max_value=40))
+def test_circle_schedule_covers_every_pair_once(n: int) -> None:
+    nodes = [f"n{i}" for i in range(n)]
+    rounds = C.circle_schedule(nodes)
+    assert len(rounds) == (n - 1 if n % 2 == 0 else n)
+    seen = []
+    for pairs in rounds:
+        assert len(pairs) == n // 2
+        members = [node for pair in pairs for node in pair]
+        assert len(members) == len(set(members))  # disjoint within a round
+        seen.extend(frozenset(p) for p in pairs)
+    assert len(seen) == len(set(seen))
+    assert set(seen) == {frozenset(p) for p in combinations(nodes, 2)}
+
+
+def test_circle_schedule_edge_cases() -> None:
+    assert C.circle_schedule([]) == [] and C.circle_schedule(["a"]) == []
+    assert C.circle_schedule(["a", "b"]) == [[("a", "b")]]
+    with pytest.raises(ValueError):
+        C.circle_schedule(["a", "a"])
+
+
+def test_flag_slow_pairs_names_the_slow_node() -> None:
+    nodes = [f"node{i}" for i in range(1, 7)]
+    matrix = {pair: (6.0 if "node4" in pair else 22.0 + i % 3)
+              for i, pair in enumerate(p for rnd in C.circle_schedule(nodes) for p in rnd)}
+    result = C.flag_slow_pairs(matrix)
+    assert {frozenset(p) for p, _ in result.slow} == {
+        frozenset(("node4", other)) for other in nodes if other != "node4"}
+    assert result.suspect == "node4"
+    assert result.threshold_GBps == 0.5 * result.median_GBps
+
+    one_link = dict.fromkeys(combinations(nodes, 2), 20.0)
+    one_link[("node1", "node2")] = 3.0
+    result = C.flag_slow_pairs(one_link)
+    assert [p for p, _ in result.slow] == [("node1", "node2")]
+    assert result.suspect is None  # a link, not a node
