@@ -1,0 +1,54 @@
+# cluster_tests: `make demo` runs the suite against a simulated 4-node cluster; `make test` runs
+# the project's own tests. Both run `make setup` first, which is idempotent.
+SHELL := /bin/bash
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STATE ?= .sim/demo
+NODES ?= 4
+APT_PACKAGES := openssh-server openssh-client pdsh iptables iproute2 iperf3 procps psmisc iputils-ping
+export DS_ACCELERATOR ?= cpu
+
+.PHONY: setup apt venv demo test test-fast lint clean sim-up sim-down
+
+setup: apt venv
+
+apt:
+	@missing=""; for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing:$$missing"; \
+	  export DEBIAN_FRONTEND=noninteractive; \
+	  apt-get update -qq && apt-get install -y -qq --no-install-recommends $$missing >/dev/null; \
+	fi
+
+# torch is pinned: 2.13.0 is the CPU build on this machine's disk; an unpinned torch is GBs of CUDA.
+venv: $(VENV)/.installed
+$(VENV)/.installed: pyproject.toml
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install -q --disable-pip-version-check torch==2.13.0 2>&1 | grep -v '^WARNING: Location' || true
+	$(PY) -m pip install -q --disable-pip-version-check -e '.[train,dev]' pytest-html 2>&1 | grep -v '^WARNING: Location' || true
+	$(PY) -c 'import torch, deepspeed, paramiko, testinfra, xdist, cluster_tests.plugin'
+	touch $@
+
+demo: setup
+	@rm -rf reports/demo; mkdir -p reports
+	$(PY) -m fixtures.sim up --nodes $(NODES) --state $(STATE)
+	@rc=0; PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m pytest --hostfile $(STATE)/hostfile \
+	  --ssh-config $(STATE)/ssh_config --output-dir $(STATE)/shared \
+	  --junitxml=reports/junit.xml || rc=$$?; \
+	$(PY) -m fixtures.sim down --state $(STATE); \
+	echo "JUnit report: reports/junit.xml"; exit $$rc
+
+test: setup
+	$(PY) -m pytest tests -p no:cacheprovider -q -x --timeout=900
+
+lint: setup
+	$(VENV)/bin/ruff check cluster_tests fixtures tests
+
+sim-up: setup
+	$(PY) -m fixtures.sim up --nodes $(NODES) --state $(STATE)
+
+sim-down:
+	$(PY) -m fixtures.sim down --state $(STATE)
+
+clean: sim-down
+	rm -rf $(VENV) .sim reports/*.xml reports/*.html reports/*.json

@@ -1,0 +1,188 @@
+"""The cluster as the checks see it: nodes from the hostfile, connections, and a fact cache.
+
+Facts are probed once per node and shared by every test that needs them.  The cache is filled
+lazily (so `-k node3` probes only node3) and in parallel: when the session knows which tests
+will run, `prefetch` starts the logins of every node they touch at once, bounded by `--fanout`.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from importlib import resources
+from typing import Any, Callable, Iterable
+
+import pytest
+
+from cluster_tests.remote import CommandResult, ConnectError, Pool, resolve_target
+from cluster_tests.settings import Settings
+
+PROBE_MARK = "CT_PROBE_JSON:"
+# Runs the script that arrives on standard input as __main__, with the JSON parameters as argv[1].
+BOOTSTRAP = "import sys; exec(compile(sys.stdin.read(), '<cluster_tests>', 'exec'))"
+
+
+def remote_script(name: str) -> bytes:
+    return resources.files("cluster_tests").joinpath("remote_scripts", name).read_bytes()
+
+
+class ProbeError(Exception):
+    """A probe ran but could not deliver its facts (no Python on the node, a crash...)."""
+
+    def __init__(self, node: str, message: str, result: CommandResult | None = None) -> None:
+        self.node = node
+        self.result = result
+        super().__init__(message)
+
+
+@dataclass(frozen=True)
+class Node:
+    name: str
+    slots: int
+    lineno: int
+
+
+@dataclass
+class Cluster:
+    settings: Settings
+    nodes: list[Node]
+    pool: Pool
+    _memo: dict[tuple[str, ...], Future[Any]] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    @classmethod
+    def create(cls, settings: Settings, nodes: list[Node]) -> Cluster:
+        targets = {
+            n.name: resolve_target(
+                n.name,
+                settings.ssh_config,
+                user=settings.ssh_user,
+                connect_timeout=settings.timeout_connect,
+                accept_new_host_keys=settings.accept_new_host_keys,
+            )
+            for n in nodes
+        }
+        return cls(settings, nodes, Pool(targets, settings.ssh_config, settings.fanout))
+
+    @property
+    def names(self) -> list[str]:
+        return [n.name for n in self.nodes]
+
+    @property
+    def rank0(self) -> Node:
+        return self.nodes[0]
+
+    def node(self, name: str) -> Node:
+        for n in self.nodes:
+            if n.name == name:
+                return n
+        raise KeyError(name)
+
+    # -- the memo ---------------------------------------------------------------------------
+    def memo(self, key: tuple[str, ...], compute: Callable[[], Any]) -> Any:
+        """Compute `key` once for the whole session, even when many threads ask at once."""
+        with self._lock:
+            fut = self._memo.get(key)
+            owner = fut is None
+            if owner:
+                fut = self._memo[key] = Future()
+        assert fut is not None
+        if owner:
+            try:
+                fut.set_result(compute())
+            except BaseException as exc:  # noqa: BLE001 - stored, re-raised to every asker
+                fut.set_exception(exc)
+        return fut.result()
+
+    # -- logins -----------------------------------------------------------------------------
+    def login(self, node: str) -> float:
+        """Log in (once); returns the login time in seconds or raises ConnectError."""
+        conn = self.pool.connection(node)
+
+        def do() -> float:
+            conn.connect()
+            return conn.login_seconds or 0.0
+
+        return self.memo(("login", node), do)
+
+    def login_error(self, node: str) -> ConnectError | None:
+        try:
+            self.login(node)
+        except ConnectError as exc:
+            return exc
+        return None
+
+    def require(self, node: str) -> None:
+        """Fail the calling test briefly when its node cannot be logged in to."""
+        err = self.login_error(node)
+        if err is not None:
+            pytest.fail(
+                f"{node} unreachable ({err.cause.value}): see test_login[{node}]", pytrace=False
+            )
+
+    def prefetch(self, nodes: Iterable[str], sections: Iterable[str] = ("base",)) -> None:
+        """Start logins and base probes of `nodes` in the background, in parallel."""
+        wanted = [n for n in dict.fromkeys(nodes) if n in self.pool.targets]
+        sections = tuple(sections)
+
+        def warm(node: str) -> None:
+            try:
+                self.login(node)
+                for s in sections:
+                    self.probe(node, s)
+            except Exception:  # noqa: BLE001 - each test re-raises what concerns it
+                pass
+
+        def run() -> None:
+            self.pool.map(warm, wanted)
+
+        threading.Thread(target=run, name="cluster-prefetch", daemon=True).start()
+
+    # -- probes -----------------------------------------------------------------------------
+    def run(self, node: str, argv: list[str] | str, *, timeout: float | None = None,
+            stdin: bytes | None = None) -> CommandResult:
+        self.login(node)
+        return self.pool.run(node, argv, timeout=timeout or self.settings.timeout_command, stdin=stdin)
+
+    def probe(self, node: str, section: str, **params: Any) -> Any:
+        """Run one section of the node-side probe (cached per node, section and parameters)."""
+        key = ("probe", node, section, json.dumps(params, sort_keys=True))
+        return self.memo(key, lambda: self._probe(node, section, params))
+
+    def _probe(self, node: str, section: str, params: dict[str, Any]) -> Any:
+        if section == "base":
+            params = {"names": self.names, **params}
+        args = json.dumps({"sections": [section], **params})
+        python = self.settings.remote_python
+        timeout = params.get("timeout", self.settings.timeout_command)
+        result = self.run(node, [python, "-c", BOOTSTRAP, args], stdin=remote_script("probe.py"),
+                          timeout=timeout)
+        for line in reversed(result.stdout.splitlines()):
+            if line.startswith(PROBE_MARK):
+                data = json.loads(line[len(PROBE_MARK):])[section]
+                if isinstance(data, dict) and set(data) == {"error"}:
+                    raise ProbeError(node, f"{node}: probe '{section}' failed: {data['error']}", result)
+                return data
+        if result.exit_status == 127 or "not found" in result.stderr:
+            raise ProbeError(
+                node,
+                f"{node}: the remote Python '{python}' was not found by a non-interactive ssh shell "
+                f"(which is what pdsh runs).\n  fix: pass --remote-python /path/to/python, or put its "
+                f"directory on PATH in ~/.bashrc on {node}, above any early 'return' for "
+                f"non-interactive shells",
+                result,
+            )
+        raise ProbeError(node, f"{node}: probe '{section}' gave no result\n{result.evidence()}", result)
+
+    def base(self, node: str) -> dict[str, Any]:
+        """The cheap facts of a node; fails the calling test briefly if the node is unreachable."""
+        self.require(node)
+        try:
+            return self.probe(node, "base")
+        except ProbeError as exc:
+            pytest.fail(str(exc), pytrace=False)
+
+    def close(self) -> None:
+        self.pool.close()

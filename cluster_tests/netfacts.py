@@ -1,0 +1,77 @@
+"""Pure parsers of `ip -o addr` / `ip -o link` / `ip -o route get` output (iproute2)."""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from dataclasses import dataclass, field
+
+
+@dataclass
+class Interface:
+    name: str
+    state: str = "UNKNOWN"
+    mtu: int | None = None
+    flags: tuple[str, ...] = ()
+    addrs: list[str] = field(default_factory=list)  # "10.0.0.1/24"
+
+    @property
+    def up(self) -> bool:
+        return "UP" in self.flags or self.state == "UP"
+
+    @property
+    def ips(self) -> list[str]:
+        return [a.split("/")[0] for a in self.addrs]
+
+
+_LINK = re.compile(r"^\d+:\s+(?P<name>[^:@\s]+)(?:@\S+)?:\s+<(?P<flags>[^>]*)>(?P<rest>.*)$")
+
+
+def parse_interfaces(ip_link: str, ip_addr: str) -> dict[str, Interface]:
+    ifaces: dict[str, Interface] = {}
+    for line in ip_link.splitlines():
+        m = _LINK.match(line.strip())
+        if not m:
+            continue
+        rest = m.group("rest")
+        mtu = re.search(r"\bmtu (\d+)", rest)
+        state = re.search(r"\bstate (\S+)", rest)
+        ifaces[m.group("name")] = Interface(
+            name=m.group("name"),
+            state=state.group(1) if state else "UNKNOWN",
+            mtu=int(mtu.group(1)) if mtu else None,
+            flags=tuple(f for f in m.group("flags").split(",") if f),
+        )
+    for line in ip_addr.splitlines():
+        parts = line.split()
+        if len(parts) < 4 or parts[2] not in ("inet", "inet6"):
+            continue
+        name = parts[1].split("@")[0]
+        iface = ifaces.setdefault(name, Interface(name=name))
+        iface.addrs.append(parts[3])
+    return ifaces
+
+
+def all_ips(ifaces: dict[str, Interface]) -> set[str]:
+    return {ip for i in ifaces.values() for ip in i.ips}
+
+
+def is_loopback(addr: str) -> bool:
+    try:
+        return ipaddress.ip_address(addr).is_loopback
+    except ValueError:
+        return False
+
+
+def is_ip(text: str) -> bool:
+    try:
+        ipaddress.ip_address(text)
+    except ValueError:
+        return False
+    return True
+
+
+def route_device(ip_route_get: str) -> str | None:
+    """`ip -o route get ADDR` -> the device the route leaves by ('lo' for a local address)."""
+    m = re.search(r"\bdev (\S+)", ip_route_get)
+    return m.group(1) if m else None

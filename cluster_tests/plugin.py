@@ -1,0 +1,174 @@
+"""pytest plugin: options, fixtures and parametrization of the cluster checks.
+
+Registered through the `pytest11` entry point so that `--hostfile` exists before pytest
+pre-parses the command line (PITFALLS 3).  The checks themselves live in the sibling
+`test_*.py` modules, one per CHECKLIST section; logic lives in the other sibling modules.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from pathlib import Path
+
+import pytest
+
+from cluster_tests import hostfile as hostfile_mod, rootdir_fix
+from cluster_tests.cluster import Cluster, Node
+from cluster_tests.settings import Settings, add_options, read_settings
+
+CLUSTER_KEY = pytest.StashKey[Cluster]()
+SETTINGS_KEY = pytest.StashKey[Settings]()
+PARSE_KEY = pytest.StashKey[object]()
+
+MARKERS = {
+    "hostfile": "H - the hostfile parses as DeepSpeed parses it, and fits the cluster",
+    "ssh": "S - SSH from the launcher and between every ordered pair of nodes",
+    "names": "N - name resolution",
+    "network": "F - network reachability and firewall",
+    "env": "E - environment as non-interactive shells see it",
+    "accelerator": "A - accelerators visible and healthy",
+    "storage": "D - checkpoint storage shared and writable",
+    "collective": "C - all-reduce bandwidth through torch.distributed",
+    "training": "T - training smoke tests through the real launcher",
+}
+
+LAUNCHER = "launcher"
+
+
+def _testinfra_active(pluginmanager: pytest.PytestPluginManager) -> bool:
+    if os.environ.get("PYTEST_DISABLE_PLUGIN_AUTOLOAD"):
+        return pluginmanager.has_plugin("testinfra")
+    return importlib.util.find_spec("testinfra") is not None and not pluginmanager.is_blocked("testinfra")
+
+
+def pytest_addoption(parser: pytest.Parser, pluginmanager: pytest.PytestPluginManager) -> None:
+    add_options(parser, have_ssh_config_flag=_testinfra_active(pluginmanager))
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_load_initial_conftests(early_config: pytest.Config, args: list[str]) -> None:
+    rootdir_fix.repair(early_config, args)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_configure(config: pytest.Config) -> None:
+    for name, text in MARKERS.items():
+        config.addinivalue_line("markers", f"{name}: {text}")
+    settings = read_settings(config)
+    config.stash[SETTINGS_KEY] = settings
+    if settings.hostfile is None:
+        return
+    try:
+        parse = hostfile_mod.load_hostfile(settings.hostfile)
+    except hostfile_mod.HostfileError as exc:
+        raise pytest.UsageError(str(exc)) from None
+    config.stash[PARSE_KEY] = parse
+    nodes = [Node(h.name, h.slots, h.lineno) for h in parse.hosts]
+    config.stash[CLUSTER_KEY] = Cluster.create(settings, nodes)
+    if config.args_source == pytest.Config.ArgsSource.INVOCATION_DIR:
+        # No test paths given and no ini file naming them (an installed suite, run from
+        # anywhere): run the checklist, not whatever test files the current directory holds.
+        config.args = [str(Path(__file__).parent)]
+    if getattr(config.option, "xmlpath", "unset") is None and not hasattr(config, "workerinput"):
+        reports = Path(config.invocation_params.dir) / "reports"
+        reports.mkdir(exist_ok=True)
+        config.option.xmlpath = str(reports / "junit.xml")
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    cluster = config.stash.get(CLUSTER_KEY, None)
+    if cluster is not None:
+        cluster.close()
+
+
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    cluster = config.stash.get(CLUSTER_KEY, None)
+    if cluster is None:
+        return []
+    s = cluster.settings
+    names = ", ".join(cluster.names[:8]) + (", ..." if len(cluster.names) > 8 else "")
+    return [
+        f"cluster: {len(cluster.nodes)} nodes from {s.hostfile} ({names}); rank 0: "
+        f"{cluster.rank0.name if cluster.nodes else '-'}",
+        f"cluster: ssh config {s.ssh_config or '(none)'}, remote python {s.remote_python}, "
+        f"connect timeout {s.timeout_connect:g}s",
+    ]
+
+
+def _cluster(config: pytest.Config) -> Cluster | None:
+    return config.stash.get(CLUSTER_KEY, None)
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    cluster = _cluster(metafunc.config)
+    names = cluster.names if cluster else []
+    if "node" in metafunc.fixturenames:
+        metafunc.parametrize("node", names, ids=names)
+    if "pair" in metafunc.fixturenames:
+        pairs = [(a, b) for a in names for b in names]
+        metafunc.parametrize("pair", pairs, ids=[f"{a}->{b}" for a, b in pairs])
+    if "launch_site" in metafunc.fixturenames:
+        sites = [LAUNCHER, *names[:1]]
+        metafunc.parametrize("launch_site", sites, ids=sites)
+
+
+def _touched_nodes(item: pytest.Item) -> list[str]:
+    params = getattr(getattr(item, "callspec", None), "params", {})
+    touched: list[str] = []
+    if "node" in params:
+        touched.append(params["node"])
+    if "pair" in params:
+        touched.extend(params["pair"])
+    if "launch_site" in params and params["launch_site"] != LAUNCHER:
+        touched.append(params["launch_site"])
+    return touched
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    checks = [i for i in items if "cluster" in getattr(i, "fixturenames", ())]
+    if checks and _cluster(config) is None:
+        raise pytest.UsageError(
+            "no hostfile: pass --hostfile PATH (a DeepSpeed hostfile, 'host slots=N' per line), "
+            "or set CLUSTER_TESTS_HOSTFILE"
+        )
+    for item in checks:
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        if "node" in params:
+            item.user_properties.append(("node", params["node"]))
+        if "pair" in params:
+            item.user_properties.append(("pair", "->".join(params["pair"])))
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    cluster = _cluster(session.config)
+    if cluster is None:
+        return
+    touched: list[str] = []
+    for item in session.items:
+        touched.extend(_touched_nodes(item))
+    cluster.prefetch(touched)
+
+
+@pytest.fixture(scope="session")
+def cluster(pytestconfig: pytest.Config) -> Cluster:
+    c = _cluster(pytestconfig)
+    if c is None:
+        pytest.fail("no hostfile given (--hostfile)", pytrace=False)
+    return c
+
+
+@pytest.fixture(scope="session")
+def settings(pytestconfig: pytest.Config) -> Settings:
+    return pytestconfig.stash[SETTINGS_KEY]
+
+
+@pytest.fixture(scope="session")
+def hostfile(pytestconfig: pytest.Config, cluster: Cluster) -> hostfile_mod.HostfileParse:
+    """The parsed hostfile: hosts in DeepSpeed's order, per-line findings, DeepSpeed's verdict."""
+    return pytestconfig.stash[PARSE_KEY]  # type: ignore[return-value]
+
+
+@pytest.fixture(scope="session")
+def nodes(cluster: Cluster) -> list[Node]:
+    return list(cluster.nodes)

@@ -1,0 +1,457 @@
+"""The remote layer: SSH sessions to the nodes, with deadlines, strict host keys and fan-out.
+
+Every check reaches a node through this module and nothing else.  One `Connection` per node
+is opened lazily (paramiko), reused by every test, and closed at the end of the session.
+Commands are given as argument vectors and quoted here, in one place (`quote_argv`).  Every
+remote command is wrapped in coreutils ``timeout`` so that it also dies *on the node* when its
+deadline passes, not only on our side of the channel.
+
+Connect failures are classified (`ConnectError.cause`) so that a test can say *why* a node
+cannot be reached, and what fixes it, instead of printing a paramiko traceback.
+"""
+
+from __future__ import annotations
+
+import enum
+import errno
+import os
+import shlex
+import socket
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Iterable, Mapping, Sequence, TypeVar
+
+import paramiko
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+# Exit status that coreutils `timeout` uses when it had to kill the command.
+TIMEOUT_EXIT = 124
+
+
+class Cause(str, enum.Enum):
+    """Why a connection to a node failed, as a person would name it."""
+
+    DNS = "name not resolved"
+    REFUSED = "connection refused"
+    TIMEOUT = "connection timed out"
+    UNREACHABLE = "network unreachable"
+    HOSTKEY_UNKNOWN = "host key unknown"
+    HOSTKEY_CHANGED = "host key changed"
+    AUTH = "public key refused"
+    PROTOCOL = "ssh protocol error"
+
+
+@dataclass(frozen=True)
+class SSHTarget:
+    """Where and how to log in to one node, resolved from the ssh config like `ssh -G`."""
+
+    alias: str
+    hostname: str
+    port: int = 22
+    user: str | None = None
+    identity_files: tuple[str, ...] = ()
+    known_hosts_files: tuple[str, ...] = ()
+    strict_host_keys: str = "yes"  # yes | accept-new (never "no": changed keys are always refused)
+    connect_timeout: float = 10.0
+
+    @property
+    def destination(self) -> str:
+        user = f"{self.user}@" if self.user else ""
+        port = f":{self.port}" if self.port != 22 else ""
+        return f"{user}{self.hostname}{port}"
+
+
+def _expand(value: str, alias: str, hostname: str, user: str) -> str:
+    tokens = {"%h": hostname, "%n": alias, "%r": user, "%d": str(Path.home()), "%%": "%"}
+    for token, repl in tokens.items():
+        value = value.replace(token, repl)
+    return os.path.expanduser(value)
+
+
+def resolve_target(
+    alias: str,
+    ssh_config: str | os.PathLike[str] | None,
+    *,
+    user: str | None = None,
+    connect_timeout: float = 10.0,
+    accept_new_host_keys: bool = False,
+) -> SSHTarget:
+    """Resolve `alias` through the ssh config file, as OpenSSH would (the subset that matters)."""
+    cfg: dict[str, object] = {}
+    if ssh_config is not None and Path(ssh_config).expanduser().is_file():
+        cfg = dict(paramiko.SSHConfig.from_path(str(Path(ssh_config).expanduser())).lookup(alias))
+    hostname = str(cfg.get("hostname", alias))
+    login = user or (str(cfg["user"]) if "user" in cfg else None)
+    login_for_tokens = login or _local_user()
+    identity = tuple(
+        _expand(str(p), alias, hostname, login_for_tokens) for p in cfg.get("identityfile", []) or []
+    )
+    known: list[str] = []
+    for entry in cfg.get("userknownhostsfile", "") and str(cfg["userknownhostsfile"]).split() or []:
+        known.append(_expand(entry, alias, hostname, login_for_tokens))
+    if not known:
+        known = [os.path.expanduser("~/.ssh/known_hosts")]
+    strict = str(cfg.get("stricthostkeychecking", "yes")).lower()
+    if accept_new_host_keys or strict in ("accept-new",):
+        strict = "accept-new"
+    else:
+        # "no", "ask", "off" and "yes" all end up strict: we never accept an unverified key
+        # silently, and nobody is there to answer a prompt.
+        strict = "yes"
+    timeout = connect_timeout
+    if "connecttimeout" in cfg:
+        try:
+            timeout = min(connect_timeout, float(str(cfg["connecttimeout"])))
+        except ValueError:
+            pass
+    return SSHTarget(
+        alias=alias,
+        hostname=hostname,
+        port=int(str(cfg.get("port", 22))),
+        user=login,
+        identity_files=identity,
+        known_hosts_files=tuple(known),
+        strict_host_keys=strict,
+        connect_timeout=timeout,
+    )
+
+
+def _local_user() -> str:
+    try:
+        import pwd
+
+        return pwd.getpwuid(os.getuid()).pw_name
+    except (ImportError, KeyError):  # pragma: no cover - non-POSIX
+        return os.environ.get("USER", "root")
+
+
+class ConnectError(Exception):
+    """A node could not be logged in to; `cause` says why, `hint` what to do."""
+
+    def __init__(self, target: SSHTarget, cause: Cause, detail: str, hint: str) -> None:
+        self.target = target
+        self.cause = cause
+        self.detail = detail
+        self.hint = hint
+        super().__init__(f"{target.alias}: {cause.value}: {detail}")
+
+    def describe(self) -> str:
+        return f"{self.target.alias} ({self.target.destination}): {self.cause.value}: {self.detail}\n  fix: {self.hint}"
+
+
+@dataclass
+class CommandResult:
+    """What one remote command did.  Output is decoded leniently (never raises on bytes)."""
+
+    node: str
+    command: str
+    exit_status: int
+    stdout: str
+    stderr: str
+    duration: float
+    timed_out: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_status == 0 and not self.timed_out
+
+    def evidence(self, limit: int = 2000) -> str:
+        """The command and its output, trimmed, for a failure message."""
+        text = f"$ {self.command}\n(exit {self.exit_status}{', timed out' if self.timed_out else ''})"
+        for name, body in (("stdout", self.stdout), ("stderr", self.stderr)):
+            body = body.strip()
+            if body:
+                if len(body) > limit:
+                    body = body[: limit // 2] + "\n[...]\n" + body[-limit // 2 :]
+                text += f"\n{name}:\n{body}"
+        return text
+
+
+def quote_argv(argv: Sequence[str] | str) -> str:
+    """The one place where arguments become a shell command line."""
+    if isinstance(argv, str):
+        return argv
+    return shlex.join(str(a) for a in argv)
+
+
+class _StrictPolicy(paramiko.MissingHostKeyPolicy):
+    def missing_host_key(self, client, hostname, key):  # type: ignore[no-untyped-def]
+        raise paramiko.SSHException(f"host key for {hostname} is not in known_hosts")
+
+
+class _AcceptNewPolicy(paramiko.MissingHostKeyPolicy):
+    """Accept (and record) a key for a host that has none; a *changed* key is still refused
+    (paramiko raises BadHostKeyException before consulting the policy)."""
+
+    def __init__(self, known_hosts_file: str) -> None:
+        self.known_hosts_file = known_hosts_file
+
+    def missing_host_key(self, client, hostname, key):  # type: ignore[no-untyped-def]
+        client.get_host_keys().add(hostname, key.get_name(), key)
+        try:
+            path = Path(self.known_hosts_file)
+            path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            with path.open("a") as fh:
+                fh.write(f"{hostname} {key.get_name()} {key.get_base64()}\n")
+        except OSError:
+            pass
+
+
+def _classify_socket_error(exc: BaseException) -> Cause:
+    if isinstance(exc, socket.gaierror):
+        return Cause.DNS
+    if isinstance(exc, (socket.timeout, TimeoutError)):
+        return Cause.TIMEOUT
+    if isinstance(exc, paramiko.ssh_exception.NoValidConnectionsError):
+        codes = {getattr(e, "errno", None) for e in exc.errors.values()}
+        if codes & {errno.ECONNREFUSED}:
+            return Cause.REFUSED
+        if codes & {errno.ENETUNREACH, errno.EHOSTUNREACH}:
+            return Cause.UNREACHABLE
+        return Cause.TIMEOUT
+    if isinstance(exc, OSError):
+        if exc.errno == errno.ECONNREFUSED:
+            return Cause.REFUSED
+        if exc.errno in (errno.ENETUNREACH, errno.EHOSTUNREACH):
+            return Cause.UNREACHABLE
+        if exc.errno == errno.ETIMEDOUT:
+            return Cause.TIMEOUT
+    return Cause.PROTOCOL
+
+
+def _hint(target: SSHTarget, cause: Cause, ssh_config: str | None) -> str:
+    f = f" -F {ssh_config}" if ssh_config else ""
+    dest = target.alias
+    if cause is Cause.DNS:
+        return f"add '{target.hostname}' to DNS or /etc/hosts on the launcher, or set HostName for it in the ssh config"
+    if cause is Cause.REFUSED:
+        return f"start sshd on {dest}: systemctl start ssh (port {target.port} refused the connection)"
+    if cause in (Cause.TIMEOUT, Cause.UNREACHABLE):
+        return (
+            f"check that {dest} is up and that no firewall drops port {target.port}: "
+            f"ping {target.hostname}; nc -vz -w 3 {target.hostname} {target.port}"
+        )
+    if cause is Cause.HOSTKEY_UNKNOWN:
+        return f"ssh-keyscan -p {target.port} {target.hostname} >> {target.known_hosts_files[0]} (then compare the fingerprint)"
+    if cause is Cause.HOSTKEY_CHANGED:
+        return (
+            f"if {dest} was reinstalled: ssh-keygen -R {target.hostname} -f {target.known_hosts_files[0]}; "
+            f"ssh-keyscan {target.hostname} >> {target.known_hosts_files[0]}; otherwise investigate"
+        )
+    if cause is Cause.AUTH:
+        key = target.identity_files[0] if target.identity_files else "~/.ssh/id_ed25519"
+        return f"ssh-copy-id{f} -i {key}.pub {dest} (or append {key}.pub to ~/.ssh/authorized_keys on {dest})"
+    return f"run: ssh{f} -v {dest} true"
+
+
+class Connection:
+    """One lazily opened SSH session to one node, shared by every test that needs the node."""
+
+    def __init__(self, target: SSHTarget, ssh_config: str | None = None) -> None:
+        self.target = target
+        self.ssh_config = ssh_config
+        self._client: paramiko.SSHClient | None = None
+        self._lock = threading.Lock()
+        self._error: ConnectError | None = None
+        self.login_seconds: float | None = None
+
+    def __repr__(self) -> str:
+        return f"Connection({self.target.alias!r})"
+
+    def connect(self) -> paramiko.SSHClient:
+        """Log in once; a failure is remembered, so a dead node costs one connect timeout."""
+        with self._lock:
+            if self._client is not None:
+                return self._client
+            if self._error is not None:
+                raise self._error
+            try:
+                self._client = self._open()
+            except ConnectError as exc:
+                self._error = exc
+                raise
+            return self._client
+
+    def _open(self) -> paramiko.SSHClient:
+        t = self.target
+        client = paramiko.SSHClient()
+        for path in t.known_hosts_files:
+            if Path(path).is_file():
+                try:
+                    client.load_host_keys(path)
+                except (OSError, paramiko.SSHException, ValueError):
+                    pass
+        if t.strict_host_keys == "accept-new":
+            client.set_missing_host_key_policy(_AcceptNewPolicy(t.known_hosts_files[0]))
+        else:
+            client.set_missing_host_key_policy(_StrictPolicy())
+        key_files = [p for p in t.identity_files if Path(p).is_file()]
+        start = time.monotonic()
+        try:
+            client.connect(
+                t.hostname,
+                port=t.port,
+                username=t.user or _local_user(),
+                key_filename=key_files or None,
+                look_for_keys=not key_files,
+                allow_agent=not key_files,
+                timeout=t.connect_timeout,
+                banner_timeout=t.connect_timeout,
+                auth_timeout=t.connect_timeout,
+                channel_timeout=t.connect_timeout,
+                password=None,
+                passphrase=None,
+            )
+        except paramiko.BadHostKeyException as exc:
+            client.close()
+            raise ConnectError(
+                t,
+                Cause.HOSTKEY_CHANGED,
+                f"the key offered by {t.hostname} ({exc.key.get_name()} {exc.key.get_fingerprint().hex()}) "
+                f"differs from the one in known_hosts: the host was reinstalled, or someone is in between",
+                _hint(t, Cause.HOSTKEY_CHANGED, self.ssh_config),
+            ) from None
+        except paramiko.AuthenticationException as exc:
+            client.close()
+            raise ConnectError(
+                t,
+                Cause.AUTH,
+                f"{t.user or _local_user()}@{t.hostname} refused our key(s) "
+                f"{', '.join(key_files) or '(default keys / agent)'}: {exc}",
+                _hint(t, Cause.AUTH, self.ssh_config),
+            ) from None
+        except paramiko.SSHException as exc:
+            client.close()
+            msg = str(exc)
+            if "not in known_hosts" in msg:
+                raise ConnectError(
+                    t,
+                    Cause.HOSTKEY_UNKNOWN,
+                    f"{t.hostname} is not in {', '.join(t.known_hosts_files)} (strict host key checking)",
+                    _hint(t, Cause.HOSTKEY_UNKNOWN, self.ssh_config),
+                ) from None
+            cause = Cause.TIMEOUT if "timeout" in msg.lower() or "banner" in msg.lower() else Cause.PROTOCOL
+            raise ConnectError(t, cause, msg, _hint(t, cause, self.ssh_config)) from None
+        except (OSError, socket.error) as exc:
+            client.close()
+            cause = _classify_socket_error(exc)
+            raise ConnectError(t, cause, f"{t.destination}: {exc}", _hint(t, cause, self.ssh_config)) from None
+        self.login_seconds = time.monotonic() - start
+        transport = client.get_transport()
+        if transport is not None:
+            transport.set_keepalive(15)
+        return client
+
+    def run(
+        self,
+        argv: Sequence[str] | str,
+        *,
+        timeout: float = 30.0,
+        stdin: bytes | None = None,
+        max_output: int = 8 * 1024 * 1024,
+    ) -> CommandResult:
+        """Run a command on the node; it is killed there (``timeout -k``) and here at `timeout`."""
+        client = self.connect()
+        command = quote_argv(argv)
+        remote_deadline = max(1, int(timeout))
+        wrapped = f"timeout -k 2 {remote_deadline} sh -c {shlex.quote(command)}"
+        start = time.monotonic()
+        transport = client.get_transport()
+        if transport is None or not transport.is_active():
+            raise ConnectError(self.target, Cause.PROTOCOL, "session closed", _hint(self.target, Cause.PROTOCOL, self.ssh_config))
+        chan = transport.open_session(timeout=self.target.connect_timeout)
+        try:
+            chan.settimeout(0.2)
+            chan.exec_command(wrapped)
+            if stdin is not None:
+                chan.sendall(stdin)
+            chan.shutdown_write()
+            out, err = bytearray(), bytearray()
+            deadline = start + timeout + 3
+            timed_out = False
+            while True:
+                progressed = False
+                while chan.recv_ready():
+                    chunk = chan.recv(65536)
+                    if len(out) < max_output:
+                        out += chunk
+                    progressed = True
+                while chan.recv_stderr_ready():
+                    chunk = chan.recv_stderr(65536)
+                    if len(err) < max_output:
+                        err += chunk
+                    progressed = True
+                if chan.exit_status_ready() and not chan.recv_ready() and not chan.recv_stderr_ready():
+                    break
+                if time.monotonic() > deadline:
+                    timed_out = True
+                    break
+                if not progressed:
+                    time.sleep(0.01)
+            status = chan.recv_exit_status() if not timed_out else -1
+        finally:
+            chan.close()
+        if status == TIMEOUT_EXIT:
+            timed_out = True
+        return CommandResult(
+            node=self.target.alias,
+            command=command,
+            exit_status=status,
+            stdout=out.decode("utf-8", "replace"),
+            stderr=err.decode("utf-8", "replace"),
+            duration=time.monotonic() - start,
+            timed_out=timed_out,
+        )
+
+    def close(self) -> None:
+        with self._lock:
+            if self._client is not None:
+                self._client.close()
+                self._client = None
+
+
+@dataclass
+class Pool:
+    """All connections of a run, and a bounded thread pool to reach many nodes at once."""
+
+    targets: Mapping[str, SSHTarget]
+    ssh_config: str | None = None
+    fanout: int = 32
+    _conns: dict[str, Connection] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def connection(self, node: str) -> Connection:
+        with self._lock:
+            conn = self._conns.get(node)
+            if conn is None:
+                conn = self._conns[node] = Connection(self.targets[node], self.ssh_config)
+            return conn
+
+    def run(self, node: str, argv: Sequence[str] | str, **kw: object) -> CommandResult:
+        return self.connection(node).run(argv, **kw)  # type: ignore[arg-type]
+
+    def map(self, fn: Callable[[T], R], items: Iterable[T]) -> list[R | BaseException]:
+        """Apply `fn` to every item in parallel (at most `fanout` at once); exceptions are returned."""
+        items = list(items)
+        if not items:
+            return []
+
+        def guarded(item: T) -> R | BaseException:
+            try:
+                return fn(item)
+            except Exception as exc:  # noqa: BLE001 - handed back to the caller
+                return exc
+
+        with ThreadPoolExecutor(max_workers=max(1, min(self.fanout, len(items)))) as ex:
+            return list(ex.map(guarded, items))
+
+    def close(self) -> None:
+        with self._lock:
+            conns = list(self._conns.values())
+        for conn in conns:
+            conn.close()

@@ -1,0 +1,271 @@
+"""Node-side probe: gathers the facts that the checks assert on, in one round trip.
+
+Sent over SSH on standard input and run by the node's own Python (`--remote-python`), in the
+non-interactive shell that pdsh would get, so that `os.environ` here is what a launched rank
+sees.  Standard library only, Python >= 3.6.  It changes nothing on the node.
+
+Input: one JSON object as argv[1]: {"sections": [...], ...parameters}.
+Output: one line `CT_PROBE_JSON:{...}` on stdout (a chatty ~/.bashrc may print other lines).
+"""
+
+import grp
+import json
+import os
+import pwd
+import shutil
+import socket
+import stat
+import subprocess
+import sys
+import threading
+import time
+
+MARK = "CT_PROBE_JSON:"
+
+
+def run(argv, timeout=10.0, env=None):
+    start = time.monotonic()
+    try:
+        proc = subprocess.run(
+            argv,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            timeout=timeout,
+            env=env,
+        )
+        return {
+            "rc": proc.returncode,
+            "out": proc.stdout.decode("utf-8", "replace")[-200000:],
+            "err": proc.stderr.decode("utf-8", "replace")[-20000:],
+            "seconds": time.monotonic() - start,
+        }
+    except FileNotFoundError:
+        return {"rc": 127, "out": "", "err": "%s: command not found" % argv[0], "seconds": 0.0}
+    except subprocess.TimeoutExpired:
+        return {"rc": 124, "out": "", "err": "timed out after %ss" % timeout, "seconds": timeout}
+    except OSError as exc:
+        return {"rc": 126, "out": "", "err": str(exc), "seconds": 0.0}
+
+
+def stat_path(path):
+    try:
+        st = os.lstat(path)
+    except OSError as exc:
+        return {"path": path, "exists": False, "error": exc.strerror}
+    return {
+        "path": path,
+        "exists": True,
+        "mode": stat.S_IMODE(st.st_mode),
+        "uid": st.st_uid,
+        "gid": st.st_gid,
+        "is_dir": stat.S_ISDIR(st.st_mode),
+        "is_link": stat.S_ISLNK(st.st_mode),
+        "owner": _user_name(st.st_uid),
+        "group": _group_name(st.st_gid),
+        "group_private": _group_private_to(st.st_gid, os.getuid()),
+    }
+
+
+def _group_private_to(gid, uid):
+    """Debian's sshd StrictModes allowance: a group-writable file is fine when its group is the
+    user's private group (every account with that primary group is the user, and the
+    supplementary member list is empty or just the user)."""
+    try:
+        gr = grp.getgrgid(gid)
+        me = pwd.getpwuid(uid)
+    except KeyError:
+        return False
+    members = 0
+    for pw in pwd.getpwall():
+        if pw.pw_gid == gid:
+            members += 1
+            if pw.pw_uid != uid:
+                return False
+    if gr.gr_mem:
+        members += 1
+        if gr.gr_mem != [me.pw_name]:
+            return False
+    return members > 0
+
+
+def read_text(path, limit=1024 * 1024):
+    try:
+        with open(path, "rb") as fh:
+            return fh.read(limit).decode("utf-8", "replace")
+    except OSError:
+        return None
+
+
+def ssh_files(home):
+    ssh_dir = os.path.join(home, ".ssh")
+    chain = [stat_path(os.path.join(ssh_dir, "authorized_keys")), stat_path(ssh_dir)]
+    path = home
+    while True:
+        chain.append(stat_path(path))
+        parent = os.path.dirname(path)
+        if parent == path:
+            break
+        path = parent
+    pubkeys, private = {}, {}
+    try:
+        names = sorted(os.listdir(ssh_dir))
+    except OSError:
+        names = []
+    for name in names:
+        full = os.path.join(ssh_dir, name)
+        if name.startswith("id_") and name.endswith(".pub"):
+            pubkeys[name] = read_text(full, 64 * 1024)
+        elif name.startswith("id_") and not name.endswith("-cert.pub"):
+            private[name] = stat_path(full)
+    return {
+        "chain": chain,
+        "pubkeys": pubkeys,
+        "private_keys": private,
+        "authorized_keys_text": read_text(os.path.join(ssh_dir, "authorized_keys")),
+    }
+
+
+def _user_name(uid):
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return str(uid)
+
+
+def _group_name(gid):
+    try:
+        return grp.getgrgid(gid).gr_name
+    except KeyError:
+        return str(gid)
+
+
+def resolve(name):
+    start = time.monotonic()
+    try:
+        infos = socket.getaddrinfo(name, None, socket.AF_INET, socket.SOCK_STREAM)
+        addrs = []
+        for info in infos:
+            if info[4][0] not in addrs:
+                addrs.append(info[4][0])
+        return {"addrs": addrs, "seconds": time.monotonic() - start, "error": None}
+    except socket.gaierror as exc:
+        return {"addrs": [], "seconds": time.monotonic() - start, "error": str(exc)}
+
+
+def section_base(params):
+    me = pwd.getpwuid(os.getuid())
+    home = me.pw_dir
+    try:
+        private_group = grp.getgrgid(me.pw_gid)
+        group_members = list(private_group.gr_mem)
+        group_name = private_group.gr_name
+    except KeyError:
+        group_members, group_name = [], str(me.pw_gid)
+    hostname = socket.gethostname()
+    names = list(params.get("names", []))
+    resolved = {}
+    for name in set(names + [hostname]):
+        resolved[name] = resolve(name)
+    addrs = run(["ip", "-o", "addr", "show"], timeout=5)
+    links = run(["ip", "-o", "link", "show"], timeout=5)
+    return {
+        "hostname": hostname,
+        "user": me.pw_name,
+        "uid": me.pw_uid,
+        "gid": me.pw_gid,
+        "group": group_name,
+        "group_members": group_members,
+        "home": home,
+        "ssh": ssh_files(home),
+        "hostname_I": run(["hostname", "-I"], timeout=5)["out"].split(),
+        "env": dict(os.environ),
+        "python": {"executable": sys.executable, "version": sys.version.split()[0]},
+        "resolve": resolved,
+        "ip_addr": addrs["out"] if addrs["rc"] == 0 else "",
+        "ip_link": links["out"] if links["rc"] == 0 else "",
+        "which": {t: shutil.which(t) for t in ("pdsh", "ssh", "sshd", "nvidia-smi", "npu-smi", "hccn_tool", "deepspeed", "iptables", "timeout")},
+        "cpu_count": os.cpu_count(),
+    }
+
+
+def section_sshd(params):
+    sshd = shutil.which("sshd") or "/usr/sbin/sshd"
+    return run([sshd, "-T"], timeout=10)
+
+
+def section_ssh_pairs(params):
+    """ssh from this node to every target, in parallel, as pdsh would (OpenSSH, BatchMode)."""
+    targets = list(params.get("targets", []))
+    timeout = float(params.get("connect_timeout", 5))
+    limit = max(1, int(params.get("fanout", 16)))
+    results = {}
+    sem = threading.Semaphore(limit)
+
+    def one(target):
+        with sem:
+            argv = [
+                "ssh",
+                "-o", "BatchMode=yes",
+                "-o", "StrictHostKeyChecking=yes",
+                "-o", "ConnectTimeout=%d" % max(1, int(timeout)),
+                "-o", "ConnectionAttempts=1",
+                "-o", "LogLevel=ERROR",
+                "-T",
+                target,
+                "true",
+            ]
+            results[target] = run(argv, timeout=timeout + 10)
+
+    threads = [threading.Thread(target=one, args=(t,)) for t in targets]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    return results
+
+
+def section_routes(params):
+    out = {}
+    for addr in params.get("route_to", []):
+        out[addr] = run(["ip", "-o", "route", "get", addr], timeout=5)
+    return out
+
+
+def section_accelerators(params):
+    """Raw outputs of the vendor tools that exist on this node (parsed on the launcher)."""
+    out = {"cpu_count": os.cpu_count()}
+    if shutil.which("nvidia-smi"):
+        out["nvidia_smi_L"] = run(["nvidia-smi", "-L"], timeout=20)
+    if shutil.which("npu-smi"):
+        out["npu_smi_info"] = run(["npu-smi", "info"], timeout=20)
+        out["npu_smi_info_l"] = run(["npu-smi", "info", "-l"], timeout=20)
+    return out
+
+
+SECTIONS = {
+    "accelerators": section_accelerators,
+    "base": section_base,
+    "sshd": section_sshd,
+    "ssh_pairs": section_ssh_pairs,
+    "routes": section_routes,
+}
+
+
+def main():
+    params = json.loads(sys.argv[1]) if len(sys.argv) > 1 else {}
+    result = {}
+    for name in params.get("sections", ["base"]):
+        fn = SECTIONS.get(name)
+        if fn is None:
+            result[name] = {"error": "unknown section"}
+            continue
+        try:
+            result[name] = fn(params)
+        except Exception as exc:  # report, never crash: the launcher needs the rest
+            result[name] = {"error": "%s: %s" % (type(exc).__name__, exc)}
+    sys.stdout.write("\n" + MARK + json.dumps(result) + "\n")
+    sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,184 @@
+"""Options of the suite: one table, read from the command line, the environment or the ini file.
+
+Precedence, highest first: command line, environment variable, ini (pytest.ini / pyproject
+`[tool.pytest.ini_options]`), built-in default.  Every bad value is reported as a usage error that
+names where it came from.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+
+
+@dataclass(frozen=True)
+class Option:
+    flag: str  # command-line flag
+    dest: str  # attribute on config.option
+    ini: str  # ini key
+    env: str  # environment variable
+    help: str
+    default: Any = None
+    type: Callable[[str], Any] = str
+
+
+def _positive_float(value: str) -> float:
+    f = float(value)
+    if f <= 0:
+        raise ValueError("must be > 0")
+    return f
+
+
+def _port(value: str) -> int:
+    p = int(value)
+    if not 1 <= p <= 65535:
+        raise ValueError("must be a TCP port, 1-65535")
+    return p
+
+
+def _positive_int(value: str) -> int:
+    i = int(value)
+    if i < 1:
+        raise ValueError("must be >= 1")
+    return i
+
+
+def _flag(value: str) -> bool:
+    v = str(value).strip().lower()
+    if v in ("1", "true", "yes", "on"):
+        return True
+    if v in ("0", "false", "no", "off", ""):
+        return False
+    raise ValueError("must be true or false")
+
+
+OPTIONS = [
+    Option("--hostfile", "ct_hostfile", "cluster_hostfile", "CLUSTER_TESTS_HOSTFILE",
+           "DeepSpeed hostfile ('host slots=N' lines) naming the nodes to check"),
+    Option("--ssh-user", "ct_ssh_user", "cluster_ssh_user", "CLUSTER_TESTS_SSH_USER",
+           "user to log in as on every node (default: the ssh config's User, else the local user)"),
+    Option("--remote-python", "ct_remote_python", "cluster_remote_python", "CLUSTER_TESTS_REMOTE_PYTHON",
+           "Python interpreter on the nodes, as a non-interactive ssh shell finds it", "python3"),
+    Option("--master-port", "ct_master_port", "cluster_master_port", "CLUSTER_TESTS_MASTER_PORT",
+           "rendezvous port the launch will use (deepspeed --master_port)", 29500, _port),
+    Option("--master-addr", "ct_master_addr", "cluster_master_addr", "CLUSTER_TESTS_MASTER_ADDR",
+           "--master_addr the launch will use, if given (must be the first host)"),
+    Option("--output-dir", "ct_output_dir", "cluster_output_dir", "CLUSTER_TESTS_OUTPUT_DIR",
+           "checkpoint/output directory that every node must see, shared"),
+    Option("--timeout-connect", "ct_timeout_connect", "cluster_timeout_connect", "CLUSTER_TESTS_TIMEOUT_CONNECT",
+           "seconds to wait for a TCP connect / SSH login", 10.0, _positive_float),
+    Option("--timeout-command", "ct_timeout_command", "cluster_timeout_command", "CLUSTER_TESTS_TIMEOUT_COMMAND",
+           "seconds any one remote command may run", 60.0, _positive_float),
+    Option("--fanout", "ct_fanout", "cluster_fanout", "CLUSTER_TESTS_FANOUT",
+           "how many nodes the launcher talks to at once, and how many targets one node probes at once",
+           32, _positive_int),
+    Option("--launch-include", "ct_include", "cluster_launch_include", "CLUSTER_TESTS_LAUNCH_INCLUDE",
+           "the --include spec the launch will use (host:0,1@host2)", ""),
+    Option("--launch-exclude", "ct_exclude", "cluster_launch_exclude", "CLUSTER_TESTS_LAUNCH_EXCLUDE",
+           "the --exclude spec the launch will use", ""),
+    Option("--accept-new-host-keys", "ct_accept_new", "cluster_accept_new_host_keys",
+           "CLUSTER_TESTS_ACCEPT_NEW_HOST_KEYS",
+           "accept (and record) host keys of nodes not yet in known_hosts; a changed key is always refused",
+           False, _flag),
+    Option("--slow-login", "ct_slow_login", "cluster_slow_login", "CLUSTER_TESTS_SLOW_LOGIN",
+           "seconds above which an SSH login counts as slow (reverse DNS, GSSAPI)", 2.0, _positive_float),
+    Option("--slow-resolve", "ct_slow_resolve", "cluster_slow_resolve", "CLUSTER_TESTS_SLOW_RESOLVE",
+           "seconds above which resolving one name counts as slow", 0.5, _positive_float),
+]
+
+# testinfra (a required dependency, itself a pytest plugin) already defines --ssh-config with the
+# meaning of `ssh -F`; defining it again is an argparse conflict (PITFALLS 2), so we read its value.
+SSH_CONFIG = Option("--ssh-config", "ssh_config", "cluster_ssh_config", "CLUSTER_TESTS_SSH_CONFIG",
+                    "ssh config file, like ssh -F (default ~/.ssh/config)", "~/.ssh/config")
+
+
+def add_options(parser: pytest.Parser, have_ssh_config_flag: bool) -> None:
+    group = parser.getgroup("cluster_tests", "cluster pre-launch checks")
+    options = OPTIONS if have_ssh_config_flag else [*OPTIONS, SSH_CONFIG]
+    for opt in options:
+        if opt.type is _flag:
+            group.addoption(opt.flag, dest=opt.dest, action="store_const", const="true", default=None,
+                            help=f"{opt.help} [env {opt.env}, ini {opt.ini}]")
+        else:
+            group.addoption(opt.flag, dest=opt.dest, default=None,
+                            help=f"{opt.help} [env {opt.env}, ini {opt.ini}; default {opt.default}]")
+    for opt in [*OPTIONS, SSH_CONFIG]:
+        parser.addini(opt.ini, opt.help, default=None)
+
+
+def _read(config: pytest.Config, opt: Option) -> tuple[Any, str]:
+    cli = getattr(config.option, opt.dest, None)
+    if cli not in (None, ""):
+        return cli, opt.flag
+    env = os.environ.get(opt.env)
+    if env not in (None, ""):
+        return env, f"environment variable {opt.env}"
+    try:
+        ini = config.getini(opt.ini)
+    except ValueError:
+        ini = None
+    if ini not in (None, "", []):
+        return ini, f"ini setting {opt.ini}"
+    return opt.default, "default"
+
+
+@dataclass(frozen=True)
+class Settings:
+    hostfile: Path | None
+    hostfile_source: str
+    ssh_config: str | None
+    ssh_user: str | None
+    remote_python: str
+    master_port: int
+    master_addr: str | None
+    output_dir: str | None
+    timeout_connect: float
+    timeout_command: float
+    fanout: int
+    include: str
+    exclude: str
+    accept_new_host_keys: bool
+    slow_login: float
+    slow_resolve: float
+
+
+def read_settings(config: pytest.Config) -> Settings:
+    values: dict[str, Any] = {}
+    for opt in [*OPTIONS, SSH_CONFIG]:
+        raw, source = _read(config, opt)
+        if raw is None or source == "default" or opt.type is str:
+            values[opt.dest] = raw
+        else:
+            try:
+                values[opt.dest] = opt.type(str(raw))
+            except ValueError as exc:
+                raise pytest.UsageError(f"{source}: bad value {raw!r}: {exc}") from None
+        if opt.dest == "ct_hostfile":
+            values["hostfile_source"] = source
+    hostfile = values["ct_hostfile"]
+    ssh_config = values["ssh_config"]
+    ssh_config_path = str(Path(ssh_config).expanduser()) if ssh_config else None
+    if ssh_config and values["ssh_config"] != SSH_CONFIG.default and not Path(ssh_config_path).is_file():
+        raise pytest.UsageError(f"--ssh-config {ssh_config}: no such file")
+    return Settings(
+        hostfile=Path(hostfile).expanduser().absolute() if hostfile else None,
+        hostfile_source=values["hostfile_source"],
+        ssh_config=ssh_config_path,
+        ssh_user=values["ct_ssh_user"],
+        remote_python=values["ct_remote_python"],
+        master_port=values["ct_master_port"],
+        master_addr=values["ct_master_addr"],
+        output_dir=values["ct_output_dir"],
+        timeout_connect=values["ct_timeout_connect"],
+        timeout_command=values["ct_timeout_command"],
+        fanout=values["ct_fanout"],
+        include=values["ct_include"] or "",
+        exclude=values["ct_exclude"] or "",
+        accept_new_host_keys=bool(values["ct_accept_new"]),
+        slow_login=values["ct_slow_login"],
+        slow_resolve=values["ct_slow_resolve"],
+    )

@@ -1,0 +1,88 @@
+"""N. Name resolution (CHECKLIST N1-N4): every node finds every node, the same way, quickly."""
+
+from __future__ import annotations
+
+import socket
+
+import pytest
+
+from cluster_tests.cluster import Cluster
+from cluster_tests.netfacts import all_ips, is_ip, is_loopback, parse_interfaces
+
+pytestmark = pytest.mark.names
+
+
+def _addresses_of(cluster: Cluster, node: str) -> set[str]:
+    facts = cluster.base(node)
+    return all_ips(parse_interfaces(facts["ip_link"], facts["ip_addr"]))
+
+
+def test_resolves(cluster: Cluster, pair: tuple[str, str]) -> None:
+    """N1: node a resolves b's hostfile name."""
+    a, b = pair
+    if is_ip(b):
+        return
+    res = cluster.base(a)["resolve"][b]
+    if not res["addrs"]:
+        addr = cluster.pool.targets[b].hostname
+        hint = f"'{addr} {b}'" if is_ip(addr) else f"'<address of {b}> {b}'"
+        pytest.fail(f"{a} cannot resolve {b}: {res['error']}\n  fix, on {a}: add {hint} to /etc/hosts "
+                    f"(or a DNS record)", pytrace=False)
+
+
+def test_name_consistent(cluster: Cluster, node: str) -> None:
+    """N2: every node (and the launcher) resolves `node` to the same address, one of node's own."""
+    if is_ip(node):
+        return
+    own = {a for a in _addresses_of(cluster, node) if not is_loopback(a)}
+    views: dict[str, tuple[str, ...]] = {}
+    for viewer in cluster.names:
+        if viewer == node or cluster.login_error(viewer) is not None:
+            continue
+        views[viewer] = tuple(cluster.base(viewer)["resolve"][node]["addrs"])
+    target = cluster.pool.targets[node].hostname
+    try:
+        launcher_view = tuple(dict.fromkeys(i[4][0] for i in socket.getaddrinfo(target, None, socket.AF_INET)))
+    except socket.gaierror:
+        launcher_view = ()
+    views["launcher"] = launcher_view
+    wrong = {v: addrs for v, addrs in views.items() if addrs and not set(addrs) & own}
+    distinct = {addrs for addrs in views.values() if addrs}
+    if wrong or len(distinct) > 1:
+        table = "\n".join(f"    {v:>12} -> {', '.join(addrs) or '(unresolved)'}" for v, addrs in views.items())
+        right = sorted(own)[0] if own else "<its address>"
+        bad = ", ".join(sorted(wrong)) or "some nodes"
+        pytest.fail(
+            f"{node} resolves differently across the cluster; its own addresses are "
+            f"{', '.join(sorted(own)) or 'unknown'}:\n{table}\n"
+            f"  fix, on {bad}: make the /etc/hosts line read '{right} {node}' (or fix the DNS record)",
+            pytrace=False,
+        )
+
+
+def test_hostname_not_loopback(cluster: Cluster, node: str) -> None:
+    """N3: a node's own hostname does not resolve to 127.x there (the 127.0.1.1 trap)."""
+    facts = cluster.base(node)
+    hostname = facts["hostname"]
+    addrs = facts["resolve"].get(hostname, {}).get("addrs", [])
+    loop = [a for a in addrs if is_loopback(a)]
+    if loop:
+        own = sorted(a for a in _addresses_of(cluster, node) if not is_loopback(a))
+        pytest.fail(
+            f"{node}: its hostname '{hostname}' resolves to {', '.join(loop)} on the node itself, so its "
+            f"ranks advertise an address nobody else can reach.\n  fix, on {node}: remove '{hostname}' from "
+            f"the 127.x line in /etc/hosts and add '{own[0] if own else '<its address>'} {hostname}'",
+            pytrace=False,
+        )
+
+
+def test_resolve_fast(cluster: Cluster, pair: tuple[str, str], record_property) -> None:
+    """N4: resolving b on a is fast (slow DNS shows up as jittery, degraded communication)."""
+    a, b = pair
+    res = cluster.base(a)["resolve"][b]
+    record_property("resolve_seconds", round(res["seconds"], 4))
+    limit = cluster.settings.slow_resolve
+    if res["seconds"] > limit:
+        pytest.fail(f"{a}: resolving {b} took {res['seconds']:.2f} s (limit {limit:g} s, --slow-resolve): "
+                    f"DNS is slow or failing over.\n  fix, on {a}: put '{b}' in /etc/hosts, or fix the resolver "
+                    f"in /etc/resolv.conf", pytrace=False)

@@ -1,0 +1,199 @@
+"""S. SSH (CHECKLIST S1-S6): the launcher reaches every node, and every node every node."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import subprocess
+import warnings
+
+import pytest
+
+from cluster_tests import sshcheck
+from cluster_tests.cluster import Cluster, ProbeError
+from cluster_tests.plugin import LAUNCHER
+
+pytestmark = pytest.mark.ssh
+
+
+class SshWarning(UserWarning):
+    """Works, but departs from the field guide."""
+
+
+def test_login(cluster: Cluster, node: str) -> None:
+    """S1: launcher -> node: port 22 answers and key login works with no prompt."""
+    err = cluster.login_error(node)
+    if err is not None:
+        pytest.fail(err.describe(), pytrace=False)
+
+
+def test_ssh_modes(cluster: Cluster, node: str) -> None:
+    """S2: ~/.ssh, authorized_keys and home as sshd's StrictModes wants them (and key modes)."""
+    facts = cluster.base(node)
+    sshd = _sshd_config(cluster, node)
+    strict = sshd.get("strictmodes", "yes") != "no"
+    verdict = sshcheck.strict_modes(facts["ssh"], facts["uid"], facts["user"], strict=strict)
+    for w in verdict.warnings:
+        warnings.warn(SshWarning(f"{node}: {w}"), stacklevel=1)
+    if verdict.errors:
+        pytest.fail(
+            f"{node}: " + f"\n{node}: ".join(verdict.errors)
+            + f"\n  fix, on {node}: " + "; ".join(dict.fromkeys(verdict.fixes)),
+            pytrace=False,
+        )
+
+
+def _sshd_config(cluster: Cluster, node: str) -> dict[str, str]:
+    """Effective sshd settings (`sshd -T`, needs root); {} when they cannot be read."""
+    try:
+        res = cluster.probe(node, "sshd")
+    except ProbeError:
+        return {}
+    return sshcheck.parse_sshd_T(res["out"]) if res.get("rc") == 0 else {}
+
+
+def test_sshd_config(cluster: Cluster, node: str, record_property) -> None:
+    """S3: sshd takes public keys (and root's, when we are root); password login reported."""
+    facts = cluster.base(node)
+    res = cluster.probe(node, "sshd")
+    if res.get("rc") != 0:
+        pytest.skip(f"{node}: cannot read sshd's effective settings (`sshd -T`, exit {res.get('rc')}): "
+                    f"{(res.get('err') or '').strip()[:200]}")
+    cfg = sshcheck.parse_sshd_T(res["out"])
+    record_property("passwordauthentication", cfg.get("passwordauthentication", "?"))
+    problems = []
+    if cfg.get("pubkeyauthentication", "yes") != "yes":
+        problems.append("PubkeyAuthentication is 'no': sshd refuses every key, so pdsh cannot log in\n"
+                        f"  fix, on {node}: set 'PubkeyAuthentication yes' in /etc/ssh/sshd_config; systemctl reload ssh")
+    if facts["uid"] == 0 and cfg.get("permitrootlogin", "prohibit-password") not in (
+        "yes", "prohibit-password", "without-password"
+    ):
+        problems.append(f"PermitRootLogin is '{cfg.get('permitrootlogin')}': root cannot log in with a key\n"
+                        f"  fix, on {node}: set 'PermitRootLogin prohibit-password'; systemctl reload ssh")
+    if problems:
+        pytest.fail(f"{node}: " + f"\n{node}: ".join(problems), pytrace=False)
+
+
+def _pairs_from(cluster: Cluster, source: str) -> dict:
+    """ssh from `source` to every node, fanned out on `source` in one round trip (cached)."""
+    timeout = cluster.settings.timeout_connect
+    return cluster.probe(
+        source, "ssh_pairs", targets=cluster.names, connect_timeout=timeout,
+        fanout=cluster.settings.fanout, timeout=timeout * (1 + len(cluster.names) // cluster.settings.fanout) + 30,
+    )
+
+
+def test_ssh_trust(cluster: Cluster, pair: tuple[str, str]) -> None:
+    """S4: a -> b passwordless with strict host keys, for every ordered pair (a -> a too)."""
+    a, b = pair
+    cluster.require(a)
+    try:
+        results = _pairs_from(cluster, a)
+    except ProbeError as exc:
+        pytest.fail(str(exc), pytrace=False)
+    res = results[b]
+    if res["rc"] == 0:
+        return
+    cause = sshcheck.classify_ssh_failure(res["err"], res["rc"])
+    evidence = (res["err"].strip() or f"exit {res['rc']}")[-800:]
+    fix = _pair_fix(cluster, a, b, cause)
+    pytest.fail(
+        f"{a} -> {b}: {cause}\n  `ssh -o BatchMode=yes {b} true` on {a} said:\n    "
+        + evidence.replace("\n", "\n    ")
+        + f"\n  fix: {fix}",
+        pytrace=False,
+    )
+
+
+def _pair_fix(cluster: Cluster, a: str, b: str, cause: str) -> str:
+    if cause == "public key refused":
+        if cluster.login_error(b) is not None:
+            return f"{b} refuses logins from the launcher too: see test_login[{b}]"
+        fa, fb = cluster.base(a), cluster.base(b)
+        sshd = _sshd_config(cluster, b)
+        if sshd.get("pubkeyauthentication") == "no":
+            return f"sshd on {b} has PubkeyAuthentication no: see test_sshd_config[{b}]"
+        verdict = sshcheck.strict_modes(fb["ssh"], fb["uid"], fb["user"], sshd.get("strictmodes", "yes") != "no")
+        if any("authorized_keys" in e or ".ssh" in e or "home" in e or "owned" in e for e in verdict.errors):
+            return f"sshd on {b} refuses all keys because of file modes: on {b}: " + "; ".join(verdict.fixes)
+        keys = sshcheck.public_keys(fa["ssh"]["pubkeys"])
+        pub = next(iter(sorted(fa["ssh"]["pubkeys"])), "id_ed25519.pub")
+        ak = fb["ssh"]["chain"][0]["path"]
+        known = sshcheck.key_authorized(keys, fb["ssh"]["authorized_keys_text"])
+        if not keys:
+            return f"{a} has no key pair: on {a}: ssh-keygen -t ed25519 -N '' -f ~/.ssh/id_ed25519; then add it to {ak} on {b}"
+        prefix = f"{a}'s key (~/.ssh/{pub}) is not in {ak} on {b}: " if known is False else ""
+        return (
+            f"{prefix}append {a}'s public key to {b}'s authorized_keys: "
+            f"ssh {a} cat ~/.ssh/{pub} | ssh {b} 'cat >> {ak}'"
+        )
+    if cause == "host key unknown":
+        return f"on {a}: ssh-keyscan -H {b} >> ~/.ssh/known_hosts   (then verify the fingerprint)"
+    if cause == "host key changed":
+        return (f"if {b} was reinstalled, on {a}: ssh-keygen -R {b}; ssh-keyscan -H {b} >> ~/.ssh/known_hosts; "
+                f"otherwise find out who answers as {b}")
+    if cause == "name not resolved":
+        addr = cluster.pool.targets[b].hostname
+        return f"on {a}: add '{addr} {b}' to /etc/hosts (or fix DNS): see test_resolves[{a}->{b}]"
+    if cause == "connection refused":
+        return f"sshd is not listening on {b}: on {b}: systemctl start ssh"
+    if cause in ("connection timed out", "network unreachable"):
+        return f"packets from {a} to {b}:22 are dropped: check the firewall on {b} (iptables -S INPUT) and routing on {a}"
+    return f"on {a}: ssh -v {b} true"
+
+
+def test_pdsh(cluster: Cluster, launch_site: str) -> None:
+    """S5: pdsh is installed where the launch starts and `pdsh -w <all hosts> true` works."""
+    hosts = ",".join(cluster.names)
+    timeout = cluster.settings.timeout_connect
+    ssh_args = f"-o BatchMode=yes -o ConnectTimeout={int(timeout)}"
+    if launch_site == LAUNCHER:
+        if shutil.which("pdsh") is None:
+            pytest.fail("pdsh is not installed on the launcher (deepspeed --hostfile needs it).\n"
+                        "  fix: apt-get install pdsh   (or yum install pdsh pdsh-rcmd-ssh)", pytrace=False)
+        if cluster.settings.ssh_config:
+            ssh_args += f" -F {shlex.quote(cluster.settings.ssh_config)}"
+        env = dict(os.environ, PDSH_RCMD_TYPE="ssh", PDSH_SSH_ARGS_APPEND=ssh_args)
+        rcmd = os.environ.get("PDSH_RCMD_TYPE")
+        try:
+            proc = subprocess.run(["pdsh", "-S", "-w", hosts, "true"], env=env, capture_output=True,
+                                  text=True, errors="replace", timeout=timeout * 2 + 30)
+            rc, out = proc.returncode, proc.stdout + proc.stderr
+        except subprocess.TimeoutExpired:
+            rc, out = 124, "pdsh timed out"
+    else:
+        facts = cluster.base(launch_site)
+        if not facts["which"].get("pdsh"):
+            pytest.fail(f"{launch_site} (rank 0, where `deepspeed --hostfile` starts) has no pdsh on the PATH "
+                        f"of a non-interactive shell.\n  fix, on {launch_site}: apt-get install pdsh", pytrace=False)
+        rcmd = facts["env"].get("PDSH_RCMD_TYPE")
+        res = cluster.run(launch_site, ["env", "PDSH_RCMD_TYPE=ssh", f"PDSH_SSH_ARGS_APPEND={ssh_args}",
+                                        "pdsh", "-S", "-w", hosts, "true"], timeout=timeout * 2 + 30)
+        rc, out = res.exit_status, res.stdout + res.stderr
+    if rc != 0:
+        pytest.fail(f"{launch_site}: `pdsh -S -w {hosts} true` failed (exit {rc}); this is how deepspeed "
+                    f"starts the ranks:\n    " + out.strip()[-1500:].replace("\n", "\n    ")
+                    + "\n  fix: see the failing test_ssh_trust / test_login ids for the hosts named above",
+                    pytrace=False)
+    if rcmd != "ssh":
+        warnings.warn(SshWarning(
+            f"{launch_site}: PDSH_RCMD_TYPE is {'unset' if rcmd is None else repr(rcmd)}; deepspeed sets it "
+            f"itself, but pdsh commands run by hand (the field guide's checks) fall back to rsh.\n"
+            f"  fix: echo 'export PDSH_RCMD_TYPE=ssh' >> ~/.bashrc"), stacklevel=1)
+
+
+def test_login_time(cluster: Cluster, node: str, record_property) -> None:
+    """S6: SSH login is quick (slow logins are reverse DNS or GSSAPI waiting for a timeout)."""
+    cluster.require(node)
+    seconds = cluster.pool.connection(node).login_seconds or 0.0
+    record_property("login_seconds", round(seconds, 3))
+    limit = cluster.settings.slow_login
+    if seconds > limit:
+        pytest.fail(
+            f"{node}: SSH login took {seconds:.1f} s (limit {limit:g} s, --slow-login). The usual causes: "
+            f"sshd does a reverse DNS lookup of the client that times out, or GSSAPI is tried first.\n"
+            f"  fix, on {node}: 'UseDNS no' in /etc/ssh/sshd_config; on the launcher: 'GSSAPIAuthentication no' "
+            f"in the ssh config",
+            pytrace=False,
+        )
