@@ -146,18 +146,22 @@ class Cluster:
         self.login(node)
         return self.pool.run(node, argv, timeout=timeout or self.settings.timeout_command, stdin=stdin)
 
-    def probe(self, node: str, section: str, **params: Any) -> Any:
-        """Run one section of the node-side probe (cached per node, section and parameters)."""
-        key = ("probe", node, section, json.dumps(params, sort_keys=True))
-        return self.memo(key, lambda: self._probe(node, section, params))
+    def probe(self, node: str, section: str, *, script: str = "probe.py", **params: Any) -> Any:
+        """Run one section of a node-side probe script (cached per node, section and parameters).
 
-    def _probe(self, node: str, section: str, params: dict[str, Any]) -> Any:
+        `script` names a file in `cluster_tests/remote_scripts/` that follows probe.py's protocol:
+        argv[1] is JSON {"sections": [...], **params}; it prints `CT_PROBE_JSON:{section: data}`.
+        """
+        key = ("probe", node, script, section, json.dumps(params, sort_keys=True))
+        return self.memo(key, lambda: self._probe(node, section, params, script))
+
+    def _probe(self, node: str, section: str, params: dict[str, Any], script: str) -> Any:
         if section == "base":
             params = {"names": self.names, **params}
         args = json.dumps({"sections": [section], **params})
         python = self.settings.remote_python
         timeout = params.get("timeout", self.settings.timeout_command)
-        result = self.run(node, [python, "-c", BOOTSTRAP, args], stdin=remote_script("probe.py"),
+        result = self.run(node, [python, "-c", BOOTSTRAP, args], stdin=remote_script(script),
                           timeout=timeout)
         for line in reversed(result.stdout.splitlines()):
             if line.startswith(PROBE_MARK):

@@ -144,6 +144,11 @@ class Settings:
     accept_new_host_keys: bool
     slow_login: float
     slow_resolve: float
+    values: dict[str, Any]  # every option by its dest, for options without a field of their own
+
+    def value(self, dest: str) -> Any:
+        """An option's value by its dest (e.g. "ct_min_busbw")."""
+        return self.values[dest]
 
 
 def read_settings(config: pytest.Config) -> Settings:
@@ -181,4 +186,5 @@ def read_settings(config: pytest.Config) -> Settings:
         accept_new_host_keys=bool(values["ct_accept_new"]),
         slow_login=values["ct_slow_login"],
         slow_resolve=values["ct_slow_resolve"],
+        values=values,
     )

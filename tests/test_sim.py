@@ -43,7 +43,7 @@ pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the sim needs root")
 def host_snapshot() -> dict:
     """What the sim must never change on the host."""
     def out(argv: list[str]) -> str:
-        cp = subprocess.run(argv, capture_output=True, text=True)
+        cp = subprocess.run(argv, check=False, capture_output=True, text=True)
         return "\n".join(ln for ln in cp.stdout.splitlines() if not ln.startswith("#"))
 
     ssh_dir = Path("/root/.ssh")
@@ -73,10 +73,10 @@ def netns_of(pid: str) -> int | None:
 def leftovers(prefix: str, inodes: set[int] = frozenset()) -> list[str]:
     """Everything with the sim's prefix still on the machine."""
     found = []
-    netns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    netns = subprocess.run(["ip", "netns", "list"], check=False, capture_output=True, text=True).stdout
     found += [f"netns {ln.split()[0]}" for ln in netns.splitlines()
               if ln.split() and ln.split()[0].startswith(prefix)]
-    links = json.loads(subprocess.run(["ip", "-j", "link"], capture_output=True,
+    links = json.loads(subprocess.run(["ip", "-j", "link"], check=False, capture_output=True,
                                       text=True).stdout or "[]")
     found += [f"link {ln['ifname']}" for ln in links if ln["ifname"].startswith(prefix)]
     if inodes:
@@ -242,7 +242,7 @@ def test_shared_dir_is_shared(sim: SimCluster) -> None:
 def test_ssh_from_launcher(sim: SimCluster) -> None:
     for node in NODES:
         cp = subprocess.run(["ssh", "-F", str(sim.ssh_config), *BATCH, node, "hostname"],
-                            capture_output=True, text=True, timeout=20)
+                            check=False, capture_output=True, text=True, timeout=20)
         assert cp.returncode == 0, cp.stderr
         assert cp.stdout.strip() == node
         assert sim.ssh(node, ["echo", "a b"]).stdout == "a b\n"
@@ -460,6 +460,7 @@ def test_restore_undoes_stacked_faults_in_reverse(healthy: SimCluster) -> None:
     sim.stop_sshd("node1")
     sim.set_sshd_option("node1", "PermitRootLogin", "no")  # edits the file while sshd is down
     assert len(sim.faults) == 5
+    assert not sim.sshd_answers("node1")  # a stopped sshd stays stopped after a config change
     sim.restore()
     assert sim.faults == []
     assert sim.node("node1").paths["hosts"].read_text() == before
@@ -483,7 +484,8 @@ def test_iptables_undo_rules() -> None:
 
 def test_status_cli(sim: SimCluster) -> None:
     cp = subprocess.run([sys.executable, "-m", "fixtures.sim", "status", "--state",
-                         str(sim.state_dir)], capture_output=True, text=True, cwd=REPO)
+                         str(sim.state_dir)], check=False, capture_output=True, text=True,
+                        cwd=REPO)
     assert cp.returncode == 0, cp.stderr
     assert cp.stdout.count("answers (SSH-2.0-") == 3
 
@@ -509,11 +511,18 @@ def test_down_leaves_nothing(sim: SimCluster, host_before: dict) -> None:
 
 def test_context_manager_tears_down_on_exception() -> None:
     state = STATE_ROOT / "test_sim_raise"
-    with pytest.raises(ZeroDivisionError):
-        with SimCluster(state, nodes=1) as c:
-            prefix, inodes = c.prefix, c.netns_inodes()
-            assert leftovers(prefix) != []
-            1 / 0
+    with pytest.raises(ZeroDivisionError), SimCluster(state, nodes=1) as c:
+        prefix, inodes = c.prefix, c.netns_inodes()
+        assert leftovers(prefix) != []
+        raise ZeroDivisionError
+    assert leftovers(prefix, inodes) == []
+
+
+def test_context_manager_tears_down_on_keyboard_interrupt() -> None:
+    state = STATE_ROOT / "test_sim_raise"
+    with pytest.raises(KeyboardInterrupt), SimCluster(state, nodes=1) as c:
+        prefix, inodes = c.prefix, c.netns_inodes()
+        raise KeyboardInterrupt
     assert leftovers(prefix, inodes) == []
 
 
@@ -534,7 +543,7 @@ def test_crashed_up_is_cleaned_by_down() -> None:
     inodes = {int(x) for x in (state / ".sim-netns-inodes").read_text().split()} \
         if (state / ".sim-netns-inodes").exists() else set()
     cp = subprocess.run([sys.executable, "-m", "fixtures.sim", "down", "--state", str(state)],
-                        capture_output=True, text=True, cwd=REPO)
+                        check=False, capture_output=True, text=True, cwd=REPO)
     assert cp.returncode == 0, cp.stderr
     assert leftovers(prefix, inodes) == []
 
