@@ -1,0 +1,105 @@
+"""Run the cluster_tests suite as a user would (a `pytest` subprocess) and read its JUnit report.
+
+Used by the project's end-to-end tests against the simulated cluster:
+
+    result = run_suite(sim, "-m", "ssh")
+    assert result.failed == {"test_login[node3]", ...}
+    assert "connection refused" in result.message("test_login[node3]")
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import xml.etree.ElementTree as ET
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@dataclass
+class SuiteResult:
+    returncode: int
+    output: str
+    seconds: float
+    outcomes: dict[str, str] = field(default_factory=dict)  # test id -> passed/failed/error/skipped
+    messages: dict[str, str] = field(default_factory=dict)  # test id -> failure/skip text
+    properties: dict[str, dict[str, str]] = field(default_factory=dict)
+    classnames: dict[str, str] = field(default_factory=dict)  # test id -> JUnit classname
+
+    def ids(self, outcome: str, prefix: str = "") -> set[str]:
+        return {t for t, o in self.outcomes.items() if o == outcome and t.startswith(prefix)}
+
+    @property
+    def failed(self) -> set[str]:
+        return self.ids("failed") | self.ids("error")
+
+    @property
+    def passed(self) -> set[str]:
+        return self.ids("passed")
+
+    def message(self, test_id: str) -> str:
+        return self.messages.get(test_id, "")
+
+    def describe(self) -> str:
+        """For assertion messages: what failed, with the messages, and the tail of the output."""
+        lines = [f"exit {self.returncode} in {self.seconds:.1f}s"]
+        for t in sorted(self.failed):
+            lines.append(f"FAILED {t}: {self.message(t)[:600]}")
+        lines.append(self.output[-3000:])
+        return "\n".join(lines)
+
+
+def parse_junit(path: Path):
+    """(outcomes, messages, properties, classnames), each keyed by test id."""
+    outcomes: dict[str, str] = {}
+    classnames: dict[str, str] = {}
+    messages: dict[str, str] = {}
+    props: dict[str, dict[str, str]] = {}
+    root = ET.parse(path).getroot()
+    for case in root.iter("testcase"):
+        name = case.get("name", "")
+        outcome = "passed"
+        for child in case:
+            if child.tag in ("failure", "error", "skipped"):
+                outcome = {"failure": "failed"}.get(child.tag, child.tag)
+                messages[name] = (child.get("message") or "") + "\n" + (child.text or "")
+            if child.tag == "properties":
+                props[name] = {p.get("name", ""): p.get("value", "") for p in child}
+        outcomes[name] = outcome
+        classnames[name] = case.get("classname", "")
+    return outcomes, messages, props, classnames
+
+
+def run_suite(sim, *args: str, timeout: float = 600, env: dict[str, str] | None = None,
+              hostfile: Path | str | None = None, equals_form: bool = False) -> SuiteResult:
+    """`pytest --hostfile <sim hostfile> --ssh-config <sim ssh_config> ARGS` from the repo root."""
+    with tempfile.TemporaryDirectory(prefix="ct-suite-") as tmp:
+        junit = Path(tmp) / "junit.xml"
+        argv = [
+            sys.executable, "-m", "pytest",
+            *([f"--hostfile={hostfile or sim.hostfile}"] if equals_form
+              else ["--hostfile", str(hostfile or sim.hostfile)]),
+            "--ssh-config", str(sim.ssh_config),
+            "-p", "no:cacheprovider",
+            f"--junitxml={junit}",
+            "-q", "-rA",
+            *args,
+        ]
+        run_env = dict(os.environ)
+        run_env.pop("PYTEST_ADDOPTS", None)
+        run_env.pop("PYTEST_XDIST_WORKER", None)
+        run_env.update(env or {})
+        start = time.monotonic()
+        proc = subprocess.run(argv, cwd=REPO, env=run_env, capture_output=True, text=True,
+                              errors="replace", timeout=timeout)
+        seconds = time.monotonic() - start
+        result = SuiteResult(proc.returncode, proc.stdout + proc.stderr, seconds)
+        if junit.exists():
+            (result.outcomes, result.messages, result.properties,
+             result.classnames) = parse_junit(junit)
+        return result

@@ -1,0 +1,76 @@
+"""The suite end to end on the simulated cluster: green when healthy, red with the right ids."""
+
+from __future__ import annotations
+
+import re
+
+from suite import run_suite
+
+FAST = ("-m", "not collective and not training")
+
+
+def test_healthy_cluster_is_green(healthy_sim):
+    result = run_suite(healthy_sim, *FAST)
+    assert result.returncode == 0, result.describe()
+    assert "test_login[node1]" in result.passed
+    assert "test_ssh_trust[node3->node3]" in result.passed
+    assert "test_hostfile_syntax" in result.passed
+    assert len(result.passed) > 40
+
+
+def test_stopped_sshd_reds_exactly_that_node(healthy_sim):
+    healthy_sim.stop_sshd("node3")
+    result = run_suite(healthy_sim, *FAST)
+    assert result.returncode == 1
+    assert "connection refused" in result.message("test_login[node3]")
+    assert "systemctl start ssh" in result.message("test_login[node3]")
+    # everything that needs node3 is red, briefly, and nothing else is
+    for test_id in result.failed:
+        assert "node3" in test_id or test_id == "test_pdsh[launcher]" or test_id == "test_pdsh[node1]", test_id
+    assert {f"test_ssh_trust[node{i}->node3]" for i in (1, 2)} <= result.failed
+    assert "test_ssh_trust[node1->node2]" in result.passed
+    assert "node3 unreachable (connection refused): see test_login[node3]" in result.message(
+        "test_hostname_matches[node3]"
+    )
+    # a dead node costs one connect attempt, not one per test
+    assert result.seconds < 60, result.describe()
+
+
+def test_hostfile_given_both_ways_and_anywhere(healthy_sim, tmp_path):
+    hostfile = tmp_path / "elsewhere" / "my hostfile"
+    hostfile.parent.mkdir()
+    hostfile.write_text(healthy_sim.hostfile.read_text())
+    for equals_form in (False, True):
+        result = run_suite(healthy_sim, "-m", "hostfile", hostfile=hostfile, equals_form=equals_form)
+        assert result.returncode == 0, result.describe()
+        assert result.passed >= {"test_hostfile_syntax", "test_hostname_matches[node1]"}
+        # the rootdir (and so the test names, testpaths and markers) is the repository's,
+        # not the hostfile's folder (pytest pre-parses unknown option values as paths)
+        assert result.classnames["test_hostfile_syntax"] == "cluster_tests.test_hostfile"
+        assert not any(o == "passed" and "tests/" in c for c, o in zip(result.classnames.values(), result.outcomes.values()))
+
+
+def test_bad_hostfile_is_a_usage_error(healthy_sim, tmp_path):
+    cases = {
+        "missing": None,
+        "empty": b"",
+        "binary": b"node1 slots=1\x00\x01\x02",
+    }
+    for name, data in cases.items():
+        path = tmp_path / name
+        if data is not None:
+            path.write_bytes(data)
+        result = run_suite(healthy_sim, hostfile=path)
+        assert result.returncode == 4, (name, result.output)
+        assert "Traceback" not in result.output, result.output
+        assert re.search(r"ERROR: hostfile .*" + re.escape(str(path)), result.output), result.output
+
+
+def test_some_bad_lines_still_run(healthy_sim, tmp_path):
+    path = tmp_path / "hostfile"
+    path.write_text("node1 slots=1\nnode2 slots=x\nnode3 slots=1 \n")
+    result = run_suite(healthy_sim, "-m", "hostfile or ssh", hostfile=path)
+    assert "test_hostfile_syntax" in result.failed
+    assert ":2:" in result.message("test_hostfile_syntax")
+    assert "test_login[node1]" in result.passed and "test_login[node3]" in result.passed
+    assert not any("node2" in t for t in result.outcomes), "a bad line must not become a node"
