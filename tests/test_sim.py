@@ -222,6 +222,14 @@ def test_home_private_per_node(healthy: SimCluster) -> None:
         (sim.node("node1").paths["home"] / marker).unlink(missing_ok=True)
 
 
+def test_dev_shm_private_per_node(sim: SimCluster) -> None:
+    sim.exec("node1", ["sh", "-c", "echo x > /dev/shm/sim-selftest"], check=True)
+    assert sim.exec("node1", ["cat", "/dev/shm/sim-selftest"]).stdout == "x\n"
+    assert sim.exec("node2", ["cat", "/dev/shm/sim-selftest"]).returncode != 0
+    assert not Path("/dev/shm/sim-selftest").exists()
+    sim.exec("node1", ["rm", "/dev/shm/sim-selftest"], check=True)
+
+
 def test_venv_python_imports_torch_inside_a_node(sim: SimCluster) -> None:
     cp = sim.exec("node2", [sys.executable, "-c", "import torch, socket; print(socket.gethostname())"],
                   timeout=120)
