@@ -307,6 +307,9 @@ def test_ssh_dir_permissions(healthy: SimCluster) -> None:
     assert "Permission denied" in sim.ssh("node3", ["true"]).stderr
     sim.restore()
     assert sim.node("node3").paths["ssh_dir"].stat().st_mode & 0o777 == 0o700
+    sim.chmod("node3", "home", 0o777)
+    assert "Permission denied" in sim.ssh("node3", ["true"]).stderr
+    sim.restore()
     sim.chown("node3", "authorized_keys", 1000, 1000)
     assert "Permission denied" in sim.ssh("node3", ["true"]).stderr
     sim.restore()
