@@ -245,7 +245,11 @@ def _hint(target: SSHTarget, cause: Cause, ssh_config: str | None) -> str:
         )
     if cause is Cause.AUTH:
         key = target.identity_files[0] if target.identity_files else "~/.ssh/id_ed25519"
-        return f"ssh-copy-id{f} -i {key}.pub {dest} (or append {key}.pub to ~/.ssh/authorized_keys on {dest})"
+        return (
+            f"ssh-copy-id{f} -i {key}.pub {dest} (or append {key}.pub to ~/.ssh/authorized_keys on {dest}); "
+            f"if the key is there already, sshd refuses it because of file modes (StrictModes): on {dest}: "
+            f"chmod go-w ~; chmod 700 ~/.ssh; chmod 600 ~/.ssh/authorized_keys"
+        )
     return f"run: ssh{f} -v {dest} true"
 
 
@@ -316,6 +320,17 @@ class Connection:
                 f"differs from the one in known_hosts: the host was reinstalled, or someone is in between",
                 _hint(t, Cause.HOSTKEY_CHANGED, self.ssh_config),
             ) from None
+        except paramiko.BadAuthenticationType as exc:
+            client.close()
+            if "publickey" not in (exc.allowed_types or []):
+                raise ConnectError(
+                    t,
+                    Cause.AUTH,
+                    f"sshd on {t.hostname} does not accept public keys at all (it offers only: "
+                    f"{', '.join(exc.allowed_types) or 'nothing'}): PubkeyAuthentication is off",
+                    f"on {t.alias}: set 'PubkeyAuthentication yes' in /etc/ssh/sshd_config; systemctl reload ssh",
+                ) from None
+            raise ConnectError(t, Cause.AUTH, str(exc), _hint(t, Cause.AUTH, self.ssh_config)) from None
         except paramiko.AuthenticationException as exc:
             client.close()
             raise ConnectError(

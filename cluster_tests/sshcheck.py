@@ -40,7 +40,7 @@ def strict_modes(ssh_facts: dict, uid: int, user: str, strict: bool = True) -> M
     warnings: list[str] = []
     fixes: list[str] = []
     chain = ssh_facts["chain"]
-    ak, ssh_dir, home = chain[0], chain[1], chain[2]
+    ak, ssh_dir = chain[0], chain[1]
     if not ssh_dir.get("exists"):
         errors.append(f"{ssh_dir['path']} does not exist, so there is no authorized_keys")
         fixes.append(f"mkdir -m 700 {shlex.quote(ssh_dir['path'])}")
@@ -116,7 +116,10 @@ def classify_ssh_failure(stderr: str, rc: int) -> str:
         return "host key changed"
     if "Host key verification failed" in s or "host key is known" in s:
         return "host key unknown"
-    if "Permission denied" in s or "Too many authentication failures" in s:
+    denied = re.search(r"Permission denied \(([^)]*)\)", s)
+    if denied and "publickey" not in denied.group(1).split(","):
+        return "public keys not accepted"
+    if denied or "Too many authentication failures" in s:
         return "public key refused"
     if "Connection refused" in s:
         return "connection refused"

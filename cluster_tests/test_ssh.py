@@ -128,6 +128,9 @@ def _pair_fix(cluster: Cluster, a: str, b: str, cause: str) -> str:
             f"{prefix}append {a}'s public key to {b}'s authorized_keys: "
             f"ssh {a} cat ~/.ssh/{pub} | ssh {b} 'cat >> {ak}'"
         )
+    if cause == "public keys not accepted":
+        return (f"sshd on {b} accepts no public keys (PubkeyAuthentication no): on {b}: set "
+                f"'PubkeyAuthentication yes' in /etc/ssh/sshd_config; systemctl reload ssh")
     if cause == "host key unknown":
         return f"on {a}: ssh-keyscan -H {b} >> ~/.ssh/known_hosts   (then verify the fingerprint)"
     if cause == "host key changed":
