@@ -39,16 +39,29 @@ def test_world_writable_authorized_keys(healthy_sim):
     assert "test_ssh_trust[node1->node3]" in r.passed
 
 
-def test_group_writable_authorized_keys_is_red_on_the_node_itself(healthy_sim):
-    # node2's authorized_keys world-writable, but checked from where sshd still lets us in:
-    # the launcher logs in to node2 fine when StrictModes is off; the check must still call
-    # out the mode, because the guide's sshd (StrictModes yes) would refuse it
+def test_strictmodes_off_makes_modes_a_warning(healthy_sim):
+    # with StrictModes off, sshd takes keys whatever the modes: not red, but shown
     healthy_sim.set_sshd_option("node2", "StrictModes", "no")
     healthy_sim.chmod("node2", "ssh_dir", 0o777)
     r = run_suite(healthy_sim, *FAST)
-    # with StrictModes off sshd accepts keys: the mode is not what breaks the launch, so only a warning
     assert r.returncode == 0, r.describe()
-    assert "0777" in r.output
+    assert "/root/.ssh has mode 0777; the guide asks for 0700" in r.output
+
+
+def test_group_writable_in_private_group_is_a_warning(healthy_sim):
+    # Debian's sshd accepts a group-writable authorized_keys whose group is the user's
+    # private group (root's group has no other member here)
+    healthy_sim.chmod("node2", "authorized_keys", 0o660)
+    r = run_suite(healthy_sim, *FAST)
+    assert r.returncode == 0, r.describe()
+    assert "/root/.ssh/authorized_keys has mode 0660; the guide asks for 0600" in r.output
+
+
+def test_writable_home_refuses_keys(healthy_sim):
+    healthy_sim.chmod("node3", "home", 0o777)
+    r = run_suite(healthy_sim, *FAST)
+    assert r.failed == unreachable("node3", r), r.describe()
+    assert "chmod go-w ~" in r.message("test_login[node3]")
 
 
 def test_ssh_dir_755_is_a_warning_only(healthy_sim):
