@@ -96,6 +96,38 @@ class Cluster:
                 fut.set_exception(exc)
         return fut.result()
 
+    def cached(self, key: tuple[str, ...]) -> Any:
+        """A memo entry that is already computed (None otherwise); never computes or waits."""
+        with self._lock:
+            fut = self._memo.get(key)
+        if fut is None or not fut.done() or fut.exception() is not None:
+            return None
+        return fut.result()
+
+    def node_table(self) -> dict[str, dict[str, str]]:
+        """What the run learnt about each node, for the summary (from the memo only)."""
+        table: dict[str, dict[str, str]] = {}
+        for name in self.names:
+            row: dict[str, str] = {}
+            with self._lock:
+                login = self._memo.get(("login", name))
+            if login is None or not login.done():
+                continue
+            err = login.exception()
+            row["reachable"] = "yes" if err is None else f"NO: {getattr(err, 'cause', err)}"
+            if err is None:
+                row["login"] = f"{login.result():.2f}s"
+            row["slots"] = str(self.node(name).slots)
+            base = self.cached(("probe", name, "probe.py", "base", json.dumps({}, sort_keys=True)))
+            if base:
+                row["hostname"] = base.get("hostname", "")
+                row["python"] = base.get("python", {}).get("version", "")
+            inv = self.cached(("inventory", name))
+            if inv is not None:
+                row["accelerators"] = inv.describe()
+            table[name] = row
+        return table
+
     # -- logins -----------------------------------------------------------------------------
     def login(self, node: str) -> float:
         """Log in (once); returns the login time in seconds or raises ConnectError."""

@@ -14,12 +14,17 @@ from pathlib import Path
 import pytest
 
 from cluster_tests import hostfile as hostfile_mod, rootdir_fix
+from cluster_tests.report import Recorder
 from cluster_tests.cluster import Cluster, Node
 from cluster_tests.settings import Settings, add_options, read_settings
 
 CLUSTER_KEY = pytest.StashKey[Cluster]()
 SETTINGS_KEY = pytest.StashKey[Settings]()
 PARSE_KEY = pytest.StashKey[object]()
+RECORDER_KEY = pytest.StashKey[Recorder]()
+JSON_PATH_KEY = pytest.StashKey[Path]()
+# Lines that other sections (e.g. the bandwidth table) add to the terminal summary.
+SUMMARY_EXTRA_KEY = pytest.StashKey[list]()
 
 MARKERS = {
     "hostfile": "H - the hostfile parses as DeepSpeed parses it, and fits the cluster",
@@ -66,6 +71,8 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[PARSE_KEY] = parse
     nodes = [Node(h.name, h.slots, h.lineno) for h in parse.hosts]
     config.stash[CLUSTER_KEY] = Cluster.create(settings, nodes)
+    config.stash[RECORDER_KEY] = recorder = Recorder([n.name for n in nodes])
+    config.pluginmanager.register(_SummaryPlugin(recorder), "cluster_tests_summary")
     if config.args_source == pytest.Config.ArgsSource.INVOCATION_DIR:
         # No test paths given and no ini file naming them (an installed suite, run from
         # anywhere): run the checklist, not whatever test files the current directory holds.
@@ -74,6 +81,52 @@ def pytest_configure(config: pytest.Config) -> None:
         reports = Path(config.invocation_params.dir) / "reports"
         reports.mkdir(exist_ok=True)
         config.option.xmlpath = str(reports / "junit.xml")
+
+
+class _SummaryPlugin:
+    """Feeds the run's reports to the Recorder and prints the cluster summary.  Registered per
+    run (an object, not module state), only when there is a cluster to summarize."""
+
+    def __init__(self, recorder: Recorder) -> None:
+        self.recorder = recorder
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        self.recorder.add(report)
+
+    def pytest_terminal_summary(self, terminalreporter, config: pytest.Config) -> None:
+        cluster = _cluster(config)
+        if cluster is None or not self.recorder.outcomes:
+            return
+        lines = self.recorder.summary_lines(cluster.node_table(), extra=config.stash.get(SUMMARY_EXTRA_KEY, []))
+        if lines:
+            terminalreporter.section("cluster summary")
+            for line in lines:
+                terminalreporter.line(line)
+        path = config.stash.get(JSON_PATH_KEY, None)
+        if path is not None:
+            terminalreporter.line(f"JSON summary: {path}")
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    config = session.config
+    cluster = _cluster(config)
+    recorder = config.stash.get(RECORDER_KEY, None)
+    if cluster is None or recorder is None or hasattr(config, "workerinput"):
+        return
+    path = Path(config.invocation_params.dir) / "reports" / "summary.json"
+    if config.option.xmlpath:
+        path = Path(config.option.xmlpath).with_name("summary.json")
+    meta = {
+        "hostfile": str(cluster.settings.hostfile),
+        "nodes": len(cluster.nodes),
+        "rank0": cluster.rank0.name if cluster.nodes else None,
+        "exitstatus": int(session.exitstatus),
+    }
+    try:
+        recorder.write_json(path, cluster.node_table(), meta)
+        config.stash[JSON_PATH_KEY] = path
+    except OSError:
+        pass
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
@@ -174,3 +227,16 @@ def hostfile(pytestconfig: pytest.Config, cluster: Cluster) -> hostfile_mod.Host
 @pytest.fixture(scope="session")
 def nodes(cluster: Cluster) -> list[Node]:
     return list(cluster.nodes)
+
+
+@pytest.hookimpl(specname="pytest_terminal_summary")
+def pytest_terminal_summary_collective(terminalreporter, config: pytest.Config) -> None:
+    """C1/C2: the all-reduce bandwidth tables, when a collective check ran (its own hookimpl,
+    beside any other summary part)."""
+    from cluster_tests.collective_remote import summary_lines
+
+    lines = summary_lines(config)
+    if lines:
+        terminalreporter.write_sep("=", "all-reduce bandwidth (C1/C2)")
+        for line in lines:
+            terminalreporter.write_line(line)

@@ -18,6 +18,21 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from fixtures.sim import SimCluster  # noqa: E402
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _suite_tmp(tmp_path_factory: pytest.TempPathFactory):
+    """Reports of the suite runs (tests/suite.py) go under pytest's own temporary directory."""
+    import os
+
+    path = tmp_path_factory.mktemp("suite-runs")
+    old = os.environ.get("CT_SUITE_TMP")
+    os.environ["CT_SUITE_TMP"] = str(path)
+    yield path
+    if old is None:
+        os.environ.pop("CT_SUITE_TMP", None)
+    else:
+        os.environ["CT_SUITE_TMP"] = old
+
+
 @pytest.fixture(scope="session")
 def sim(tmp_path_factory: pytest.TempPathFactory):
     state = tmp_path_factory.mktemp("sim3")

@@ -30,6 +30,7 @@ class SuiteResult:
     messages: dict[str, str] = field(default_factory=dict)  # test id -> failure/skip text
     properties: dict[str, dict[str, str]] = field(default_factory=dict)
     classnames: dict[str, str] = field(default_factory=dict)  # test id -> JUnit classname
+    junit: Path | None = None  # kept: reports written beside it (summary.json) can be read
 
     def ids(self, outcome: str, prefix: str = "") -> set[str]:
         return {t for t, o in self.outcomes.items() if o == outcome and t.startswith(prefix)}
@@ -78,28 +79,30 @@ def parse_junit(path: Path):
 def run_suite(sim, *args: str, timeout: float = 600, env: dict[str, str] | None = None,
               hostfile: Path | str | None = None, equals_form: bool = False) -> SuiteResult:
     """`pytest --hostfile <sim hostfile> --ssh-config <sim ssh_config> ARGS` from the repo root."""
-    with tempfile.TemporaryDirectory(prefix="ct-suite-") as tmp:
-        junit = Path(tmp) / "junit.xml"
-        argv = [
-            sys.executable, "-m", "pytest",
-            *([f"--hostfile={hostfile or sim.hostfile}"] if equals_form
-              else ["--hostfile", str(hostfile or sim.hostfile)]),
-            "--ssh-config", str(sim.ssh_config),
-            "-p", "no:cacheprovider",
-            f"--junitxml={junit}",
-            "-q", "-rA",
-            *args,
-        ]
-        run_env = dict(os.environ)
-        run_env.pop("PYTEST_ADDOPTS", None)
-        run_env.pop("PYTEST_XDIST_WORKER", None)
-        run_env.update(env or {})
-        start = time.monotonic()
-        proc = subprocess.run(argv, cwd=REPO, env=run_env, capture_output=True, text=True,
-                              errors="replace", timeout=timeout)
-        seconds = time.monotonic() - start
-        result = SuiteResult(proc.returncode, proc.stdout + proc.stderr, seconds)
-        if junit.exists():
-            (result.outcomes, result.messages, result.properties,
-             result.classnames) = parse_junit(junit)
-        return result
+    # kept after the run (beside the JUnit file lie the other reports); under the session's
+    # temporary directory when tests/conftest.py sets CT_SUITE_TMP
+    tmp = tempfile.mkdtemp(prefix="ct-suite-", dir=os.environ.get("CT_SUITE_TMP"))
+    junit = Path(tmp) / "junit.xml"
+    argv = [
+        sys.executable, "-m", "pytest",
+        *([f"--hostfile={hostfile or sim.hostfile}"] if equals_form
+          else ["--hostfile", str(hostfile or sim.hostfile)]),
+        "--ssh-config", str(sim.ssh_config),
+        "-p", "no:cacheprovider",
+        f"--junitxml={junit}",
+        "-q", "-rA",
+        *args,
+    ]
+    run_env = dict(os.environ)
+    run_env.pop("PYTEST_ADDOPTS", None)
+    run_env.pop("PYTEST_XDIST_WORKER", None)
+    run_env.update(env or {})
+    start = time.monotonic()
+    proc = subprocess.run(argv, cwd=REPO, env=run_env, capture_output=True, text=True,
+                          errors="replace", timeout=timeout)
+    seconds = time.monotonic() - start
+    result = SuiteResult(proc.returncode, proc.stdout + proc.stderr, seconds, junit=junit)
+    if junit.exists():
+        (result.outcomes, result.messages, result.properties,
+         result.classnames) = parse_junit(junit)
+    return result
