@@ -37,12 +37,13 @@ def from_probe(raw: dict) -> Inventory:
         res = raw["npu_smi_info"]
         if res["rc"] == 0:
             info = parsers.parse_npu_smi_info(res["out"])
-            count = len(info.npus)
+            # a device is a chip: a two-chip card (310P Duo) is two devices to the framework
+            count = sum(max(1, len(n.chips)) for n in info.npus)
             listing = raw.get("npu_smi_info_l") or {}
             if listing.get("rc") == 0:
-                total = parsers.parse_npu_smi_info_l(listing["out"]).total_count
-                if total is not None:
-                    count = max(count, total)
+                parsed = parsers.parse_npu_smi_info_l(listing["out"])
+                chips = sum(e.chip_count or 1 for e in parsed.npus)
+                count = max(count, chips, parsed.total_count or 0)
             unhealthy = [
                 f"NPU {n.npu_id} ({n.name}): Health {n.health_raw}"
                 for n in info.npus

@@ -88,6 +88,19 @@ OPTIONS = [
            "seconds above which an SSH login counts as slow (reverse DNS, GSSAPI)", 2.0, _positive_float),
     Option("--slow-resolve", "ct_slow_resolve", "cluster_slow_resolve", "CLUSTER_TESTS_SLOW_RESOLVE",
            "seconds above which resolving one name counts as slow", 0.5, _positive_float),
+    Option("--port-timeout", "ct_port_timeout", "cluster_port_timeout", "CLUSTER_TESTS_PORT_TIMEOUT",
+           "seconds one TCP connect between nodes may take before the port counts as dropped (F2/F3)",
+           3.0, _positive_float),
+    Option("--probe-ports", "ct_probe_ports", "cluster_probe_ports", "CLUSTER_TESTS_PROBE_PORTS",
+           "how many ephemeral high ports each node opens for the port matrix (F3)", 2, _positive_int),
+    Option("--rtt-samples", "ct_rtt_samples", "cluster_rtt_samples", "CLUSTER_TESTS_RTT_SAMPLES",
+           "TCP handshakes timed per pair for RTT and jitter (F1)", 5, _positive_int),
+    Option("--required-env", "ct_required_env", "cluster_required_env", "CLUSTER_TESTS_REQUIRED_ENV",
+           "comma-separated variables a non-interactive ssh shell must have on every node (E1)", ""),
+    Option("--launch-dir", "ct_launch_dir", "cluster_launch_dir", "CLUSTER_TESTS_LAUNCH_DIR",
+           "directory deepspeed will be started in (where it also reads .deepspeed_env; default: home)"),
+    Option("--min-free-gb", "ct_min_free_gb", "cluster_min_free_gb", "CLUSTER_TESTS_MIN_FREE_GB",
+           "free space the output directory needs on every node, in GB (D1)", 10.0, _positive_float),
 ]
 
 # testinfra (a required dependency, itself a pytest plugin) already defines --ssh-config with the

@@ -1,0 +1,186 @@
+"""Environment checks' logic (CHECKLIST E1-E4): pure functions, tested in tests/test_envcheck.py.
+
+* `.deepspeed_env` is linted the way DeepSpeed 0.19's runner reads it: it looks in `~` and in
+  the directory deepspeed runs in (`DEEPSPEED_ENVIRONMENT_PATHS = [expanduser("~"), "."]`, the
+  name from `DS_ENV_FILE`), reads every line with `readlines()` and does
+  `key, val = var.split('=', maxsplit=1)` - a line without `=` (a blank line or a comment
+  included) raises ValueError and the launch dies (PITFALLS 7).  `add_export` strips both sides
+  and wraps a value with characters outside `[\\w@%+=:,./-]` in double quotes; the pdsh command
+  becomes `export KEY=VAL; ...` on every node.
+* Values of variables whose names look secret are masked in every message.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+SECRET_WORDS = ("KEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL")
+COMM_PREFIXES = ("NCCL_", "HCCL_", "GLOO_")
+ASCEND_VARS = ("HCCL_CONNECT_TIMEOUT", "HCCL_SOCKET_IFNAME", "HCCL_OP_BASE_FFTS_MODE_ENABLE")
+_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_DS_SAFE = re.compile(r"[^\w@%+=:,./-]")
+
+
+def is_secret(name: str) -> bool:
+    upper = name.upper()
+    return any(w in upper for w in SECRET_WORDS)
+
+
+def shown(name: str, value: str | None) -> str:
+    """A value as messages may print it: secrets masked, absent as '(unset)'."""
+    if value is None:
+        return "(unset)"
+    if is_secret(name):
+        return "****" if value else "(empty)"
+    return repr(value) if value == "" or value != value.strip() else value
+
+
+# -- .deepspeed_env ----------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class EnvFileFinding:
+    path: str
+    lineno: int
+    error: bool  # True: the launch crashes or the variable never arrives; False: a trap
+    text: str
+
+    def __str__(self) -> str:
+        return f"{self.path}:{self.lineno}: {self.text}"
+
+
+def parse_deepspeed_env(text: str) -> dict[str, str]:
+    """What DeepSpeed 0.19 exports from the file (lines it can read), values as the shell gets them."""
+    out: dict[str, str] = {}
+    for line in text.splitlines(keepends=True):
+        if "=" not in line:
+            continue
+        key, val = line.split("=", 1)
+        out[key.strip()] = val.strip()
+    return out
+
+
+def lint_deepspeed_env(text: str, path: str) -> list[EnvFileFinding]:
+    findings = []
+    lines = text.splitlines(keepends=True)
+    for n, line in enumerate(lines, 1):
+        body = line.rstrip("\r\n")
+        if "=" not in line:
+            what = "an empty line" if not body.strip() else f"{_masked_line(body)!r} has no '='"
+            findings.append(EnvFileFinding(path, n, True,
+                f"{what}: deepspeed's runner does `key, val = line.split('=', 1)` on every line "
+                f"and stops with 'ValueError: not enough values to unpack' (fix: delete the line, "
+                f"or write NAME=value)"))
+            continue
+        key, val = line.split("=", 1)
+        name = key.strip()
+        if name.startswith("#"):
+            findings.append(EnvFileFinding(path, n, True,
+                f"a comment containing '=' becomes `export {name}=...` on every node, which bash "
+                f"rejects (deepspeed has no comments in this file: delete the line)"))
+            continue
+        if name.startswith("export "):
+            findings.append(EnvFileFinding(path, n, False,
+                f"'{name}': write the bare name; deepspeed prepends `export` itself"))
+            name = name[len("export "):].strip()
+        if not _IDENT.match(name):
+            findings.append(EnvFileFinding(path, n, True,
+                f"'{name}' is not a valid variable name: `export {name}=...` fails on every node"))
+            continue
+        value = val.strip()
+        if '"' in value and _DS_SAFE.search(value):
+            findings.append(EnvFileFinding(path, n, False,
+                f"{name}: deepspeed wraps this value in double quotes as it is, so the quotes it "
+                f"already has end up nested (write the value without quotes)"))
+        elif "$" in value or "`" in value:
+            findings.append(EnvFileFinding(path, n, False,
+                f"{name}: the value is expanded by the remote shell (inside double quotes), not "
+                f"taken literally"))
+    return findings
+
+
+def _masked_line(line: str) -> str:
+    """A line for a message: what follows a secret-looking name is masked, '=' or not."""
+    name = line.split("=", 1)[0] if "=" in line else (line.split() or [""])[0]
+    if not is_secret(name):
+        return line
+    return f"{name}=****" if "=" in line else f"{name} ****"
+
+
+# -- ~/.bashrc ---------------------------------------------------------------------------------
+
+_EARLY_RETURN = (
+    re.compile(r"^\s*\*\)\s*return\b"),                              # case $- in *i*) ;; *) return;; esac
+    re.compile(r"case\s+\$-\s+in.*\*\)\s*return"),                   # the same on one line
+    re.compile(r"\[\[?\s*-z\s+\"?\$PS1\"?\s*\]\]?\s*&&\s*return"),   # [ -z "$PS1" ] && return
+    re.compile(r"\[\[?\s*\$-\s*!?=\s*\*i\*\s*\]\]?\s*\|\|\s*return"),  # [[ $- == *i* ]] || return
+    re.compile(r"\[\[?\s*\$-\s*!=\s*\*i\*\s*\]\]?\s*&&\s*return"),
+)
+
+
+def early_return_line(bashrc: str | None) -> int | None:
+    """Line number of the first 'return if not interactive' in a ~/.bashrc, or None."""
+    for n, line in enumerate((bashrc or "").splitlines(), 1):
+        code = line.split("#", 1)[0] if not line.lstrip().startswith("*)") else line
+        if any(p.search(code) for p in _EARLY_RETURN):
+            return n
+    return None
+
+
+def export_line(bashrc: str | None, name: str) -> int | None:
+    """Line number where the ~/.bashrc sets `name` (export NAME=, NAME=), or None."""
+    pat = re.compile(rf"^\s*(?:export\s+|declare\s+-x\s+)?{re.escape(name)}=")
+    for n, line in enumerate((bashrc or "").splitlines(), 1):
+        if pat.search(line):
+            return n
+    return None
+
+
+# -- comparing across nodes --------------------------------------------------------------------
+
+def comm_vars(env: Mapping[str, str]) -> dict[str, str]:
+    return {k: v for k, v in env.items() if k.startswith(COMM_PREFIXES)}
+
+
+def majority(values: Mapping[str, object], prefer: str | None = None) -> object:
+    """The value most nodes have; on a tie, the one `prefer` (the rank-0 node) has."""
+    counts = Counter(_hashable(v) for v in values.values())
+    top = counts.most_common()
+    if not top:
+        return None
+    best = [v for v, c in top if c == top[0][1]]
+    if len(best) > 1 and prefer is not None and prefer in values:
+        return _hashable(values[prefer])
+    return best[0]
+
+
+def _hashable(v: object) -> object:
+    return tuple(sorted(v.items())) if isinstance(v, dict) else v
+
+
+def differing(table: Mapping[str, Mapping[str, str | None]], node: str,
+              prefer: str | None = None) -> list[str]:
+    """Keys whose value on `node` differs from the value most nodes have.
+    `table` is node -> {key: value or None (unset)}."""
+    keys = sorted({k for row in table.values() for k in row})
+    out = []
+    for key in keys:
+        per_node = {n: row.get(key) for n, row in table.items()}
+        if per_node.get(node) != majority(per_node, prefer):
+            out.append(key)
+    return out
+
+
+def side_by_side(table: Mapping[str, Mapping[str, str | None]], keys: Iterable[str],
+                 mark: str | None = None, secret_aware: bool = True) -> str:
+    """A plain-text table: one row per key, one column per node ('<' marks `mark`'s column)."""
+    nodes = list(table)
+    keys = list(keys)
+    cells = [[k] + [shown(k, table[n].get(k)) if secret_aware else str(table[n].get(k))
+                    for n in nodes] for k in keys]
+    header = [""] + [f"{n} <" if n == mark else n for n in nodes]
+    widths = [max(len(str(r[i])) for r in [header, *cells]) for i in range(len(header))]
+    fmt = "    " + "  ".join(f"{{:{w}}}" for w in widths)
+    return "\n".join(fmt.format(*r).rstrip() for r in [header, *cells])

@@ -1,0 +1,193 @@
+"""Node-side environment probe (CHECKLIST E1-E4, A1): files the launch reads, versions, devices.
+
+Same protocol as probe.py: argv[1] is JSON {"sections": [...], ...}; one line
+`CT_PROBE_JSON:{section: data}` on stdout.  Runs in the non-interactive ssh shell pdsh gets.
+Standard library only (torch is imported inside `versions`/`devices`, once, if present).
+
+Sections:
+  envfiles  ~/.bashrc text, and `.deepspeed_env` (DS_ENV_FILE) in home and the launch directory
+  versions  Python, torch (+CUDA, NCCL), deepspeed, torch_npu, CANN, drivers
+  devices   allocate a small tensor on every device torch (or torch_npu) sees
+  ascend    HCCL_* variables, and `hccn_tool -i N -link -g` for every NPU
+"""
+
+import glob
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+MARK = "CT_PROBE_JSON:"
+
+
+def run(argv, timeout=10.0):
+    try:
+        proc = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=timeout)
+        return {"rc": proc.returncode, "out": proc.stdout.decode("utf-8", "replace")[-100000:],
+                "err": proc.stderr.decode("utf-8", "replace")[-10000:]}
+    except FileNotFoundError:
+        return {"rc": 127, "out": "", "err": "%s: command not found" % argv[0]}
+    except subprocess.TimeoutExpired:
+        return {"rc": 124, "out": "", "err": "timed out after %ss" % timeout}
+    except OSError as exc:
+        return {"rc": 126, "out": "", "err": str(exc)}
+
+
+def read_text(path, limit=256 * 1024):
+    try:
+        with open(path, "rb") as fh:
+            return fh.read(limit).decode("utf-8", "replace")
+    except OSError:
+        return None
+
+
+def section_envfiles(params):
+    home = os.path.expanduser("~")
+    name = os.environ.get("DS_ENV_FILE", ".deepspeed_env")
+    dirs = [home]
+    launch_dir = params.get("launch_dir") or os.getcwd()
+    if os.path.abspath(launch_dir) != os.path.abspath(home):
+        dirs.append(launch_dir)
+    files = {}
+    for d in dirs:
+        path = os.path.join(d, name)
+        files[path] = read_text(path) if os.path.isfile(path) else None
+    return {"home": home, "cwd": os.getcwd(), "ds_env_name": name, "deepspeed_env": files,
+            "bashrc": read_text(os.path.join(home, ".bashrc"))}
+
+
+def _dist_version(name):
+    try:
+        from importlib import metadata
+    except ImportError:
+        return None
+    try:
+        return metadata.version(name)
+    except Exception:
+        return None
+
+
+def _first_line(path):
+    text = read_text(path, 4096)
+    return text.strip().splitlines()[0] if text and text.strip() else None
+
+
+def _cann_version():
+    for pattern in ("/usr/local/Ascend/ascend-toolkit/latest/*/ascend_toolkit_install.info",
+                    "/usr/local/Ascend/ascend-toolkit/latest/version.cfg",
+                    "/usr/local/Ascend/nnae/latest/*/ascend_nnae_install.info"):
+        for path in sorted(glob.glob(pattern)):
+            text = read_text(path, 8192) or ""
+            m = re.search(r"(?:^|\n)\s*(?:version|Version)\s*=\s*(\S+)", text)
+            if m:
+                return m.group(1)
+            m = re.search(r"\[version:\s*([^\]]+)\]", text)
+            if m:
+                return m.group(1).strip()
+    return None
+
+
+def _ascend_driver():
+    text = read_text("/usr/local/Ascend/driver/version.info", 8192) or ""
+    m = re.search(r"Version\s*=\s*(\S+)", text)
+    return m.group(1) if m else None
+
+
+def section_versions(params):
+    out = {"python": sys.version.split()[0], "python_executable": sys.executable,
+           "deepspeed": _dist_version("deepspeed"), "torch_npu": _dist_version("torch_npu"),
+           "torch": None, "cuda": None, "nccl": None, "cann": _cann_version(),
+           "ascend_driver": _ascend_driver(), "nvidia_driver": None, "torch_error": None}
+    try:
+        import torch
+        out["torch"] = torch.__version__
+        out["cuda"] = torch.version.cuda
+        try:
+            if torch.cuda.is_available():
+                v = torch.cuda.nccl.version()
+                out["nccl"] = ".".join(map(str, v)) if isinstance(v, tuple) else str(v)
+        except Exception as exc:  # a broken CUDA install is reported, not fatal
+            out["nccl"] = "error: %s" % exc
+    except Exception as exc:
+        out["torch_error"] = "%s: %s" % (type(exc).__name__, exc)
+    if shutil.which("nvidia-smi"):
+        res = run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"], timeout=20)
+        if res["rc"] == 0 and res["out"].strip():
+            out["nvidia_driver"] = res["out"].strip().splitlines()[0].strip()
+    return out
+
+
+def section_devices(params):
+    out = {"torch": None, "error": None, "kind": None, "count": 0, "devices": []}
+    try:
+        import torch
+    except Exception as exc:
+        out["error"] = "torch not importable: %s: %s" % (type(exc).__name__, exc)
+        return out
+    out["torch"] = torch.__version__
+    backend = None
+    if params.get("npu"):
+        try:
+            import torch_npu  # noqa: F401
+            backend = ("npu", torch.npu)
+        except Exception as exc:
+            out["error"] = "torch_npu not importable: %s: %s" % (type(exc).__name__, exc)
+    if backend is None and not params.get("npu"):
+        backend = ("cuda", torch.cuda)
+    if backend is None:
+        return out
+    kind, mod = backend
+    out["kind"] = kind
+    try:
+        out["count"] = int(mod.device_count()) if mod.is_available() else 0
+    except Exception as exc:
+        out["error"] = "%s.device_count() failed: %s" % (kind, exc)
+        return out
+    for i in range(out["count"]):
+        try:
+            t = torch.ones(1024, device="%s:%d" % (kind, i))
+            ok = float(t.sum().item()) == 1024.0
+            out["devices"].append({"index": i, "ok": ok, "error": None if ok else "wrong sum"})
+        except Exception as exc:
+            out["devices"].append({"index": i, "ok": False, "error": "%s: %s" % (type(exc).__name__, exc)})
+    return out
+
+
+def section_ascend(params):
+    env = {k: v for k, v in os.environ.items() if k.startswith("HCCL_")}
+    tool = shutil.which("hccn_tool")
+    links = {}
+    if tool:
+        for dev in params.get("devices", []):
+            links[str(dev)] = run([tool, "-i", str(dev), "-link", "-g"], timeout=10)
+    return {"env": env, "hccn_tool": tool, "npu_smi": shutil.which("npu-smi"), "links": links}
+
+
+SECTIONS = {
+    "envfiles": section_envfiles,
+    "versions": section_versions,
+    "devices": section_devices,
+    "ascend": section_ascend,
+}
+
+
+def main():
+    params = json.loads(sys.argv[1]) if len(sys.argv) > 1 else {}
+    result = {}
+    for name in params.get("sections", []):
+        fn = SECTIONS.get(name)
+        if fn is None:
+            result[name] = {"error": "unknown section"}
+            continue
+        try:
+            result[name] = fn(params)
+        except Exception as exc:  # report, never crash: the launcher needs the rest
+            result[name] = {"error": "%s: %s" % (type(exc).__name__, exc)}
+    sys.stdout.write("\n" + MARK + json.dumps(result) + "\n")
+    sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()

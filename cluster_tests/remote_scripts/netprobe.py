@@ -1,0 +1,313 @@
+"""Node-side network probe (CHECKLIST F1-F4): real listeners, real connections, firewall rules.
+
+Same protocol as probe.py: argv[1] is JSON {"sections": [...], ...}; one line
+`CT_PROBE_JSON:{section: data}` on stdout.  Standard library only, Python >= 3.6.
+
+Sections:
+  listen   bind K ephemeral TCP ports (and the master port, if asked) on 0.0.0.0, then hand the
+           listening sockets to a detached child that accepts (and greets) every connection for
+           at most `hold` seconds and exits; returns the ports and the child's pid at once, so
+           the sockets are listening before the launcher starts any connector.
+  connect  from this node, connect to every target's ports in parallel with a short deadline;
+           each attempt ends ok / refused / timed out / unreachable; then time a few TCP
+           handshakes to one open port of each target (RTT, jitter).
+  stop     end the listener child by pid, only if its command line carries our token; report
+           whether it is gone.
+  firewall `iptables -S` and `nft list ruleset` (needs root), raw.
+"""
+
+import errno
+import json
+import os
+import select
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+MARK = "CT_PROBE_JSON:"
+GREETING = b"CT-LISTENER "
+
+
+def run(argv, timeout=10.0):
+    try:
+        proc = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=timeout)
+        return {"rc": proc.returncode, "out": proc.stdout.decode("utf-8", "replace")[-200000:],
+                "err": proc.stderr.decode("utf-8", "replace")[-20000:]}
+    except FileNotFoundError:
+        return {"rc": 127, "out": "", "err": "%s: command not found" % argv[0]}
+    except subprocess.TimeoutExpired:
+        return {"rc": 124, "out": "", "err": "timed out after %ss" % timeout}
+    except OSError as exc:
+        return {"rc": 126, "out": "", "err": str(exc)}
+
+
+# -- listen ------------------------------------------------------------------------------------
+
+def _bind(port):
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        s.bind(("0.0.0.0", port))
+        s.listen(128)
+    except OSError:
+        s.close()
+        raise
+    return s
+
+
+def _port_owner(port):
+    res = run(["ss", "-Hltnp", "sport = :%d" % port], timeout=5)
+    return res["out"].strip() if res["rc"] == 0 else ""
+
+
+def _serve(socks, token, deadline):
+    """The detached child: greet every connection until the deadline or SIGTERM."""
+    signal.signal(signal.SIGTERM, lambda *_: os._exit(0))
+    greeting = GREETING + token.encode() + b"\n"
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            break
+        try:
+            ready, _, _ = select.select(socks, [], [], min(left, 1.0))
+        except (OSError, ValueError):
+            break
+        for s in ready:
+            try:
+                conn, _ = s.accept()
+            except OSError:
+                continue
+            try:
+                conn.settimeout(1.0)
+                conn.sendall(greeting)
+            except OSError:
+                pass
+            finally:
+                conn.close()
+    os._exit(0)
+
+
+def section_listen(params):
+    token = params["token"]
+    count = int(params.get("ports", 2))
+    hold = float(params.get("hold", 60))
+    socks, ports = [], []
+    for _ in range(count):
+        s = _bind(0)
+        socks.append(s)
+        ports.append(s.getsockname()[1])
+    master = None
+    if params.get("master_port"):
+        mp = int(params["master_port"])
+        try:
+            socks.append(_bind(mp))
+            master = {"port": mp, "free": True}
+        except OSError as exc:
+            master = {"port": mp, "free": False, "error": exc.strerror or str(exc),
+                      "owner": _port_owner(mp)}
+    read_fd, write_fd = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # first child: new session, fork the server, leave
+        os.close(read_fd)
+        os.setsid()
+        pid2 = os.fork()
+        if pid2 != 0:
+            os.write(write_fd, str(pid2).encode())
+            os._exit(0)
+        os.close(write_fd)
+        devnull = os.open(os.devnull, os.O_RDWR)
+        for fd in (0, 1, 2):
+            os.dup2(devnull, fd)
+        _serve(socks, token, time.monotonic() + hold)
+    os.close(write_fd)
+    os.waitpid(pid, 0)
+    child = int(os.read(read_fd, 64).decode() or 0)
+    os.close(read_fd)
+    for s in socks:
+        s.close()
+    return {"pid": child, "ports": ports, "master": master, "hold": hold}
+
+
+# -- connect -----------------------------------------------------------------------------------
+
+def _classify(exc):
+    if isinstance(exc, socket.timeout):
+        return "timed out"
+    code = getattr(exc, "errno", None)
+    if code == errno.ECONNREFUSED:
+        return "refused"
+    if code in (errno.EHOSTUNREACH, errno.ENETUNREACH):
+        return "unreachable"
+    if code == errno.ETIMEDOUT:
+        return "timed out"
+    return "error: %s" % exc
+
+
+def _connect(addr, port, timeout, token):
+    start = time.monotonic()
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    s.settimeout(timeout)
+    try:
+        s.connect((addr, port))
+        connect_ms = (time.monotonic() - start) * 1000.0
+        greeting = b""
+        try:
+            while not greeting.endswith(b"\n") and len(greeting) < 200:
+                chunk = s.recv(200)
+                if not chunk:
+                    break
+                greeting += chunk
+        except OSError:
+            pass
+        ours = greeting.strip() == GREETING + token.encode() if token else True
+        return {"status": "ok" if ours else "other listener", "ms": connect_ms}
+    except OSError as exc:
+        return {"status": _classify(exc), "ms": (time.monotonic() - start) * 1000.0}
+    finally:
+        s.close()
+
+
+def _resolve(name):
+    try:
+        return socket.getaddrinfo(name, None, socket.AF_INET, socket.SOCK_STREAM)[0][4][0], None
+    except (socket.gaierror, IndexError) as exc:
+        return None, str(exc)
+
+
+def section_connect(params):
+    token = params.get("token", "")
+    timeout = float(params.get("port_timeout", 3))
+    samples = int(params.get("samples", 5))
+    sem = threading.Semaphore(max(1, int(params.get("fanout", 32))))
+    out = {}
+    jobs = []
+    for t in params.get("targets", []):
+        addr, err = _resolve(t["name"])
+        entry = {"addr": addr, "resolve_error": err, "ports": {}, "master": None,
+                 "rtt_ms": [], "ssh": None}
+        out[t["name"]] = entry
+        if addr is None:
+            continue
+        for port in t.get("ports", []):
+            jobs.append((entry, "ports", addr, port))
+        if t.get("master_port"):
+            jobs.append((entry, "master", addr, t["master_port"]))
+
+    def one(job):
+        entry, kind, addr, port = job
+        with sem:
+            res = _connect(addr, port, timeout, token)
+        res["port"] = port
+        if kind == "ports":
+            entry["ports"][str(port)] = res
+        else:
+            entry["master"] = res
+
+    threads = [threading.Thread(target=one, args=(j,)) for j in jobs]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+
+    def rtt(name):
+        entry = out[name]
+        open_ports = [int(p) for p, r in entry["ports"].items() if r["status"] == "ok"]
+        with sem:
+            if open_ports:
+                for _ in range(samples):
+                    r = _connect(entry["addr"], open_ports[0], timeout, token)
+                    if r["status"] == "ok":
+                        entry["rtt_ms"].append(r["ms"])
+            elif entry["addr"]:
+                # one plain connect to sshd (never a burst: sshd penalizes unauthenticated churn)
+                entry["ssh"] = _connect(entry["addr"], int(params.get("ssh_port", 22)), timeout, "")
+
+    threads = [threading.Thread(target=rtt, args=(n,)) for n in out]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    return out
+
+
+# -- stop --------------------------------------------------------------------------------------
+
+def _cmdline(pid):
+    try:
+        with open("/proc/%d/cmdline" % pid, "rb") as fh:
+            return fh.read().decode("utf-8", "replace")
+    except OSError:
+        return None
+
+
+def _alive(pid):
+    try:
+        with open("/proc/%d/stat" % pid) as fh:
+            state = fh.read().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state not in ("Z", "X")
+
+
+def section_stop(params):
+    pid = int(params["pid"])
+    token = params["token"]
+    cmd = _cmdline(pid)
+    if cmd is None or not _alive(pid):
+        return {"was_running": False, "gone": True}
+    if token not in cmd:
+        return {"was_running": False, "gone": True, "note": "pid %d is no longer our listener" % pid}
+    for sig, wait in ((signal.SIGTERM, 3.0), (signal.SIGKILL, 2.0)):
+        try:
+            os.kill(pid, sig)
+        except OSError:
+            break
+        end = time.monotonic() + wait
+        while time.monotonic() < end and _alive(pid):
+            time.sleep(0.02)
+        if not _alive(pid):
+            break
+    return {"was_running": True, "gone": not _alive(pid)}
+
+
+# -- firewall ----------------------------------------------------------------------------------
+
+def section_firewall(params):
+    out = {"uid": os.getuid()}
+    for tool, argv in (("iptables", ["iptables", "-w", "5", "-S"]),
+                       ("nft", ["nft", "list", "ruleset"])):
+        if shutil.which(tool):
+            out[tool] = run(argv, timeout=10)
+    return out
+
+
+SECTIONS = {
+    "listen": section_listen,
+    "connect": section_connect,
+    "stop": section_stop,
+    "firewall": section_firewall,
+}
+
+
+def main():
+    params = json.loads(sys.argv[1]) if len(sys.argv) > 1 else {}
+    result = {}
+    for name in params.get("sections", []):
+        fn = SECTIONS.get(name)
+        if fn is None:
+            result[name] = {"error": "unknown section"}
+            continue
+        try:
+            result[name] = fn(params)
+        except Exception as exc:  # report, never crash: the launcher needs the rest
+            result[name] = {"error": "%s: %s" % (type(exc).__name__, exc)}
+    sys.stdout.write("\n" + MARK + json.dumps(result) + "\n")
+    sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()

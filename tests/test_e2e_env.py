@@ -1,0 +1,48 @@
+"""E checks end to end on the simulated cluster: the environment pdsh's shell really gets."""
+
+from __future__ import annotations
+
+from suite import run_suite
+
+EARLY_RETURN = "case $- in\n    *i*) ;;\n      *) return;;\nesac\n"
+
+
+def test_healthy_env_is_green(healthy_sim):
+    result = run_suite(healthy_sim, "-m", "env")
+    assert result.returncode == 0, result.describe()
+    assert "test_versions[node2]" in result.passed
+    assert result.properties["test_versions[node2]"]["torch"].startswith("2.")
+    assert "not an Ascend node" in result.message("test_ascend_env[node1]")
+
+
+def test_bashrc_early_return_hides_required_variable(healthy_sim):
+    for nd in healthy_sim.nodes:
+        healthy_sim.append_bashrc(nd.name, "export CT_DATA_ROOT=/data\n")
+    healthy_sim.prepend_bashrc("node3", EARLY_RETURN)
+    result = run_suite(healthy_sim, "-m", "env", "--required-env", "CT_DATA_ROOT")
+    # the stock early return hides the venv's PATH too: no deepspeed, and a python without torch
+    assert result.failed == {"test_required_env[node3]", "test_versions[node3]"}, result.describe()
+    msg = result.message("test_required_env[node3]")
+    assert "not set: CT_DATA_ROOT" in msg and "`deepspeed` is not on PATH" in msg
+    assert "below the early return for non-interactive shells on line 3" in msg
+    assert "move the exports above line 3" in msg
+    assert "torch does not import" in result.message("test_versions[node3]")
+
+
+def test_deepspeed_env_lint_and_differences_masked(healthy_sim):
+    healthy_sim.set_env_file("node1", ".deepspeed_env",
+                             "NCCL_DEBUG=INFO\nHF_TOKEN=hf_secret123\n\nNCCL_IB_DISABLE\n")
+    for nd in healthy_sim.nodes:
+        value = "eth" if nd.name != "node2" else "ens"
+        healthy_sim.append_bashrc(nd.name, f"export GLOO_SOCKET_IFNAME={value}\nexport NCCL_API_KEY=k{nd.name}\n")
+    result = run_suite(healthy_sim, "-m", "env")
+    assert result.failed == {"test_deepspeed_env[node1]", "test_env_agrees[node1]",
+                             "test_env_agrees[node2]", "test_env_agrees[node3]"}, result.describe()
+    lint = result.message("test_deepspeed_env[node1]")
+    assert ".deepspeed_env:3: an empty line" in lint and ".deepspeed_env:4: 'NCCL_IB_DISABLE' has no '='" in lint
+    agree = result.message("test_env_agrees[node2]")
+    assert "GLOO_SOCKET_IFNAME" in agree and "ens" in agree and "eth" in agree
+    assert "NCCL_API_KEY" in agree and "****" in agree
+    assert "~/.deepspeed_env: HF_TOKEN" in result.message("test_env_agrees[node1]")
+    everything = result.output + "".join(result.messages.values())
+    assert "hf_secret123" not in everything and "knode2" not in everything

@@ -1,0 +1,79 @@
+"""F checks end to end on the simulated cluster: real listeners, real firewall rules."""
+
+from __future__ import annotations
+
+import re
+
+from suite import run_suite
+
+NET = ("-m", "network")
+
+
+def _ours_left(sim) -> list[str]:
+    """Listeners other than sshd, and netprobe processes, left on any node."""
+    left = []
+    for nd in sim.nodes:
+        ss = sim.exec(nd.name, ["ss", "-Hltnp"]).stdout
+        left += [f"{nd.name}: {ln}" for ln in ss.splitlines() if ln.strip() and "sshd" not in ln]
+    ps = sim.exec(sim.nodes[0].name, ["ps", "-eo", "pid,args"]).stdout
+    left += [ln for ln in ps.splitlines() if '"listen"' in ln or '"connect"' in ln]
+    return left
+
+
+def test_healthy_network_is_green_and_leaves_nothing(healthy_sim):
+    result = run_suite(healthy_sim, *NET)
+    assert result.returncode == 0, result.describe()
+    assert "test_high_ports[node1->node3]" in result.passed
+    assert "test_master_port[node3]" in result.passed
+    assert "test_reachable[node2->node1]" in result.passed
+    assert float(result.properties["test_reachable[node2->node1]"]["rtt_ms"]) > 0
+    assert _ours_left(healthy_sim) == []
+
+
+def test_high_ports_dropped_on_node3(healthy_sim):
+    """A stateless rule dropping every high port (22 stays open) on node3: connections into node3
+    time out, and so do node3's own (the replies to its ephemeral ports are high ports too)."""
+    healthy_sim.iptables("node3", ["-A", "INPUT", "-p", "tcp", "--dport", "1024:65535", "-j", "DROP"])
+    result = run_suite(healthy_sim, *NET)
+    into = {"test_high_ports[node1->node3]", "test_high_ports[node2->node3]",
+            "test_high_ports[node3->node3]"}
+    out_of = {"test_high_ports[node3->node1]", "test_high_ports[node3->node2]",
+              "test_reachable[node3->node1]", "test_reachable[node3->node2]",
+              "test_reachable[node3->node3]", "test_master_port[node3]"}
+    assert result.failed == into | out_of | {"test_firewall_rules[node3]"}, result.describe()
+    msg = result.message("test_high_ports[node1->node3]")
+    assert "node3 drops new TCP connections on high ports from node1" in msg
+    assert re.search(r"port \d+, \d+: timed out", msg), msg
+    assert "--dport 1024:65535 -j DROP" in msg and "fix, on node3" in msg
+    assert "the fault is on node3" in result.message("test_high_ports[node3->node1]")
+    assert "ESTABLISHED,RELATED" in result.message("test_master_port[node3]")
+    assert "node1 -> node3: ports" in result.message("test_firewall_rules[node3]")
+    print(f"suite run with node3 dropping high ports: {result.seconds:.1f} s")
+    assert _ours_left(healthy_sim) == []
+
+
+def test_stateful_firewall_drops_only_inbound(healthy_sim):
+    """With replies accepted (conntrack), exactly the pairs INTO node3 are red."""
+    healthy_sim.iptables("node3", ["-A", "INPUT", "-m", "conntrack", "--ctstate",
+                                   "ESTABLISHED,RELATED", "-j", "ACCEPT"])
+    healthy_sim.iptables("node3", ["-A", "INPUT", "-p", "tcp", "--dport", "1024:65535", "-j", "REJECT"])
+    result = run_suite(healthy_sim, *NET)
+    assert result.failed == {"test_high_ports[node1->node3]", "test_high_ports[node2->node3]",
+                             "test_high_ports[node3->node3]", "test_firewall_rules[node3]"}, result.describe()
+    msg = result.message("test_high_ports[node2->node3]")
+    assert "refused" in msg and "REJECT" in msg, msg
+    assert "test_high_ports[node3->node1]" in result.passed
+    assert _ours_left(healthy_sim) == []
+
+
+def test_socket_ifname_names_a_missing_interface(healthy_sim):
+    for nd in healthy_sim.nodes:
+        healthy_sim.append_bashrc(nd.name, "export NCCL_SOCKET_IFNAME==eth0\n")
+    healthy_sim.append_bashrc("node2", "export NCCL_SOCKET_IFNAME=ib\n")
+    result = run_suite(healthy_sim, *NET)
+    assert result.failed == {"test_socket_ifname[node2]"}, result.describe()
+    msg = result.message("test_socket_ifname[node2]")
+    assert "NCCL_SOCKET_IFNAME=ib (name prefixes ib) matches no interface" in msg
+    assert "eth0" in msg and "export NCCL_SOCKET_IFNAME==eth0" in msg
+    assert "test_socket_ifname_route[node1->node2]" in result.passed
+    assert "test_socket_ifname_route[node2->node1]" in result.ids("skipped")

@@ -1,0 +1,81 @@
+"""Pure logic of the E checks: .deepspeed_env read as DeepSpeed 0.19 reads it, ~/.bashrc early
+returns, secrets masked, values compared across nodes."""
+
+from __future__ import annotations
+
+import pytest
+
+from cluster_tests import envcheck as ec
+
+
+def _deepspeed_reads(text: str) -> dict[str, str]:
+    """DeepSpeed 0.19's own loop (runner.py), to compare our reading with."""
+    out = {}
+    for var in text.splitlines(keepends=True):
+        key, val = var.split("=", maxsplit=1)
+        out[key.strip()] = val.strip()
+    return out
+
+
+def test_parse_matches_deepspeed_on_good_files():
+    text = "NCCL_DEBUG=INFO\n PYTHONPATH = /a:/b \nX=a=b"
+    assert ec.parse_deepspeed_env(text) == _deepspeed_reads(text) == {
+        "NCCL_DEBUG": "INFO", "PYTHONPATH": "/a:/b", "X": "a=b"}
+
+
+@pytest.mark.parametrize("text,line", [("A=1\n\nB=2\n", 2), ("A=1\nNCCL_IB_DISABLE\n", 2),
+                                       ("# my settings\nA=1\n", 1)])
+def test_lines_without_equals_crash_deepspeed_and_are_errors(text, line):
+    with pytest.raises(ValueError):
+        _deepspeed_reads(text)
+    findings = ec.lint_deepspeed_env(text, "~/.deepspeed_env")
+    assert [f.lineno for f in findings if f.error] == [line]
+
+
+def test_lint_traps():
+    findings = ec.lint_deepspeed_env('# x=y\nexport A=1\nB="a b"\nC=$HOME/x\n1BAD=2\n', "f")
+    by_line = {f.lineno: f for f in findings}
+    assert by_line[1].error and "comment" in by_line[1].text
+    assert not by_line[2].error and "bare name" in by_line[2].text
+    assert not by_line[3].error and "quotes" in by_line[3].text
+    assert not by_line[4].error and "expanded" in by_line[4].text
+    assert by_line[5].error and "not a valid variable name" in by_line[5].text
+    assert ec.lint_deepspeed_env("A=1\nB=2", "f") == []
+
+
+def test_secrets_masked_even_in_lint():
+    findings = ec.lint_deepspeed_env("HF_TOKEN hf_abc\n", "f")
+    assert findings and "hf_abc" not in findings[0].text and "HF_TOKEN ****" in findings[0].text
+    assert ec.shown("MY_API_KEY", "s3cr3t") == "****" and ec.shown("NCCL_DEBUG", "INFO") == "INFO"
+    assert ec.shown("X", None) == "(unset)"
+    table = {"n1": {"AWS_SECRET_ACCESS_KEY": "abc"}, "n2": {"AWS_SECRET_ACCESS_KEY": "def"}}
+    assert "abc" not in ec.side_by_side(table, ["AWS_SECRET_ACCESS_KEY"])
+
+
+STOCK_BASHRC = """# ~/.bashrc: executed by bash(1) for non-login shells.
+
+# If not running interactively, don't do anything
+case $- in
+    *i*) ;;
+      *) return;;
+esac
+export PATH=/opt/venv/bin:$PATH
+"""
+
+
+def test_early_return_and_exports():
+    assert ec.early_return_line(STOCK_BASHRC) == 6
+    assert ec.export_line(STOCK_BASHRC, "PATH") == 8
+    assert ec.early_return_line('[ -z "$PS1" ] && return\n') == 1
+    assert ec.early_return_line("[[ $- != *i* ]] && return\n") == 1
+    assert ec.early_return_line("export A=1\n") is None
+    assert ec.early_return_line(None) is None
+
+
+def test_differing_uses_majority_then_rank0():
+    table = {"n1": {"A": "1", "B": "x"}, "n2": {"A": "1", "B": "y"}, "n3": {"A": "2"}}
+    assert ec.differing(table, "n3", prefer="n1") == ["A", "B"]
+    assert ec.differing(table, "n1", prefer="n1") == []
+    assert ec.differing(table, "n2", prefer="n1") == ["B"]  # x/y/unset tie: n1's value wins
+    text = ec.side_by_side(table, ["A"], mark="n3")
+    assert "n3 <" in text and "(unset)" not in text
