@@ -78,6 +78,39 @@ def format_size(nbytes: int) -> str:
     return str(nbytes)
 
 
+BACKENDS = ("auto", "nccl", "hccl", "gloo")
+
+
+def parse_backend(text: str) -> str:
+    """Option type for ``--backend``."""
+    value = text.strip().lower()
+    if value not in BACKENDS:
+        raise ValueError(f"must be one of {', '.join(BACKENDS)}")
+    return value
+
+
+def parse_count(text: str) -> int:
+    """Option type for ``--warmup`` (0 allowed)."""
+    value = int(text)
+    if value < 0:
+        raise ValueError("must be >= 0")
+    return value
+
+
+def parse_fraction(text: str) -> float:
+    """Option type for relative tolerances and ratios: 0 < x < 1."""
+    value = float(text)
+    if not 0 < value < 1:
+        raise ValueError("must be between 0 and 1 (exclusive)")
+    return value
+
+
+def parse_sizes_option(text: str) -> str:
+    """Option type for ``--sizes``: validated, kept as text (``"64K,1M"``)."""
+    parse_sizes(text)
+    return text
+
+
 def default_sizes(backend: str = "nccl") -> list[int]:
     """Size sweep, factor 4 (nccl-tests' ``-f 4``).
 
@@ -409,16 +442,36 @@ class SlowPairs:
     slow: list[tuple[tuple[str, str], float]]  # slowest first
     suspect: str | None  # node in strictly more slow pairs than any other, if any
     counts: dict[str, int]
+    reference_GBps: float = 0.0  # what the threshold is a fraction of
+    reference: str = "median"
+
+
+def upper_median(values: Iterable[float]) -> float:
+    """Median of the better half (the middle value included when the count is odd).
+
+    One slow node among n is in n-1 of the n(n-1)/2 pairs, i.e. in 2/n of them: with 3 or 4
+    nodes the plain median is itself a slow pair and flags nothing. The better half's median is
+    a healthy pair as long as fewer than half of the nodes are slow."""
+    ordered = sorted(values)
+    return statistics.median(ordered[len(ordered) // 2:])
 
 
 def flag_slow_pairs(pair_busbw: Mapping[tuple[str, str], float],
-                    ratio: float = 0.5) -> SlowPairs:
-    """Pairs whose busbw is below ``ratio`` x the median of all pairs. A node common to most
-    slow pairs is the likely slow node; a single slow pair with no common node is a link."""
+                    ratio: float = 0.5, reference: str = "median") -> SlowPairs:
+    """Pairs whose busbw is below ``ratio`` x the reference: the median of all pairs, or with
+    ``reference="upper_median"`` the median of the better half (see :func:`upper_median`).
+    A node common to most slow pairs is the likely slow node; a single slow pair with no
+    common node is a link."""
     if not pair_busbw:
-        return SlowPairs(0.0, 0.0, [], None, {})
+        return SlowPairs(0.0, 0.0, [], None, {}, 0.0, reference)
     median = statistics.median(pair_busbw.values())
-    threshold = ratio * median
+    if reference == "median":
+        ref = median
+    elif reference == "upper_median":
+        ref = upper_median(pair_busbw.values())
+    else:
+        raise ValueError(f"unknown reference {reference!r}")
+    threshold = ratio * ref
     slow = sorted(((p, bw) for p, bw in pair_busbw.items() if bw < threshold),
                   key=lambda item: item[1])
     counts = Counter(node for (a, b), _ in slow for node in (a, b))
@@ -426,7 +479,81 @@ def flag_slow_pairs(pair_busbw: Mapping[tuple[str, str], float],
     ranked = counts.most_common(2)
     if ranked and ranked[0][1] >= 2 and (len(ranked) == 1 or ranked[0][1] > ranked[1][1]):
         suspect = ranked[0][0]
-    return SlowPairs(median, threshold, slow, suspect, dict(counts))
+    return SlowPairs(median, threshold, slow, suspect, dict(counts), ref, reference)
+
+
+def pair_id(pair: tuple[str, str]) -> str:
+    """Test id of an unordered pair: ``node1<->node2`` (hostfile order)."""
+    return f"{pair[0]}<->{pair[1]}"
+
+
+def format_pairs_table(reports: Mapping[tuple[str, str], CollectiveReport],
+                       errors: Mapping[tuple[str, str], str] | None = None,
+                       slow: SlowPairs | None = None) -> str:
+    """C2 table: one line per pair, busbw at the pair's (single) size, slow pairs marked."""
+    slow_pairs = {p for p, _ in slow.slow} if slow else set()
+    lines = ["# C2: all-reduce per node pair, 1 rank per node, largest size only; " + UNITS_LEGEND[2:],
+             f"#{'pair':>27} {'size':>12} {'time':>10} {'algbw':>8} {'busbw':>8} {'#wrong':>7}  verdict",
+             f"#{'':>27} {'(B)':>12} {'(us)':>10} {'(GB/s)':>8} {'(GB/s)':>8} {'':>7}"]
+    for pair in sorted(set(reports) | set(errors or {})):
+        rep = reports.get(pair)
+        if rep is None or not rep.rows:
+            why = (errors or {}).get(pair) or (rep.message if rep else "no result")
+            lines.append(f"{pair_id(pair):>28} {'-':>12} {'-':>10} {'-':>8} {'-':>8} {'-':>7}  "
+                         f"{rep.verdict if rep else 'error'}: {why[:100]}")
+            continue
+        row = rep.rows[-1]
+        verdict = "SLOW" if pair in slow_pairs else rep.verdict
+        lines.append(f"{pair_id(pair):>28} {row.size_bytes:12d} {row.time_us:10.2f} "
+                     f"{row.algbw_GBps:8.2f} {row.busbw_GBps:8.2f} {row.wrong:7d}  {verdict}")
+    if slow and slow.reference_GBps:
+        lines.append(f"# slow = busbw below {slow.threshold_GBps:.3f} GB/s "
+                     f"({slow.threshold_GBps / slow.reference_GBps:g} x the {slow.reference.replace('_', ' ')} "
+                     f"{slow.reference_GBps:.3f} GB/s); suspect node: {slow.suspect or 'none'}")
+    return "\n".join(lines)
+
+
+# --- thresholds (C1) -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class BusbwVerdict:
+    ok: bool
+    judged: bool  # False: no threshold given, nothing judged
+    message: str
+
+
+def judge_busbw(rows: Sequence[SizeRow], min_busbw: float | None = None,
+                baseline: Mapping | None = None, tolerance: float = 0.2) -> BusbwVerdict:
+    """busbw at the largest size against ``--min-busbw`` (GB/s) and/or a baseline document
+    (:func:`cluster_tests.collective_remote.record`'s format) minus a relative tolerance. The
+    baseline's row of the same size is used; else its largest size that this run also has."""
+    if not rows:
+        return BusbwVerdict(False, True, "no sizes measured")
+    top = rows[-1]
+    problems, notes = [], []
+    where = f"busbw {top.busbw_GBps:.3f} GB/s at {format_size(top.size_bytes)}B"
+    if min_busbw is not None:
+        (problems if top.busbw_GBps < min_busbw else notes).append(
+            f"{where} {'<' if top.busbw_GBps < min_busbw else '>='} --min-busbw {min_busbw:g} GB/s")
+    if baseline is not None:
+        base_rows = {int(r["size_bytes"]): float(r["busbw_GBps"]) for r in baseline.get("rows", [])}
+        mine = {r.size_bytes: r for r in rows}
+        common = sorted(set(base_rows) & set(mine))
+        if not common:
+            problems.append("the baseline shares no message size with this run: compare like "
+                            f"with like (--sizes {','.join(format_size(s) for s in sorted(base_rows))})")
+        else:
+            size = top.size_bytes if top.size_bytes in base_rows else common[-1]
+            now, then = mine[size].busbw_GBps, base_rows[size]
+            floor = then * (1 - tolerance)
+            text = (f"busbw {now:.3f} GB/s at {format_size(size)}B vs baseline {then:.3f} GB/s "
+                    f"({now / then - 1:+.0%}; tolerance -{tolerance:.0%}, floor {floor:.3f} GB/s)"
+                    if then > 0 else f"baseline busbw at {format_size(size)}B is 0")
+            (problems if now < floor else notes).append(text)
+    if min_busbw is None and baseline is None:
+        return BusbwVerdict(True, False, f"{where}; no --min-busbw or --busbw-baseline given")
+    return BusbwVerdict(not problems, True, "; ".join(problems or notes))
 
 
 # --- local runner ----------------------------------------------------------------------------

@@ -14,6 +14,8 @@ from typing import Any, Callable
 
 import pytest
 
+from cluster_tests import collective as _coll
+
 
 @dataclass(frozen=True)
 class Option:
@@ -101,6 +103,62 @@ OPTIONS = [
            "directory deepspeed will be started in (where it also reads .deepspeed_env; default: home)"),
     Option("--min-free-gb", "ct_min_free_gb", "cluster_min_free_gb", "CLUSTER_TESTS_MIN_FREE_GB",
            "free space the output directory needs on every node, in GB (D1)", 10.0, _positive_float),
+]
+
+# C. Collective (all-reduce through torch.distributed); parsers in cluster_tests.collective.
+OPTIONS += [
+    Option("--backend", "ct_backend", "cluster_backend", "CLUSTER_TESTS_BACKEND",
+           "torch.distributed backend of the all-reduce checks: auto (CUDA -> nccl, torch_npu -> "
+           "hccl, else gloo), nccl, hccl or gloo", "auto", _coll.parse_backend),
+    Option("--sizes", "ct_sizes", "cluster_sizes", "CLUSTER_TESTS_SIZES",
+           "all-reduce message sizes in bytes, K/M/G = 2^10/2^20/2^30 (default: 1K..256M x4 with an "
+           "accelerator, 1K..16M x4 on CPU)", None, _coll.parse_sizes_option),
+    Option("--iters", "ct_iters", "cluster_iters", "CLUSTER_TESTS_ITERS",
+           "timed all-reduce calls per size", 20, _positive_int),
+    Option("--warmup", "ct_warmup", "cluster_warmup", "CLUSTER_TESTS_WARMUP",
+           "untimed all-reduce calls per size before timing", 5, _coll.parse_count),
+    Option("--min-busbw", "ct_min_busbw", "cluster_min_busbw", "CLUSTER_TESTS_MIN_BUSBW",
+           "lowest acceptable all-reduce busbw at the largest size, GB/s (1 GB = 1e9 B)", None,
+           _positive_float),
+    Option("--busbw-baseline", "ct_busbw_baseline", "cluster_busbw_baseline",
+           "CLUSTER_TESTS_BUSBW_BASELINE",
+           "JSON of a previous run (written by --busbw-record) that busbw must keep up with"),
+    Option("--busbw-tolerance", "ct_busbw_tolerance", "cluster_busbw_tolerance",
+           "CLUSTER_TESTS_BUSBW_TOLERANCE",
+           "how far below the baseline busbw may fall, as a fraction", 0.2, _coll.parse_fraction),
+    Option("--busbw-record", "ct_busbw_record", "cluster_busbw_record", "CLUSTER_TESTS_BUSBW_RECORD",
+           "write this run's all-reduce results as JSON to this file (a future --busbw-baseline)"),
+    Option("--collective-connect-timeout", "ct_coll_connect_timeout", "cluster_collective_connect_timeout",
+           "CLUSTER_TESTS_COLLECTIVE_CONNECT_TIMEOUT",
+           "seconds for every rank to reach the rendezvous store and join", 20.0, _positive_float),
+    Option("--collective-init-timeout", "ct_coll_init_timeout", "cluster_collective_init_timeout",
+           "CLUSTER_TESTS_COLLECTIVE_INIT_TIMEOUT",
+           "seconds for communicator init (init_process_group + a first tiny all-reduce)", 30.0,
+           _positive_float),
+    Option("--collective-op-timeout", "ct_coll_op_timeout", "cluster_collective_op_timeout",
+           "CLUSTER_TESTS_COLLECTIVE_OP_TIMEOUT",
+           "seconds for the whole all-reduce size sweep", 120.0, _positive_float),
+    Option("--pair-slow-ratio", "ct_pair_slow_ratio", "cluster_pair_slow_ratio",
+           "CLUSTER_TESTS_PAIR_SLOW_RATIO",
+           "a node pair is slow below this fraction of the typical good pair's busbw (C2)", 0.5,
+           _coll.parse_fraction),
+]
+
+# T. Training smoke (T1, T2); used by cluster_tests.training_remote.
+OPTIONS += [
+    Option("--training-steps", "ct_training_steps", "cluster_training_steps",
+           "CLUSTER_TESTS_TRAINING_STEPS", "optimizer steps of the training smoke job (T1, T2)",
+           20, _positive_int),
+    Option("--training-deadline", "ct_training_deadline", "cluster_training_deadline",
+           "CLUSTER_TESTS_TRAINING_DEADLINE",
+           "seconds one training smoke job may run (each rank's watchdog; the launch gets a grace "
+           "on top for pdsh, ssh and imports)", 300.0, _positive_float),
+    Option("--zero-stage", "ct_zero_stage", "cluster_zero_stage", "CLUSTER_TESTS_ZERO_STAGE",
+           "DeepSpeed ZeRO stage of the training smoke job, 0-3", 0, int),
+    Option("--deepspeed-args", "ct_deepspeed_args", "cluster_deepspeed_args",
+           "CLUSTER_TESTS_DEEPSPEED_ARGS",
+           "extra deepspeed launcher arguments for T1/T2, one shell-quoted string, given as "
+           "--deepspeed-args='--ssh_port 2222' (not --include/--exclude: see --launch-include)", ""),
 ]
 
 # testinfra (a required dependency, itself a pytest plugin) already defines --ssh-config with the

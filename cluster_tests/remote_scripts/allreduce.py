@@ -415,7 +415,103 @@ def main(argv: list) -> int:
     return EXIT_OK if wrong == 0 else EXIT_WRONG
 
 
+# --- supervisor: one per node, started over SSH, owns that node's workers -------------------
+
+# How a script reaches a node without a file: the process reads "<length>\n<source>" on stdin and
+# runs it as __main__ (the supervisor keeps the source to hand it on to its workers the same way).
+BOOTSTRAP = ("import sys;n=int(sys.stdin.buffer.readline());s=sys.stdin.buffer.read(n);"
+             "exec(compile(s,'allreduce.py','exec'),{'__name__':'__main__','CT_SOURCE':s})")
+
+
+def _die_with_parent() -> None:
+    """Linux: SIGKILL this worker if its supervisor dies (belt and braces to the stdin watch)."""
+    try:
+        import ctypes
+        import signal
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except Exception:  # noqa: BLE001 - not Linux, or no libc: the supervisor still kills us
+        pass
+
+
+def supervise(spec: dict, source: bytes) -> int:
+    """Start one worker per entry of ``spec["workers"]`` (argv lists), relay their JSON lines,
+    and kill them all as soon as stdin reaches EOF or carries any byte: the launcher closes
+    the SSH channel (or dies: sshd then closes it) and nothing is left running on the node.
+
+    Workers get the script on their stdin too, so nothing is written to the node's disk.
+    Extra events: ``workers`` (pids), ``exit`` (rank, code; negative = signal), ``reaped``.
+    The remote ``timeout`` around this process kills its whole process group (workers
+    included: they stay in it) if everything else fails.
+    """
+    import signal
+    import subprocess
+
+    env = dict(os.environ)
+    env.update({k: str(v) for k, v in spec.get("env", {}).items()})
+    env["PYTHONUNBUFFERED"] = "1"
+    env["CT_ALLREDUCE_SUPERVISED"] = "1"
+    payload = str(len(source)).encode() + b"\n" + source
+    procs = {}  # rank -> Popen
+    stop = threading.Event()
+
+    def watch_stdin() -> None:
+        try:
+            sys.stdin.buffer.read(1)
+        except Exception:  # noqa: BLE001 - a broken stdin means the launcher is gone too
+            pass
+        stop.set()
+
+    def pump(rank: int, proc: object) -> None:
+        for raw in iter(proc.stdout.readline, b""):  # type: ignore[attr-defined]
+            with _OUT_LOCK:
+                sys.stdout.buffer.write(raw if raw.endswith(b"\n") else raw + b"\n")
+                sys.stdout.flush()
+
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    threading.Thread(target=watch_stdin, name="stdin-watch", daemon=True).start()
+    pumps = {}  # rank -> thread relaying its stdout
+    for worker in spec["workers"]:
+        rank = int(worker["rank"])
+        proc = subprocess.Popen([sys.executable, "-u", "-c", BOOTSTRAP, *worker["argv"]],
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
+        proc.stdin.write(payload)  # type: ignore[union-attr]
+        proc.stdin.close()  # type: ignore[union-attr]
+        procs[rank] = proc
+        thread = threading.Thread(target=pump, args=(rank, proc), daemon=True)
+        thread.start()
+        pumps[rank] = thread
+    emit("workers", pids={str(r): p.pid for r, p in procs.items()}, host=socket.gethostname())
+    reported = set()
+    while len(reported) < len(procs):
+        for rank, proc in procs.items():
+            if rank in reported:
+                continue
+            if stop.is_set() and proc.poll() is None:
+                proc.kill()
+            code = proc.poll()
+            if code is not None:
+                reported.add(rank)
+                pumps[rank].join(timeout=1.0)  # relay what it printed before its exit line
+                emit("exit", exit_rank=rank, code=code, killed=stop.is_set())
+        time.sleep(0.05)
+    emit("reaped", killed=stop.is_set())
+    return 0
+
+
 if __name__ == "__main__":
+    if sys.argv[1:2] == ["--supervise"]:
+        _RANK = -1
+        try:
+            code = supervise(json.loads(sys.argv[2]), globals()["CT_SOURCE"])
+        except Exception as exc:  # noqa: BLE001 - say why, on the channel the launcher reads
+            emit("error", stage="supervisor", message=f"{type(exc).__name__}: {exc}")
+            code = EXIT_ERROR
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)  # not sys.exit: the stdin watcher thread blocks interpreter shutdown
+    if os.environ.get("CT_ALLREDUCE_SUPERVISED"):
+        _die_with_parent()
     try:
         code = main(sys.argv[1:])
     except SystemExit:

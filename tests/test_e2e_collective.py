@@ -1,0 +1,226 @@
+"""C1-C3 end to end: the all-reduce checks run for real over SSH on the simulated 3-node cluster.
+
+Each fault is real (iptables in a node's namespace, a tbf qdisc on a node's eth0); each test
+asserts exactly which ids fail, the words of the messages, and that no worker is left running.
+Short sizes, few iterations and 5 s stage deadlines keep the whole file near a minute.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from suite import REPO, run_suite
+
+from cluster_tests import collective as C
+from cluster_tests import collective_remote as R
+
+FAST = ("-m", "collective", "--sizes", "64K,1M", "--iters", "5", "--warmup", "2",
+        "--collective-connect-timeout", "5", "--collective-init-timeout", "10",
+        "--collective-op-timeout", "30",
+        # the sim's pairs share 2 busy cores: healthy pairs vary 2x, a shaped link is 100x slower
+        "--pair-slow-ratio", "0.2")
+PAIRS = {"test_allreduce_pair[node1<->node2]", "test_allreduce_pair[node1<->node3]",
+         "test_allreduce_pair[node2<->node3]"}
+
+
+def worker_pids() -> list[int]:
+    """Processes of the all-reduce harness (supervisors and workers) on this machine, which is
+    every simulated node's process table too."""
+    pids = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            cmd = Path(f"/proc/{entry}/cmdline").read_bytes()
+        except OSError:
+            continue
+        if b"allreduce.py" in cmd and (b"--world-size" in cmd or b"--supervise" in cmd):
+            pids.append(int(entry))
+    return pids
+
+
+def assert_no_workers(within: float = 5.0) -> None:
+    deadline = time.monotonic() + within
+    while worker_pids() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert worker_pids() == [], "all-reduce workers left running"
+
+
+@pytest.fixture(scope="module")
+def baseline(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("busbw") / "baseline.json"
+
+
+# --- healthy: C1 passes, busbw per size in the JUnit properties, C2 every pair green ----------
+
+
+def test_healthy_cluster_reports_busbw_per_size(healthy_sim, baseline: Path) -> None:
+    result = run_suite(healthy_sim, *FAST, "--min-busbw", "0.0001",
+                       "--busbw-record", str(baseline))
+    assert result.returncode == 0, result.describe()
+    assert result.passed == {"test_allreduce", "test_allreduce_busbw", *PAIRS}
+    props = result.properties["test_allreduce"]
+    assert props["backend"] == "gloo" and props["world_size"] == "3"
+    assert props["sizes"] == "65536,1048576"
+    for size in (65536, 1048576):
+        time_us = float(props[f"time_us@{size}"])
+        algbw = float(props[f"algbw_GBps@{size}"])
+        busbw = float(props[f"busbw_GBps@{size}"])
+        assert time_us > 0 and algbw > 0
+        assert algbw == pytest.approx(size / (time_us * 1e-6) / 1e9, rel=1e-3)
+        assert busbw == pytest.approx(algbw * 2 * (3 - 1) / 3, rel=1e-3)  # nccl-tests' factor
+    assert float(result.properties["test_allreduce_pair[node1<->node3]"]["busbw_GBps"]) > 0
+    assert ">= --min-busbw 0.0001 GB/s" in result.properties["test_allreduce_busbw"]["busbw_verdict"]
+    # the terminal summary carries both tables, with units and what was timed
+    assert "all-reduce bandwidth (C1/C2)" in result.output
+    assert "# timed: avg time per op of 5 back-to-back in-place all_reduce calls" in result.output
+    assert re.search(r"^\s+1048576\s+262144\s+float32\s+sum\s", result.output, re.M)
+    assert re.search(r"node1<->node2\s+1048576\s", result.output)
+    record = json.loads(baseline.read_text())
+    assert record["world_size"] == 3 and [r["size_bytes"] for r in record["rows"]] == [65536, 1048576]
+    assert_no_workers()
+
+
+# --- C3: high ports dropped on node3 turns red within the connect deadline, naming node3 ------
+
+
+def test_high_ports_dropped_on_one_node(healthy_sim) -> None:
+    healthy_sim.iptables("node3", ["-A", "INPUT", "-p", "tcp", "--dport", "1024:65535",
+                                   "-j", "DROP"])
+    result = run_suite(healthy_sim, *FAST)
+    assert result.failed == {"test_allreduce", "test_allreduce_pair[node1<->node3]",
+                             "test_allreduce_pair[node2<->node3]"}, result.describe()
+    assert result.passed == {"test_allreduce_pair[node1<->node2]"}
+    assert "test_allreduce_busbw" in result.ids("skipped")
+    msg = result.message("test_allreduce")
+    assert re.search(r"rank 2 \(node3 local 0\) never joined the rendezvous at "
+                     r"10\.\d+\.\d+\.1:29500 within 5 s", msg), msg
+    assert "rank 2 (node3 local 0) [connect]: cannot reach the rendezvous store" in msg
+    assert "run `pytest -m network`" in msg
+    assert "fix: let node3 reach node1" in msg and "iptables -S INPUT" in msg
+    for pair in ("node1<->node3", "node2<->node3"):
+        text = result.message(f"test_allreduce_pair[{pair}]")
+        assert "(node3 local 0)" in text and "never joined the rendezvous" in text, text
+        assert "node3 is in 2 of 2 failing pairs: suspect node3" in text, text
+    # every stage deadline is 5-30 s: a hang would take minutes; this took one deadline per run
+    assert result.seconds < 45, result.describe()
+    assert_no_workers()
+
+
+# --- C2: a rate-limited node is named by its pairs; busbw below threshold and baseline --------
+
+
+def test_rate_limited_node_named_by_its_pairs(healthy_sim, baseline: Path) -> None:
+    if not baseline.exists():
+        pytest.skip("needs the healthy run's --busbw-record")
+    healthy_sim.tc("node2", ["qdisc", "add", "dev", "eth0", "root", "tbf", "rate", "20mbit",
+                             "burst", "32kbit", "latency", "50ms"])
+    result = run_suite(healthy_sim, *FAST, "--min-busbw", "0.05",
+                       "--busbw-baseline", str(baseline))
+    assert result.failed == {"test_allreduce_busbw", "test_allreduce_pair[node1<->node2]",
+                             "test_allreduce_pair[node2<->node3]"}, result.describe()
+    assert result.passed == {"test_allreduce", "test_allreduce_pair[node1<->node3]"}
+    for pair in ("node1<->node2", "node2<->node3"):
+        text = result.message(f"test_allreduce_pair[{pair}]")
+        assert re.search(rf"{pair}: busbw 0\.\d+ GB/s at 1MB, below 0\.\d+ GB/s = 0\.2 x the "
+                         r"typical good pair", text), text
+        assert "node2 is in 2 of 2 slow pairs: suspect node2" in text, text
+        assert "tc qdisc show" in text
+    msg = result.message("test_allreduce_busbw")
+    assert re.search(r"busbw 0\.\d+ GB/s at 1MB < --min-busbw 0\.05 GB/s", msg), msg
+    assert re.search(r"vs baseline \d+\.\d+ GB/s \(-\d+%; tolerance -20%", msg), msg
+    assert_no_workers()
+
+
+# --- C3: pytest killed mid-run leaves nothing behind on the nodes -----------------------------
+
+
+def test_killed_pytest_leaves_no_workers(healthy_sim, tmp_path: Path) -> None:
+    argv = [sys.executable, "-m", "pytest", "--hostfile", str(healthy_sim.hostfile),
+            "--ssh-config", str(healthy_sim.ssh_config), "-p", "no:cacheprovider", "-q",
+            f"--junitxml={tmp_path / 'j.xml'}", *FAST, "-k", "test_allreduce and not pair",
+            "--iters", "100000", "--collective-op-timeout", "300"]
+    proc = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 30
+        while len(worker_pids()) < 6 and time.monotonic() < deadline:  # 3 supervisors + 3 ranks
+            time.sleep(0.1)
+        assert len(worker_pids()) >= 6, "the workers never started"
+        time.sleep(1.0)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)  # no finally, no atexit: only the channels close
+        proc.wait(timeout=10)
+    assert_no_workers(within=10.0)
+
+
+# --- pure pieces -------------------------------------------------------------------------------
+
+
+def test_bootstrap_is_the_workers() -> None:
+    tree = ast.parse((REPO / "cluster_tests" / "remote_scripts" / "allreduce.py").read_text())
+    (value,) = [ast.literal_eval(node.value) for node in tree.body
+                if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", "") == "BOOTSTRAP"]
+    assert value == R.BOOTSTRAP
+
+
+def test_upper_median_finds_the_slow_node_among_three() -> None:
+    three = {("node1", "node2"): 0.002, ("node1", "node3"): 0.5, ("node2", "node3"): 0.002}
+    assert C.flag_slow_pairs(three, ratio=0.5).slow == []  # the plain median is a slow pair
+    flagged = C.flag_slow_pairs(three, ratio=0.5, reference="upper_median")
+    assert {p for p, _ in flagged.slow} == {("node1", "node2"), ("node2", "node3")}
+    assert flagged.suspect == "node2"
+    assert flagged.reference_GBps == pytest.approx((0.002 + 0.5) / 2)
+    healthy = {("a", "b"): 0.4, ("a", "c"): 0.6, ("b", "c"): 0.3}
+    assert C.flag_slow_pairs(healthy, ratio=0.2, reference="upper_median").slow == []
+
+
+def _rows(*busbw: float) -> list[C.SizeRow]:
+    return [C.SizeRow(1 << (10 + 10 * i), 1, "float32", 1.0, bw * 0.75, bw, 0, 2)
+            for i, bw in enumerate(busbw)]
+
+
+def test_judge_busbw_against_threshold_and_baseline() -> None:
+    rows = _rows(1.0, 10.0)  # 1K, 1M
+    assert not C.judge_busbw(rows).judged
+    assert C.judge_busbw(rows, min_busbw=9.0).ok
+    bad = C.judge_busbw(rows, min_busbw=11.0)
+    assert not bad.ok and bad.message == "busbw 10.000 GB/s at 1MB < --min-busbw 11 GB/s"
+    base = {"rows": [{"size_bytes": 1 << 20, "busbw_GBps": 12.0}]}
+    assert C.judge_busbw(rows, baseline=base, tolerance=0.2).ok  # floor 9.6
+    worse = C.judge_busbw(rows, baseline=base, tolerance=0.1)  # floor 10.8
+    assert not worse.ok and "vs baseline 12.000 GB/s (-17%; tolerance -10%, floor 10.800" \
+        in worse.message
+    other = C.judge_busbw(rows, baseline={"rows": [{"size_bytes": 7, "busbw_GBps": 1.0}]})
+    assert not other.ok and "shares no message size" in other.message
+
+
+def test_network_hint_uses_the_port_matrix_when_the_session_has_one() -> None:
+    from concurrent.futures import Future
+
+    class Matrix:
+        results = {"node1": {"node3": {"ports": {"40001": {"status": "timed out"},
+                                                 "40002": {"status": "ok"}}}},
+                   "node2": {"node1": {"ports": {"40003": {"status": "ok"}}}}}
+
+    class FakeCluster:
+        _memo: dict = {}
+
+    cluster = FakeCluster()
+    assert "run `pytest -m network`" in R.network_hint(cluster, ["node3"])  # type: ignore[arg-type]
+    fut: Future = Future()
+    fut.set_result(Matrix())
+    cluster._memo[("netcheck", "port_matrix")] = fut
+    assert R.network_hint(cluster, ["node3"]) == (  # type: ignore[arg-type]
+        "the network checks (F) of this session found closed ports: node1->node3 port 40001: "
+        "timed out")
