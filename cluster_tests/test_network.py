@@ -185,7 +185,10 @@ def test_firewall_rules(cluster: Cluster, node: str, record_property) -> None:
     """F4: DROP/REJECT rules in INPUT are reported; red only when the port matrix shows they
     drop what the launch needs (a high port or the master port from another node)."""
     cluster.require(node)
-    fw = cluster.probe(node, "firewall", script=nc.SCRIPT)
+    try:
+        fw = cluster.probe(node, "firewall", script=nc.SCRIPT)
+    except ProbeError as exc:
+        pytest.fail(str(exc), pytrace=False)
     rules = _drop_rules(cluster, node)
     if rules is None:
         errs = "; ".join(f"{t}: {(fw[t]['err'] or '').strip()[:150]}" for t in ("iptables", "nft") if t in fw)
