@@ -78,8 +78,11 @@ def single_node_argv(
     slots: int,
     master_port: int,
     extra: Sequence[str] = (),
+    launcher_args: Sequence[str] = (),
 ) -> list[str]:
     """The command line that runs the job on this node alone, on ``slots`` local ranks.
+
+    ``launcher_args`` go to the launcher (before the script), ``extra`` to the job.
 
     ``python_or_deepspeed`` is either the ``deepspeed`` launcher script or a Python interpreter
     (then ``python -u -m deepspeed.launcher.runner`` is used: same launcher, useful when the
@@ -87,18 +90,14 @@ def single_node_argv(
     """
     if slots < 1:
         raise ValueError(f"slots must be >= 1, got {slots}")
-    base = Path(python_or_deepspeed).name
-    if re.fullmatch(r"python(\d+(\.\d+)*)?", base):
-        launcher = [str(python_or_deepspeed), "-u", "-m", "deepspeed.launcher.runner"]
-    else:
-        launcher = [str(python_or_deepspeed)]
-    return launcher + [
+    return _launcher(python_or_deepspeed) + [
         "--hostfile",
         NO_HOSTFILE,
         "--num_gpus",
         str(slots),
         "--master_port",
         str(master_port),
+        *launcher_args,
         str(script),
         *extra,
     ]
@@ -113,12 +112,17 @@ def multi_node_argv(
     include: str | None = None,
     exclude: str | None = None,
     extra: Sequence[str] = (),
+    launcher_args: Sequence[str] = (),
 ) -> list[str]:
-    """``deepspeed --hostfile H --master_addr A --master_port P [--include ..] [--exclude ..]``."""
+    """``deepspeed --hostfile H --master_addr A --master_port P [--include ..] [--exclude ..]``.
+
+    ``deepspeed`` may also be a Python interpreter (``python -u -m deepspeed.launcher.runner``,
+    as in :func:`single_node_argv`). ``launcher_args`` go to the launcher, ``extra`` to the job.
+    """
     if include and exclude:
         raise ValueError("--include and --exclude are mutually exclusive in DeepSpeed")
     argv = [
-        str(deepspeed),
+        *_launcher(deepspeed),
         "--hostfile",
         str(hostfile),
         "--master_addr",
@@ -130,7 +134,13 @@ def multi_node_argv(
         argv += ["--include", include]
     if exclude:
         argv += ["--exclude", exclude]
-    return argv + [str(script), *extra]
+    return argv + [*launcher_args, str(script), *extra]
+
+
+def _launcher(python_or_deepspeed: str) -> list[str]:
+    if re.fullmatch(r"python(\d+(\.\d+)*)?", Path(python_or_deepspeed).name):
+        return [str(python_or_deepspeed), "-u", "-m", "deepspeed.launcher.runner"]
+    return [str(python_or_deepspeed)]
 
 
 def find_deepspeed() -> str:
@@ -528,6 +538,17 @@ _RULES: list[_Rule] = [
         "pick a free --master_port or stop the process that holds it (ss -ltnp)",
     ),
     _Rule(
+        "master-unreachable",
+        _r(
+            r"trying to connect to \((?P<m>[^,()\s]+), (?P<p>\d+)\)|"
+            r"failed to connect/validate to host (?P<m2>[^\s:]+):(?P<p2>\d+)"
+        ),
+        "this node cannot connect to the rendezvous master",
+        "from this node: nc -vz -w 3 <master> <port>; check the firewall of this node (it must "
+        "accept replies on high ports, e.g. -m conntrack --ctstate ESTABLISHED,RELATED -j ACCEPT) "
+        "and of the master (it must accept the port), and that the master name resolves here",
+    ),
+    _Rule(
         "rendezvous-timeout",
         _r(
             r"Timed out after \d+ seconds waiting for clients|DistStoreError|"
@@ -607,6 +628,42 @@ _RULES: list[_Rule] = [
 
 _MAX_EVIDENCE = 4
 
+#: Diagnoses that are usually the consequence of a root cause found elsewhere in the same log
+#: (ranks waiting for a node whose launch failed, a rank's own error after a peer died...).
+CONSEQUENCE_KINDS = frozenset(
+    {
+        "rank-not-started",
+        "rank-not-done",
+        "rendezvous-timeout",
+        "dist-refused",
+        "deadline",
+        "launch-timeout",
+        "job-error",
+        "ssh-exit",
+        "hostfile-missing",
+    }
+)
+
+
+def root_causes(diags: Sequence[Diagnosis]) -> tuple[list[Diagnosis], list[Diagnosis]]:
+    """Split diagnoses into (root causes, consequences).
+
+    With no root cause, everything is returned as root (then the rank's own errors are the
+    best there is). ``ssh-exit`` with code 255 (ssh itself failed) counts as a root cause when
+    nothing else names an ssh failure on that node.
+    """
+    ssh_nodes = {d.node for d in diags if d.kind.startswith("ssh-") and d.kind != "ssh-exit"}
+    roots: list[Diagnosis] = []
+    rest: list[Diagnosis] = []
+    for d in diags:
+        is_root = d.kind not in CONSEQUENCE_KINDS or (
+            d.kind == "ssh-exit" and "exit code 255" in d.cause and d.node not in ssh_nodes
+        )
+        (roots if is_root else rest).append(d)
+    if not roots:
+        return list(diags), []
+    return roots, rest
+
 
 def diagnose(
     text: str,
@@ -653,14 +710,27 @@ def diagnose(
             if node is None and rule.host_group:
                 gd = m.groupdict()
                 node = gd.get(rule.host_group) or gd.get(rule.host_group + "2")
-            if node is None:
+            if node is None and rule.kind != "master-unreachable":
+                # (that line names the master, not the node that failed to reach it)
                 node = _host_in_line(line, known)
             if rule.kind == "hostfile-missing" and len(known) < 2:
                 continue  # single-node runs pass a missing hostfile on purpose
-            cause = rule.cause
+            cause, hint = rule.cause, rule.hint
             if rule.kind == "ssh-exit":
-                cause = f"{cause} (exit code {m.group('code')})"
-            add(rule.kind, node, cause, rule.hint, line.strip())
+                code = m.group("code")
+                if code == "255":
+                    cause = f"{cause} (exit code 255)"
+                else:
+                    cause = (
+                        f"the launch on this node exited with code {code} (its ranks failed: "
+                        "see their errors)"
+                    )
+            elif rule.kind == "master-unreachable":
+                master = m.group("m") or m.group("m2")
+                port = m.group("p") or m.group("p2")
+                cause = f"{cause} {master}:{port} (timed out or refused)"
+                hint = _master_hint(master, port, node)
+            add(rule.kind, node, cause, hint, line.strip())
 
     # Events of the job itself.
     res = parse_output(text, expected_ranks=expected_ranks)
@@ -712,6 +782,22 @@ def diagnose(
                     f"no start event from ranks {rs}",
                 )
     return [found[k] for k in order]
+
+
+def _master_hint(master: str, port: str, node: str | None) -> str:
+    where = f"on {node}" if node else "on that node"
+    if master in ("127.0.0.1", "localhost", "::1"):
+        return (
+            f"{where}, the firewall drops connections to the node's own loopback "
+            f"({master}:{port}): accept loopback before any DROP rule: "
+            "iptables -I INPUT -i lo -j ACCEPT"
+        )
+    return (
+        f"{where}: nc -vz -w 3 {master} {port}; its firewall must accept the "
+        "replies on high ports (iptables -I INPUT -m conntrack --ctstate ESTABLISHED,RELATED "
+        f"-j ACCEPT) and {master}'s must accept tcp/{port} and high ports from the nodes; "
+        f"{master} must resolve here to the address it listens on"
+    )
 
 
 def _host_in_line(line: str, known: set[str]) -> str | None:

@@ -112,6 +112,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         action="store_true",
         help="CPU only: let DeepSpeed JIT-build its shm comm op (not needed to train)",
     )
+    p.add_argument(
+        "--run-id",
+        default="",
+        help="an id of this launch, only reported back; it also lets the launching side find "
+        "(and kill) exactly the processes of this run with pkill -f",
+    )
     # The deepspeed launcher passes --local_rank=N unless --no_local_rank is given.
     p.add_argument("--local_rank", "--local-rank", type=int, default=None, help=argparse.SUPPRESS)
     return p.parse_args(argv)
@@ -188,6 +194,7 @@ def main(argv: list[str] | None = None) -> int:
         python=sys.version.split()[0],
         pid=os.getpid(),
         init_s=round(time.monotonic() - t0, 3),
+        run_id=args.run_id,
     )
 
     # Same initial weights on every rank (DeepSpeed broadcasts rank 0's anyway).

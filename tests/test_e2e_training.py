@@ -1,0 +1,152 @@
+"""T1/T2 end to end on the simulated cluster (3 nodes, slots=1, CPU, gloo): green when healthy;
+each injected fault reds exactly the right test with the node and the cause; nothing of ours is
+left running on any node afterwards, Ctrl-C included.
+
+Run: .venv/bin/python -m pytest tests/test_e2e_training.py -p no:cacheprovider -q
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+from suite import REPO, run_suite
+
+pytest.importorskip("deepspeed")
+
+DEADLINE = 30
+ARGS = ("-m", "training", "--training-steps", "10", "--training-deadline", str(DEADLINE))
+T1 = {f"test_train_single_node[node{i}]" for i in (1, 2, 3)}
+T2 = "test_train_multi_node"
+# The launcher is killed at deadline + grace (max(20 s, deadline/4)).
+LIMIT = DEADLINE + 20
+
+
+def _ours_left(sim) -> list[str]:
+    """train_smoke processes (and launchers of it) running inside this sim's nodes; processes of
+    other sims and local runs on the same machine (one process table) are not ours."""
+    left = []
+    for nd in sim.nodes:
+        out = sim.exec(nd.name, ["pgrep", "-af", "train_smoke"]).stdout
+        mine = sim.node(nd.name).pid
+        want = os.stat(f"/proc/{mine}/ns/net").st_ino
+        for line in out.splitlines():
+            pid = line.split()[0]
+            try:
+                if os.stat(f"/proc/{pid}/ns/net").st_ino == want:
+                    left.append(f"{nd.name}: {line}")
+            except OSError:
+                continue
+    return left
+
+
+def _no_leftovers(sim, wait: float = 5.0) -> None:
+    end = time.monotonic() + wait
+    left = _ours_left(sim)
+    while left and time.monotonic() < end:
+        time.sleep(0.5)
+        left = _ours_left(sim)
+    assert not left, left
+
+
+def test_healthy_cluster_trains(healthy_sim):
+    # DS_ACCELERATOR where pytest runs is passed on to every rank (T2: .deepspeed_env).
+    result = run_suite(healthy_sim, *ARGS, env={"DS_ACCELERATOR": "cpu"})
+    assert result.returncode == 0, result.describe()
+    assert result.passed == T1 | {T2}, result.describe()
+    props = result.properties[T2]
+    assert props["ranks"] == "3" and props["rank0"] == "node1"
+    assert {"loss_rank0", "loss_rank1", "loss_rank2"} <= set(props)
+    print(f"pytest -m training on the healthy sim: {result.seconds:.1f} s "
+          f"(T2 {props['seconds']} s)")
+    _no_leftovers(healthy_sim)
+
+
+def test_broken_trust_fails_t2_fast_naming_the_pair(healthy_sim):
+    healthy_sim.remove_authorized_key("node3", from_node="node1")
+    result = run_suite(healthy_sim, *ARGS)
+    assert result.failed == {T2}, result.describe()
+    assert result.passed == T1
+    msg = result.message(T2)
+    assert "node1 -> node3" in msg and "Permission denied (publickey)" in msg, msg
+    assert "test_ssh_trust[node1->node3]" in msg
+    assert "stopped after" in msg
+    # no waiting for the rendezvous to time out (PITFALLS 8)
+    assert float(result.properties[T2]["seconds"]) < 15, msg
+    _no_leftovers(healthy_sim)
+
+
+def test_firewall_dropping_high_ports_fails_t1_on_loopback(healthy_sim):
+    # The rule has no -i: it also drops the node's own loopback rendezvous, so T1 already fails.
+    healthy_sim.iptables("node3", ["-A", "INPUT", "-p", "tcp", "--dport", "1024:65535", "-j", "DROP"])
+    result = run_suite(healthy_sim, *ARGS)
+    assert result.failed == {"test_train_single_node[node3]"}, result.describe()
+    msg = result.message("test_train_single_node[node3]")
+    assert "node3: this node cannot connect to the rendezvous master 127.0.0.1:29500" in msg, msg
+    assert "iptables -I INPUT -i lo -j ACCEPT" in msg
+    assert result.outcomes[T2] == "skipped"
+    assert "T1 failed on node3" in result.message(T2)
+    _no_leftovers(healthy_sim)
+
+
+def test_firewall_on_the_network_fails_t2_within_deadline_naming_the_node(healthy_sim):
+    healthy_sim.iptables(
+        "node3", ["-A", "INPUT", "-i", "eth0", "-p", "tcp", "--dport", "1024:65535", "-j", "DROP"]
+    )
+    result = run_suite(healthy_sim, *ARGS)
+    assert result.failed == {T2}, result.describe()
+    assert result.passed == T1
+    msg = result.message(T2)
+    assert "node3: this node cannot connect to the rendezvous master node1:29500" in msg, msg
+    assert "nc -vz -w 3 node1 29500" in msg
+    assert float(result.properties[T2]["seconds"]) < LIMIT, msg
+    _no_leftovers(healthy_sim)
+
+
+def test_missing_module_fails_t1_of_that_node_and_skips_t2(healthy_sim):
+    healthy_sim.append_bashrc("node2", "export PATH=/usr/bin:/bin\n")
+    result = run_suite(healthy_sim, *ARGS)
+    assert result.failed == {"test_train_single_node[node2]"}, result.describe()
+    msg = result.message("test_train_single_node[node2]")
+    assert "node2: deepspeed is not importable" in msg, msg
+    assert "python=/usr/bin/python3" in msg and "No module named 'deepspeed'" in msg
+    assert result.outcomes[T2] == "skipped"
+    skip = result.message(T2)
+    assert "node2" in skip and "deepspeed is not importable" in skip, skip
+    _no_leftovers(healthy_sim)
+
+
+def test_not_training_deselects(healthy_sim):
+    result = run_suite(healthy_sim, "-m", "not training", "-k", "train")
+    assert not result.outcomes, result.describe()
+
+
+def test_ctrl_c_leaves_nothing_running(healthy_sim, tmp_path):
+    argv = [
+        sys.executable, "-m", "pytest", "--hostfile", str(healthy_sim.hostfile),
+        "--ssh-config", str(healthy_sim.ssh_config), "-p", "no:cacheprovider",
+        f"--junitxml={tmp_path / 'junit.xml'}", "-q",
+        "-m", "training", "--training-steps", "100000", "--training-deadline", "300",
+    ]
+    env = {k: v for k, v in os.environ.items() if k != "PYTEST_ADDOPTS"}
+    proc = subprocess.Popen(argv, cwd=REPO, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    try:
+        end = time.monotonic() + 90
+        while time.monotonic() < end and not any("train_smoke.py" in ln and "-u /" in ln
+                                                 for ln in _ours_left(healthy_sim)):
+            time.sleep(0.5)
+        assert _ours_left(healthy_sim), "the ranks never started"
+        time.sleep(1)
+        proc.send_signal(signal.SIGINT)
+        out, _ = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert "KeyboardInterrupt" in out or "Interrupted" in out, out[-2000:]
+    _no_leftovers(healthy_sim)
