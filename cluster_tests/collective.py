@@ -4,8 +4,9 @@ The worker (``remote_scripts/allreduce.py``) runs one process per rank and print
 lines; this module turns those lines into a :class:`CollectiveReport` with an nccl-tests-like
 table and a verdict that names the ranks (and their host and local rank) that never joined,
 hung, or failed. :func:`run_local` runs the workers as local subprocesses (gloo on 127.0.0.1),
-which is what this project's own tests use; the SSH orchestration builds on :func:`worker_argv`
-and :func:`collect`.
+which is what this project's own tests use; the SSH orchestration
+(:mod:`cluster_tests.collective_remote`) builds on :func:`worker_argv` and :func:`collect`.
+Option parsers, the C2 pair table and the busbw threshold/baseline verdict live here too.
 
 Units: sizes in bytes, times in microseconds, bandwidths in GB/s with 1 GB = 1e9 bytes.
 """

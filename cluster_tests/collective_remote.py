@@ -136,8 +136,10 @@ class _NodeChannel:
         if self.exit_status is None and self.chan.exit_status_ready():
             self.exit_status = self.chan.recv_exit_status()
         self.chan.close()
-        # a supervisor that ended on its own reaped its workers first (or timeout killed all)
-        return self.reaped.is_set()
+        # A supervisor that ended on its own said "reaped" first; one that never started a
+        # worker has nothing to reap; one that `timeout` killed took its process group along.
+        return (self.reaped.is_set() or (self.ended.is_set() and not self.pids)
+                or self.exit_status in (124, 137))
 
 
 # --- one run ---------------------------------------------------------------------------------
@@ -158,6 +160,7 @@ class RemoteRun:
     channel_exit: dict[str, int | None] = field(default_factory=dict)
     unconfirmed: dict[str, dict[int, int]] = field(default_factory=dict)  # node -> rank -> pid
     start_errors: dict[str, str] = field(default_factory=dict)
+    python: str = "python3"
 
     @property
     def where(self) -> str:
@@ -190,7 +193,8 @@ def run_allreduce(cluster: Cluster, ranks: Sequence[C.Rank], *, master_addr: str
     events: dict[int, list[dict]] = {r.rank: [] for r in ranks}
     exit_codes: dict[int, int | None] = {}
     run = RemoteRun(report=C.CollectiveReport(world, list(ranks)), nodes=list(by_node),
-                    master=ranks[0].host, master_addr=master_addr, port=port, options=options)
+                    master=ranks[0].host, master_addr=master_addr, port=port, options=options,
+                    python=cluster.settings.remote_python)
     try:
         for node, node_ranks in by_node.items():
             spec = {"env": dict(env or {}), "workers": [
@@ -281,7 +285,7 @@ def master_address(cluster: Cluster, master: str, viewers: Sequence[str]) -> str
             continue
         try:
             addrs = cluster.probe(viewer, "base")["resolve"].get(master, {}).get("addrs") or []
-        except Exception:  # noqa: BLE001 - try the next viewer
+        except Exception:  # noqa: BLE001, S112 - try the next viewer
             continue
         if addrs:
             return str(addrs[0])
@@ -396,6 +400,10 @@ def _fix(run: RemoteRun, nodes: Sequence[str]) -> str:
                 f"ephemeral high ports, on the interface the hostname resolves to: open high "
                 f"ports both ways on {who}, or set GLOO_SOCKET_IFNAME/NCCL_SOCKET_IFNAME to the "
                 f"cluster interface")
+    if any(run.channel_exit.get(n) == 127 for n in nodes):
+        return (f"the remote Python '{run.python}' was not found on "
+                f"{who} by a non-interactive ssh shell: pass --remote-python /path/to/python, or "
+                f"put it on PATH in ~/.bashrc above any early 'return'")
     if rep.verdict == "hang":
         return f"a rank on {who} stalled mid-transfer: run `-k test_allreduce_pair` to find the slow node or link"
     return f"read the rank errors above; on {who}: {run.options.backend} backend, torch install"
@@ -432,9 +440,8 @@ def explain(cluster: Cluster, run: RemoteRun, what: str) -> str:
 
 def leftovers(run: RemoteRun) -> str:
     """'' when every node confirmed its workers are gone, else what to kill where."""
-    parts = [f"{node}: kill {' '.join(map(str, pids.values())) or '(pids unknown)'}"
-             for node, pids in run.unconfirmed.items() if pids or node in run.channel_exit]
-    return "; ".join(parts)
+    return "; ".join(f"{node}: kill {' '.join(map(str, pids.values())) or '(pids unknown)'}"
+                     for node, pids in run.unconfirmed.items())
 
 
 # --- baselines and the summary ---------------------------------------------------------------

@@ -16,9 +16,9 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
-
 from suite import REPO, run_suite
 
 from cluster_tests import collective as C
@@ -84,7 +84,7 @@ def test_healthy_cluster_reports_busbw_per_size(healthy_sim, baseline: Path) -> 
     # the terminal summary carries both tables, with units and what was timed
     assert "all-reduce bandwidth (C1/C2)" in result.output
     assert "# timed: avg time per op of 5 back-to-back in-place all_reduce calls" in result.output
-    assert re.search(r"^\s+1048576\s+262144\s+float32\s+sum\s", result.output, re.M)
+    assert re.search(r"^\s+1048576\s+262144\s+float32\s+sum\s", result.output, re.MULTILINE)
     assert re.search(r"node1<->node2\s+1048576\s", result.output)
     record = json.loads(baseline.read_text())
     assert record["world_size"] == 3 and [r["size_bytes"] for r in record["rows"]] == [65536, 1048576]
@@ -209,12 +209,12 @@ def test_network_hint_uses_the_port_matrix_when_the_session_has_one() -> None:
     from concurrent.futures import Future
 
     class Matrix:
-        results = {"node1": {"node3": {"ports": {"40001": {"status": "timed out"},
+        results: ClassVar[dict] = {"node1": {"node3": {"ports": {"40001": {"status": "timed out"},
                                                  "40002": {"status": "ok"}}}},
                    "node2": {"node1": {"ports": {"40003": {"status": "ok"}}}}}
 
     class FakeCluster:
-        _memo: dict = {}
+        _memo: ClassVar[dict] = {}
 
     cluster = FakeCluster()
     assert "run `pytest -m network`" in R.network_hint(cluster, ["node3"])  # type: ignore[arg-type]

@@ -430,7 +430,7 @@ def _die_with_parent() -> None:
         import signal
 
         ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except Exception:  # noqa: BLE001 - not Linux, or no libc: the supervisor still kills us
+    except Exception:  # noqa: BLE001, S110 - not Linux, or no libc: the supervisor still kills us
         pass
 
 
@@ -458,7 +458,7 @@ def supervise(spec: dict, source: bytes) -> int:
     def watch_stdin() -> None:
         try:
             sys.stdin.buffer.read(1)
-        except Exception:  # noqa: BLE001 - a broken stdin means the launcher is gone too
+        except Exception:  # noqa: BLE001, S110 - a broken stdin means the launcher is gone too
             pass
         stop.set()
 
