@@ -743,7 +743,8 @@ def diagnose(
                     node,
                     f"the job's deadline was exceeded there (rank {r} in phase {e.get('phase')})",
                     "a rank that stops in dist-init waits for ranks that never joined (see "
-                    "other diagnoses); otherwise raise --deadline if the node is just slow",
+                    "other diagnoses); otherwise raise the deadline (the job's --deadline, the "
+                    "suite's --training-deadline) if the node is just slow",
                     _event_line(e),
                 )
             else:

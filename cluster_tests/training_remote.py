@@ -291,6 +291,11 @@ def _safe(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]", "_", name)
 
 
+def _ere(text: str) -> str:
+    """``text`` as a POSIX extended regex (for pkill -f) matching itself literally."""
+    return re.sub(r"[^A-Za-z0-9_/-]", lambda m: "\\" + m.group(), text)
+
+
 # --------------------------------------------------------------------------- the session
 
 
@@ -329,9 +334,9 @@ class TrainingRuns:
         """(pkill -f regex, rm glob) of one run, or of every run of this session."""
         if label is None:
             base = f"{RUN_PREFIX}{self.session_id}-"
-            return re.escape(base), f"{SCRATCH}/{base}*"
+            return _ere(base), f"{SCRATCH}/{base}*"
         d = self.run_dir(label)
-        return re.escape(d.rsplit("/", 1)[1] + "/"), d
+        return _ere(d.rsplit("/", 1)[1] + "/"), d
 
     # -- T1 -------------------------------------------------------------------------------
     def prefetch_single_nodes(self, nodes: Iterable[str]) -> None:

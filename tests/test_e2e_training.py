@@ -12,9 +12,13 @@ import signal
 import subprocess
 import sys
 import time
+from types import SimpleNamespace
 
 import pytest
 from suite import REPO, run_suite
+
+from cluster_tests import training as tr
+from cluster_tests import training_remote as trr
 
 pytest.importorskip("deepspeed")
 
@@ -24,6 +28,76 @@ T1 = {f"test_train_single_node[node{i}]" for i in (1, 2, 3)}
 T2 = "test_train_multi_node"
 # The launcher is killed at deadline + grace (max(20 s, deadline/4)).
 LIMIT = DEADLINE + 20
+
+
+# --------------------------------------------------------------------------- pure parts
+
+
+def _settings(**values):
+    base = {"ct_zero_stage": 0, "ct_deepspeed_args": "", "ct_training_steps": 10,
+            "ct_training_deadline": 30.0}
+    base.update(values)
+    return SimpleNamespace(value=base.__getitem__, include="", exclude="", master_port=29500,
+                           master_addr=None, remote_python="python3")
+
+
+def test_config_checks_its_options():
+    cfg = trr.config_from_settings(_settings(ct_deepspeed_args="--ssh_port 2222"), environ={})
+    assert cfg.launcher_args == ("--ssh_port", "2222") and cfg.forward_env == ()
+    assert cfg.dist_timeout == 15 and cfg.limit == 50
+    with pytest.raises(trr.ConfigError, match="--zero-stage must be 0, 1, 2 or 3"):
+        trr.config_from_settings(_settings(ct_zero_stage="4"), environ={})
+    with pytest.raises(trr.ConfigError, match="must not set --include"):
+        trr.config_from_settings(_settings(ct_deepspeed_args="--include=node1"), environ={})
+    with pytest.raises(trr.ConfigError, match="--deepspeed-args"):
+        trr.config_from_settings(_settings(ct_deepspeed_args="'unclosed"), environ={})
+    fwd = trr.config_from_settings(_settings(), environ={"DS_ACCELERATOR": "cpu", "X": "1"})
+    assert fwd.forward_env == (("DS_ACCELERATOR", "cpu"),)
+
+
+def test_command_is_sigkilled_at_the_limit_and_carries_the_run_dir():
+    cfg = trr.config_from_settings(_settings(), environ={"DS_ACCELERATOR": "cpu"})
+    runs = trr.TrainingRuns(None, cfg, None)  # type: ignore[arg-type]
+    d = runs.run_dir("t1-node1")
+    argv = tr.single_node_argv("python3", f"{d}/train_smoke.py", 1, 29500, ["--run-id", "x y"])
+    cmd = runs._command(d, argv)
+    assert cmd.startswith(f"cd {d} && echo CT_LAUNCH")
+    assert f"exec timeout -s KILL {cfg.limit} env DS_ACCELERATOR=cpu python3 -u -m " in cmd
+    assert "'x y'" in cmd
+    pattern, glob = runs._pattern("t1-node1")
+    assert glob == d and pattern.endswith("t1-node1/") and pattern in cmd
+    assert runs._pattern(None)[1] == f"/tmp/ct-train-{runs.session_id}-*"
+    assert trr._ere("ct-train-a.b-t1/") == "ct-train-a\\.b-t1/"
+
+
+PDSH_PUBLICKEY = """\
+node1: CT_SMOKE {"event": "start", "rank": 0, "world_size": 3, "host": "node1"}
+node3: root@node3: Permission denied (publickey).
+pdsh@node1: node3: ssh exited with exit code 255
+"""
+
+
+def test_t2_message_names_the_pair_and_keeps_consequences_short():
+    cfg = trr.config_from_settings(_settings(), environ={})
+    launch = trr.Launch("T2", "node1", ["node1", "node2", "node3"], 3, "cmd", text=PDSH_PUBLICKEY,
+                        exit_status=None, seconds=4.0, stopped="ssh-publickey")
+    launch.diagnoses = tr.diagnose(PDSH_PUBLICKEY, 3, ["node1", "node2", "node3"])
+    roots, rest = tr.root_causes(launch.diagnoses)
+    assert [d.kind for d in roots] == ["ssh-publickey"]
+    assert "ssh-exit" in {d.kind for d in rest}  # the same node's ssh failure, said once
+    msg = trr.explain(launch, cfg)
+    assert "node1 -> node3: ssh key login refused" in msg
+    assert "test_ssh_trust[node1->node3]" in msg and "stopped after 4.0 s" in msg
+    assert trr.short_cause(launch).startswith("ssh key login refused")
+
+
+def test_exit_code_of_a_remote_launch_is_not_called_an_ssh_failure():
+    diags = tr.diagnose("pdsh@node1: node2: ssh exited with exit code 4\n", hosts=["node1", "node2"])
+    assert diags[0].kind == "ssh-exit" and "exited with code 4" in diags[0].cause
+    assert "ssh leg" not in diags[0].cause
+
+
+# --------------------------------------------------------------------------- on the sim
 
 
 def _ours_left(sim) -> list[str]:
