@@ -218,6 +218,8 @@ def main(argv: list[str] | None = None) -> int:
         "train_micro_batch_size_per_gpu": args.batch_size,
         "gradient_accumulation_steps": 1,
         "zero_optimization": {"stage": args.zero_stage},
+        # a plain torch SGD: fine for a smoke test, but ZeRO >= 1 refuses it unless told
+        "zero_allow_untested_optimizer": True,
         "steps_per_print": 10**9,
         "wall_clock_breakdown": False,
     }
