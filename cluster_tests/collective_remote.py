@@ -311,9 +311,17 @@ def _launcher_env() -> Mapping[str, str]:
     return os.environ
 
 
+def pair_master(names: Sequence[str], a: str, b: str) -> tuple[str, str]:
+    """(rendezvous node, other node) of pair (a, b): alternating, so that every node serves a
+    rendezvous at least once. A node that drops inbound high ports but lets the replies to its
+    own connections back in passes every run in which it only connects out (PITFALLS 9)."""
+    return (b, a) if (names.index(a) + names.index(b)) % 2 else (a, b)
+
+
 def run_pairs(cluster: Cluster) -> dict[tuple[str, str], RemoteRun | BaseException]:
     """C2: every unordered pair of nodes, one rank each (local rank 0), at the largest size only;
-    pairs are scheduled in circle rounds of disjoint pairs, each round's pairs at once."""
+    pairs are scheduled in circle rounds of disjoint pairs, each round's pairs at once, with the
+    rendezvous on alternating sides (:func:`pair_master`)."""
     backend = cluster.settings.value("ct_backend") or "auto"
     options = worker_options(cluster, backend, chosen_sizes(cluster)[-1:])
     env = forwarded_env(_launcher_env())
@@ -324,8 +332,10 @@ def run_pairs(cluster: Cluster) -> dict[tuple[str, str], RemoteRun | BaseExcepti
             for node in (a, b):
                 if cluster.login_error(node) is not None:
                     raise NodeDown(node)
-            ranks = C.assign_ranks([(a, 1), (b, 1)])
-            return run_allreduce(cluster, ranks, master_addr=master_address(cluster, a, [b]),
+            master, other = pair_master(cluster.names, a, b)
+            ranks = C.assign_ranks([(master, 1), (other, 1)])
+            return run_allreduce(cluster, ranks,
+                                 master_addr=master_address(cluster, master, [other]),
                                  port=cluster.settings.master_port + 1 + i, options=options,
                                  env=env)
 
@@ -389,12 +399,17 @@ def network_hint(cluster: Cluster, nodes: Sequence[str]) -> str:
 
 def _fix(run: RemoteRun, nodes: Sequence[str]) -> str:
     rep = run.report
-    who = ", ".join(nodes) or "the nodes"
+    who = ", ".join(n for n in nodes if n != run.master) or ", ".join(nodes) or "the nodes"
+    if rep.failed.get(0, ("", ""))[0] == "connect":
+        return (f"{run.master} cannot reach its own rendezvous store at {run.where} (rank 0 "
+                f"listens, then connects to it like every rank): a firewall on {run.master} "
+                f"drops connections to port {run.port}: check `iptables -S INPUT` / "
+                f"`nft list ruleset` on {run.master}")
     if rep.verdict == "missing" or any(s == "connect" for s, _ in rep.failed.values()):
-        both = ", ".join(dict.fromkeys([*nodes, run.master]))
         return (f"let {who} reach {run.master} at {run.where} over TCP, replies included (a DROP "
-                f"of high ports in {who}'s INPUT chain also drops the replies to its own "
-                f"connections): check `iptables -S INPUT` / `nft list ruleset` on {both}")
+                f"of high ports in a node's INPUT chain also drops the replies to that node's own "
+                f"connections): check `iptables -S INPUT` / `nft list ruleset` on {who} and "
+                f"{run.master}")
     if rep.verdict == "hang" and rep.stuck_stage == "init":
         return (f"communicator init opens its own connections between every pair of nodes on "
                 f"ephemeral high ports, on the interface the hostname resolves to: open high "
@@ -415,7 +430,13 @@ def explain(cluster: Cluster, run: RemoteRun, what: str) -> str:
     rep = run.report
     nodes = involved_nodes(run)
     o = run.options
-    lines = [f"{what}: {rep.message}" if rep.message else f"{what}: {rep.verdict}"]
+    if rep.verdict == "failed" and rep.failed:
+        stages = sorted({stage for stage, _ in rep.failed.values()})
+        head = (f"{C.describe_ranks(rep.failed, rep.ranks)} failed in stage "
+                f"{', '.join(stages)} (details below)")
+    else:
+        head = rep.message or rep.verdict
+    lines = [f"{what}: {head}"]
     for r, (stage, msg) in sorted(rep.failed.items()):
         if rep.missing and stage == "rendezvous":
             continue  # the waiting side of "never joined": the first line says it
@@ -431,6 +452,10 @@ def explain(cluster: Cluster, run: RemoteRun, what: str) -> str:
         if tail and (status not in (0, None) or set(rep.silent) & {
                 r.rank for r in rep.ranks if r.host == node}):
             lines.append(f"  {node} (exit {status}) said: " + " | ".join(tail))
+    if rep.missing:
+        lines.append(f"  rendezvous server: {run.master} ({run.where}); {', '.join(nodes)} could "
+                     f"not join it: {run.master} drops connections to port {run.port}, or "
+                     f"{', '.join(nodes)} cannot connect out or get the replies back")
     lines.append(f"  deadlines: connect/rendezvous {o.connect_timeout:g} s, init "
                  f"{o.init_timeout:g} s, collective {o.op_timeout:g} s; master {run.where}")
     lines.append(f"  network: {network_hint(cluster, nodes or run.nodes)}")

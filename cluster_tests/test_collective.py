@@ -5,7 +5,10 @@ size sweep and reports time, algbw and busbw per size as nccl-tests does; C3 is 
 run: connect/rendezvous, communicator init and the sweep each have their own deadline, and a
 failure names the ranks (host, local rank) that never joined or never finished. C2 runs every
 unordered node pair (one rank each, largest size) in circle rounds of disjoint pairs; test ids
-are ``node1<->node2`` with the nodes in hostfile order, one per unordered pair.
+are ``node1<->node2`` with the nodes in hostfile order, one per unordered pair. The rendezvous
+of a pair sits on alternating sides, so that every node serves one: a node that drops inbound
+high ports but accepts the replies to its own connections passes C1 with gloo when it happens
+to connect out only (PITFALLS 9), and fails the pair in which it serves.
 
 What is timed, and the units: see ``remote_scripts/allreduce.py`` (the table's ``# timed:`` line).
 """
@@ -154,7 +157,7 @@ def test_allreduce_pair(pair_runs: dict, node_pair: tuple[str, str], cluster: Cl
 
 def _common_node(pairs: list[tuple[str, str]], kind: str, suspect: str | None = None) -> str:
     """'; node3 is in 2 of 2 failing pairs: suspect node3' or a link when no node is common."""
-    if not pairs:
+    if len(pairs) < 2:
         return ""
     counts: dict[str, int] = {}
     for pair in pairs:

@@ -108,12 +108,39 @@ def test_high_ports_dropped_on_one_node(healthy_sim) -> None:
     assert "rank 2 (node3 local 0) [connect]: cannot reach the rendezvous store" in msg
     assert "run `pytest -m network`" in msg
     assert "fix: let node3 reach node1" in msg and "iptables -S INPUT" in msg
+    # the rendezvous of node1<->node3 is on node1, that of node2<->node3 on node3
+    text = result.message("test_allreduce_pair[node1<->node3]")
+    assert "rank 1 (node3 local 0) never joined the rendezvous" in text, text
+    text = result.message("test_allreduce_pair[node2<->node3]")
+    assert "fix: node3 cannot reach its own rendezvous store" in text, text
     for pair in ("node1<->node3", "node2<->node3"):
         text = result.message(f"test_allreduce_pair[{pair}]")
-        assert "(node3 local 0)" in text and "never joined the rendezvous" in text, text
         assert "node3 is in 2 of 2 failing pairs: suspect node3" in text, text
     # every stage deadline is 5-30 s: a hang would take minutes; this took one deadline per run
     assert result.seconds < 45, result.describe()
+    assert_no_workers()
+
+
+# --- PITFALLS 9: inbound high ports dropped, replies let in: the pair that node serves fails --
+
+
+def test_inbound_drop_with_replies_allowed_is_caught_where_the_node_serves(healthy_sim) -> None:
+    """gloo may connect out of such a node only, so a run with the rendezvous elsewhere can pass
+    (it did here for C1); the pairs put the rendezvous on alternating sides, and rank 0 connects
+    to its own store through the master address, so the pair that node3 serves fails there."""
+    healthy_sim.iptables("node3", ["-A", "INPUT", "-m", "conntrack", "--ctstate",
+                                   "ESTABLISHED,RELATED", "-j", "ACCEPT"])
+    healthy_sim.iptables("node3", ["-A", "INPUT", "-p", "tcp", "--dport", "1024:65535",
+                                   "-j", "DROP"])
+    result = run_suite(healthy_sim, *FAST, "-k", "pair")
+    assert result.failed == {"test_allreduce_pair[node2<->node3]"}, result.describe()
+    assert result.passed == {"test_allreduce_pair[node1<->node2]",
+                             "test_allreduce_pair[node1<->node3]"}
+    msg = result.message("test_allreduce_pair[node2<->node3]")
+    assert "rank 0 (node3 local 0) [connect]: cannot create (listen on, then connect to) the " \
+        "rendezvous store" in msg, msg
+    assert "fix: node3 cannot reach its own rendezvous store" in msg
+    assert "a firewall on node3 drops connections to port 29501" in msg
     assert_no_workers()
 
 
@@ -123,7 +150,7 @@ def test_high_ports_dropped_on_one_node(healthy_sim) -> None:
 def test_rate_limited_node_named_by_its_pairs(healthy_sim, baseline: Path) -> None:
     if not baseline.exists():
         pytest.skip("needs the healthy run's --busbw-record")
-    healthy_sim.tc("node2", ["qdisc", "add", "dev", "eth0", "root", "tbf", "rate", "20mbit",
+    healthy_sim.tc("node2", ["qdisc", "add", "dev", "eth0", "root", "tbf", "rate", "50mbit",
                              "burst", "32kbit", "latency", "50ms"])
     result = run_suite(healthy_sim, *FAST, "--min-busbw", "0.05",
                        "--busbw-baseline", str(baseline))

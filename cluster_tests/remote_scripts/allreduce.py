@@ -237,7 +237,8 @@ def connect(args: argparse.Namespace) -> object:
         return TCPStore(args.master_addr, args.master_port, args.world_size, False,
                         timeout=timeout)
     except Exception as exc:  # noqa: BLE001 - any failure here is a connect failure
-        verb = "listen on" if args.rank == 0 else "reach"
+        # rank 0 listens, then connects to its own store through the master address too
+        verb = "create (listen on, then connect to)" if args.rank == 0 else "reach"
         fail("connect", f"cannot {verb} the rendezvous store at {master} within "
              f"{args.connect_timeout:g} s: {exc}", master=master)
     raise AssertionError("unreachable")
