@@ -8,6 +8,7 @@ will run, `prefetch` starts the logins of every node they touch at once, bounded
 from __future__ import annotations
 
 import json
+import os
 import threading
 from concurrent.futures import Future
 from dataclasses import dataclass, field
@@ -16,7 +17,8 @@ from typing import Any, Callable, Iterable
 
 import pytest
 
-from cluster_tests.remote import CommandResult, ConnectError, Pool, resolve_target
+from cluster_tests.report import looks_secret
+from cluster_tests.remote import CommandResult, ConnectError, Pool, resolve_target, wait_result
 from cluster_tests.settings import Settings
 
 PROBE_MARK = "CT_PROBE_JSON:"
@@ -94,7 +96,7 @@ class Cluster:
                 fut.set_result(compute())
             except BaseException as exc:  # noqa: BLE001 - stored, re-raised to every asker
                 fut.set_exception(exc)
-        return fut.result()
+        return wait_result(fut)
 
     def cached(self, key: tuple[str, ...]) -> Any:
         """A memo entry that is already computed (None otherwise); never computes or waits."""
@@ -220,5 +222,19 @@ class Cluster:
         except ProbeError as exc:
             pytest.fail(str(exc), pytrace=False)
 
+    def secrets(self) -> set[str]:
+        """Values of secret-looking variables (KEY, TOKEN, SECRET, PASSWORD, CREDENTIAL) seen in
+        the launcher's and the nodes' environments, to be masked in every report."""
+        envs = [dict(os.environ)]
+        for name in self.names:
+            base = self.cached(("probe", name, "probe.py", "base", json.dumps({}, sort_keys=True)))
+            if base:
+                envs.append(base.get("env", {}))
+        return {v for env in envs for k, v in env.items() if looks_secret(k) and v and len(v) >= 3}
+
     def close(self) -> None:
-        self.pool.close()
+        """End whatever this run left on the nodes, then log out."""
+        try:
+            self.pool.end_leftovers()
+        finally:
+            self.pool.close()

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from cluster_tests import hostfile as hostfile_mod, rootdir_fix
-from cluster_tests.report import Recorder
+from cluster_tests.report import Recorder, mask
 from cluster_tests.cluster import Cluster, Node
 from cluster_tests.settings import Settings, add_options, read_settings
 
@@ -60,6 +60,14 @@ def pytest_load_initial_conftests(early_config: pytest.Config, args: list[str]) 
 def pytest_configure(config: pytest.Config) -> None:
     for name, text in MARKERS.items():
         config.addinivalue_line("markers", f"{name}: {text}")
+    if (
+        config.pluginmanager.has_plugin("timeout")
+        and getattr(config.option, "timeout", "unset") is None
+        and not os.environ.get("PYTEST_TIMEOUT")
+        and not config.getini("timeout")
+    ):
+        # A backstop: every remote action has its own deadline, but no check may hang a run.
+        config.option.timeout = 900
     settings = read_settings(config)
     config.stash[SETTINGS_KEY] = settings
     if settings.hostfile is None:
@@ -92,6 +100,26 @@ class _SummaryPlugin:
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         self.recorder.add(report)
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo):
+        """Mask secret values in what every reporter (terminal, JUnit, JSON, HTML) will show."""
+        report = yield
+        cluster = _cluster(item.config)
+        if cluster is None:
+            return report
+        secrets = cluster.secrets()
+        self.recorder.secrets |= secrets
+        if not secrets:
+            return report
+        if report.longrepr is not None:
+            text = report.longreprtext
+            masked = mask(text, secrets)
+            if masked != text:
+                report.longrepr = masked
+        report.sections = [(title, mask(body, secrets)) for title, body in report.sections]
+        report.user_properties = [(k, mask(str(v), secrets)) for k, v in report.user_properties]
+        return report
 
     def pytest_terminal_summary(self, terminalreporter, config: pytest.Config) -> None:
         cluster = _cluster(config)

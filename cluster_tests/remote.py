@@ -19,7 +19,9 @@ import shlex
 import socket
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
+import uuid
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable, Mapping, Sequence, TypeVar
@@ -253,16 +255,35 @@ def _hint(target: SSHTarget, cause: Cause, ssh_config: str | None) -> str:
     return f"run: ssh{f} -v {dest} true"
 
 
+def wait_result(fut: Future[T]) -> T:
+    """`fut.result()`, in short waits: a signal (Ctrl-C) that the kernel hands to another
+    thread only runs its Python handler when the main thread wakes up, so never block for
+    long at a stretch."""
+    while True:
+        try:
+            return fut.result(timeout=0.2)
+        except FutureTimeout:
+            continue
+
+
+def new_run_tag() -> str:
+    """A tag that every remote command of one run carries on its command line, so that whatever
+    the run left on a node (after Ctrl-C, say) can be found and ended: `pkill -f TAG`."""
+    return f"ct-run-{uuid.uuid4().hex[:12]}"
+
+
 class Connection:
     """One lazily opened SSH session to one node, shared by every test that needs the node."""
 
-    def __init__(self, target: SSHTarget, ssh_config: str | None = None) -> None:
+    def __init__(self, target: SSHTarget, ssh_config: str | None = None, tag: str | None = None) -> None:
         self.target = target
         self.ssh_config = ssh_config
+        self.tag = tag or new_run_tag()
         self._client: paramiko.SSHClient | None = None
         self._lock = threading.Lock()
         self._error: ConnectError | None = None
         self.login_seconds: float | None = None
+        self.closing = threading.Event()  # set: stop waiting for commands (the run is ending)
 
     def __repr__(self) -> str:
         return f"Connection({self.target.alias!r})"
@@ -374,7 +395,9 @@ class Connection:
         client = self.connect()
         command = quote_argv(argv)
         remote_deadline = max(1, int(timeout))
-        wrapped = f"timeout -k 2 {remote_deadline} sh -c {shlex.quote(command)}"
+        # `timeout` ends the command (and its process group) at the deadline on the node; the
+        # run tag, as the shell's $0, marks it as ours for `end_leftovers`.
+        wrapped = f"timeout -k 2 {remote_deadline} sh -c {shlex.quote(command)} {self.tag}"
         start = time.monotonic()
         transport = client.get_transport()
         if transport is None or not transport.is_active():
@@ -403,7 +426,7 @@ class Connection:
                     progressed = True
                 if chan.exit_status_ready() and not chan.recv_ready() and not chan.recv_stderr_ready():
                     break
-                if time.monotonic() > deadline:
+                if time.monotonic() > deadline or self.closing.is_set():
                     timed_out = True
                     break
                 if not progressed:
@@ -423,6 +446,39 @@ class Connection:
             timed_out=timed_out,
         )
 
+    @property
+    def connected(self) -> bool:
+        return self._client is not None
+
+    def end_leftovers(self, timeout: float = 5.0) -> None:
+        """TERM every process of this run still alive on the node (`timeout` passes it on to the
+        command's process group), then KILL what is left.  The pattern's brackets keep pkill's
+        own command line from matching."""
+        if self._client is None:
+            return
+        head, rest = self.tag[0], self.tag[1:]
+        pattern = shlex.quote(f"[{head}]{rest}")
+        # Every command of ours is the shell of an sshd session (its own session id), and what
+        # it started (a ~/.bashrc's `sleep`, a worker...) stays in that session unless it left
+        # with setsid: end whole sessions, not just the processes that carry the tag.
+        sids = f"$(pgrep -f {pattern} | xargs -r ps -o sid= -p | sort -u)"
+        script = (
+            f"for s in {sids}; do pkill -TERM -s $s; done; sleep 0.3; "
+            f"for s in {sids}; do pkill -KILL -s $s; done; exit 0"
+        )
+        try:
+            transport = self._client.get_transport()
+            if transport is None or not transport.is_active():
+                return
+            chan = transport.open_session(timeout=timeout)
+            chan.settimeout(timeout)
+            chan.exec_command(script)
+            # bounded: a node whose shell start-up hangs runs this late, but still runs it
+            chan.status_event.wait(timeout)
+            chan.close()
+        except (OSError, paramiko.SSHException, socket.timeout):
+            pass
+
     def close(self) -> None:
         with self._lock:
             if self._client is not None:
@@ -437,6 +493,7 @@ class Pool:
     targets: Mapping[str, SSHTarget]
     ssh_config: str | None = None
     fanout: int = 32
+    tag: str = field(default_factory=new_run_tag)
     _conns: dict[str, Connection] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -444,7 +501,7 @@ class Pool:
         with self._lock:
             conn = self._conns.get(node)
             if conn is None:
-                conn = self._conns[node] = Connection(self.targets[node], self.ssh_config)
+                conn = self._conns[node] = Connection(self.targets[node], self.ssh_config, self.tag)
             return conn
 
     def run(self, node: str, argv: Sequence[str] | str, **kw: object) -> CommandResult:
@@ -462,8 +519,22 @@ class Pool:
             except Exception as exc:  # noqa: BLE001 - handed back to the caller
                 return exc
 
-        with ThreadPoolExecutor(max_workers=max(1, min(self.fanout, len(items)))) as ex:
-            return list(ex.map(guarded, items))
+        ex = ThreadPoolExecutor(max_workers=max(1, min(self.fanout, len(items))))
+        try:
+            futures = [ex.submit(guarded, item) for item in items]
+            return [wait_result(f) for f in futures]
+        finally:
+            # on Ctrl-C do not wait here for commands in flight: end_leftovers() ends them
+            ex.shutdown(wait=False, cancel_futures=True)
+
+    def end_leftovers(self) -> None:
+        """Stop waiting for commands, and on every node logged in to, end whatever this run
+        still has running there."""
+        with self._lock:
+            conns = list(self._conns.values())
+        for conn in conns:
+            conn.closing.set()
+        self.map(lambda c: c.end_leftovers(), [c for c in conns if c.connected])
 
     def close(self) -> None:
         with self._lock:
