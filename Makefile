@@ -33,7 +33,7 @@ demo: setup
 	@rm -rf reports/demo; mkdir -p reports
 	$(PY) -m fixtures.sim up --nodes $(NODES) --state $(STATE)
 	@rc=0; PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m pytest --hostfile $(STATE)/hostfile \
-	  --ssh-config $(STATE)/ssh_config --output-dir $(STATE)/shared \
+	  --ssh-config $(STATE)/ssh_config --output-dir $(abspath $(STATE))/shared \
 	  --junitxml=reports/junit.xml || rc=$$?; \
 	$(PY) -m fixtures.sim down --state $(STATE); \
 	echo "JUnit report: reports/junit.xml"; exit $$rc
