@@ -240,6 +240,12 @@ def read_settings(config: pytest.Config) -> Settings:
     ssh_config_path = str(Path(ssh_config).expanduser()) if ssh_config else None
     if ssh_config and values["ssh_config"] != SSH_CONFIG.default and not Path(ssh_config_path).is_file():
         raise pytest.UsageError(f"--ssh-config {ssh_config}: no such file")
+    output_dir = values["ct_output_dir"]
+    if output_dir and not str(output_dir).startswith(("/", "~")):
+        raise pytest.UsageError(
+            f"--output-dir {output_dir}: give an absolute path, as the nodes see it (a relative "
+            f"path would be read from each node's home directory)"
+        )
     return Settings(
         hostfile=Path(hostfile).expanduser().absolute() if hostfile else None,
         hostfile_source=values["hostfile_source"],
