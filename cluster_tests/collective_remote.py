@@ -414,7 +414,7 @@ def _fix(run: RemoteRun, nodes: Sequence[str]) -> str:
         return (f"communicator init opens its own connections between every pair of nodes on "
                 f"ephemeral high ports, on the interface the hostname resolves to: open high "
                 f"ports both ways on {who}, or set GLOO_SOCKET_IFNAME/NCCL_SOCKET_IFNAME to the "
-                f"cluster interface")
+                f"cluster interface; `-k test_allreduce_pair` names the node whose pairs hang")
     if any(run.channel_exit.get(n) == 127 for n in nodes):
         return (f"the remote Python '{run.python}' was not found on "
                 f"{who} by a non-interactive ssh shell: pass --remote-python /path/to/python, or "

@@ -121,6 +121,25 @@ def test_high_ports_dropped_on_one_node(healthy_sim) -> None:
     assert_no_workers()
 
 
+# --- C3: the store works but gloo's own connections are dropped: red at the init deadline ----
+
+
+def test_communicator_init_hang_fails_at_its_deadline(healthy_sim) -> None:
+    for rule in (["--sport", "29500"], ["--dport", "29500"], ["--dport", "1024:65535", "-j", "DROP"]):
+        healthy_sim.iptables("node3", ["-A", "INPUT", "-p", "tcp", *rule]
+                             + ([] if "DROP" in rule else ["-j", "ACCEPT"]))
+    result = run_suite(healthy_sim, *FAST, "-k", "test_allreduce and not pair",
+                       "--collective-init-timeout", "6")
+    assert result.failed == {"test_allreduce"}, result.describe()
+    msg = result.message("test_allreduce")
+    assert "every rank timed out in communicator init (init_process_group + first all_reduce)" \
+        in msg, msg
+    assert "rank 2 (node3 local 0) [init]: stage init did not finish within 6 s (watchdog)" in msg
+    assert "`-k test_allreduce_pair` names the node" in msg
+    assert result.seconds < 25, result.describe()
+    assert_no_workers()
+
+
 # --- PITFALLS 9: inbound high ports dropped, replies let in: the pair that node serves fails --
 
 
