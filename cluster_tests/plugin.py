@@ -215,6 +215,18 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             "no hostfile: pass --hostfile PATH (a DeepSpeed hostfile, 'host slots=N' per line), "
             "or set CLUSTER_TESTS_HOSTFILE"
         )
+    # Run the checklist in its own order (H, S, N, F, E, A, D, C, T), not alphabetically: the
+    # quick checks that explain later failures come first, the long phases last.
+    order = list(MARKERS)
+
+    def section(item: pytest.Item) -> int:
+        marks = [m.name for m in item.iter_markers() if m.name in MARKERS]
+        return order.index(marks[0]) if marks else len(order)
+
+    if checks:
+        position = {id(item): i for i, item in enumerate(items)}
+        is_check = {id(item) for item in checks}
+        items.sort(key=lambda i: (section(i) if id(i) in is_check else -1, position[id(i)]))
     for item in checks:
         params = getattr(getattr(item, "callspec", None), "params", {})
         if "node" in params:
