@@ -22,6 +22,7 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
+from cluster_tests import pairs
 from cluster_tests.cluster import Cluster, ProbeError
 from cluster_tests.netfacts import Interface
 
@@ -64,7 +65,8 @@ def measure(cluster: Cluster) -> PortMatrix:
     timeout = port_timeout(cluster)
     fanout = cluster.settings.fanout
     count = int(cluster.settings.value("ct_probe_ports") or 2)
-    rounds = math.ceil(len(names) * (count + 1) / fanout) + 1
+    widest = max([len(pairs.targets_of(cluster, n)) + 1 for n in up] or [1])
+    rounds = math.ceil(min(len(names), widest) * (count + 1) / fanout) + 1
     connect_budget = rounds * timeout * 2 + 10
     hold = connect_budget + 30  # the listeners die by themselves after this, whatever happens
     matrix = PortMatrix(token=secrets.token_hex(8), port_timeout=timeout)
@@ -92,8 +94,11 @@ def measure(cluster: Cluster) -> PortMatrix:
                 targets.append({"name": node, "ports": [], "master_port": None})
 
         def connect(node: str) -> dict[str, Any]:
+            # only the targets of node's selected pairs (--pairs), and rank 0 (F2, master port)
+            mine = set(pairs.targets_of(cluster, node)) | {rank0}
             return cluster.probe(node, "connect", script=SCRIPT, token=matrix.token,
-                                 targets=targets, port_timeout=timeout, fanout=fanout,
+                                 targets=[t for t in targets if t["name"] in mine],
+                                 port_timeout=timeout, fanout=fanout,
                                  samples=int(cluster.settings.value("ct_rtt_samples") or 5),
                                  timeout=connect_budget + 10)
 
@@ -309,9 +314,10 @@ def describe_interfaces(ifaces: dict[str, Interface]) -> str:
 
 
 def routes(cluster: Cluster, node: str) -> dict[str, Any]:
-    """`ip -o route get` from node to the address it resolves every other node to (cached)."""
+    """`ip -o route get` from node to the address it resolves each of its targets to (the
+    selected pairs, --pairs; cached)."""
     facts = cluster.base(node)
-    addrs = sorted({facts["resolve"][b]["addrs"][0] for b in cluster.names
+    addrs = sorted({facts["resolve"][b]["addrs"][0] for b in pairs.targets_of(cluster, node)
                     if b != node and facts["resolve"].get(b, {}).get("addrs")})
     try:
         return cluster.probe(node, "routes", route_to=addrs)

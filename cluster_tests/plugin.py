@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from cluster_tests import hostfile as hostfile_mod, rootdir_fix
+from cluster_tests import hostfile as hostfile_mod, pairs as pairs_mod, rootdir_fix
 from cluster_tests.report import Recorder, mask
 from cluster_tests.cluster import Cluster, Node
 from cluster_tests.settings import Settings, add_options, read_settings
@@ -78,7 +78,10 @@ def pytest_configure(config: pytest.Config) -> None:
         raise pytest.UsageError(str(exc)) from None
     config.stash[PARSE_KEY] = parse
     nodes = [Node(h.name, h.slots, h.lineno) for h in parse.hosts]
-    config.stash[CLUSTER_KEY] = Cluster.create(settings, nodes)
+    config.stash[CLUSTER_KEY] = cluster = Cluster.create(settings, nodes)
+    # --pairs: chosen once, before collection; the probes ask it which targets to reach
+    spec = pairs_mod.parse_spec(settings.value("ct_pairs") or "auto")
+    cluster.memo(pairs_mod.MEMO_KEY, lambda: pairs_mod.Selection.make(cluster.names, spec))
     config.stash[RECORDER_KEY] = recorder = Recorder([n.name for n in nodes])
     config.pluginmanager.register(_SummaryPlugin(recorder), "cluster_tests_summary")
     if config.args_source == pytest.Config.ArgsSource.INVOCATION_DIR:
@@ -150,6 +153,9 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         "rank0": cluster.rank0.name if cluster.nodes else None,
         "exitstatus": int(session.exitstatus),
     }
+    selection = pairs_mod.selection(cluster)
+    if selection is not None:
+        meta["pairs"] = selection.meta(len(cluster.nodes))
     try:
         recorder.write_json(path, cluster.node_table(), meta)
         config.stash[JSON_PATH_KEY] = path
@@ -173,7 +179,9 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
         f"cluster: {len(cluster.nodes)} nodes from {s.hostfile} ({names}); rank 0: "
         f"{cluster.rank0.name if cluster.nodes else '-'}",
         f"cluster: ssh config {s.ssh_config or '(none)'}, remote python {s.remote_python}, "
-        f"connect timeout {s.timeout_connect:g}s",
+        f"connect timeout {s.timeout_connect:g}s, fanout {s.fanout}",
+        *([f"cluster: {sel.describe(len(cluster.nodes))} (--pairs)"]
+          if (sel := pairs_mod.selection(cluster)) is not None else []),
     ]
 
 
@@ -189,7 +197,8 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "node" in metafunc.fixturenames:
         metafunc.parametrize("node", names, ids=names)
     if "pair" in metafunc.fixturenames:
-        pairs = [(a, b) for a in names for b in names]
+        sel = pairs_mod.selection(cluster) if cluster else None
+        pairs = list(sel.pairs) if sel is not None else [(a, b) for a in names for b in names]
         metafunc.parametrize("pair", pairs, ids=[f"{a}->{b}" for a, b in pairs])
     if "launch_site" in metafunc.fixturenames:
         sites = [LAUNCHER, *names[:1]]

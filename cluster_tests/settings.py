@@ -15,6 +15,7 @@ from typing import Any, Callable
 import pytest
 
 from cluster_tests import collective as _coll
+from cluster_tests import pairs as _pairs
 
 
 @dataclass(frozen=True)
@@ -103,6 +104,14 @@ OPTIONS = [
            "directory deepspeed will be started in (where it also reads .deepspeed_env; default: home)"),
     Option("--min-free-gb", "ct_min_free_gb", "cluster_min_free_gb", "CLUSTER_TESTS_MIN_FREE_GB",
            "free space the output directory needs on every node, in GB (D1)", 10.0, _positive_float),
+]
+
+# Scale: which ordered node pairs the pair checks run over (cluster_tests.pairs).
+OPTIONS += [
+    Option("--pairs", "ct_pairs", "cluster_pairs", "CLUSTER_TESTS_PAIRS",
+           "node pairs the pair checks cover: all, ring (each node to both ring neighbours, and "
+           "rank 0 to every node), sample:K[:SEED] (the ring plus K random pairs), or auto "
+           f"(all up to {_pairs.AUTO_ALL_MAX} nodes, ring beyond)", "auto", _pairs.normalize),
 ]
 
 # C. Collective (all-reduce through torch.distributed); parsers in cluster_tests.collective.

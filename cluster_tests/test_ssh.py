@@ -10,7 +10,7 @@ import warnings
 
 import pytest
 
-from cluster_tests import sshcheck
+from cluster_tests import pairs, sshcheck
 from cluster_tests.cluster import Cluster, ProbeError
 from cluster_tests.plugin import LAUNCHER
 
@@ -76,11 +76,13 @@ def test_sshd_config(cluster: Cluster, node: str, record_property) -> None:
 
 
 def _pairs_from(cluster: Cluster, source: str) -> dict:
-    """ssh from `source` to every node, fanned out on `source` in one round trip (cached)."""
+    """ssh from `source` to its targets in the selected pairs (--pairs), fanned out on `source`
+    in one round trip (cached)."""
     timeout = cluster.settings.timeout_connect
+    targets = pairs.targets_of(cluster, source)
     return cluster.probe(
-        source, "ssh_pairs", targets=cluster.names, connect_timeout=timeout,
-        fanout=cluster.settings.fanout, timeout=timeout * (1 + len(cluster.names) // cluster.settings.fanout) + 30,
+        source, "ssh_pairs", targets=targets, connect_timeout=timeout,
+        fanout=cluster.settings.fanout, timeout=timeout * (1 + len(targets) // cluster.settings.fanout) + 30,
     )
 
 

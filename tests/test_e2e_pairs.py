@@ -1,0 +1,48 @@
+"""--pairs on the 3-node sim: the pair checks run over exactly the selected pairs, the probes
+reach only those targets, and the mode is shown in the header and the JSON summary."""
+
+from __future__ import annotations
+
+import json
+
+from suite import run_suite
+
+RING3 = ["node1->node1", "node1->node2", "node1->node3", "node2->node1", "node2->node3",
+         "node3->node1", "node3->node2"]
+
+
+def _logins_from(sim, node: str, address: str) -> int:
+    text = sim.node(node).paths["sshd_log"].read_text(errors="replace")
+    return sum(1 for line in text.splitlines()
+               if "Accepted publickey" in line and f" from {address} port " in line)
+
+
+def test_ring_runs_exactly_the_ring(healthy_sim):
+    own = {n: healthy_sim.node(n).address for n in ("node2", "node3")}
+    before = {n: _logins_from(healthy_sim, n, a) for n, a in own.items()}
+    r = run_suite(healthy_sim, "-m", "ssh or network", "-k", "trust or high_ports or master_port",
+                  "--pairs", "ring", "-v")
+    assert r.returncode == 0, r.describe()
+    for test in ("test_ssh_trust", "test_high_ports"):
+        ids = sorted(t for t in r.outcomes if t.startswith(test + "["))
+        assert ids == sorted(f"{test}[{p}]" for p in RING3), r.output
+        assert r.ids("passed", test + "[") == set(ids)
+    # the self pairs node2->node2 and node3->node3 are not selected: no ssh a -> a was made
+    after = {n: _logins_from(healthy_sim, n, a) for n, a in own.items()}
+    assert after == before
+    assert "cluster: pairs: ring, 7 of 9 ordered pairs (--pairs)" in r.output
+    meta = json.loads((r.junit.parent / "summary.json").read_text())["meta"]
+    assert meta["pairs"] == {"mode": "ring", "requested": "ring", "pairs": 7, "all_pairs": 9}
+
+
+def test_default_is_all_pairs_and_says_so(healthy_sim):
+    r = run_suite(healthy_sim, "-m", "ssh", "-k", "trust", "-v")
+    assert r.returncode == 0, r.describe()
+    assert len(r.ids("passed", "test_ssh_trust[")) == 9
+    assert "cluster: pairs: all (auto), 9 of 9 ordered pairs (--pairs)" in r.output
+
+
+def test_bad_pairs_value_is_a_usage_error(healthy_sim):
+    r = run_suite(healthy_sim, "-m", "ssh", "--pairs", "sample:x")
+    assert r.returncode == 4, r.output
+    assert "--pairs: bad value 'sample:x'" in r.output

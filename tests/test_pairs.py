@@ -1,0 +1,134 @@
+"""Pair selection (--pairs): counts, coverage, determinism of the seed.  Pure, no cluster."""
+
+from __future__ import annotations
+
+import pytest
+
+from cluster_tests import pairs as P
+
+
+def names(n: int) -> list[str]:
+    return [f"node{i}" for i in range(1, n + 1)]
+
+
+@pytest.mark.parametrize("value,mode,k,seed", [
+    ("all", "all", 0, 0), ("RING", "ring", 0, 0), ("auto", "auto", 0, 0),
+    ("sample:10", "sample", 10, 0), ("sample:10:7", "sample", 10, 7), ("sample:0:3", "sample", 0, 3),
+])
+def test_parse(value, mode, k, seed):
+    assert P.parse_spec(value) == P.PairSpec(mode, k, seed)
+
+
+@pytest.mark.parametrize("bad", ["", "some", "sample", "sample:", "sample:x", "sample:-1", "sample:1:2:3",
+                                 "sample:1:y"])
+def test_parse_rejects(bad):
+    with pytest.raises(ValueError):
+        P.parse_spec(bad)
+
+
+def test_normalize_is_canonical():
+    assert P.normalize(" Ring ") == "ring"
+    assert P.normalize("sample:5") == "sample:5:0"
+    assert P.normalize("auto") == "auto"
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 4, 16, 33])
+def test_all_is_every_ordered_pair(n):
+    got = P.select(names(n), P.PairSpec("all"))
+    assert len(got) == n * n == len(set(got))
+    assert got[0] == ("node1", "node1")
+
+
+def test_auto_switches_at_the_limit():
+    assert P.PairSpec("auto").resolved(P.AUTO_ALL_MAX).mode == "all"
+    assert P.PairSpec("auto").resolved(P.AUTO_ALL_MAX + 1).mode == "ring"
+    big = names(P.AUTO_ALL_MAX + 1)
+    assert P.select(big, P.PairSpec("auto")) == P.ring_pairs(big)
+
+
+def test_ring_of_three_is_exact():
+    assert P.select(names(3), P.PairSpec("ring")) == [
+        ("node1", "node1"), ("node1", "node2"), ("node1", "node3"),
+        ("node2", "node1"), ("node2", "node3"),
+        ("node3", "node1"), ("node3", "node2"),
+    ]
+
+
+def test_small_rings():
+    assert P.ring_pairs(names(1)) == [("node1", "node1")]
+    assert P.ring_pairs(names(2)) == [("node1", "node1"), ("node1", "node2"), ("node2", "node1")]
+    assert P.ring_pairs([]) == []
+
+
+@pytest.mark.parametrize("n", [4, 5, 16, 64, 1024])
+def test_ring_counts_and_coverage(n):
+    ns = names(n)
+    got = P.ring_pairs(ns)
+    assert len(got) == len(set(got))
+    # successor and predecessor of every node, rank 0's star (n, self included): 2n + n - 3 shared
+    assert len(got) == 3 * n - 2
+    s = set(got)
+    for i, a in enumerate(ns):
+        succ = ns[(i + 1) % n]
+        assert (a, succ) in s and (succ, a) in s
+        assert ("node1", a) in s
+    # every node is a source and a target of a pair to another node
+    assert {a for a, b in got if a != b} == set(ns) == {b for a, b in got if a != b}
+
+
+def test_sample_includes_the_ring_and_k_more():
+    ns = names(64)
+    ring = set(P.ring_pairs(ns))
+    got = P.select(ns, P.PairSpec("sample", 100, 1))
+    assert len(got) == len(set(got)) == len(ring) + 100
+    assert ring <= set(got)
+    assert got == sorted(got, key=lambda p: (ns.index(p[0]), ns.index(p[1])))
+
+
+def test_sample_is_deterministic_per_seed():
+    ns = names(50)
+    a = P.select(ns, P.PairSpec("sample", 200, 7))
+    b = P.select(ns, P.PairSpec("sample", 200, 7))
+    c = P.select(ns, P.PairSpec("sample", 200, 8))
+    assert a == b
+    assert a != c and len(a) == len(c)
+
+
+def test_sample_caps_at_all_pairs():
+    ns = names(5)
+    assert sorted(P.select(ns, P.PairSpec("sample", 1000, 3))) == sorted(P.select(ns, P.PairSpec("all")))
+    assert P.select(ns, P.PairSpec("sample", 0, 3)) == P.ring_pairs(ns)
+
+
+def test_sample_on_a_big_cluster_is_cheap():
+    ns = names(1024)
+    got = P.select(ns, P.PairSpec("sample", 5000, 0))
+    assert len(got) == 3 * 1024 - 2 + 5000
+
+
+def test_selection_targets_and_meta():
+    sel = P.Selection.make(names(3), P.PairSpec("auto"))
+    assert sel.spec.mode == "all" and sel.requested == "auto"
+    assert sel.targets["node2"] == ["node1", "node2", "node3"]
+    assert sel.meta(3) == {"mode": "all", "requested": "auto", "pairs": 9, "all_pairs": 9}
+    assert "all (auto), 9 of 9" in sel.describe(3)
+    ring = P.Selection.make(names(4), P.PairSpec("ring"))
+    assert ring.targets["node3"] == ["node2", "node4"]
+    assert ring.targets["node1"] == ["node1", "node2", "node3", "node4"]
+
+
+class _FakeCluster:
+    names = ["a", "b"]
+
+    def __init__(self, value):
+        self.value = value
+
+    def cached(self, key):
+        assert key == P.MEMO_KEY
+        return self.value
+
+
+def test_targets_of_without_a_selection_is_everyone():
+    assert P.targets_of(_FakeCluster(None), "a") == ["a", "b"]
+    sel = P.Selection.make(["a", "b", "c"], P.PairSpec("ring"))
+    assert P.targets_of(_FakeCluster(sel), "c") == ["a", "b"]
