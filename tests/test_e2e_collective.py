@@ -27,8 +27,8 @@ from cluster_tests import collective_remote as R
 FAST = ("-m", "collective", "--sizes", "64K,1M", "--iters", "5", "--warmup", "2",
         "--collective-connect-timeout", "5", "--collective-init-timeout", "10",
         "--collective-op-timeout", "30",
-        # the sim's pairs share 2 busy cores: healthy pairs vary 2x, a shaped link is 100x slower
-        "--pair-slow-ratio", "0.2")
+        # the sim's pairs share 2 busy cores: healthy pairs vary 2-5x, a shaped link is 50x slower
+        "--pair-slow-ratio", "0.1")
 PAIRS = {"test_allreduce_pair[node1<->node2]", "test_allreduce_pair[node1<->node3]",
          "test_allreduce_pair[node2<->node3]"}
 
@@ -65,8 +65,10 @@ def baseline(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_healthy_cluster_reports_busbw_per_size(healthy_sim, baseline: Path) -> None:
+    # a healthy run never waits out a deadline: give the ranks' start-up skew on a loaded
+    # machine room (the fault tests keep 5 s, which is what they wait)
     result = run_suite(healthy_sim, *FAST, "--min-busbw", "0.0001",
-                       "--busbw-record", str(baseline))
+                       "--busbw-record", str(baseline), "--collective-connect-timeout", "20")
     assert result.returncode == 0, result.describe()
     assert result.passed == {"test_allreduce", "test_allreduce_busbw", *PAIRS}
     props = result.properties["test_allreduce"]
@@ -178,7 +180,7 @@ def test_rate_limited_node_named_by_its_pairs(healthy_sim, baseline: Path) -> No
     assert result.passed == {"test_allreduce", "test_allreduce_pair[node1<->node3]"}
     for pair in ("node1<->node2", "node2<->node3"):
         text = result.message(f"test_allreduce_pair[{pair}]")
-        assert re.search(rf"{pair}: busbw 0\.\d+ GB/s at 1MB, below 0\.\d+ GB/s = 0\.2 x the "
+        assert re.search(rf"{pair}: busbw 0\.\d+ GB/s at 1MB, below 0\.\d+ GB/s = 0\.1 x the "
                          r"typical good pair", text), text
         assert "node2 is in 2 of 2 slow pairs: suspect node2" in text, text
         assert "tc qdisc show" in text
