@@ -5,7 +5,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STATE ?= .sim/demo
 NODES ?= 4
-APT_PACKAGES := openssh-server openssh-client pdsh iptables iproute2 iperf3 procps psmisc iputils-ping
+APT_PACKAGES := openssh-server openssh-client pdsh iptables iproute2 iperf3 procps psmisc iputils-ping chromium
 export DS_ACCELERATOR ?= cpu
 
 .PHONY: setup apt venv demo test test-fast lint clean sim-up sim-down

@@ -7,12 +7,17 @@ will run, `prefetch` starts the logins of every node they touch at once, bounded
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import hashlib
 import json
 import os
 import threading
+import time
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from importlib import resources
+from pathlib import Path
 from typing import Any, Callable, Iterable
 
 import pytest
@@ -22,6 +27,10 @@ from cluster_tests.remote import CommandResult, ConnectError, Pool, resolve_targ
 from cluster_tests.settings import Settings
 
 PROBE_MARK = "CT_PROBE_JSON:"
+#: E3's version facts (test_env.VERSION_KEYS) shown in the node table; report.py keeps only
+#: those that differ across nodes in the terminal
+VERSION_FACTS = ("python", "torch", "cuda", "nccl", "deepspeed", "torch_npu", "cann",
+                 "nvidia_driver", "ascend_driver")
 # Runs the script that arrives on standard input as __main__, with the JSON parameters as argv[1].
 BOOTSTRAP = "import sys; exec(compile(sys.stdin.read(), '<cluster_tests>', 'exec'))"
 
@@ -53,6 +62,14 @@ class Cluster:
     pool: Pool
     _memo: dict[tuple[str, ...], Future[Any]] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
+    #: what this process did remotely: logins, probes run, probes read from the shared cache
+    stats: dict[str, int] = field(default_factory=lambda: {"ssh_logins": 0, "probes_run": 0,
+                                                           "probes_shared": 0})
+    logged_in: set[str] = field(default_factory=set)
+    #: set by the plugin: where `progress()` reports go (None: nowhere)
+    progress_sink: Callable[[str, int, int], None] | None = None
+    #: set by the plugin under pytest-xdist: probe results shared by the worker processes
+    shared_dir: Path | None = None
 
     @classmethod
     def create(cls, settings: Settings, nodes: list[Node]) -> Cluster:
@@ -127,6 +144,14 @@ class Cluster:
             inv = self.cached(("inventory", name))
             if inv is not None:
                 row["accelerators"] = inv.describe()
+            mtus = self.cached(("netcheck", "mtus")) or {}
+            if name in mtus:
+                dev, mtu = mtus[name]
+                row["interface"] = f"{dev} (mtu {mtu})"
+            versions = (self.cached(("envcheck", "versions")) or {}).get(name) or {}
+            for key in VERSION_FACTS:
+                if versions.get(key):
+                    row[key] = str(versions[key])
             table[name] = row
         return table
 
@@ -136,6 +161,9 @@ class Cluster:
         conn = self.pool.connection(node)
 
         def do() -> float:
+            with self._lock:
+                self.stats["ssh_logins"] += 1
+                self.logged_in.add(node)
             conn.connect()
             return conn.login_seconds or 0.0
 
@@ -161,6 +189,9 @@ class Cluster:
         wanted = [n for n in dict.fromkeys(nodes) if n in self.pool.targets]
         sections = tuple(sections)
 
+        done = [0]
+        self.progress("probing nodes", 0, len(wanted))
+
         def warm(node: str) -> None:
             try:
                 self.login(node)
@@ -168,11 +199,25 @@ class Cluster:
                     self.probe(node, s)
             except Exception:  # noqa: BLE001 - each test re-raises what concerns it
                 pass
+            finally:
+                with self._lock:
+                    done[0] += 1
+                    n = done[0]
+                self.progress("probing nodes", n, len(wanted))
 
         def run() -> None:
             self.pool.map(warm, wanted)
 
         threading.Thread(target=run, name="cluster-prefetch", daemon=True).start()
+
+    def progress(self, phase: str, done: int, total: int) -> None:
+        """Report progress of a long phase ("probing nodes", "bandwidth rounds", "training"...):
+        `done` of `total` steps.  Shown in the terminal when pytest runs verbosely or on a tty
+        (never with -q, never from xdist workers); cheap to call often, safe from any thread."""
+        sink = self.progress_sink
+        if sink is not None:
+            with contextlib.suppress(Exception):  # progress must never break a check
+                sink(phase, done, total)
 
     # -- probes -----------------------------------------------------------------------------
     def run(self, node: str, argv: list[str] | str, *, timeout: float | None = None,
@@ -187,7 +232,48 @@ class Cluster:
         argv[1] is JSON {"sections": [...], **params}; it prints `CT_PROBE_JSON:{section: data}`.
         """
         key = ("probe", node, script, section, json.dumps(params, sort_keys=True))
-        return self.memo(key, lambda: self._probe(node, section, params, script))
+        if self.shared_dir is None:
+            return self.memo(key, lambda: self._counted_probe(node, section, params, script))
+        return self.memo(key, lambda: self._shared_probe(key, node, section, params, script))
+
+    def _counted_probe(self, node: str, section: str, params: dict[str, Any], script: str) -> Any:
+        with self._lock:
+            self.stats["probes_run"] += 1
+        return self._probe(node, section, params, script)
+
+    def _shared_probe(self, key: tuple[str, ...], node: str, section: str,
+                      params: dict[str, Any], script: str) -> Any:
+        """Under pytest-xdist: the first worker process that needs a probe runs it and writes
+        the result (or the probe's error) to the run's shared directory, under a file lock; the
+        others wait for the lock and read it.  Logins stay per process."""
+        assert self.shared_dir is not None
+        name = hashlib.sha256(json.dumps(key).encode()).hexdigest()[:32]
+        path = self.shared_dir / f"{name}.json"
+        with open(self.shared_dir / f"{name}.lock", "w") as lock:
+            while True:  # short waits, so that Ctrl-C is not held up (see remote.wait_result)
+                try:
+                    fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    time.sleep(0.05)
+            try:
+                if path.exists():
+                    stored = json.loads(path.read_text())
+                    with self._lock:
+                        self.stats["probes_shared"] += 1
+                else:
+                    try:
+                        stored = {"data": self._counted_probe(node, section, params, script)}
+                    except ProbeError as exc:
+                        stored = {"probe_error": str(exc)}
+                    tmp = path.with_suffix(f".{os.getpid()}.tmp")
+                    tmp.write_text(json.dumps(stored))
+                    os.replace(tmp, path)
+            finally:
+                fcntl.flock(lock, fcntl.LOCK_UN)
+        if "probe_error" in stored:
+            raise ProbeError(node, stored["probe_error"])
+        return stored["data"]
 
     def _probe(self, node: str, section: str, params: dict[str, Any], script: str) -> Any:
         if section == "base":

@@ -7,14 +7,17 @@ pre-parses the command line (PITFALLS 3).  The checks themselves live in the sib
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import os
+import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
 
 from cluster_tests import hostfile as hostfile_mod, pairs as pairs_mod, rootdir_fix
-from cluster_tests.report import Recorder, mask
+from cluster_tests.report import Recorder, keyword_form, mask, progress_writer
 from cluster_tests.cluster import Cluster, Node
 from cluster_tests.settings import Settings, add_options, read_settings
 
@@ -23,6 +26,9 @@ SETTINGS_KEY = pytest.StashKey[Settings]()
 PARSE_KEY = pytest.StashKey[object]()
 RECORDER_KEY = pytest.StashKey[Recorder]()
 JSON_PATH_KEY = pytest.StashKey[Path]()
+HTML_PATH_KEY = pytest.StashKey[Path]()
+# What the xdist workers did and learnt (node facts, logins, probes), merged on the controller.
+WORKERS_KEY = pytest.StashKey[dict]()
 # Lines that other sections (e.g. the bandwidth table) add to the terminal summary.
 SUMMARY_EXTRA_KEY = pytest.StashKey[list]()
 
@@ -69,7 +75,15 @@ def pytest_configure(config: pytest.Config) -> None:
         # A backstop: every remote action has its own deadline, but no check may hang a run.
         config.option.timeout = 900
     settings = read_settings(config)
+    if settings.value("ct_quick"):
+        # --quick: a fast pre-flight (the collective and training checks are deselected)
+        settings = dataclasses.replace(settings, timeout_connect=min(settings.timeout_connect, 5.0),
+                                       timeout_command=min(settings.timeout_command, 30.0))
     config.stash[SETTINGS_KEY] = settings
+    if "->" in (getattr(config.option, "keyword", "") or ""):
+        # pytest's -k grammar has no '>': `-k "node1->node2"` matches the keyword that
+        # pytest_itemcollected gives every pair test (see report.keyword_form)
+        config.option.keyword = keyword_form(config.option.keyword)
     if settings.hostfile is None:
         return
     try:
@@ -84,6 +98,8 @@ def pytest_configure(config: pytest.Config) -> None:
     cluster.memo(pairs_mod.MEMO_KEY, lambda: pairs_mod.Selection.make(cluster.names, spec))
     config.stash[RECORDER_KEY] = recorder = Recorder([n.name for n in nodes])
     config.pluginmanager.register(_SummaryPlugin(recorder), "cluster_tests_summary")
+    if config.pluginmanager.has_plugin("xdist"):
+        _XdistPlugin.setup(config, cluster)
     if config.args_source == pytest.Config.ArgsSource.INVOCATION_DIR:
         # No test paths given and no ini file naming them (an installed suite, run from
         # anywhere): run the checklist, not whatever test files the current directory holds.
@@ -128,14 +144,91 @@ class _SummaryPlugin:
         cluster = _cluster(config)
         if cluster is None or not self.recorder.outcomes:
             return
-        lines = self.recorder.summary_lines(cluster.node_table(), extra=config.stash.get(SUMMARY_EXTRA_KEY, []))
+        extra = list(config.stash.get(SUMMARY_EXTRA_KEY, []))
+        from cluster_tests.collective_remote import summary_lines as collective_lines
+
+        if not collective_lines(config):
+            # the collective section prints its own table when its fixtures ran in this process;
+            # else (the xdist controller) the table comes from the recorded properties, here
+            extra += self.recorder.render_bandwidth()
+        lines = self.recorder.summary_lines(node_facts(config), extra=extra)
         if lines:
             terminalreporter.section("cluster summary")
             for line in lines:
                 terminalreporter.line(line)
-        path = config.stash.get(JSON_PATH_KEY, None)
-        if path is not None:
-            terminalreporter.line(f"JSON summary: {path}")
+        for name, key in (("JSON summary", JSON_PATH_KEY), ("HTML report", HTML_PATH_KEY)):
+            path = config.stash.get(key, None)
+            if path is not None:
+                terminalreporter.line(f"{name}: {path}")
+
+
+class _XdistPlugin:
+    """pytest-xdist: the worker processes share probe results through a directory the controller
+    makes (Cluster.shared_dir: the first worker that needs a probe runs it, the others read it);
+    each worker sends its node facts and counters back, and the controller, which alone writes
+    the summary, JSON and HTML, merges them.  The checks are distributed by file (one section per
+    worker at a time), so that the whole-cluster phases (port matrix, shared-storage matrix,
+    all-reduce, training) run once, not once per worker."""
+
+    def __init__(self, config: pytest.Config, cluster: Cluster) -> None:
+        self.config = config
+        self.cluster = cluster
+        self.shared: str | None = None
+
+    @classmethod
+    def setup(cls, config: pytest.Config, cluster: Cluster) -> None:
+        workerinput = getattr(config, "workerinput", None)
+        if workerinput is not None:
+            if workerinput.get("ct_shared_dir"):
+                cluster.shared_dir = Path(workerinput["ct_shared_dir"])
+        elif getattr(config.option, "dist", "no") in ("load", "worksteal", "loadgroup"):
+            config.option.dist = "loadfile"
+        config.stash[WORKERS_KEY] = {"stats": {}, "logged_in": set(), "facts": {}}
+        config.pluginmanager.register(cls(config, cluster), "cluster_tests_xdist")
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_configure_node(self, node) -> None:  # controller, once per worker
+        if self.shared is None:
+            self.shared = tempfile.mkdtemp(prefix="cluster-tests-xdist-")
+        node.workerinput["ct_shared_dir"] = self.shared
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_testnodedown(self, node, error) -> None:  # controller, once per worker
+        got = getattr(node, "workeroutput", {}).get("ct_cluster") or {}
+        merged = self.config.stash[WORKERS_KEY]
+        for k, v in got.get("stats", {}).items():
+            merged["stats"][k] = merged["stats"].get(k, 0) + v
+        merged["logged_in"] |= set(got.get("logged_in", []))
+        for name, row in got.get("facts", {}).items():
+            merged["facts"].setdefault(name, {}).update(row)
+
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        if hasattr(self.config, "workeroutput"):  # a worker: hand what it did to the controller
+            self.config.workeroutput["ct_cluster"] = {
+                "stats": dict(self.cluster.stats), "logged_in": sorted(self.cluster.logged_in),
+                "facts": self.cluster.node_table()}
+
+    def pytest_unconfigure(self) -> None:
+        if self.shared is not None:
+            shutil.rmtree(self.shared, ignore_errors=True)
+
+
+def node_facts(config: pytest.Config) -> dict[str, dict[str, str]]:
+    """Per-node facts learnt by this process and (under xdist) by every worker."""
+    cluster = _cluster(config)
+    facts: dict[str, dict[str, str]] = {}
+    for name, row in config.stash.get(WORKERS_KEY, {}).get("facts", {}).items():
+        facts[name] = dict(row)
+    for name, row in (cluster.node_table() if cluster else {}).items():
+        facts.setdefault(name, {}).update(row)
+    return {n: facts[n] for n in (cluster.names if cluster else []) if n in facts}
+
+
+def _remote_counts(config: pytest.Config, cluster: Cluster) -> dict[str, object]:
+    """SSH logins and probes of this run, all processes together (for the JSON meta)."""
+    workers = config.stash.get(WORKERS_KEY, {"stats": {}, "logged_in": set()})
+    stats = {k: v + workers["stats"].get(k, 0) for k, v in cluster.stats.items()}
+    return {**stats, "logged_in": sorted(cluster.logged_in | workers["logged_in"])}
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
@@ -156,11 +249,22 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     selection = pairs_mod.selection(cluster)
     if selection is not None:
         meta["pairs"] = selection.meta(len(cluster.nodes))
+    meta.update(_remote_counts(config, cluster))
+    facts = node_facts(config)
     try:
-        recorder.write_json(path, cluster.node_table(), meta)
+        recorder.write_json(path, facts, meta)
         config.stash[JSON_PATH_KEY] = path
     except OSError:
         pass
+    from cluster_tests import html_report
+
+    html = cluster.settings.value("ct_html_report")
+    html_path = Path(html).expanduser() if html else path.with_name("cluster_report.html")
+    try:
+        config.stash[HTML_PATH_KEY] = html_report.write(html_path, recorder, facts, meta)
+    except OSError as exc:
+        config.stash[SUMMARY_EXTRA_KEY] = [*config.stash.get(SUMMARY_EXTRA_KEY, []),
+                                           f"HTML report not written: {exc}"]
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
@@ -236,6 +340,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         position = {id(item): i for i, item in enumerate(items)}
         is_check = {id(item) for item in checks}
         items.sort(key=lambda i: (section(i) if id(i) in is_check else -1, position[id(i)]))
+    if checks and _cluster(config).settings.value("ct_quick"):
+        slow = [i for i in checks if i.get_closest_marker("collective") or i.get_closest_marker("training")]
+        if slow:
+            config.hook.pytest_deselected(items=slow)
+            gone = {id(i) for i in slow}
+            items[:] = [i for i in items if id(i) not in gone]
+            checks = [i for i in checks if id(i) not in gone]
     for item in checks:
         params = getattr(getattr(item, "callspec", None), "params", {})
         if "node" in params:
@@ -251,7 +362,25 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     touched: list[str] = []
     for item in session.items:
         touched.extend(_touched_nodes(item))
+    # which sources each pair check will run from, so that a session-wide pair probe (S4's
+    # ssh_pairs) can start every source at once instead of one source per test, in turn
+    sources: dict[str, list[str]] = {}
+    for item in session.items:
+        pair = getattr(getattr(item, "callspec", None), "params", {}).get("pair")
+        if pair is not None:
+            sources.setdefault(getattr(item, "originalname", item.name), []).append(pair[0])
+    sources = {k: list(dict.fromkeys(v)) for k, v in sources.items()}
+    cluster.memo(pairs_mod.SOURCES_KEY, lambda: sources)
+    if not hasattr(session.config, "workerinput"):
+        reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+        cluster.progress_sink = progress_writer(reporter, session.config.option.verbose)
     cluster.prefetch(touched)
+
+
+def pytest_itemcollected(item: pytest.Item) -> None:
+    """`-k "node1->node2"`: pair ids get a keyword that pytest's -k grammar can spell."""
+    if "->" in item.name:
+        item.extra_keyword_matches.add(keyword_form(item.name))
 
 
 @pytest.fixture(scope="session")

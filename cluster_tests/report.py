@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import json
 import re
+import sys
+import threading
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 SECRET_NAME = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL)", re.IGNORECASE)
 MASK = "****"
@@ -94,7 +96,7 @@ class Recorder:
             message = _clean_message(report.longreprtext)
         elif report.skipped and isinstance(report.longrepr, tuple):
             message = str(report.longrepr[2]).removeprefix("Skipped: ")
-        pair = tuple(props["pair"].split("->", 1)) if "pair" in props else None
+        pair = tuple(props["pair"].split("->", 1)) if "pair" in props else _unordered_pair(test_id)
         self.outcomes[test_id] = Outcome(
             test_id=test_id,
             function=test_id.split("[")[0],
@@ -149,15 +151,68 @@ class Recorder:
         return lines
 
     def render_nodes(self, facts: dict[str, dict[str, str]]) -> list[str]:
-        """A row per node: reachable, hostname, slots... (`facts` from the cluster memo)."""
+        """A row per node: reachable, hostname, slots, accelerators, interface, and the versions
+        that differ across nodes (`facts` from the cluster memo); equal versions in one line."""
         if not facts:
             return []
-        columns = ["node"] + sorted({k for f in facts.values() for k in f}, key=_column_order)
+        columns, same = node_columns(facts)
         rows = [[n] + [facts.get(n, {}).get(c, "") for c in columns[1:]] for n in self.nodes if n in facts]
         widths = [max(len(c), *(len(r[i]) for r in rows)) for i, c in enumerate(columns)]
-        out = ["Nodes:", "  " + "  ".join(c.ljust(w) for c, w in zip(columns, widths))]
-        out += ["  " + "  ".join(v.ljust(w) for v, w in zip(r, widths)) for r in rows]
+        out = ["Nodes:", ("  " + "  ".join(c.ljust(w) for c, w in zip(columns, widths))).rstrip()]
+        out += [("  " + "  ".join(v.ljust(w) for v, w in zip(r, widths))).rstrip() for r in rows]
+        if same:
+            out.append("  same on every node: " + ", ".join(f"{k} {v}" for k, v in same.items()))
         return out
+
+    # -- numbers from the tests' properties (available on the xdist controller too) ------------
+    def latency(self) -> dict[tuple[str, str], float]:
+        """F1: TCP handshake RTT in ms per ordered pair (test_reachable's `rtt_ms`)."""
+        return {o.pair: v for o in self.by_function("test_reachable")
+                if o.pair and (v := _number(o.properties.get("rtt_ms"))) is not None}
+
+    def pair_bandwidth(self) -> dict[tuple[str, str], float]:
+        """C2: busbw in GB/s per unordered node pair (test_allreduce_pair's `busbw_GBps`)."""
+        return {o.pair: v for o in self.by_function("test_allreduce_pair")
+                if o.pair and (v := _number(o.properties.get("busbw_GBps"))) is not None}
+
+    def allreduce_sizes(self) -> list[dict[str, float]]:
+        """C1: one row per message size (size_bytes, time_us, algbw_GBps, busbw_GBps)."""
+        runs = self.by_function("test_allreduce")
+        if not runs:
+            return []
+        props = runs[0].properties
+        sizes = sorted({int(k.split("@", 1)[1]) for k in props if "@" in k and k.split("@", 1)[1].isdigit()})
+        rows = []
+        for size in sizes:
+            row: dict[str, float] = {"size_bytes": size}
+            for unit in ("time_us", "algbw_GBps", "busbw_GBps"):
+                v = _number(props.get(f"{unit}@{size}"))
+                if v is not None:
+                    row[unit] = v
+            rows.append(row)
+        return rows
+
+    def render_bandwidth(self) -> list[str]:
+        """The C1/C2 numbers as recorded in the tests' properties: the terminal summary shows
+        these when the collective section's own table is not there (the xdist controller)."""
+        lines: list[str] = []
+        sizes = self.allreduce_sizes()
+        if sizes:
+            props = self.by_function("test_allreduce")[0].properties
+            lines.append(f"C1: all-reduce over {props.get('world_size', '?')} ranks "
+                         f"({props.get('backend', '?')}), from the recorded properties:")
+            lines.append(f"  {'size (B)':>12} {'time (us)':>12} {'algbw (GB/s)':>13} {'busbw (GB/s)':>13}")
+            for r in sizes:
+                lines.append(f"  {int(r['size_bytes']):>12d} {r.get('time_us', 0):>12.2f} "
+                             f"{r.get('algbw_GBps', 0):>13.4f} {r.get('busbw_GBps', 0):>13.4f}")
+        pairs = {o.pair: o for o in self.by_function("test_allreduce_pair") if o.pair}
+        if pairs:
+            bw = self.pair_bandwidth()
+            lines.append("C2: busbw per node pair (GB/s):")
+            for p, o in sorted(pairs.items()):
+                value = f"{bw[p]:.4f}" if p in bw else "-"
+                lines.append(f"  {p[0]}<->{p[1]}  {value:>10}  {o.outcome}")
+        return lines
 
     def summary_lines(self, facts: dict[str, dict[str, str]], extra: list[str] | None = None) -> list[str]:
         lines: list[str] = []
@@ -170,12 +225,39 @@ class Recorder:
             lines += [f"  - {f}" for f in fixes]
         return lines
 
+    def pairs(self) -> list[dict[str, Any]]:
+        """One entry per ordered pair that any check touched: outcome per check, and numbers
+        with their units in the key (rtt_ms, jitter_ms, busbw_GBps...)."""
+        out: dict[tuple[str, str, str], dict[str, Any]] = {}
+        for o in self.outcomes.values():
+            if not o.pair:
+                continue
+            arrow = "<->" if f"{o.pair[0]}<->{o.pair[1]}" in o.test_id else "->"  # C2: unordered
+            entry = out.setdefault((*o.pair, arrow), {"pair": arrow.join(o.pair), "from": o.pair[0],
+                                                      "to": o.pair[1], "checks": {}})
+            entry["checks"][o.function] = o.outcome
+            for k, v in o.properties.items():
+                if "@" not in k and (num := _number(v)) is not None and _has_unit(k):
+                    entry[k] = num
+        index = {n: i for i, n in enumerate(self.nodes)}
+        return [out[k] for k in sorted(out, key=lambda k: (k[2] != "->", index.get(k[0], len(index)),
+                                                           index.get(k[1], len(index))))]
+
     def to_json(self, facts: dict[str, dict[str, str]], meta: dict[str, Any]) -> dict[str, Any]:
         trust = {a: {b: o.outcome for (x, b), o in self.matrix().items() if x == a} for a in self.nodes}
+        c1 = self.by_function("test_allreduce")
         return {
-            "meta": {**meta, "started": self.started, "finished": time.time(), "counts": self.counts()},
-            "nodes": [{"name": n, **facts.get(n, {})} for n in self.nodes],
+            "meta": {**meta, "started": self.started, "finished": time.time(),
+                     "duration_s": round(time.time() - self.started, 3), "counts": self.counts()},
+            "nodes": [{"name": n, **_node_json(facts.get(n, {}))} for n in self.nodes],
             "trust": trust,
+            "pairs": self.pairs(),
+            "latency_rtt_ms": {f"{a}->{b}": v for (a, b), v in sorted(self.latency().items())},
+            "allreduce": {
+                "sizes": self.allreduce_sizes(),
+                "busbw_GBps": _number(c1[0].properties.get("busbw_GBps")) if c1 else None,
+                "pair_busbw_GBps": {f"{a}<->{b}": v for (a, b), v in sorted(self.pair_bandwidth().items())},
+            },
             "fixes": self.fixes(),
             "tests": [
                 {**asdict(o), "pair": "->".join(o.pair) if o.pair else None, "headline": o.headline}
@@ -188,8 +270,119 @@ class Recorder:
         path.write_text(json.dumps(self.to_json(facts, meta), indent=2, default=str))
 
 
-_ORDER = ["reachable", "login", "hostname", "slots", "accelerators", "python", "torch", "deepspeed"]
+_ORDER = ["reachable", "login", "hostname", "slots", "accelerators", "interface", "python", "torch",
+          "deepspeed"]
+#: node facts that are versions: shown per node only where they differ across nodes
+VERSION_COLUMNS = ("python", "torch", "cuda", "nccl", "deepspeed", "torch_npu", "cann",
+                   "nvidia_driver", "ascend_driver")
 
 
 def _column_order(name: str) -> tuple[int, str]:
     return (_ORDER.index(name) if name in _ORDER else len(_ORDER), name)
+
+
+def node_columns(facts: dict[str, dict[str, str]]) -> tuple[list[str], dict[str, str]]:
+    """(columns of the node table, {version: value} equal on every node and so left out)."""
+    keys = sorted({k for f in facts.values() for k in f}, key=_column_order)
+    same: dict[str, str] = {}
+    for k in [k for k in keys if k in VERSION_COLUMNS]:
+        values = {f.get(k, "") for f in facts.values()}
+        if len(values) == 1 and len(facts) > 1:
+            same[k] = values.pop()
+    return ["node"] + [k for k in keys if k not in same], same
+
+
+def _node_json(row: dict[str, str]) -> dict[str, Any]:
+    out: dict[str, Any] = dict(row)
+    login = row.get("login", "")
+    if login.endswith("s") and (num := _number(login[:-1])) is not None:
+        del out["login"]
+        out["login_s"] = num
+    if "slots" in row and row["slots"].isdigit():
+        out["slots"] = int(row["slots"])
+    return out
+
+
+_UNITS = ("_ms", "_us", "_s", "_seconds", "_GBps", "_Gbps", "_bytes", "_GB", "_MB")
+
+
+def _has_unit(key: str) -> bool:
+    return key.endswith(_UNITS)
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool) or value is None:
+        return None
+    if isinstance(value, (int, float)):
+        return float(value)
+    try:
+        return float(str(value))
+    except ValueError:
+        return None
+
+
+def _unordered_pair(test_id: str) -> tuple[str, str] | None:
+    """`test_allreduce_pair[node1<->node2]` -> ("node1", "node2")."""
+    m = re.search(r"\[([^\[\]]+)<->([^\[\]]+)\]$", test_id)
+    return (m.group(1), m.group(2)) if m else None
+
+
+def keyword_form(text: str) -> str:
+    """What `-k` can match for a pair id: pytest's -k grammar has no '>' or '<', so the
+    plugin rewrites `a->b` and `a<->b` in the -k expression to `a_to_b`, and gives every
+    pair test the keyword `name[a_to_b]`."""
+    return re.sub(r"<?->", "_to_", text)
+
+
+class Progress:
+    """Progress of long phases, written through pytest's terminal reporter: a line per phase
+    when it has run a second or more, then at most every `every` seconds, and when done.
+    Thread-safe (the node probes report from the fan-out threads)."""
+
+    def __init__(self, write: Callable[[str], None], every: float = 2.0, first: float = 1.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.write = write
+        self.every = every
+        self.first = first
+        self.clock = clock
+        self._phases: dict[str, list[float]] = {}  # phase -> [started, last written (0: never)]
+        self._lock = threading.Lock()
+
+    def __call__(self, phase: str, done: int, total: int) -> None:
+        now = self.clock()
+        with self._lock:
+            state = self._phases.get(phase)
+            if state is None or (done == 0 and state[1] == -1):
+                state = self._phases[phase] = [now, 0.0]
+            started, last = state
+            if last == -1:  # finished already
+                return
+            finished = total > 0 and done >= total
+            if finished:
+                show = last > 0
+                state[1] = -1
+            else:
+                show = (now - started >= self.first) and (last == 0 or now - last >= self.every)
+                if show:
+                    state[1] = now
+            if not show:
+                return
+        pct = f" ({100 * done // total}%)" if total else ""
+        self.write(f"[cluster] {phase}: {done}/{total}{pct}" + (" done" if finished else ""))
+
+
+def progress_writer(terminalreporter: Any, verbose: int, isatty: bool | None = None) -> Progress | None:
+    """The progress sink for a run: None with -q, or when neither verbose nor a tty."""
+    if terminalreporter is None or verbose < 0:
+        return None
+    tty = sys.stdout.isatty() if isatty is None else isatty
+    if verbose < 1 and not tty:
+        return None
+    lock = threading.Lock()
+
+    def write(line: str) -> None:
+        with lock:
+            terminalreporter.ensure_newline()
+            terminalreporter.write_line(line)
+
+    return Progress(write)

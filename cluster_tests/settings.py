@@ -170,6 +170,16 @@ OPTIONS += [
            "--deepspeed-args='--ssh_port 2222' (not --include/--exclude: see --launch-include)", ""),
 ]
 
+# Reports and run modes; used by cluster_tests.plugin / html_report.
+OPTIONS += [
+    Option("--html-report", "ct_html_report", "cluster_html_report", "CLUSTER_TESTS_HTML_REPORT",
+           "where to write the self-contained HTML report (default: cluster_report.html beside "
+           "the JUnit file, reports/ by default)"),
+    Option("--quick", "ct_quick", "cluster_quick", "CLUSTER_TESTS_QUICK",
+           "fast pre-flight: deselect the collective and training checks, connect timeout at most "
+           "5 s and remote commands at most 30 s", False, _flag),
+]
+
 # testinfra (a required dependency, itself a pytest plugin) already defines --ssh-config with the
 # meaning of `ssh -F`; defining it again is an argparse conflict (PITFALLS 2), so we read its value.
 SSH_CONFIG = Option("--ssh-config", "ssh_config", "cluster_ssh_config", "CLUSTER_TESTS_SSH_CONFIG",

@@ -1,0 +1,112 @@
+"""Pure tests of what people read: the Recorder's views and JSON, the HTML report's pictures,
+the progress lines and the -k spelling of pair ids (no cluster needed)."""
+
+from __future__ import annotations
+
+import re
+
+from cluster_tests import html_report
+from cluster_tests.report import Outcome, Progress, Recorder, keyword_form, node_columns
+
+NODES = ["node1", "node2", "node3"]
+
+
+def _recorder(red: tuple[str, str] = ("node1", "node3")) -> Recorder:
+    rec = Recorder(list(NODES))
+    for a in NODES:
+        for b in NODES:
+            bad = (a, b) == red
+            msg = (f"{a} -> {b}: public key refused\n  fix: ssh {a} cat ~/.ssh/id_ed25519.pub | "
+                   f"ssh {b} 'cat >> ~/.ssh/authorized_keys'") if bad else ""
+            rec.outcomes[f"test_ssh_trust[{a}->{b}]"] = Outcome(
+                f"test_ssh_trust[{a}->{b}]", "test_ssh_trust", "cluster_tests/test_ssh.py",
+                "failed" if bad else "passed", msg, pair=(a, b))
+            rec.outcomes[f"test_reachable[{a}->{b}]"] = Outcome(
+                f"test_reachable[{a}->{b}]", "test_reachable", "cluster_tests/test_network.py",
+                "passed", pair=(a, b), properties={"rtt_ms": f"{0.1 + NODES.index(b) / 10:.3f}",
+                                                   "jitter_ms": "0.010"})
+    for i, a in enumerate(NODES):
+        for b in NODES[i + 1:]:
+            rec.outcomes[f"test_allreduce_pair[{a}<->{b}]"] = Outcome(
+                f"test_allreduce_pair[{a}<->{b}]", "test_allreduce_pair", "m", "passed",
+                pair=(a, b), properties={"busbw_GBps": 1.5 if b != "node3" else 0.5})
+    props = {"backend": "gloo", "world_size": 3, "busbw_GBps": 2.0}
+    for size, bw in ((1024, 0.1), (65536, 1.0), (1048576, 2.0)):
+        props.update({f"time_us@{size}": 10.0, f"algbw_GBps@{size}": bw / 1.3,
+                      f"busbw_GBps@{size}": bw})
+    rec.outcomes["test_allreduce"] = Outcome("test_allreduce", "test_allreduce", "m", "passed",
+                                             properties=props)
+    return rec
+
+
+FACTS = {n: {"reachable": "yes", "login": "0.20s", "slots": "1", "hostname": n,
+             "python": "3.11.7", "torch": "2.13.0" if n != "node2" else "2.12.0"} for n in NODES}
+
+
+def test_node_table_shows_only_differing_versions():
+    columns, same = node_columns(FACTS)
+    assert "torch" in columns and "python" not in columns
+    assert same == {"python": "3.11.7"}
+    lines = _recorder().render_nodes(FACTS)
+    assert lines[-1] == "  same on every node: python 3.11.7"
+    assert any(line.split()[0] == "node2" and "2.12.0" in line for line in lines)
+
+
+def test_json_carries_units_pairs_and_node_facts():
+    data = _recorder().to_json(FACTS, {"ssh_logins": 3})
+    node1 = data["nodes"][0]
+    assert node1["login_s"] == 0.2 and node1["slots"] == 1 and "login" not in node1
+    pair = next(p for p in data["pairs"] if p["pair"] == "node1->node3")
+    assert pair["checks"] == {"test_ssh_trust": "failed", "test_reachable": "passed"}
+    assert pair["rtt_ms"] == 0.3 and pair["jitter_ms"] == 0.01
+    assert data["latency_rtt_ms"]["node2->node1"] == 0.1
+    assert data["allreduce"]["busbw_GBps"] == 2.0
+    assert data["allreduce"]["pair_busbw_GBps"] == {"node1<->node2": 1.5, "node1<->node3": 0.5,
+                                                    "node2<->node3": 0.5}
+    assert [r["size_bytes"] for r in data["allreduce"]["sizes"]] == [1024, 65536, 1048576]
+    assert data["meta"]["ssh_logins"] == 3 and data["meta"]["duration_s"] >= 0
+
+
+def test_bandwidth_lines_from_properties():
+    lines = _recorder().render_bandwidth()
+    assert lines[0].startswith("C1: all-reduce over 3 ranks (gloo)")
+    assert any(line.split()[:4] == ["1048576", "10.00", "1.5385", "2.0000"] for line in lines)
+    assert "  node1<->node3      0.5000  passed" in lines
+
+
+def test_html_has_the_red_cell_and_the_plot():
+    page = html_report.render(_recorder(), FACTS, {"hostfile": "/h", "rank0": "node1"})
+    red = re.findall(r'<rect class="cell (\w+)" data-from="(\w+)" data-to="(\w+)"[^>]*fill="([^"]+)"',
+                     page)
+    ssh = red[: 9]
+    assert [(a, b) for cls, a, b, fill in ssh if cls == "failed"] == [("node1", "node3")]
+    assert all(fill == html_report.BAD for cls, a, b, fill in ssh if cls == "failed")
+    assert 'id="heatmap-ssh"' in page and 'id="heatmap-latency"' in page
+    assert 'id="heatmap-bandwidth"' in page and 'id="plot-bandwidth"' in page
+    assert page.count('<polyline class="series') == 2
+    assert "public key refused" in page and "cat &gt;&gt; ~/.ssh/authorized_keys" in page
+    assert "http://" not in page.replace('xmlns="http://www.w3.org/2000/svg"', "")
+    assert "<script" not in page
+
+
+def test_progress_is_throttled_and_says_done():
+    now = [0.0]
+    out: list[str] = []
+    p = Progress(out.append, every=2.0, first=1.0, clock=lambda: now[0])
+    p("probing nodes", 0, 4)
+    p("probing nodes", 1, 4)  # before `first`: quiet
+    now[0] = 1.5
+    p("probing nodes", 2, 4)
+    now[0] = 2.0
+    p("probing nodes", 3, 4)  # within `every`: quiet
+    p("probing nodes", 4, 4)
+    assert out == ["[cluster] probing nodes: 2/4 (50%)", "[cluster] probing nodes: 4/4 (100%) done"]
+    out.clear()
+    p("quick phase", 0, 2)
+    p("quick phase", 2, 2)  # a phase that was never shown ends quietly too
+    assert out == []
+
+
+def test_keyword_form_of_pair_ids():
+    assert keyword_form("ssh and node1->node2") == "ssh and node1_to_node2"
+    assert keyword_form("test_allreduce_pair[gpu-01<->gpu-02]") == "test_allreduce_pair[gpu-01_to_gpu-02]"
