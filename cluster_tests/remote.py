@@ -12,7 +12,9 @@ cannot be reached, and what fixes it, instead of printing a paramiko traceback.
 
 from __future__ import annotations
 
+import base64
 import enum
+import hashlib
 import errno
 import os
 import shlex
@@ -172,6 +174,12 @@ class CommandResult:
                     body = body[: limit // 2] + "\n[...]\n" + body[-limit // 2 :]
                 text += f"\n{name}:\n{body}"
         return text
+
+
+def sha256_fingerprint(key: paramiko.PKey) -> str:
+    """The fingerprint as OpenSSH prints it (`ssh-keygen -lf`): SHA256:<base64, no padding>."""
+    digest = hashlib.sha256(key.asbytes()).digest()
+    return "SHA256:" + base64.b64encode(digest).decode().rstrip("=")
 
 
 def quote_argv(argv: Sequence[str] | str) -> str:
@@ -337,7 +345,7 @@ class Connection:
             raise ConnectError(
                 t,
                 Cause.HOSTKEY_CHANGED,
-                f"the key offered by {t.hostname} ({exc.key.get_name()} {exc.key.get_fingerprint().hex()}) "
+                f"the key offered by {t.hostname} ({exc.key.get_name()} {sha256_fingerprint(exc.key)}) "
                 f"differs from the one in known_hosts: the host was reinstalled, or someone is in between",
                 _hint(t, Cause.HOSTKEY_CHANGED, self.ssh_config),
             ) from None
