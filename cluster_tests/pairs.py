@@ -27,6 +27,7 @@ from typing import Any, Sequence
 
 AUTO_ALL_MAX = 32  # "auto": all pairs up to this many nodes (32*32 = 1024 pairs), ring beyond
 MEMO_KEY = ("pairs", "selection")
+SOURCES_KEY = ("pairs", "collected_sources")  # {test function name: sources of its collected pairs}
 
 
 @dataclass(frozen=True)
@@ -153,3 +154,9 @@ def normalize(value: str) -> str:
     """The option's type: validates, and returns the canonical spelling."""
     spec = parse_spec(value)
     return "auto" if spec.mode == "auto" else spec.describe() if spec.mode == "sample" else spec.mode
+
+
+def collected_sources(cluster: Any, test: str) -> list[str]:
+    """The sources of the pairs that `test` will run over in this session (empty if unknown)."""
+    got = cluster.cached(SOURCES_KEY) or {}
+    return list(got.get(test, []))

@@ -310,9 +310,20 @@ def comm_interface(cluster: Cluster, node: str) -> str | None:
     return None
 
 
+def _warm_routes(cluster: Cluster, node: str) -> None:
+    """Fill the routes cache of node; whatever goes wrong is reported by the tests that need it."""
+    try:
+        if cluster.login_error(node) is None:
+            nc.routes(cluster, node)
+    except (Exception, pytest.fail.Exception):  # noqa: BLE001 - a failed base probe too
+        pass
+
+
 def _mtus(cluster: Cluster) -> dict[str, tuple[str, int | None]]:
     def compute() -> dict[str, tuple[str, int | None]]:
         out = {}
+        # the route probes of all nodes at once (one round trip each), not one node after another
+        cluster.pool.map(lambda n: _warm_routes(cluster, n), cluster.names)
         for n in cluster.names:
             if cluster.login_error(n) is not None:
                 continue

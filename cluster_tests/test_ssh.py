@@ -77,7 +77,16 @@ def test_sshd_config(cluster: Cluster, node: str, record_property) -> None:
 
 def _pairs_from(cluster: Cluster, source: str) -> dict:
     """ssh from `source` to its targets in the selected pairs (--pairs), fanned out on `source`
-    in one round trip (cached)."""
+    in one round trip (cached).  The first call starts every source the session's S4 tests
+    need at once (bounded by --fanout), so the sources overlap instead of taking turns."""
+    sources = pairs.collected_sources(cluster, "test_ssh_trust")
+    if source in sources and len(sources) > 1:
+        cluster.memo(("ssh", "pairs_all"), lambda: cluster.pool.map(
+            lambda s: cluster.login_error(s) is None and _probe_pairs(cluster, s), sources))
+    return _probe_pairs(cluster, source)
+
+
+def _probe_pairs(cluster: Cluster, source: str) -> dict:
     timeout = cluster.settings.timeout_connect
     targets = pairs.targets_of(cluster, source)
     return cluster.probe(
