@@ -371,15 +371,6 @@ def pytest_collection_finish(session: pytest.Session) -> None:
             sources.setdefault(getattr(item, "originalname", item.name), []).append(pair[0])
     sources = {k: list(dict.fromkeys(v)) for k, v in sources.items()}
     cluster.memo(pairs_mod.SOURCES_KEY, lambda: sources)
-    # which sources each pair check will run from, so that a session-wide pair probe (S4's
-    # ssh_pairs) can start every source at once instead of one source per test, in turn
-    sources: dict[str, list[str]] = {}
-    for item in session.items:
-        pair = getattr(getattr(item, "callspec", None), "params", {}).get("pair")
-        if pair is not None:
-            sources.setdefault(getattr(item, "originalname", item.name), []).append(pair[0])
-    sources = {k: list(dict.fromkeys(v)) for k, v in sources.items()}
-    cluster.memo(pairs_mod.SOURCES_KEY, lambda: sources)
     if not hasattr(session.config, "workerinput"):
         reporter = session.config.pluginmanager.get_plugin("terminalreporter")
         cluster.progress_sink = progress_writer(reporter, session.config.option.verbose)
