@@ -183,7 +183,7 @@ class _XdistPlugin:
                 cluster.shared_dir = Path(workerinput["ct_shared_dir"])
         elif getattr(config.option, "dist", "no") in ("load", "worksteal", "loadgroup"):
             config.option.dist = "loadfile"
-        config.stash[WORKERS_KEY] = {"stats": {}, "logged_in": set(), "facts": {}}
+        config.stash[WORKERS_KEY] = {"stats": {}, "logged_in": set(), "facts": {}, "workers": 0}
         config.pluginmanager.register(cls(config, cluster), "cluster_tests_xdist")
 
     @pytest.hookimpl(optionalhook=True)
@@ -196,6 +196,7 @@ class _XdistPlugin:
     def pytest_testnodedown(self, node, error) -> None:  # controller, once per worker
         got = getattr(node, "workeroutput", {}).get("ct_cluster") or {}
         merged = self.config.stash[WORKERS_KEY]
+        merged["workers"] += 1
         for k, v in got.get("stats", {}).items():
             merged["stats"][k] = merged["stats"].get(k, 0) + v
         merged["logged_in"] |= set(got.get("logged_in", []))
@@ -226,9 +227,10 @@ def node_facts(config: pytest.Config) -> dict[str, dict[str, str]]:
 
 def _remote_counts(config: pytest.Config, cluster: Cluster) -> dict[str, object]:
     """SSH logins and probes of this run, all processes together (for the JSON meta)."""
-    workers = config.stash.get(WORKERS_KEY, {"stats": {}, "logged_in": set()})
+    workers = config.stash.get(WORKERS_KEY, {"stats": {}, "logged_in": set(), "workers": 0})
     stats = {k: v + workers["stats"].get(k, 0) for k, v in cluster.stats.items()}
-    return {**stats, "logged_in": sorted(cluster.logged_in | workers["logged_in"])}
+    return {**stats, "logged_in": sorted(cluster.logged_in | workers["logged_in"]),
+            "xdist_workers": workers["workers"]}
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:

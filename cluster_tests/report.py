@@ -72,6 +72,8 @@ _MARK = {"passed": ".", "failed": "X", "error": "E", "skipped": "s"}
 
 def _clean_message(text: str) -> str:
     text = text.strip()
+    # under pytest-xdist the worker's report starts with "[gw1] linux -- Python 3.11.7 /path"
+    text = re.sub(r"^\[gw\d+\] [^\n]*\n", "", text).strip()
     if text.startswith("Failed: "):
         text = text[len("Failed: "):]
     return text
