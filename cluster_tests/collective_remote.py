@@ -326,6 +326,7 @@ def run_pairs(cluster: Cluster) -> dict[tuple[str, str], RemoteRun | BaseExcepti
     options = worker_options(cluster, backend, chosen_sizes(cluster)[-1:])
     env = forwarded_env(_launcher_env())
     results: dict[tuple[str, str], RemoteRun | BaseException] = {}
+    order = {name: i for i, name in enumerate(cluster.names)}
     for round_pairs in C.circle_schedule(cluster.names):
         def one(item: tuple[int, tuple[str, str]]) -> RemoteRun:
             i, (a, b) = item
@@ -339,8 +340,9 @@ def run_pairs(cluster: Cluster) -> dict[tuple[str, str], RemoteRun | BaseExcepti
                                  port=cluster.settings.master_port + 1 + i, options=options,
                                  env=env)
 
-        for pair, res in zip(round_pairs, cluster.pool.map(one, list(enumerate(round_pairs)))):
-            results[pair] = res
+        for (a, b), res in zip(round_pairs, cluster.pool.map(one, list(enumerate(round_pairs)))):
+            # keyed in hostfile order, as the tests are (the schedule may name b first)
+            results[(a, b) if order[a] < order[b] else (b, a)] = res
     return results
 
 

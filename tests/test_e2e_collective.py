@@ -272,3 +272,26 @@ def test_network_hint_uses_the_port_matrix_when_the_session_has_one() -> None:
     assert R.network_hint(cluster, ["node3"]) == (  # type: ignore[arg-type]
         "the network checks (F) of this session found closed ports: node1->node3 port 40001: "
         "timed out")
+
+
+def test_pair_results_are_keyed_in_hostfile_order(monkeypatch):
+    """The circle schedule may name the later host first (node4<->node2 with 4 nodes); the
+    results must still be found under the test's hostfile-ordered pair."""
+    from types import SimpleNamespace
+
+    from cluster_tests import collective as C
+    from cluster_tests import collective_remote as R
+
+    names = ["node1", "node2", "node3", "node4"]
+    assert any(names.index(a) > names.index(b) for rnd in C.circle_schedule(names) for a, b in rnd)
+    settings = SimpleNamespace(value=lambda k: {"ct_backend": "gloo"}.get(k), master_port=29500)
+    pool = SimpleNamespace(map=lambda fn, items: [fn(i) for i in items])
+    cluster = SimpleNamespace(names=names, settings=settings, pool=pool, login_error=lambda n: None)
+    monkeypatch.setattr(R, "worker_options", lambda *a, **k: None)
+    monkeypatch.setattr(R, "chosen_sizes", lambda c: [1024])
+    monkeypatch.setattr(R, "master_address", lambda *a, **k: "addr")
+    monkeypatch.setattr(R, "run_allreduce", lambda cluster, ranks, **k: tuple(sorted(r.host for r in ranks)))
+    results = R.run_pairs(cluster)
+    expected = {(a, b) for i, a in enumerate(names) for b in names[i + 1:]}
+    assert set(results) == expected
+    assert all(results[p] == p for p in expected)
