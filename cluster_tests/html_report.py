@@ -20,7 +20,7 @@ from cluster_tests.report import Outcome, Recorder, node_columns
 
 TEMPLATE = "report.html.j2"
 
-OK, BAD, SKIP, NONE = "#2e9e4f", "#d73027", "#bdbdbd", "#f4f4f4"
+OK, BAD, SKIP, NONE, SELF = "#2e9e4f", "#d73027", "#bdbdbd", "#f4f4f4", "#e3e3e3"
 OUTCOME_FILL = {"passed": OK, "failed": BAD, "error": BAD, "skipped": SKIP}
 OUTCOME_MARK = {"passed": "✓", "failed": "✗", "error": "E", "skipped": "s"}
 
@@ -132,12 +132,16 @@ def latency_heatmap(rec: Recorder) -> Heatmap | None:
         v = rtt.get((a, b))
         if v is None:
             return SKIP, "-", f"{a} -> {b}: no RTT ({o.outcome})", o.outcome
+        title = f"{a} -> {b}: TCP handshake {v:.3f} ms"
+        if a == b:  # loopback: not a link, kept off the colour scale
+            return SELF, f"{v:.2g}", title + " (loopback)", "value self"
         t = 0.5 if hi == lo else (v - lo) / (hi - lo)
-        return _mix(lo_c, hi_c, t), f"{v:.2g}", f"{a} -> {b}: TCP handshake {v:.3f} ms", "value"
+        return _mix(lo_c, hi_c, t), f"{v:.2g}", title, "value"
 
     return _grid(_names(rec, outcomes), fill, id="heatmap-latency", title="Latency (F1)",
                  caption="median TCP handshake round trip, ms (row: from, column: to)",
-                 legend=[(lo_c, f"{lo:.3g} ms"), (hi_c, f"{hi:.3g} ms"), (BAD, "unreachable")])
+                 legend=[(lo_c, f"{lo:.3g} ms"), (hi_c, f"{hi:.3g} ms"), (SELF, "loopback"),
+                         (BAD, "unreachable")])
 
 
 def bandwidth_heatmap(rec: Recorder) -> Heatmap | None:
@@ -147,7 +151,7 @@ def bandwidth_heatmap(rec: Recorder) -> Heatmap | None:
     bw = rec.pair_bandwidth()
     values = list(bw.values()) or [1.0]
     lo, hi = min(values), max(values)
-    lo_c, hi_c = "#f2f8ef", "#1f6f3b"
+    lo_c, hi_c = "#c7e9c0", "#1f6f3b"
 
     def fill(a: str, b: str) -> tuple[str, str, str, str] | None:
         key = (a, b) if (a, b) in outcomes else (b, a)
