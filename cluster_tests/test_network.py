@@ -69,14 +69,22 @@ def test_reachable(cluster: Cluster, pair: tuple[str, str], record_property) -> 
             f"(on {b}: iptables -S INPUT)", pytrace=False)
     record_property("rtt_ms", f"{stats.median_ms:.3f}")
     record_property("jitter_ms", f"{stats.jitter_ms:.3f}")
-    m = nc.port_matrix(cluster)
-    baseline = [s.median_ms for x, row in m.results.items() for y, e in row.items()
-                if x != y and (s := nc.rtt_stats(e["rtt_ms"])) is not None]
+    baseline = _rtt_baseline(cluster)
     if a != b and nc.is_outlier(stats.median_ms, baseline):
         warnings.warn(NetworkWarning(
             f"{a} -> {b}: TCP handshake {stats.median_ms:.2f} ms (jitter {stats.jitter_ms:.2f} ms) "
             f"against a typical {sorted(baseline)[len(baseline) // 2]:.2f} ms between the other "
             f"pairs: a slow link or a busy node"), stacklevel=1)
+
+
+def _rtt_baseline(cluster: Cluster) -> list[float]:
+    """Median RTT of every measured pair (not self), computed once (per test it made the F1
+    tests quadratic in the number of pairs)."""
+    def compute() -> list[float]:
+        m = nc.port_matrix(cluster)
+        return [s.median_ms for x, row in m.results.items() for y, e in row.items()
+                if x != y and (s := nc.rtt_stats(e["rtt_ms"])) is not None]
+    return cluster.memo(("netcheck", "rtt_baseline"), compute)
 
 
 def test_high_ports(cluster: Cluster, pair: tuple[str, str], record_property) -> None:

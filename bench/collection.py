@@ -1,0 +1,151 @@
+#!/usr/bin/env python3
+"""What pytest itself costs on big clusters: collection, items, fixtures and reports per node
+and per pair, against the in-process fake transport (bench/fake_transport.py: no network, every
+probe answered at once with synthetic facts of a healthy cluster).
+
+Not a test: a measurement to quote (README "Speed and scale").  For each (nodes, --pairs) case
+it writes a hostfile of N nodes and runs, under /usr/bin/time (wall, peak RSS):
+
+* ``pytest --collect-only`` (start-up + collection + parametrization),
+* the whole run ``-m "not collective and not training"`` (collection + every check + terminal,
+  JUnit and JSON reports),
+
+then prints items, seconds, MB, and the costs per item, per node and per pair (the run's time
+above the start-up of a 2-node run, divided).  Cases whose item count is above --max-items are
+not run; their collection cost is extrapolated from the measured per-item cost and marked "~".
+
+    .venv/bin/python bench/collection.py [--cases 64:all,256:ring,256:sample:5000,1024:ring,...]
+        [--repeat 1] [--max-items 60000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from cluster_tests import pairs as P  # noqa: E402
+
+MARK = "not collective and not training"
+DEFAULT_CASES = "2:all,64:all,256:ring,256:sample:5000,1024:ring,1024:sample:20000,1024:all"
+# pair checks and per-node checks of the checklist without C and T (counted at 2 nodes, below)
+
+
+def run(argv: list[str], cwd: Path) -> dict:
+    rss = cwd / "rss.txt"
+    start = time.monotonic()
+    proc = subprocess.run(["/usr/bin/time", "-f", "%M", "-o", str(rss), *argv], cwd=cwd,
+                          capture_output=True, text=True, errors="replace",
+                          env={**os.environ, "PYTHONPATH": str(REPO / "bench")})
+    seconds = time.monotonic() - start
+    try:
+        mb = int(rss.read_text().split()[-1]) / 1024
+    except (OSError, ValueError, IndexError):
+        mb = float("nan")
+    return {"seconds": seconds, "rss_mb": mb, "rc": proc.returncode, "out": proc.stdout + proc.stderr}
+
+
+def pytest_argv(hostfile: Path, pairs: str, out: Path, collect_only: bool) -> list[str]:
+    return [str(REPO / ".venv/bin/python"), "-m", "pytest", "-p", "fake_transport", "-p", "no:cacheprovider",
+            "--hostfile", str(hostfile), "-m", MARK, "--pairs", pairs, "-q",
+            *(["--collect-only"] if collect_only else ["--junitxml", str(out / "junit.xml")]),
+            str(REPO / "cluster_tests")]
+
+
+def count_items(text: str) -> int:
+    for line in reversed(text.splitlines()):
+        words = line.replace(",", " ").split()
+        for i, w in enumerate(words):
+            if w in ("tests", "test") and i and words[i - 1].split("/")[0].isdigit():
+                return int(words[i - 1].split("/")[0])
+    return 0
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--cases", default=DEFAULT_CASES)
+    ap.add_argument("--repeat", type=int, default=1)
+    ap.add_argument("--max-items", type=int, default=60000)
+    args = ap.parse_args()
+    cases = []
+    for c in args.cases.split(","):
+        n, _, mode = c.partition(":")
+        cases.append((int(n), mode or "auto"))
+    rows = []
+    per_node_checks = per_pair_checks = None
+    print(f"# bench/collection.py on {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f}", flush=True)
+    with tempfile.TemporaryDirectory(prefix="ct-collect-") as tmp:
+        base_s = None
+        for n, mode in cases:
+            work = Path(tmp) / f"{n}-{mode.replace(':', '_')}"
+            work.mkdir()
+            hostfile = work / "hostfile"
+            hostfile.write_text("".join(f"node{i} slots=2\n" for i in range(1, n + 1)))
+            pairs = len(P.select([f"node{i}" for i in range(1, n + 1)], P.parse_spec(mode)))
+            if per_pair_checks is not None:
+                expected = per_node_checks * n + per_pair_checks * pairs
+                if expected > args.max_items:
+                    rows.append({"nodes": n, "mode": mode, "pairs": pairs, "items": expected,
+                                 "skipped": True})
+                    print(f"  {n} nodes, --pairs {mode}: {expected} items expected: not run "
+                          f"(> --max-items {args.max_items})", flush=True)
+                    continue
+            col = [run(pytest_argv(hostfile, mode, work, True), work) for _ in range(args.repeat)]
+            full = [run(pytest_argv(hostfile, mode, work, False), work) for _ in range(args.repeat)]
+            items = count_items(col[0]["out"])
+            bad = [r for r in full if r["rc"] != 0]
+            if bad:
+                print(f"  !! {n} nodes {mode}: exit {bad[0]['rc']}: {bad[0]['out'][-600:]}", flush=True)
+            row = {"nodes": n, "mode": mode, "pairs": pairs, "items": items,
+                   "collect_s": statistics.median(r["seconds"] for r in col),
+                   "collect_mb": statistics.median(r["rss_mb"] for r in col),
+                   "run_s": statistics.median(r["seconds"] for r in full),
+                   "run_mb": statistics.median(r["rss_mb"] for r in full)}
+            if per_pair_checks is None:
+                # the first case (2 nodes, all pairs) calibrates: checks per node and per pair
+                per_node_checks, per_pair_checks, base_s = _calibrate(col[0]["out"], n, pairs, row)
+            row["per_item_ms"] = (row["run_s"] - base_s) / max(1, items - 1) * 1000 if items > 20 else None
+            row["per_node_ms"] = (row["run_s"] - base_s) / n * 1000 if n > 2 else None
+            rows.append(row)
+            print(f"  {n} nodes, --pairs {mode}: {items} items, collect {row['collect_s']:.2f}s "
+                  f"({row['collect_mb']:.0f} MB), run {row['run_s']:.2f}s ({row['run_mb']:.0f} MB)", flush=True)
+    per_item = [r["per_item_ms"] for r in rows if r.get("per_item_ms")]
+    typical = statistics.median(per_item) if per_item else None
+    print()
+    print(f"checks per node: {per_node_checks}, per pair: {per_pair_checks}; start-up (2 nodes): {base_s:.2f}s")
+    print("| nodes | --pairs | pairs | items | collect s | collect MB | run s | run MB | ms/item | ms/node |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        if r.get("skipped"):
+            est = f"~{base_s + r['items'] * typical / 1000:.0f}" if typical else "?"
+            print(f"| {r['nodes']} | {r['mode']} | {r['pairs']} | {r['items']} | not run | | {est} (est.) | | | |")
+            continue
+        pi = f"{r['per_item_ms']:.2f}" if r.get("per_item_ms") else "-"
+        pn = f"{r['per_node_ms']:.1f}" if r.get("per_node_ms") else "-"
+        print(f"| {r['nodes']} | {r['mode']} | {r['pairs']} | {r['items']} | {r['collect_s']:.2f} | "
+              f"{r['collect_mb']:.0f} | {r['run_s']:.2f} | {r['run_mb']:.0f} | {pi} | {pn} |")
+    return 0
+
+
+def _calibrate(collect_output: str, n: int, pairs: int, row: dict) -> tuple[int, int, float]:
+    """Checks per node and per pair, from the node/pair ids of the collected items."""
+    node_items = pair_items = 0
+    for line in collect_output.splitlines():
+        if "->" in line and "[" in line:
+            pair_items += 1
+        elif "[node" in line:
+            node_items += 1
+    return node_items // n, pair_items // pairs, row["run_s"]
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,253 @@
+"""A fake transport for big-cluster benchmarks: a pytest plugin, loaded with `-p fake_transport`
+(bench/ on PYTHONPATH), that replaces cluster_tests' SSH Pool/Connection with an in-process
+fake answering every probe at once with synthetic facts of a healthy cluster.
+
+What is left to measure is what pytest and the suite cost by themselves: collection,
+parametrization, fixtures, the memo, the thread pool, reports (terminal, JUnit, JSON summary)
+per node and per pair, with no network and no remote Python.  Not for tests of the product: a
+benchmark tool only (bench/collection.py drives it).
+
+    PYTHONPATH=bench .venv/bin/pytest -p fake_transport --hostfile big.hostfile \\
+        -m "not collective and not training" --pairs ring
+
+The facts are those of a real simulated node (bench/fake_facts.json, recorded from
+fixtures/sim.py with `python bench/fake_transport.py --record STATE_DIR`), with the node's name
+and address substituted, and the N-sized parts (name resolution, ssh pairs, port matrix,
+routes) generated for the targets each probe is asked about.  Node i has the address
+10.(100 + i // 65536).(i // 256 % 256).(i % 256).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from cluster_tests import cluster as cluster_mod
+from cluster_tests.remote import CommandResult, Pool, SSHTarget
+
+FACTS_PATH = Path(__file__).with_name("fake_facts.json")
+PROBE_MARK = cluster_mod.PROBE_MARK
+SCRIPTS = ("probe.py", "netprobe.py", "envprobe.py", "storeprobe.py")
+
+_facts: dict[str, Any] | None = None
+_addresses: dict[str, str] = {}
+_lock = threading.Lock()
+STATS = {"commands": 0, "probes": 0}
+
+
+def facts() -> dict[str, Any]:
+    global _facts
+    if _facts is None:
+        _facts = json.loads(FACTS_PATH.read_text())
+    return _facts
+
+
+def address(name: str) -> str:
+    """A stable fake address per node name (hostfile order when known)."""
+    with _lock:
+        if name not in _addresses:
+            i = len(_addresses) + 1
+            _addresses[name] = f"10.{100 + i // 65536}.{i // 256 % 256}.{i % 256}"
+        return _addresses[name]
+
+
+def _template_identity() -> tuple[str, str]:
+    base = facts()["probe.py/base"]
+    return base["hostname"], base["resolve"][base["hostname"]]["addrs"][0]
+
+
+def _substitute(obj: Any, node: str) -> Any:
+    """The template with the recorded node's name and address replaced by node's."""
+    name, addr = _template_identity()
+    text = json.dumps(obj)
+    text = re.sub(re.escape(addr) + r"(?![0-9])", address(node), text)
+    text = re.sub(r"\b" + re.escape(name) + r"\b", node, text)
+    return json.loads(text)
+
+
+_SCRIPT_BY_BYTES: dict[bytes, str] = {}
+
+
+def _script_name(stdin: bytes | None) -> str:
+    if not _SCRIPT_BY_BYTES:
+        for name in SCRIPTS:
+            try:
+                _SCRIPT_BY_BYTES[cluster_mod.remote_script(name)] = name
+            except (OSError, FileNotFoundError):
+                pass
+    return _SCRIPT_BY_BYTES.get(stdin or b"", "?")
+
+
+def answer(node: str, script: str, section: str, params: dict[str, Any]) -> Any:
+    f = facts()
+    if script == "probe.py" and section == "base":
+        base = _substitute(f["probe.py/base"], node)
+        names = list(params.get("names", [])) + [node]
+        base["resolve"] = {n: {"addrs": [address(n)], "seconds": 0.0004, "error": None} for n in names}
+        return base
+    if script == "probe.py" and section == "ssh_pairs":
+        return {t: {"rc": 0, "out": "", "err": ""} for t in params.get("targets", [])}
+    if script == "probe.py" and section == "routes":
+        tmpl = f["probe.py/routes"]
+        out = next(iter(tmpl.values()))["out"]
+        first = out.split()[0]
+        return {a: {"rc": 0, "out": _substitute(out, node).replace(first, a, 1), "err": ""}
+                for a in params.get("route_to", [])}
+    if script == "netprobe.py" and section == "listen":
+        lst = copy.deepcopy(f["netprobe.py/listen"])
+        lst["ports"] = [40000 + i for i in range(int(params.get("ports", 2)))]
+        if params.get("master_port"):
+            lst["master"] = dict(f["netprobe.py/listen_master"]["master"], port=params["master_port"])
+        return lst
+    if script == "netprobe.py" and section == "connect":
+        samples = int(params.get("samples", 5))
+        out = {}
+        for t in params.get("targets", []):
+            entry = {"addr": address(t["name"]), "resolve_error": None, "master": None, "ssh": None,
+                     "ports": {str(p): {"status": "ok", "ms": 0.12, "port": p} for p in t.get("ports", [])},
+                     "rtt_ms": [0.1 + 0.001 * i for i in range(samples)] if t.get("ports") else []}
+            if t.get("master_port"):
+                entry["master"] = {"status": "ok", "ms": 0.12, "port": t["master_port"]}
+            if not t.get("ports"):
+                entry["ssh"] = {"status": "ok", "ms": 0.1}
+            out[t["name"]] = entry
+        return out
+    key = f"{script}/{section}"
+    if key in f:
+        return _substitute(f[key], node)
+    return {"error": f"fake transport: no facts for {key}"}
+
+
+class FakeConnection:
+    """Answers at once; logs in at once; never touches the network."""
+
+    def __init__(self, target: SSHTarget, ssh_config: str | None = None, tag: str | None = None) -> None:
+        self.target = target
+        self.ssh_config = ssh_config
+        self.tag = tag or "ct-run-fake"
+        self.login_seconds: float | None = None
+        self.closing = threading.Event()
+        self._connected = False
+
+    def connect(self) -> object:
+        if not self._connected:
+            self.login_seconds = 0.001
+            self._connected = True
+        return self
+
+    @property
+    def connected(self) -> bool:
+        return self._connected
+
+    def run(self, argv, *, timeout: float = 30.0, stdin: bytes | None = None, **_: object) -> CommandResult:
+        self.connect()
+        start = time.monotonic()
+        STATS["commands"] += 1
+        node = self.target.alias
+        command = argv if isinstance(argv, str) else " ".join(map(str, argv))
+        stdout = ""
+        if not isinstance(argv, str) and len(argv) >= 4 and argv[1] == "-c":
+            STATS["probes"] += 1
+            params = json.loads(argv[3])
+            script = _script_name(stdin)
+            result = {s: answer(node, script, s, params) for s in params.get("sections", ["base"])}
+            stdout = PROBE_MARK + json.dumps(result) + "\n"
+        return CommandResult(node=node, command=command, exit_status=0, stdout=stdout, stderr="",
+                             duration=time.monotonic() - start)
+
+    def end_leftovers(self, timeout: float = 5.0) -> None:
+        return None
+
+    def close(self) -> None:
+        self._connected = False
+
+
+class FakePool(Pool):
+    def connection(self, node: str):  # type: ignore[override]
+        with self._lock:
+            conn = self._conns.get(node)
+            if conn is None:
+                conn = self._conns[node] = FakeConnection(self.targets[node], self.ssh_config, self.tag)
+            return conn
+
+
+def _fake_resolve_target(alias: str, ssh_config=None, **kw: object) -> SSHTarget:
+    # an IP address as HostName: the launcher's own lookups (N2) never wait for a DNS server
+    return SSHTarget(alias=alias, hostname=address(alias), user="root")
+
+
+# Installed when the plugin module is imported (-p), before the suite's pytest_configure makes
+# the Cluster: Cluster.create looks both names up in cluster_tests.cluster at call time.
+cluster_mod.Pool = FakePool  # type: ignore[misc]
+cluster_mod.resolve_target = _fake_resolve_target  # type: ignore[assignment]
+
+# Checks that run a real tool on the launcher against the nodes (pdsh to fake hosts) cannot
+# run here: deselected, and counted in the terminal summary.
+LAUNCHER_ONLY = ("test_pdsh[launcher]",)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    drop = [i for i in items if i.name in LAUNCHER_ONLY]
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = [i for i in items if i.name not in LAUNCHER_ONLY]
+
+
+def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:
+    terminalreporter.line(f"fake transport: {STATS['commands']} remote commands answered, "
+                          f"{STATS['probes']} of them probes")
+
+
+def _record(state_dir: str) -> None:
+    """Record the templates from node2 of a running sim (`python -m fixtures.sim up --nodes 3`)."""
+    repo = Path(__file__).resolve().parent.parent
+    sys.path.insert(0, str(repo))
+    from cluster_tests.cluster import Cluster, Node
+    from cluster_tests.remote import Pool as RealPool, resolve_target
+    from cluster_tests.settings import Settings
+
+    cluster_mod.Pool = RealPool  # type: ignore[misc]
+    cluster_mod.resolve_target = resolve_target  # type: ignore[assignment]
+    names = ["node1", "node2", "node3"]
+    s = Settings(hostfile=None, hostfile_source="-", ssh_config=f"{state_dir}/ssh_config", ssh_user=None,
+                 remote_python="python3", master_port=29500, master_addr=None, output_dir=None,
+                 timeout_connect=10, timeout_command=60, fanout=32, include="", exclude="",
+                 accept_new_host_keys=False, slow_login=2, slow_resolve=0.5, values={})
+    c = Cluster.create(s, [Node(n, 1, i) for i, n in enumerate(names, 1)])
+    n, out = "node2", {}
+    try:
+        for sec in ("base", "sshd", "accelerators"):
+            out[f"probe.py/{sec}"] = c.probe(n, sec)
+        a1 = out["probe.py/base"]["resolve"]["node1"]["addrs"][0]
+        out["probe.py/routes"] = c.probe(n, "routes", route_to=[a1])
+        out["probe.py/ssh_pairs"] = c.probe(n, "ssh_pairs", targets=["node1"], connect_timeout=5, fanout=4)
+        out["netprobe.py/firewall"] = c.probe(n, "firewall", script="netprobe.py")
+        kw = dict(script="netprobe.py", token="rec", ports=2, hold=20, timeout=30)
+        out["netprobe.py/listen"] = lst = c.probe(n, "listen", master_port=None, **kw)
+        out["netprobe.py/listen_master"] = lst1 = c.probe("node1", "listen", master_port=29500, **kw)
+        out["netprobe.py/connect"] = c.probe(
+            n, "connect", script="netprobe.py", token="rec", port_timeout=3, fanout=4, samples=5, timeout=30,
+            targets=[{"name": "node1", "ports": lst1["ports"], "master_port": 29500}])
+        out["netprobe.py/stop"] = c.probe(n, "stop", script="netprobe.py", token="rec", pid=lst["pid"], timeout=20)
+        c.probe("node1", "stop", script="netprobe.py", token="rec", pid=lst1["pid"], timeout=20)
+        out["envprobe.py/envfiles"] = c.probe(n, "envfiles", script="envprobe.py", launch_dir=None)
+        out["envprobe.py/versions"] = c.probe(n, "versions", script="envprobe.py", timeout=120)
+    finally:
+        c.close()
+    FACTS_PATH.write_text(json.dumps(out, indent=1, sort_keys=True) + "\n")
+    print(f"recorded {len(out)} sections into {FACTS_PATH}")
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 3 and sys.argv[1] == "--record":
+        _record(sys.argv[2])
+    else:
+        print(__doc__)

@@ -1,0 +1,202 @@
+#!/usr/bin/env python3
+"""Speed and scale on the sim: the checklist against what a user would otherwise do by hand.
+
+Not a test: a measurement to quote (README "Speed and scale").  For each cluster size N it
+brings up a simulated cluster (fixtures/sim.py, one network namespace + real sshd per node)
+and, in the same run, alternates `--repeat` times:
+
+* suite: the whole checklist without collectives and training,
+  ``pytest -m "not collective and not training"`` (default --pairs: all pairs up to 32 nodes),
+  under ``/usr/bin/time`` for the peak RSS of the pytest process;
+* (a) loop: ``ssh -F <cfg> a 'ssh b hostname'`` for every ordered pair, one after another (the
+  field guide's by-hand check);
+* (b) pdsh: ``pdsh -R ssh -w node1..nodeN 'for h in ...; do ssh -o BatchMode=yes $h hostname;
+  done'``: every node checks ssh to every node, the nodes in parallel (pdsh's fan-out), the
+  targets of one node one after another;
+* (b') pdsh-par: the same with the inner loop in parallel (``ssh ... & done; wait``).
+
+(a), (b), (b') only check SSH trust; the suite checks the 40-odd items of CHECKLIST H/S/N/F/E/A/D.
+Launcher SSH sessions are counted from the nodes' sshd logs (LogLevel VERBOSE: "Accepted
+publickey ... from <launcher address>") before and after each command.  Medians are printed,
+with the ratios: suite/(b) (target <= 2), (a)/suite (target >= 20 at 16 nodes).
+
+    .venv/bin/python bench/scale.py [--nodes 2,4,8,16] [--repeat 3] [--json out.json]
+        [--suite-args "..."] [--skip loop]
+
+The machine this runs on may be shared (other workers' tests): the medians of --repeat runs
+are what to quote, with the load average printed beside them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from fixtures.sim import SimCluster  # noqa: E402
+
+MARK = "not collective and not training"
+
+
+def logins_from(sim: SimCluster, address: str) -> int:
+    n = 0
+    for node in sim.nodes:
+        try:
+            text = node.paths["sshd_log"].read_text(errors="replace")
+        except OSError:
+            continue
+        n += sum(1 for line in text.splitlines()
+                 if "Accepted publickey" in line and f" from {address} port " in line)
+    return n
+
+
+def timed(sim: SimCluster, argv: list[str], env: dict[str, str] | None = None,
+          timeout: float = 1800) -> dict:
+    """Run argv from the launcher; wall time, exit status, launcher sessions opened."""
+    before = logins_from(sim, sim.launcher_address)
+    start = time.monotonic()
+    proc = subprocess.run(argv, capture_output=True, text=True, errors="replace", timeout=timeout,
+                          env={**os.environ, **(env or {})}, cwd=REPO)
+    seconds = time.monotonic() - start
+    time.sleep(0.3)  # sshd writes its log line asynchronously
+    return {"seconds": seconds, "rc": proc.returncode, "out": proc.stdout + proc.stderr,
+            "sessions": logins_from(sim, sim.launcher_address) - before}
+
+
+def run_suite(sim: SimCluster, extra: list[str], outdir: Path) -> dict:
+    rss = outdir / "rss.txt"
+    argv = ["/usr/bin/time", "-f", "%M", "-o", str(rss),
+            str(REPO / ".venv/bin/python"), "-m", "pytest",
+            "--hostfile", str(sim.hostfile), "--ssh-config", str(sim.ssh_config),
+            "-m", MARK, "-p", "no:cacheprovider", "-q", "--junitxml", str(outdir / "junit.xml"),
+            *extra]
+    env = {k: v for k, v in os.environ.items() if k != "PYTEST_ADDOPTS"}
+    res = timed(sim, argv, env=env)
+    try:
+        res["rss_mb"] = int(rss.read_text().split()[-1]) / 1024
+    except (OSError, ValueError, IndexError):
+        res["rss_mb"] = None
+    tail = [l for l in res["out"].splitlines() if " in " in l and ("passed" in l or "failed" in l)]
+    res["summary"] = tail[-1].strip("= ") if tail else res["out"][-300:]
+    res["items"] = _junit_count(outdir / "junit.xml")
+    return res
+
+
+def _junit_count(path: Path) -> int:
+    import xml.etree.ElementTree as ET
+
+    try:
+        return sum(1 for _ in ET.parse(path).getroot().iter("testcase"))
+    except (OSError, ET.ParseError):
+        return 0
+
+
+def run_loop(sim: SimCluster) -> dict:
+    """(a) for a, for b: ssh -F cfg a 'ssh b hostname' (one after another)."""
+    names = [n.name for n in sim.nodes]
+    script = "\n".join(
+        f"ssh -F {shlex.quote(str(sim.ssh_config))} -o BatchMode=yes {a} "
+        f"'ssh -o BatchMode=yes {b} hostname' >/dev/null || echo FAIL {a} {b}"
+        for a in names for b in names)
+    return timed(sim, ["bash", "-c", script])
+
+
+def run_pdsh(sim: SimCluster, parallel: bool) -> dict:
+    names = [n.name for n in sim.nodes]
+    hosts = " ".join(names)
+    if parallel:
+        inner = (f"for h in {hosts}; do (ssh -o BatchMode=yes $h hostname >/dev/null || echo FAIL $h) & "
+                 f"done; wait")
+    else:
+        inner = f"for h in {hosts}; do ssh -o BatchMode=yes $h hostname >/dev/null || echo FAIL $h; done"
+    env = {"PDSH_RCMD_TYPE": "ssh",
+           "PDSH_SSH_ARGS_APPEND": f"-F {sim.ssh_config} -o BatchMode=yes"}
+    return timed(sim, ["pdsh", "-R", "ssh", "-w", ",".join(names), inner], env=env)
+
+
+def load() -> str:
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--nodes", default="2,4,8,16")
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--suite-args", default="", help="extra pytest arguments for the suite run")
+    ap.add_argument("--skip", default="", help="comma-separated: loop, pdsh, pdsh-par")
+    ap.add_argument("--json", help="write all raw figures here")
+    args = ap.parse_args()
+    skip = set(filter(None, args.skip.split(",")))
+    sizes = [int(x) for x in args.nodes.split(",")]
+    extra = shlex.split(args.suite_args)
+    rows = []
+    raw: dict = {}
+    print(f"# bench/scale.py on {os.cpu_count()} CPUs, load average at start {load()}", flush=True)
+    for n in sizes:
+        with tempfile.TemporaryDirectory(prefix=f"ct-scale{n}-") as tmp:
+            with SimCluster(Path(tmp) / "sim", nodes=n, slots=1) as sim:
+                runs: dict[str, list[dict]] = {"suite": [], "loop": [], "pdsh": [], "pdsh-par": []}
+                for rep in range(args.repeat):
+                    out = Path(tmp) / f"run{rep}"
+                    out.mkdir()
+                    runs["suite"].append(run_suite(sim, extra, out))
+                    if "pdsh" not in skip:
+                        runs["pdsh"].append(run_pdsh(sim, parallel=False))
+                    if "pdsh-par" not in skip:
+                        runs["pdsh-par"].append(run_pdsh(sim, parallel=True))
+                    if "loop" not in skip:
+                        runs["loop"].append(run_loop(sim))
+                    for name, rs in runs.items():
+                        if rs and rs[-1]["rc"] != 0 or rs and "FAIL" in rs[-1]["out"]:
+                            print(f"  !! N={n} {name} run {rep}: exit {rs[-1]['rc']}: "
+                                  f"{rs[-1].get('summary') or rs[-1]['out'][-400:]}", flush=True)
+                    s = runs["suite"][-1]
+                    print(f"  N={n:<3} run {rep + 1}: suite {s['seconds']:6.2f}s ({s['summary']}), "
+                          + ", ".join(f"{k} {v[-1]['seconds']:6.2f}s" for k, v in runs.items()
+                                      if k != "suite" and v)
+                          + f"  [load {load()}]", flush=True)
+        med = {k: statistics.median(r["seconds"] for r in v) for k, v in runs.items() if v}
+        sessions = {k: v[-1]["sessions"] for k, v in runs.items() if v}
+        rss = statistics.median(r["rss_mb"] for r in runs["suite"] if r["rss_mb"] is not None)
+        row = {"nodes": n, "items": runs["suite"][-1]["items"], "suite_s": med["suite"],
+               "suite_rss_mb": rss, "suite_sessions": sessions["suite"],
+               **{f"{k}_s": v for k, v in med.items() if k != "suite"},
+               **{f"{k}_sessions": v for k, v in sessions.items() if k != "suite"}}
+        if "pdsh" in med:
+            row["suite_over_pdsh"] = med["suite"] / med["pdsh"]
+        if "pdsh-par" in med:
+            row["suite_over_pdsh_par"] = med["suite"] / med["pdsh-par"]
+        if "loop" in med:
+            row["loop_over_suite"] = med["loop"] / med["suite"]
+        rows.append(row)
+        raw[n] = {k: [{kk: vv for kk, vv in r.items() if kk != "out"} for r in v] for k, v in runs.items()}
+    print()
+    print(f"medians of {args.repeat} runs; load average at end {load()}")
+    head = ("| nodes | items | suite s | peak RSS MB | launcher ssh sessions (suite / loop / pdsh) "
+            "| (a) loop s | (b) pdsh s | (b') pdsh-par s | suite/(b) | suite/(b') | (a)/suite |")
+    print(head)
+    print("|" + "---|" * head.count("|")[:-1] if False else "|" + "|".join("---" for _ in range(head.count("|") - 1)) + "|")
+    for r in rows:
+        def f(key: str, fmt: str = "{:.2f}") -> str:
+            return fmt.format(r[key]) if key in r else "-"
+        print(f"| {r['nodes']} | {r['items']} | {f('suite_s')} | {f('suite_rss_mb', '{:.0f}')} | "
+              f"{r['suite_sessions']} / {r.get('loop_sessions', '-')} / {r.get('pdsh_sessions', '-')} | "
+              f"{f('loop_s')} | {f('pdsh_s')} | {f('pdsh-par_s')} | {f('suite_over_pdsh')} | "
+              f"{f('suite_over_pdsh_par')} | {f('loop_over_suite', '{:.1f}')} |")
+    if args.json:
+        Path(args.json).write_text(json.dumps({"rows": rows, "raw": raw}, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
