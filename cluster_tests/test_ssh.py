@@ -86,12 +86,24 @@ def _pairs_from(cluster: Cluster, source: str) -> dict:
     return _probe_pairs(cluster, source)
 
 
+# sshd's default MaxStartups is "10:30:100": past 10 connections that have not yet logged in, it
+# drops 30% of new ones ("Connection closed by ... [preauth]"), which would read as a broken pair.
+# With every source probing at once, each source starts at its own successor (a rotation) and
+# has at most this many logins in flight, so no node sees more than about this many at once.
+SSHD_SAFE_FANOUT = 8
+
+
 def _probe_pairs(cluster: Cluster, source: str) -> dict:
     timeout = cluster.settings.timeout_connect
     targets = pairs.targets_of(cluster, source)
+    names = cluster.names
+    start = names.index(source) + 1 if source in names else 0
+    order = {n: (i - start) % len(names) for i, n in enumerate(names)}
+    targets = sorted(targets, key=lambda t: order.get(t, 0))
+    fanout = min(cluster.settings.fanout, SSHD_SAFE_FANOUT)
     return cluster.probe(
         source, "ssh_pairs", targets=targets, connect_timeout=timeout,
-        fanout=cluster.settings.fanout, timeout=timeout * (1 + len(targets) // cluster.settings.fanout) + 30,
+        fanout=fanout, timeout=timeout * (1 + len(targets) // fanout) + 30,
     )
 
 
