@@ -33,7 +33,7 @@ from typing import Any
 
 import pytest
 
-from cluster_tests import collective as C
+from cluster_tests import collective as C, pairs as pairs_mod
 from cluster_tests.cluster import Cluster, remote_script
 from cluster_tests.remote import Cause, ConnectError, quote_argv
 
@@ -319,7 +319,8 @@ def pair_master(names: Sequence[str], a: str, b: str) -> tuple[str, str]:
 
 
 def run_pairs(cluster: Cluster) -> dict[tuple[str, str], RemoteRun | BaseException]:
-    """C2: every unordered pair of nodes, one rank each (local rank 0), at the largest size only;
+    """C2: every unordered pair of nodes (or those of --pairs), one rank each (local rank 0), at
+    the largest size only;
     pairs are scheduled in circle rounds of disjoint pairs, each round's pairs at once, with the
     rendezvous on alternating sides (:func:`pair_master`)."""
     backend = cluster.settings.value("ct_backend") or "auto"
@@ -327,7 +328,7 @@ def run_pairs(cluster: Cluster) -> dict[tuple[str, str], RemoteRun | BaseExcepti
     env = forwarded_env(_launcher_env())
     results: dict[tuple[str, str], RemoteRun | BaseException] = {}
     order = {name: i for i, name in enumerate(cluster.names)}
-    for round_pairs in C.circle_schedule(cluster.names):
+    for round_pairs in pairs_mod.node_pair_rounds(cluster):  # all pairs, or those of --pairs
         def one(item: tuple[int, tuple[str, str]]) -> RemoteRun:
             i, (a, b) = item
             for node in (a, b):

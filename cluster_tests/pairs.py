@@ -5,13 +5,16 @@ that the pair items outgrow what they tell (1024 nodes are 1M pairs per pair che
 pytest item with its own report), so the default becomes the ring:
 
 * ``all``: every ordered pair, self pairs included (a -> a: pdsh from a node to itself).
-* ``ring``: every node to its successor AND to its predecessor in hostfile order, plus rank 0 to
-  every node (rank 0 -> rank 0 included).  Why both directions: NCCL's ring sends a -> succ(a),
-  but its channels also run the reversed ring, its trees pair nodes the other way round, and a
-  firewall that drops only inbound connections (PITFALLS 9) shows only when every node both
-  connects and accepts.  Why rank 0's star: `deepspeed --hostfile` runs pdsh on the launch node
-  (rank 0 here) to every host, itself included, and every rank connects to rank 0's rendezvous
-  store.  Every node is a source and a target at least twice; about 3N pairs.
+* ``ring``: every node to its successor AND to its predecessor in hostfile order (2N pairs; a
+  single node: itself).  Why both directions: NCCL's ring sends a -> succ(a), but its channels
+  also run the reversed ring, its trees pair nodes the other way round, and a firewall that
+  drops only inbound connections (PITFALLS 9) shows only when every node both connects and
+  accepts.  Every node is a source twice and a target twice.  Not in the ring, because other
+  checks already cover them in O(N): rank 0 -> every node, itself included (what
+  `deepspeed --hostfile` does through pdsh: S5 runs that very pdsh from rank 0 and from the
+  launcher), every node -> rank 0's rendezvous port (F2), and self pairs (a node's loopback
+  ssh matters only where pdsh starts, which S5 covers).  A star from rank 0 would also give
+  rank 0 N targets to probe (1024 ssh logins on one node) and C2 N-1 rounds.
 * ``sample:K[:SEED]``: the ring plus K other ordered pairs drawn at random with SEED (default 0),
   so the same command tests the same pairs again; change the seed to look elsewhere.
 
@@ -69,11 +72,13 @@ def parse_spec(value: str) -> PairSpec:
 
 
 def ring_pairs(names: Sequence[str]) -> list[tuple[str, str]]:
-    """a -> succ(a), succ(a) -> a, rank 0 -> every node; in all-pairs order, no duplicates."""
+    """a -> succ(a) and succ(a) -> a for every a; in all-pairs order, no duplicates."""
     n = len(names)
     if n == 0:
         return []
-    wanted: set[tuple[int, int]] = {(0, j) for j in range(n)}
+    if n == 1:
+        return [(names[0], names[0])]
+    wanted: set[tuple[int, int]] = set()
     for i in range(n):
         j = (i + 1) % n
         wanted.add((i, j))
@@ -106,6 +111,31 @@ def select(names: Sequence[str], spec: PairSpec) -> list[tuple[str, str]]:
                 if added == extra:
                     break
     return [(names[idx // n], names[idx % n]) for idx in sorted(chosen)]
+
+
+def unordered(names: Sequence[str], pairs: Sequence[tuple[str, str]]) -> list[tuple[str, str]]:
+    """The distinct unordered pairs of two different nodes among `pairs`, as (a, b) with a
+    before b in `names`, in all-pairs order (C2's pairs: one all-reduce covers both directions)."""
+    index = {name: i for i, name in enumerate(names)}
+    keys = sorted({(min(index[a], index[b]), max(index[a], index[b])) for a, b in pairs if a != b})
+    return [(names[i], names[j]) for i, j in keys]
+
+
+def rounds(pairs: Sequence[tuple[str, str]]) -> list[list[tuple[str, str]]]:
+    """Pairs grouped into rounds of disjoint pairs (no node twice in a round), so that each
+    round can run at once: greedy, first round that has room (a ring takes 2 or 3 rounds)."""
+    out: list[list[tuple[str, str]]] = []
+    busy: list[set[str]] = []
+    for a, b in pairs:
+        for r, used in enumerate(busy):
+            if a not in used and b not in used:
+                out[r].append((a, b))
+                used.update((a, b))
+                break
+        else:
+            out.append([(a, b)])
+            busy.append({a, b})
+    return out
 
 
 def targets_by_source(pairs: Sequence[tuple[str, str]]) -> dict[str, list[str]]:
@@ -160,3 +190,24 @@ def collected_sources(cluster: Any, test: str) -> list[str]:
     """The sources of the pairs that `test` will run over in this session (empty if unknown)."""
     got = cluster.cached(SOURCES_KEY) or {}
     return list(got.get(test, []))
+
+
+def node_pairs(cluster: Any) -> list[tuple[str, str]]:
+    """C2's unordered pairs (a before b in the hostfile) under the run's --pairs: every pair when
+    all pairs are selected (or no selection is known), else those of the selected pairs."""
+    names = list(cluster.names)
+    sel = selection(cluster)
+    if sel is None or sel.spec.mode == "all":
+        return [(a, b) for i, a in enumerate(names) for b in names[i + 1:]]
+    return unordered(names, sel.pairs)
+
+
+def node_pair_rounds(cluster: Any) -> list[list[tuple[str, str]]]:
+    """C2's schedule: rounds of disjoint pairs.  All pairs: the circle method (N-1 rounds, the
+    fewest); a ring or a sample: greedy rounds of just those pairs."""
+    sel = selection(cluster)
+    if sel is None or sel.spec.mode == "all":
+        from cluster_tests.collective import circle_schedule
+
+        return circle_schedule(list(cluster.names))
+    return rounds(node_pairs(cluster))

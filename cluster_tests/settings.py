@@ -109,8 +109,8 @@ OPTIONS = [
 # Scale: which ordered node pairs the pair checks run over (cluster_tests.pairs).
 OPTIONS += [
     Option("--pairs", "ct_pairs", "cluster_pairs", "CLUSTER_TESTS_PAIRS",
-           "node pairs the pair checks cover: all, ring (each node to both ring neighbours, and "
-           "rank 0 to every node), sample:K[:SEED] (the ring plus K random pairs), or auto "
+           "node pairs the pair checks cover: all, ring (each node to both ring neighbours), "
+           "sample:K[:SEED] (the ring plus K random pairs), or auto "
            f"(all up to {_pairs.AUTO_ALL_MAX} nodes, ring beyond)", "auto", _pairs.normalize),
 ]
 

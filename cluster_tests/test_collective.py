@@ -33,9 +33,10 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "node_pair" in metafunc.fixturenames:
         from cluster_tests.plugin import CLUSTER_KEY
 
+        from cluster_tests import pairs as pairs_mod
+
         cluster = metafunc.config.stash.get(CLUSTER_KEY, None)
-        names = cluster.names if cluster else []
-        pairs = [(a, b) for i, a in enumerate(names) for b in names[i + 1:]]
+        pairs = pairs_mod.node_pairs(cluster) if cluster else []  # all, or those of --pairs
         metafunc.parametrize("node_pair", pairs, ids=[C.pair_id(p) for p in pairs])
 
 

@@ -48,7 +48,7 @@ def test_auto_switches_at_the_limit():
 
 def test_ring_of_three_is_exact():
     assert P.select(names(3), P.PairSpec("ring")) == [
-        ("node1", "node1"), ("node1", "node2"), ("node1", "node3"),
+        ("node1", "node2"), ("node1", "node3"),
         ("node2", "node1"), ("node2", "node3"),
         ("node3", "node1"), ("node3", "node2"),
     ]
@@ -56,7 +56,7 @@ def test_ring_of_three_is_exact():
 
 def test_small_rings():
     assert P.ring_pairs(names(1)) == [("node1", "node1")]
-    assert P.ring_pairs(names(2)) == [("node1", "node1"), ("node1", "node2"), ("node2", "node1")]
+    assert P.ring_pairs(names(2)) == [("node1", "node2"), ("node2", "node1")]
     assert P.ring_pairs([]) == []
 
 
@@ -64,16 +64,15 @@ def test_small_rings():
 def test_ring_counts_and_coverage(n):
     ns = names(n)
     got = P.ring_pairs(ns)
-    assert len(got) == len(set(got))
-    # successor and predecessor of every node, rank 0's star (n, self included): 2n + n - 3 shared
-    assert len(got) == 3 * n - 2
+    assert len(got) == len(set(got)) == 2 * n
     s = set(got)
     for i, a in enumerate(ns):
         succ = ns[(i + 1) % n]
         assert (a, succ) in s and (succ, a) in s
-        assert ("node1", a) in s
-    # every node is a source and a target of a pair to another node
-    assert {a for a, b in got if a != b} == set(ns) == {b for a, b in got if a != b}
+    # every node is a source of two pairs and a target of two, never of itself
+    assert all(a != b for a, b in got)
+    for a in ns:
+        assert sum(1 for x, _ in got if x == a) == 2 == sum(1 for _, y in got if y == a)
 
 
 def test_sample_includes_the_ring_and_k_more():
@@ -103,7 +102,7 @@ def test_sample_caps_at_all_pairs():
 def test_sample_on_a_big_cluster_is_cheap():
     ns = names(1024)
     got = P.select(ns, P.PairSpec("sample", 5000, 0))
-    assert len(got) == 3 * 1024 - 2 + 5000
+    assert len(got) == 2 * 1024 + 5000
 
 
 def test_selection_targets_and_meta():
@@ -114,7 +113,7 @@ def test_selection_targets_and_meta():
     assert "all (auto), 9 of 9" in sel.describe(3)
     ring = P.Selection.make(names(4), P.PairSpec("ring"))
     assert ring.targets["node3"] == ["node2", "node4"]
-    assert ring.targets["node1"] == ["node1", "node2", "node3", "node4"]
+    assert ring.targets["node1"] == ["node2", "node4"]
 
 
 class _FakeCluster:
@@ -132,3 +131,36 @@ def test_targets_of_without_a_selection_is_everyone():
     assert P.targets_of(_FakeCluster(None), "a") == ["a", "b"]
     sel = P.Selection.make(["a", "b", "c"], P.PairSpec("ring"))
     assert P.targets_of(_FakeCluster(sel), "c") == ["a", "b"]
+
+
+def test_unordered_and_rounds():
+    ns = names(6)
+    ring = P.ring_pairs(ns)
+    un = P.unordered(ns, ring)
+    assert un == [("node1", "node2"), ("node1", "node6"), ("node2", "node3"), ("node3", "node4"),
+                  ("node4", "node5"), ("node5", "node6")]
+    rs = P.rounds(un)
+    assert sorted(p for r in rs for p in r) == sorted(un)
+    for r in rs:  # no node twice in a round
+        flat = [x for p in r for x in p]
+        assert len(flat) == len(set(flat))
+    assert len(rs) <= 3
+    assert len(P.rounds(P.unordered(names(1025), P.ring_pairs(names(1025))))) <= 3
+
+
+class _Cluster:
+    def __init__(self, n, spec):
+        self.names = names(n)
+        self.sel = P.Selection.make(self.names, spec) if spec else None
+
+    def cached(self, key):
+        return self.sel
+
+
+def test_node_pairs_follow_the_selection():
+    assert len(P.node_pairs(_Cluster(5, P.PairSpec("all")))) == 10
+    assert len(P.node_pairs(_Cluster(5, None))) == 10
+    assert len(P.node_pair_rounds(_Cluster(6, P.PairSpec("all")))) == 5  # circle method
+    ring = _Cluster(40, P.PairSpec("auto"))  # > 32 nodes: ring
+    assert len(P.node_pairs(ring)) == 40
+    assert len(P.node_pair_rounds(ring)) == 2
