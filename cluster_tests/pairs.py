@@ -168,8 +168,10 @@ class Selection:
 
 
 def selection(cluster: Any) -> Selection | None:
-    """The run's selection (set by the plugin at configure time), None outside a run."""
-    return cluster.cached(MEMO_KEY)
+    """The run's selection (set by the plugin at configure time), None outside a run (or for a
+    stand-in cluster without a memo)."""
+    cached = getattr(cluster, "cached", None)
+    return cached(MEMO_KEY) if cached is not None else None
 
 
 def targets_of(cluster: Any, source: str) -> list[str]:
@@ -188,7 +190,8 @@ def normalize(value: str) -> str:
 
 def collected_sources(cluster: Any, test: str) -> list[str]:
     """The sources of the pairs that `test` will run over in this session (empty if unknown)."""
-    got = cluster.cached(SOURCES_KEY) or {}
+    cached = getattr(cluster, "cached", None)
+    got = (cached(SOURCES_KEY) if cached is not None else None) or {}
     return list(got.get(test, []))
 
 
