@@ -32,8 +32,8 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "tests"))
 
-from cluster_tests import collective as C
-from fixtures.sim import SimCluster
+from cluster_tests import collective as C  # noqa: E402  (after the sys.path set-up)
+from fixtures.sim import SimCluster  # noqa: E402
 
 BARE = r"""
 import json, os, sys, time, torch, torch.distributed as dist
@@ -87,7 +87,7 @@ def bare(sim: SimCluster, sizes: list[int], warmup: int, iters: int, port: int) 
                                       str(iters)], env=env, stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, text=True))
     outs = [p.communicate(timeout=600) for p in procs]
-    for out, err in outs:
+    for out, _err in outs:
         for line in out.splitlines():
             if line.startswith("BARE_JSON:"):
                 return {r["size_bytes"]: r["busbw_GBps"] for r in json.loads(line[10:])}

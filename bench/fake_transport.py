@@ -211,7 +211,8 @@ def _record(state_dir: str) -> None:
     repo = Path(__file__).resolve().parent.parent
     sys.path.insert(0, str(repo))
     from cluster_tests.cluster import Cluster, Node
-    from cluster_tests.remote import Pool as RealPool, resolve_target
+    from cluster_tests.remote import Pool as RealPool
+    from cluster_tests.remote import resolve_target
     from cluster_tests.settings import Settings
 
     cluster_mod.Pool = RealPool  # type: ignore[misc]

@@ -14,16 +14,17 @@ import json
 import os
 import threading
 import time
+from collections.abc import Iterable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any, Callable
 
 import pytest
 
-from cluster_tests.report import looks_secret
 from cluster_tests.remote import CommandResult, ConnectError, Pool, resolve_target, wait_result
+from cluster_tests.report import looks_secret
 from cluster_tests.settings import Settings
 
 PROBE_MARK = "CT_PROBE_JSON:"

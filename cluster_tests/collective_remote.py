@@ -33,7 +33,8 @@ from typing import Any
 
 import pytest
 
-from cluster_tests import collective as C, pairs as pairs_mod
+from cluster_tests import collective as C
+from cluster_tests import pairs as pairs_mod
 from cluster_tests.cluster import Cluster, remote_script
 from cluster_tests.remote import Cause, ConnectError, quote_argv
 

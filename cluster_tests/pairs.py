@@ -25,8 +25,9 @@ Pure functions, tested in tests/test_pairs.py; the plugin parametrizes `pair` wi
 from __future__ import annotations
 
 import random
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 AUTO_ALL_MAX = 32  # "auto": all pairs up to this many nodes (32*32 = 1024 pairs), ring beyond
 MEMO_KEY = ("pairs", "selection")

@@ -16,9 +16,11 @@ from pathlib import Path
 
 import pytest
 
-from cluster_tests import hostfile as hostfile_mod, pairs as pairs_mod, rootdir_fix
-from cluster_tests.report import Recorder, keyword_form, mask, progress_writer
+from cluster_tests import hostfile as hostfile_mod
+from cluster_tests import pairs as pairs_mod
+from cluster_tests import rootdir_fix
 from cluster_tests.cluster import Cluster, Node
+from cluster_tests.report import Recorder, keyword_form, mask, progress_writer
 from cluster_tests.settings import Settings, add_options, read_settings
 
 CLUSTER_KEY = pytest.StashKey[Cluster]()

@@ -14,19 +14,20 @@ from __future__ import annotations
 
 import base64
 import enum
-import hashlib
 import errno
+import hashlib
 import os
 import shlex
 import socket
 import threading
 import time
 import uuid
+from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterable, Mapping, Sequence, TypeVar
+from typing import Callable, TypeVar
 
 import paramiko
 
@@ -381,7 +382,7 @@ class Connection:
                 ) from None
             cause = Cause.TIMEOUT if "timeout" in msg.lower() or "banner" in msg.lower() else Cause.PROTOCOL
             raise ConnectError(t, cause, msg, _hint(t, cause, self.ssh_config)) from None
-        except (OSError, socket.error) as exc:
+        except OSError as exc:
             client.close()
             cause = _classify_socket_error(exc)
             raise ConnectError(t, cause, f"{t.destination}: {exc}", _hint(t, cause, self.ssh_config)) from None

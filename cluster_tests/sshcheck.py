@@ -75,7 +75,7 @@ def strict_modes(ssh_facts: dict, uid: int, user: str, strict: bool = True) -> M
                 f"{entry['path']} has mode {entry['mode']:04o}; the guide asks for {wanted:04o} "
                 f"(sshd accepts it, but tighten it: chmod {wanted:o} {shlex.quote(entry['path'])})"
             )
-    for name, entry in sorted(ssh_facts.get("private_keys", {}).items()):
+    for _name, entry in sorted(ssh_facts.get("private_keys", {}).items()):
         if entry.get("exists") and entry["mode"] & 0o077:
             errors.append(
                 f"private key {entry['path']} has mode {entry['mode']:04o}: ssh ignores a key that "

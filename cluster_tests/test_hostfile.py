@@ -6,7 +6,8 @@ import warnings
 
 import pytest
 
-from cluster_tests import accel, hostfile as hf
+from cluster_tests import accel
+from cluster_tests import hostfile as hf
 from cluster_tests.cluster import Cluster
 from cluster_tests.netfacts import all_ips, is_ip, is_loopback, parse_interfaces
 

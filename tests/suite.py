@@ -99,7 +99,7 @@ def run_suite(sim, *args: str, timeout: float = 600, env: dict[str, str] | None 
     run_env.update(env or {})
     start = time.monotonic()
     proc = subprocess.run(argv, cwd=REPO, env=run_env, capture_output=True, text=True,
-                          errors="replace", timeout=timeout)
+                          errors="replace", timeout=timeout, check=False)
     seconds = time.monotonic() - start
     result = SuiteResult(proc.returncode, proc.stdout + proc.stderr, seconds, junit=junit)
     if junit.exists():

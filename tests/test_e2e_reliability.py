@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import glob
-import os
 import signal
 import subprocess
 import sys
@@ -18,7 +17,7 @@ def ours_on(sim, node: str) -> str:
     """Processes of any suite run still alive on `node` (they carry a ct-run- tag)."""
     pid = str(sim.node(node).pid)  # the node's holder: pgrep sees the node's network namespace only
     out = sim.exec(node, ["pgrep", "-af", "--ns", pid, "--nslist", "net", "[c]t-run-"]).stdout
-    return "\n".join(l for l in out.splitlines() if "pgrep" not in l)
+    return "\n".join(ln for ln in out.splitlines() if "pgrep" not in ln)
 
 
 def test_sigint_while_probing_ends_promptly_and_leaves_nothing(healthy_sim, tmp_path):
@@ -89,8 +88,8 @@ def test_sigint_during_bandwidth_and_training_leaves_nothing(healthy_sim, tmp_pa
         assert took < 30, out[-2000:]
         time.sleep(1)
         for node in ("node1", "node2", "node3"):
-            left = [l for l in in_node(healthy_sim, node).splitlines()
-                    if any(p in l for p in ("allreduce", "train_smoke", "ct-run-", "deepspeed", "pdsh"))]
+            left = [ln for ln in in_node(healthy_sim, node).splitlines()
+                    if any(p in ln for p in ("allreduce", "train_smoke", "ct-run-", "deepspeed", "pdsh"))]
             assert left == [], (marker, node, left)
     assert set(glob.glob("/tmp/ct-train-*")) <= before, "scratch directories left behind"
 
@@ -122,7 +121,7 @@ def test_hostile_hostfile_lines_are_never_run(healthy_sim, tmp_path):
         f"`touch {marker}2` slots=1",
         f"node1;touch {marker}3 slots=1",
         f"node1|touch {marker}4 slots=1",
-        f"'node1' slots=1",
+        "'node1' slots=1",
         f"-oProxyCommand=touch{marker}5 slots=1",
         "node2 slots=1",
         "x" * 5000 + " slots=1",

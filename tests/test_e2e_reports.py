@@ -13,14 +13,14 @@ def test_asymmetric_fault_is_exactly_one_red_cell(healthy_sim, tmp_path):
     healthy_sim.remove_authorized_key("node3", from_node="node1")
     r = run_suite(healthy_sim, "-m", "ssh")
     lines = r.output.splitlines()
-    top = lines.index(next(l for l in lines if l.startswith("SSH trust (row: from")))
-    header, rows = lines[top + 1].split(), [l.split() for l in lines[top + 2 : top + 5]]
+    top = lines.index(next(ln for ln in lines if ln.startswith("SSH trust (row: from")))
+    header, rows = lines[top + 1].split(), [ln.split() for ln in lines[top + 2 : top + 5]]
     assert header == ["node1", "node2", "node3"]
     cells = {(row[0], header[i]): mark for row in rows for i, mark in enumerate(row[1:])}
     assert {k for k, v in cells.items() if v == "X"} == {("node1", "node3")}, r.output
     assert all(v == "." for k, v in cells.items() if k != ("node1", "node3"))
     assert "  node1->node3: public key refused" in lines
-    fixes = lines[lines.index(next(l for l in lines if l.startswith("Fixes to apply"))) + 1 :]
+    fixes = lines[lines.index(next(ln for ln in lines if ln.startswith("Fixes to apply"))) + 1 :]
     assert any("ssh node1 cat ~/.ssh/id_ed25519.pub | ssh node3" in f for f in fixes)
     summary = json.loads((r.junit.parent / "summary.json").read_text())
     red = {(a, b) for a, row in summary["trust"].items() for b, o in row.items() if o != "passed"}

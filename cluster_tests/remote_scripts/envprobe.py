@@ -24,7 +24,8 @@ MARK = "CT_PROBE_JSON:"
 
 def run(argv, timeout=10.0):
     try:
-        proc = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=timeout)
+        proc = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=timeout,
+                              check=False)
         return {"rc": proc.returncode, "out": proc.stdout.decode("utf-8", "replace")[-100000:],
                 "err": proc.stderr.decode("utf-8", "replace")[-10000:]}
     except FileNotFoundError:

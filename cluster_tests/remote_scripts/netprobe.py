@@ -34,7 +34,8 @@ GREETING = b"CT-LISTENER "
 
 def run(argv, timeout=10.0):
     try:
-        proc = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=timeout)
+        proc = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=timeout,
+                              check=False)
         return {"rc": proc.returncode, "out": proc.stdout.decode("utf-8", "replace")[-200000:],
                 "err": proc.stderr.decode("utf-8", "replace")[-20000:]}
     except FileNotFoundError:

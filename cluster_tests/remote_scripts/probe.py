@@ -28,6 +28,7 @@ def run(argv, timeout=10.0, env=None):
     try:
         proc = subprocess.run(
             argv,
+            check=False,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             timeout=timeout,
