@@ -6,6 +6,7 @@ import os
 import shlex
 import shutil
 import subprocess
+import threading
 import warnings
 
 import pytest
@@ -169,34 +170,52 @@ def _pair_fix(cluster: Cluster, a: str, b: str, cause: str) -> str:
     return f"on {a}: ssh -v {b} true"
 
 
-def test_pdsh(cluster: Cluster, launch_site: str) -> None:
-    """S5: pdsh is installed where the launch starts and `pdsh -w <all hosts> true` works."""
+def _pdsh(cluster: Cluster, site: str) -> tuple[int, str, str | None]:
+    """Run `pdsh -w <all hosts> true` from `site` as deepspeed would: (exit, output, the site's
+    PDSH_RCMD_TYPE). Raises pytest's Failed where pdsh is not installed there."""
     hosts = ",".join(cluster.names)
     timeout = cluster.settings.timeout_connect
     ssh_args = f"-o BatchMode=yes -o ConnectTimeout={int(timeout)}"
-    if launch_site == LAUNCHER:
+    # pdsh's own connect timer (-t, 10 s by default) would outlast ssh's on a black-holed node.
+    pdsh = ["pdsh", "-S", "-t", str(max(1, int(timeout))), "-w", hosts, "true"]
+    if site == LAUNCHER:
         if shutil.which("pdsh") is None:
             pytest.fail("pdsh is not installed on the launcher (deepspeed --hostfile needs it).\n"
                         "  fix: apt-get install pdsh   (or yum install pdsh pdsh-rcmd-ssh)", pytrace=False)
         if cluster.settings.ssh_config:
             ssh_args += f" -F {shlex.quote(cluster.settings.ssh_config)}"
         env = dict(os.environ, PDSH_RCMD_TYPE="ssh", PDSH_SSH_ARGS_APPEND=ssh_args)
-        rcmd = os.environ.get("PDSH_RCMD_TYPE")
         try:
-            proc = subprocess.run(["pdsh", "-S", "-w", hosts, "true"], env=env, capture_output=True,
-                                  text=True, errors="replace", timeout=timeout * 2 + 30, check=False)
-            rc, out = proc.returncode, proc.stdout + proc.stderr
+            proc = subprocess.run(pdsh, env=env, capture_output=True, text=True, errors="replace",
+                                  timeout=timeout * 2 + 30, check=False)
+            return proc.returncode, proc.stdout + proc.stderr, os.environ.get("PDSH_RCMD_TYPE")
         except subprocess.TimeoutExpired:
-            rc, out = 124, "pdsh timed out"
-    else:
-        facts = cluster.base(launch_site)
-        if not facts["which"].get("pdsh"):
-            pytest.fail(f"{launch_site} (rank 0, where `deepspeed --hostfile` starts) has no pdsh on the PATH "
-                        f"of a non-interactive shell.\n  fix, on {launch_site}: apt-get install pdsh", pytrace=False)
-        rcmd = facts["env"].get("PDSH_RCMD_TYPE")
-        res = cluster.run(launch_site, ["env", "PDSH_RCMD_TYPE=ssh", f"PDSH_SSH_ARGS_APPEND={ssh_args}",
-                                        "pdsh", "-S", "-w", hosts, "true"], timeout=timeout * 2 + 30)
-        rc, out = res.exit_status, res.stdout + res.stderr
+            return 124, "pdsh timed out", os.environ.get("PDSH_RCMD_TYPE")
+    facts = cluster.base(site)
+    if not facts["which"].get("pdsh"):
+        pytest.fail(f"{site} (rank 0, where `deepspeed --hostfile` starts) has no pdsh on the PATH "
+                    f"of a non-interactive shell.\n  fix, on {site}: apt-get install pdsh", pytrace=False)
+    res = cluster.run(site, ["env", "PDSH_RCMD_TYPE=ssh", f"PDSH_SSH_ARGS_APPEND={ssh_args}", *pdsh],
+                      timeout=timeout * 2 + 30)
+    return res.exit_status, res.stdout + res.stderr, facts["env"].get("PDSH_RCMD_TYPE")
+
+
+def _quiet_pdsh(cluster: Cluster, site: str) -> None:
+    """Start `site`'s pdsh run in the memo; its own test reports the outcome."""
+    try:
+        cluster.memo(("pdsh", site), lambda: _pdsh(cluster, site))
+    except BaseException:  # noqa: BLE001 - stored in the memo, re-raised to that site's test
+        pass
+
+
+def test_pdsh(cluster: Cluster, launch_site: str) -> None:
+    """S5: pdsh is installed where the launch starts and `pdsh -w <all hosts> true` works."""
+    hosts = ",".join(cluster.names)
+    # Both launch sites' pdsh runs start together: on a dead node each waits out a connect timeout.
+    for site in (LAUNCHER, cluster.names[0]):
+        if site != launch_site and cluster.cached(("pdsh", site)) is None:
+            threading.Thread(target=_quiet_pdsh, args=(cluster, site), daemon=True).start()
+    rc, out, rcmd = cluster.memo(("pdsh", launch_site), lambda: _pdsh(cluster, launch_site))
     if rc != 0:
         pytest.fail(f"{launch_site}: `pdsh -S -w {hosts} true` failed (exit {rc}); this is how deepspeed "
                     f"starts the ranks:\n    " + out.strip()[-1500:].replace("\n", "\n    ")
