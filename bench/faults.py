@@ -86,6 +86,11 @@ def main() -> None:
              lambda: sim.iptables("node3", ["-I", "INPUT", "-j", "DROP"]), fast + ["--timeout-connect", "5"], None, None),
             ("node3 drops high ports", lambda: sim.iptables(
                 "node3", ["-A", "INPUT", "-p", "tcp", "--dport", "1024:65535", "-j", "DROP"]), fast, None, None),
+            ("node2 slow: every shell sleeps 3 s (.bashrc)",
+             lambda: sim.prepend_bashrc("node2", "sleep 3\n"), fast, None, None),
+            ("node3 link throttled to 50 Mbit/s (tc tbf)", lambda: sim.tc(
+                "node3", ["qdisc", "add", "dev", "eth0", "root", "tbf", "rate", "50mbit",
+                          "burst", "64kb", "latency", "100ms"]), fast, None, None),
             ("authorized_keys 0666 on node2", lambda: sim.chmod("node2", "authorized_keys", 0o666), fast, None, None),
             ("host key of node2 changed", lambda: sim.change_host_key("node2"), fast, None, None),
             ("hostile hostfile lines", lambda: None, ["-m", "hostfile or ssh"], None, hostile),

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 import queue
+import re
 import signal
 import socket
 import statistics
@@ -206,6 +207,7 @@ class WorkerOptions:
     connect_timeout: float = 30.0
     init_timeout: float = 60.0
     op_timeout: float = 300.0
+    size_seconds: float = 10.0
 
 
 def worker_argv(python: str, script_path: str | Path, rank: Rank, world_size: int,
@@ -222,6 +224,7 @@ def worker_argv(python: str, script_path: str | Path, rank: Rank, world_size: in
         "--connect-timeout", f"{options.connect_timeout:g}",
         "--init-timeout", f"{options.init_timeout:g}",
         "--op-timeout", f"{options.op_timeout:g}",
+        "--size-seconds", f"{options.size_seconds:g}",
     ]
 
 
@@ -238,6 +241,22 @@ class SizeRow:
     busbw_GBps: float
     wrong: int  # wrong elements summed over ranks (nccl-tests' #wrong)
     nranks_reported: int
+    iters: int | None = None  # timed calls actually made (fewer than asked on a slow link)
+
+
+@dataclass(frozen=True)
+class Stopped:
+    """The sweep ended early on a slow link (the worker's ``stopped`` event)."""
+    size_bytes: int  # the first size not measured
+    op_seconds: float  # its first call, slowest rank
+    size_seconds: float  # the per-size budget it exceeded
+    skipped: tuple[int, ...]
+
+    def describe(self) -> str:
+        rest = ", ".join(format_size(s) + "B" for s in self.skipped)
+        return (f"sweep stopped before {format_size(self.size_bytes)}B: one all_reduce of that "
+                f"size took {self.op_seconds:.2f} s (budget {self.size_seconds:g} s per size, "
+                f"--collective-size-seconds); not measured: {rest}")
 
 
 @dataclass
@@ -256,6 +275,7 @@ class CollectiveReport:
     stuck: list[int] = field(default_factory=list)  # ranks that did not reach that stage's end
     exit_codes: dict[int, int | None] = field(default_factory=dict)
     pids: dict[int, int] = field(default_factory=dict)
+    stopped: Stopped | None = None  # the sweep ended early: the link is too slow for the sizes
     verdict: str = "unknown"  # ok | wrong | missing | hang | failed | incomplete
     message: str = ""
 
@@ -287,7 +307,8 @@ def _rows(events_by_rank: Mapping[int, Sequence[dict]], world: int) -> list[Size
         rows.append(SizeRow(
             size_bytes=size, count=int(results[0]["count"]), dtype=str(results[0]["dtype"]),
             time_us=time_us, algbw_GBps=algbw, busbw_GBps=algbw * factor,
-            wrong=sum(int(ev["wrong"]) for ev in results), nranks_reported=len(results)))
+            wrong=sum(int(ev["wrong"]) for ev in results), nranks_reported=len(results),
+            iters=min((int(ev["iters"]) for ev in results if "iters" in ev), default=None)))
     return rows
 
 
@@ -311,6 +332,11 @@ def collect(events_by_rank: Mapping[int, Sequence[dict]], ranks: Sequence[Rank],
                 report.versions = report.versions or dict(ev.get("versions", {}))
                 if "pid" in ev:
                     report.pids[r.rank] = int(ev["pid"])
+            elif kind == "stopped" and report.stopped is None:
+                report.stopped = Stopped(
+                    size_bytes=int(ev["size_bytes"]), op_seconds=float(ev["op_seconds"]),
+                    size_seconds=float(ev["size_seconds"]),
+                    skipped=tuple(int(x) for x in ev.get("skipped", [])))
             elif kind == "missing_ranks":
                 rendezvous = rendezvous or ev
             elif kind == "error":
@@ -381,11 +407,21 @@ def _judge(report: CollectiveReport, rendezvous: Mapping) -> None:
             f"all-reduce over {report.world_size} ranks ({report.backend}) correct at "
             f"{len(report.rows)} sizes; peak busbw {best.busbw_GBps:.2f} GB/s at "
             f"{format_size(best.size_bytes)}B")
+        if report.stopped is not None:
+            report.message += f"; {report.stopped.describe()}"
 
 
 def _header_line(*cols: str) -> str:
     widths = (11, 12, 8, 6, 10, 8, 8, 7)
     return "#" + " ".join(f"{c:>{w}}" for c, w in zip(cols, widths))
+
+
+def _asked_iters(report: CollectiveReport) -> int:
+    """The timed calls asked for (from the ``timed`` line), or the most any size made."""
+    match = re.search(r"of (\d+) back-to-back", report.timed)
+    if match:
+        return int(match.group(1))
+    return max((row.iters or 0 for row in report.rows), default=0)
 
 
 def format_table(report: CollectiveReport) -> str:
@@ -405,6 +441,13 @@ def format_table(report: CollectiveReport) -> str:
     if report.rows:
         avg = statistics.fmean(row.busbw_GBps for row in report.rows)
         lines.append(f"# Avg bus bandwidth    : {avg:.3f} GB/s")
+    fewer = [row for row in report.rows if row.iters is not None and row.iters < _asked_iters(report)]
+    if fewer:
+        lines.append("# slow link: fewer timed calls at " + ", ".join(
+            f"{format_size(row.size_bytes)}B ({row.iters})" for row in fewer)
+            + " to stay within --collective-size-seconds")
+    if report.stopped is not None:
+        lines.append(f"# {report.stopped.describe()}")
     lines.append(f"# verdict: {report.verdict}: {report.message}")
     return "\n".join(lines)
 
@@ -525,12 +568,19 @@ class BusbwVerdict:
 
 
 def judge_busbw(rows: Sequence[SizeRow], min_busbw: float | None = None,
-                baseline: Mapping | None = None, tolerance: float = 0.2) -> BusbwVerdict:
+                baseline: Mapping | None = None, tolerance: float = 0.2,
+                stopped: Stopped | None = None) -> BusbwVerdict:
     """busbw at the largest size against ``--min-busbw`` (GB/s) and/or a baseline document
     (:func:`cluster_tests.collective_remote.record`'s format) minus a relative tolerance. The
-    baseline's row of the same size is used; else its largest size that this run also has."""
+    baseline's row of the same size is used; else its largest size that this run also has.
+    A sweep that had to stop early (``stopped``) fails whatever the thresholds: a link on which
+    one all-reduce of a modest size takes seconds is not one to train on."""
     if not rows:
         return BusbwVerdict(False, True, "no sizes measured")
+    if stopped is not None:
+        top = rows[-1]
+        return BusbwVerdict(False, True, f"{stopped.describe()}; busbw {top.busbw_GBps:.4f} GB/s "
+                            f"at {format_size(top.size_bytes)}B, the largest size measured")
     top = rows[-1]
     problems, notes = [], []
     where = f"busbw {top.busbw_GBps:.3f} GB/s at {format_size(top.size_bytes)}B"
@@ -597,6 +647,7 @@ def _kill_group(proc: subprocess.Popen[bytes]) -> None:
 def run_local(world_size: int, sizes: Sequence[int], backend: str = "gloo", *,
               connect_timeout: float = 20.0, init_timeout: float = 30.0,
               op_timeout: float = 120.0, warmup: int = 5, iters: int = 20,
+              size_seconds: float = 10.0,
               dtype: str = "float32", env: Mapping[str, str] | None = None,
               start_ranks: Iterable[int] | None = None, port: int | None = None,
               on_event: EventHook | None = None, python: str = sys.executable,
@@ -614,7 +665,8 @@ def run_local(world_size: int, sizes: Sequence[int], backend: str = "gloo", *,
     port = port or free_port()
     options = WorkerOptions(sizes=list(sizes), backend=backend, dtype=dtype, warmup=warmup,
                             iters=iters, connect_timeout=connect_timeout,
-                            init_timeout=init_timeout, op_timeout=op_timeout)
+                            init_timeout=init_timeout, op_timeout=op_timeout,
+                            size_seconds=size_seconds)
     child_env = dict(os.environ if env is None else env)
     child_env.setdefault("GLOO_SOCKET_IFNAME", "lo")
     child_env.setdefault("PYTHONUNBUFFERED", "1")

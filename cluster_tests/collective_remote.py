@@ -256,7 +256,8 @@ def worker_options(cluster: Cluster, backend: str, sizes: Sequence[int]) -> C.Wo
         warmup=int(v("ct_warmup")), iters=int(v("ct_iters")),
         connect_timeout=float(v("ct_coll_connect_timeout")),
         init_timeout=float(v("ct_coll_init_timeout")),
-        op_timeout=float(v("ct_coll_op_timeout")))
+        op_timeout=float(v("ct_coll_op_timeout")),
+        size_seconds=float(v("ct_coll_size_seconds")))
 
 
 def chosen_sizes(cluster: Cluster) -> list[int]:

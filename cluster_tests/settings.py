@@ -147,6 +147,11 @@ OPTIONS += [
     Option("--collective-op-timeout", "ct_coll_op_timeout", "cluster_collective_op_timeout",
            "CLUSTER_TESTS_COLLECTIVE_OP_TIMEOUT",
            "seconds for the whole all-reduce size sweep", 120.0, _positive_float),
+    Option("--collective-size-seconds", "ct_coll_size_seconds", "cluster_collective_size_seconds",
+           "CLUSTER_TESTS_COLLECTIVE_SIZE_SECONDS",
+           "seconds at most per message size: on a slow link fewer timed calls (at least one), and "
+           "a size whose single call takes longer ends the sweep (C1's busbw check then fails)",
+           10.0, _positive_float),
     Option("--pair-slow-ratio", "ct_pair_slow_ratio", "cluster_pair_slow_ratio",
            "CLUSTER_TESTS_PAIR_SLOW_RATIO",
            "a node pair is slow below this fraction of the typical good pair's busbw (C2)", 0.5,

@@ -109,7 +109,7 @@ def test_allreduce_busbw(allreduce_run: R.RemoteRun, cluster: Cluster, record_pr
             pytest.fail(f"--busbw-baseline {baseline_path}: cannot read it: {exc}\n  fix: write "
                         f"one with --busbw-record {baseline_path} on a healthy run", pytrace=False)
     verdict = C.judge_busbw(rep.rows, cluster.settings.value("ct_min_busbw"), baseline,
-                            float(cluster.settings.value("ct_busbw_tolerance")))
+                            float(cluster.settings.value("ct_busbw_tolerance")), rep.stopped)
     record_property("busbw_verdict", verdict.message)
     if not verdict.judged:
         pytest.skip(verdict.message)

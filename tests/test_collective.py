@@ -178,6 +178,69 @@ def test_rank_stopped_mid_sweep_trips_the_collective_watchdog() -> None:
     assert_gone(report, 2)
 
 
+def test_slow_link_stops_the_sweep_instead_of_running_into_the_watchdog() -> None:
+    """A per-size budget far below one 16M call: the first size is still measured (at least one
+    timed call), the 16M size ends the sweep with a `stopped` event, and the busbw check fails."""
+    report = C.run_local(2, C.parse_sizes("1K,16M,64M"), **FAST, size_seconds=0.0005)
+    assert report.verdict == "ok", report.message
+    assert [row.size_bytes for row in report.rows] == [1024]
+    assert 1 <= report.rows[0].iters <= 5
+    assert report.stopped is not None
+    assert report.stopped.size_bytes == 16 << 20 and report.stopped.skipped == (16 << 20, 64 << 20)
+    assert report.stopped.op_seconds > 0.0005
+    assert "sweep stopped before 16MB" in report.message
+    assert "# sweep stopped before 16MB: one all_reduce of that size took" in C.format_table(report)
+    verdict = C.judge_busbw(report.rows, stopped=report.stopped)
+    assert verdict.judged and not verdict.ok
+    assert "not measured: 16MB, 64MB" in verdict.message
+    assert_gone(report, 2)
+
+
+def _worker_module():
+    import importlib.util
+
+    path = Path(C.__file__).parent / "remote_scripts" / "allreduce.py"
+    spec = importlib.util.spec_from_file_location("ct_allreduce_worker", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_plan_keeps_the_asked_counts_on_a_healthy_link() -> None:
+    plan = _worker_module().plan_size
+    assert plan(0.001, 100.0, 5, 20, 10.0, True) == (4, 20)
+    assert plan(0.0, 100.0, 0, 20, 10.0, False) == (0, 20)
+
+
+def test_plan_shrinks_warmup_and_iters_to_the_size_budget() -> None:
+    plan = _worker_module().plan_size
+    assert plan(2.8, 100.0, 5, 20, 10.0, False) == (0, 3)  # C2's throttled pair: 3 timed calls
+    assert plan(1.0, 100.0, 5, 20, 10.0, True) == (2, 8)
+    assert plan(1.0, 6.0, 5, 20, 10.0, True) == (0, 3)  # half the time left: 3 s
+    assert plan(9.0, 100.0, 5, 20, 10.0, False) == (0, 1)  # first size: at least one call
+
+
+def test_plan_ends_the_sweep_when_one_call_is_over_budget() -> None:
+    plan = _worker_module().plan_size
+    assert plan(11.0, 100.0, 5, 20, 10.0, True) is None  # a size measured already
+    assert plan(11.0, 100.0, 5, 20, 10.0, False) == (0, 1)  # nothing measured yet: one call
+    assert plan(30.0, 50.0, 5, 20, 100.0, False) is None  # would not finish in the time left
+
+
+@given(op=st.floats(1e-6, 50.0), left=st.floats(0.0, 500.0), warmup=st.integers(0, 10),
+       iters=st.integers(1, 100), budget=st.floats(0.01, 60.0), measured=st.booleans())
+def test_plan_never_exceeds_what_was_asked_or_the_time_left(op, left, warmup, iters, budget,
+                                                              measured) -> None:
+    plan = _worker_module().plan_size(op, left, warmup, iters, budget, measured)
+    if plan is None:
+        assert op * 2 > left or (measured and op > budget)
+        return
+    more, timed = plan
+    assert 0 <= more <= max(warmup - 1, 0) and 1 <= timed <= iters
+    # the calls the plan adds fit the size's budget (or are the single call that must be made)
+    assert (more + timed) * op <= max(min(budget, left / 2), op) * (1 + 1e-9)
+
+
 # --- pure logic ------------------------------------------------------------------------------
 
 
@@ -214,7 +277,8 @@ def test_worker_argv() -> None:
         "--rank": "5", "--world-size": "8", "--local-rank": "1", "--label": "node2",
         "--master-addr": "node1", "--master-port": "29500", "--backend": "nccl",
         "--dtype": "float32", "--sizes": "8,1024", "--warmup": "5", "--iters": "20",
-        "--connect-timeout": "20", "--init-timeout": "60", "--op-timeout": "300"}
+        "--connect-timeout": "20", "--init-timeout": "60", "--op-timeout": "300",
+            "--size-seconds": "10"}
 
 
 def test_collect_names_missing_ranks_by_host_and_local_rank() -> None:

@@ -7,7 +7,8 @@ and runs it with that node's Python, one process per rank::
     python allreduce.py --rank R --world-size W --local-rank L \
         --master-addr A --master-port P [--backend auto|nccl|hccl|gloo] \
         [--sizes 8,1K,64K,1M] [--dtype float32] [--warmup 5] [--iters 20] \
-        [--connect-timeout S] [--init-timeout S] [--op-timeout S] [--label host]
+        [--connect-timeout S] [--init-timeout S] [--op-timeout S] [--size-seconds S] \
+        [--label host]
 
 Stages, each with its own deadline and exit code, so a hang names where it happened:
 
@@ -33,6 +34,14 @@ Then the buffer is re-filled, untimed, with rank r's pattern ``(r+1) * (i % m + 
 once more; every element must equal ``W(W+1)/2 * (i % m + 1)``, which is exact in the dtype
 (m is chosen so the largest sum stays below the dtype's exact-integer limit). ``wrong`` is the
 number of elements failing either check (nccl-tests' #wrong), summed over ranks.
+
+Slow links (``plan_size``): the first warmup call of each size is timed, and every rank agrees
+on the slowest rank's figure and on the least time left (a tiny MAX all_reduce, untimed), so all
+ranks take the same decision. A size gets at most --size-seconds (and half the time left of
+--op-timeout): fewer warmup and timed calls where they would not fit (at least one timed call).
+Once a size has been measured, a larger size whose single call alone exceeds --size-seconds
+ends the sweep (a ``stopped`` event names it): on a link that slow the remaining sizes would
+only run into the watchdog, and what was measured already says the link is slow.
 
 Output: one JSON object per line on stdout, ``{"event": ..., "rank": ..., "t": seconds since
 start, ...}``; human-readable text goes to stderr only.
@@ -69,7 +78,8 @@ STAGE_EXIT = {
 
 TIMED = (
     "avg time per op of {iters} back-to-back in-place all_reduce calls after {warmup} warmup "
-    "calls, slowest rank (MAX over ranks); algbw = bytes/time, busbw = algbw*2(n-1)/n; "
+    "calls (fewer on a slow link: see the notes under the table), slowest rank (MAX over "
+    "ranks); algbw = bytes/time, busbw = algbw*2(n-1)/n; "
     "GB/s = 1e9 B/s"
 )
 
@@ -179,12 +189,15 @@ def parse_args(argv: list) -> argparse.Namespace:
     p.add_argument("--connect-timeout", type=float, default=30.0)
     p.add_argument("--init-timeout", type=float, default=60.0)
     p.add_argument("--op-timeout", type=float, default=300.0)
+    p.add_argument("--size-seconds", type=float, default=10.0)
     p.add_argument("--label", default="")
     args = p.parse_args(argv)
     if not 0 <= args.rank < args.world_size:
         p.error("--rank must be in [0, --world-size)")
     if args.iters < 1 or args.warmup < 0:
         p.error("--iters must be >= 1 and --warmup >= 0")
+    if args.size_seconds <= 0:
+        p.error("--size-seconds must be > 0")
     return args
 
 
@@ -308,8 +321,32 @@ def timed_loop(torch: object, dist: object, backend: str, buf: object, iters: in
     return (time.perf_counter() - t0) / iters
 
 
+def plan_size(op_seconds: float, left_seconds: float, warmup: int, iters: int,
+              size_seconds: float, measured_any: bool):
+    """(further warmup calls, timed calls) for one size, or None to end the sweep here.
+
+    ``op_seconds`` is the slowest rank's first warmup call at this size, ``left_seconds`` the
+    least time any rank has left of its sweep budget: both agreed over all ranks, so every rank
+    computes the same plan. Healthy links get exactly ``warmup - 1`` and ``iters``."""
+    if op_seconds * 2 > left_seconds or (measured_any and op_seconds > size_seconds):
+        return None
+    if op_seconds <= 0:
+        return max(warmup - 1, 0), iters
+    budget = min(size_seconds, left_seconds / 2)
+    more = min(max(warmup - 1, 0), int(0.2 * budget / op_seconds))
+    timed = min(iters, max(1, int((budget - more * op_seconds) / op_seconds)))
+    return more, timed
+
+
+def agree(torch: object, dist: object, device: str, op_seconds: float, left: float) -> tuple:
+    """(slowest rank's op_seconds, least time left over ranks): one tiny MAX all_reduce."""
+    t = torch.tensor([op_seconds, -left], dtype=torch.float32, device=device)  # type: ignore
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)  # type: ignore[attr-defined]
+    return float(t[0].item()), -float(t[1].item())
+
+
 def sweep(torch: object, dist: object, args: argparse.Namespace, backend: str,
-          device: str) -> int:
+          device: str, budget_end: float) -> int:
     """Run every size; return the number of wrong elements over all ranks and sizes."""
     dtype = getattr(torch, args.dtype)
     elsize = torch.tensor([], dtype=dtype).element_size()  # type: ignore[attr-defined]
@@ -318,17 +355,36 @@ def sweep(torch: object, dist: object, args: argparse.Namespace, backend: str,
     total = world * (world + 1) // 2
     factor = 2.0 * (world - 1) / world
     wrong_all = 0
+    measured_any = False
     if args.rank == 0:
         say(f"{'size(B)':>12} {'count':>12} {'type':>8} {'time(us)':>10} {'algbw':>10} "
             f"{'busbw':>10} {'#wrong':>7}   (GB/s = 1e9 B/s)")
-    for size in args.sizes:
+    for index, size in enumerate(args.sizes):
         count = max(1, size // elsize)
         nbytes = count * elsize
         buf = torch.zeros(count, dtype=dtype, device=device)  # type: ignore[attr-defined]
-        for _ in range(args.warmup):
+        sync(torch, backend)
+        t0 = time.perf_counter()
+        dist.all_reduce(buf)  # type: ignore[attr-defined]  # the first warmup call, timed
+        sync(torch, backend)
+        first, left = agree(torch, dist, device, time.perf_counter() - t0,
+                            budget_end - time.monotonic())
+        plan = plan_size(first, left, args.warmup, args.iters, args.size_seconds, measured_any)
+        if plan is None:
+            emit("stopped", size_bytes=nbytes, op_seconds=round(first, 6),
+                 left_seconds=round(left, 3), size_seconds=args.size_seconds,
+                 skipped=args.sizes[index:])
+            if args.rank == 0:
+                say(f"sweep stopped at {nbytes} B: one all_reduce took {first:.2f} s "
+                    f"(--size-seconds {args.size_seconds:g}, {left:.1f} s left)")
+            del buf
+            break
+        warmup, iters = plan
+        for _ in range(warmup):
             dist.all_reduce(buf)  # type: ignore[attr-defined]
         sync(torch, backend)
-        seconds = timed_loop(torch, dist, backend, buf, args.iters)
+        seconds = timed_loop(torch, dist, backend, buf, iters)
+        measured_any = True
         wrong = int(torch.count_nonzero(buf).item())  # type: ignore[attr-defined]
         fill_pattern(torch, buf, args.rank, modulus)
         dist.all_reduce(buf)  # type: ignore[attr-defined]
@@ -346,7 +402,7 @@ def sweep(torch: object, dist: object, args: argparse.Namespace, backend: str,
         wrong_all += int(wrongs.item())
         emit("result", size_bytes=nbytes, count=count, dtype=args.dtype, time_us=time_us,
              algbw_GBps=algbw, busbw_GBps=busbw, wrong=wrong, wrong_all_ranks=int(wrongs.item()),
-             local_time_us=seconds * 1e6, iters=args.iters, warmup=args.warmup)
+             local_time_us=seconds * 1e6, iters=iters, warmup=warmup + 1)
         if args.rank == 0:
             say(f"{nbytes:12d} {count:12d} {args.dtype:>8} {time_us:10.2f} {algbw:10.3f} "
                 f"{busbw:10.3f} {int(wrongs.item()):7d}")
@@ -404,7 +460,8 @@ def main(argv: list) -> int:
     watchdog.arm("collective", args.op_timeout)
     t_sweep = time.monotonic()
     try:
-        wrong = sweep(torch, dist, args, backend, device)
+        # The plan keeps a tenth of --op-timeout for the correctness passes and the final sync.
+        wrong = sweep(torch, dist, args, backend, device, t_sweep + 0.9 * args.op_timeout)
         done = torch.ones(1, device=device)
         dist.all_reduce(done)  # everyone finished before the store server (rank 0) goes away
         sync(torch, backend)
