@@ -14,7 +14,7 @@ import json
 import os
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from importlib import resources
@@ -34,6 +34,30 @@ VERSION_FACTS = ("python", "torch", "cuda", "nccl", "deepspeed", "torch_npu", "c
                  "nvidia_driver", "ascend_driver")
 # Runs the script that arrives on standard input as __main__, with the JSON parameters as argv[1].
 BOOTSTRAP = "import sys; exec(compile(sys.stdin.read(), '<cluster_tests>', 'exec'))"
+
+
+#: One probe of a node: (script, section, parameters), as the tests call `Cluster.probe`.
+NodeProbe = tuple[str, str, dict[str, Any]]
+BASE_ONLY: tuple[NodeProbe, ...] = (("probe.py", "base", {}),)
+
+
+def node_probes(settings: Settings, markers: Iterable[str]) -> tuple[NodeProbe, ...]:
+    """The per-node probes that the tests of these sections (markers) ask of every node they
+    touch, with the parameters the tests pass (a mismatch only costs a second command), for
+    `Cluster.prefetch`; base first."""
+    markers = set(markers)
+    probes: list[NodeProbe] = [("probe.py", "base", {})]
+    if "ssh" in markers:
+        probes.append(("probe.py", "sshd", {}))
+    if markers & {"hostfile", "accelerator"}:
+        probes.append(("probe.py", "accelerators", {}))
+    if "network" in markers:
+        probes.append(("netprobe.py", "firewall", {}))
+    if "env" in markers:
+        probes.append(("envprobe.py", "envfiles", {"launch_dir": settings.value("ct_launch_dir")}))
+    if "storage" in markers and settings.output_dir:
+        probes.append(("storeprobe.py", "dir", {"path": settings.output_dir}))
+    return tuple(probes)
 
 
 def remote_script(name: str) -> bytes:
@@ -189,10 +213,18 @@ class Cluster:
                 f"{node} unreachable ({err.cause.value}): see test_login[{node}]", pytrace=False
             )
 
-    def prefetch(self, nodes: Iterable[str], sections: Iterable[str] = ("base",)) -> None:
-        """Start logins and base probes of `nodes` in the background, in parallel."""
+    def prefetch(self, nodes: Iterable[str], probes: Sequence[NodeProbe] = BASE_ONLY) -> None:
+        """Start logins and probes of `nodes` in the background, in parallel: after its login,
+        all of a node's probes (see `node_probes`) at once, so that a node whose every command
+        is slow (a .bashrc waiting on a hung NFS home) costs that delay about once, not once per
+        section; and one probe that hangs (nvidia-smi on a wedged GPU) holds up no other."""
         wanted = [n for n in dict.fromkeys(nodes) if n in self.pool.targets]
-        sections = tuple(sections)
+        probes = tuple(probes)
+
+        def one(node: str, probe: NodeProbe) -> None:
+            script, section, params = probe
+            with contextlib.suppress(Exception):  # each test re-raises what concerns it
+                self.probe(node, section, script=script, **params)
 
         done = [0]
         self.progress("probing nodes", 0, len(wanted))
@@ -200,8 +232,14 @@ class Cluster:
         def warm(node: str) -> None:
             try:
                 self.login(node)
-                for s in sections:
-                    self.probe(node, s)
+                threads = [threading.Thread(target=one, args=(node, p), daemon=True)
+                           for p in probes[1:]]
+                for t in threads:
+                    t.start()
+                if probes:
+                    one(node, probes[0])
+                for t in threads:
+                    t.join()
             except Exception:  # noqa: BLE001 - each test re-raises what concerns it
                 pass
             finally:

@@ -19,7 +19,7 @@ import pytest
 from cluster_tests import hostfile as hostfile_mod
 from cluster_tests import pairs as pairs_mod
 from cluster_tests import rootdir_fix
-from cluster_tests.cluster import Cluster, Node
+from cluster_tests.cluster import Cluster, Node, node_probes
 from cluster_tests.report import Recorder, keyword_form, mask, progress_writer
 from cluster_tests.settings import Settings, add_options, read_settings
 
@@ -378,7 +378,8 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     if not hasattr(session.config, "workerinput"):
         reporter = session.config.pluginmanager.get_plugin("terminalreporter")
         cluster.progress_sink = progress_writer(reporter, session.config.option.verbose)
-    cluster.prefetch(touched)
+    markers = {m.name for item in session.items for m in item.iter_markers()}
+    cluster.prefetch(touched, node_probes(cluster.settings, markers))
 
 
 def pytest_itemcollected(item: pytest.Item) -> None:
