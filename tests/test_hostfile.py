@@ -475,12 +475,43 @@ def test_fifo_is_not_read(tmp_path: Path) -> None:
         load_hostfile(fifo)  # would block forever if it were opened
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="root reads a chmod 000 file anyway")
 def test_unreadable_chmod(tmp_path: Path) -> None:
-    f = write(tmp_path, b"node1 slots=1\n")
-    f.chmod(0)
-    with pytest.raises(HostfileError, match="permission denied"):
-        load_hostfile(f)
+    """A chmod 000 hostfile, read by a user who may not read it. Root reads it anyway, so as
+    root the read is made by a forked child that has dropped to `nobody`."""
+    if os.geteuid() != 0:
+        f = write(tmp_path, b"node1 slots=1\n")
+        f.chmod(0)
+        with pytest.raises(HostfileError, match="permission denied"):
+            load_hostfile(f)
+        return
+    where = Path(tempfile.mkdtemp(prefix="ct-hostfile-"))  # tmp_path's parents are root-only
+    f = where / "hostfile"
+    try:
+        where.chmod(0o711)
+        write(where, b"node1 slots=1\n").chmod(0)
+        rd, wr = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the child: drop to nobody, read, report, leave without pytest's cleanup
+            try:
+                os.close(rd)
+                os.setgid(65534)
+                os.setuid(65534)
+                try:
+                    load_hostfile(f)
+                    said = "read it"
+                except HostfileError as exc:
+                    said = str(exc)
+                os.write(wr, said.encode())
+            finally:
+                os._exit(0)
+        os.close(wr)
+        with os.fdopen(rd, "rb") as pipe:
+            said = pipe.read().decode()
+        os.waitpid(pid, 0)
+        assert "permission denied" in said, said
+    finally:
+        f.unlink(missing_ok=True)
+        where.rmdir()
 
 
 def test_unreadable_permission_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
