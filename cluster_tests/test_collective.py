@@ -5,7 +5,10 @@ size sweep and reports time, algbw and busbw per size as nccl-tests does; C3 is 
 run: connect/rendezvous, communicator init and the sweep each have their own deadline, and a
 failure names the ranks (host, local rank) that never joined or never finished. C2 runs every
 unordered node pair (one rank each, largest size) in circle rounds of disjoint pairs; test ids
-are ``node1<->node2`` with the nodes in hostfile order, one per unordered pair. The rendezvous
+are ``node1<->node2`` with the nodes in hostfile order, one per unordered pair. A pair that the
+session's F3 port matrix already shows blocked (one node takes no connection from the other on
+any tested port) fails at once, citing that test, instead of waiting out a rendezvous deadline
+in each round. The rendezvous
 of a pair sits on alternating sides, so that every node serves one: a node that drops inbound
 high ports but accepts the replies to its own connections passes C1 with gloo when it happens
 to connect out only (PITFALLS 9), and fails the pair in which it serves.
@@ -128,6 +131,8 @@ def test_allreduce_pair(pair_runs: dict, node_pair: tuple[str, str], cluster: Cl
     run = pair_runs["runs"].get(node_pair)
     if isinstance(run, R.NodeDown):
         pytest.fail(str(run), pytrace=False)
+    if isinstance(run, R.PortsBlocked):
+        pytest.fail(f"{C.pair_id(node_pair)}: {run}", pytrace=False)
     if isinstance(run, BaseException):
         pytest.fail(f"{C.pair_id(node_pair)}: could not run: {run}", pytrace=False)
     _record(record_property, run)
