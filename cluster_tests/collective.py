@@ -399,7 +399,7 @@ def _judge(report: CollectiveReport, rendezvous: Mapping) -> None:
                           f"{', '.join(format_size(r.size_bytes) for r in bad)}")
     elif not report.rows:
         report.verdict = "incomplete"
-        report.message = "no results"
+        report.message = report.stopped.describe() if report.stopped else "no results"
     else:
         best = max(report.rows, key=lambda row: row.busbw_GBps)
         report.verdict = "ok"

@@ -196,6 +196,19 @@ def test_slow_link_stops_the_sweep_instead_of_running_into_the_watchdog() -> Non
     assert_gone(report, 2)
 
 
+def test_a_sweep_stopped_before_any_size_says_why() -> None:
+    ranks = C.assign_ranks({"node1": 1, "node2": 1})
+    stopped = {"event": "stopped", "size_bytes": 1 << 30, "op_seconds": 70.0,
+               "left_seconds": 100.0, "size_seconds": 10.0, "skipped": [1 << 30]}
+    events = {r.rank: [{"event": "start", "backend": "gloo"}, {"event": "joined"},
+                       {"event": "init_ok"}, stopped, {"event": "done", "ok": True}]
+              for r in ranks}
+    report = C.collect(events, ranks, {0: 0, 1: 0})
+    assert report.verdict == "incomplete" and not report.rows
+    assert report.message.startswith("sweep stopped before 1GB: one all_reduce of that size took "
+                                     "70.00 s"), report.message
+
+
 def _worker_module():
     import importlib.util
 
