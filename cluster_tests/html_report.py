@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -67,16 +68,21 @@ class Heatmap:
         return LABEL
 
 
-def _grid(names: list[str], fill: Callable[[str, str], tuple[str, str, str, str] | None],
-          **kw: Any) -> Heatmap:
-    """A heatmap whose cell (a, b) is fill(a, b) = (color, text, title, class), or None."""
+def _grid(names: list[str], keys: Iterable[tuple[str, str]],
+          fill: Callable[[str, str], tuple[str, str, str, str] | None], **kw: Any) -> Heatmap:
+    """A heatmap with a cell (a, b) = fill(a, b) = (color, text, title, class) for each pair of
+    `keys` that fill has data for; the rest of the grid is one "not run" background, so that
+    the page grows with the pairs checked (2N with --pairs ring), not with N x N."""
+    index = {n: i for i, n in enumerate(names)}
     hm = Heatmap(names=names, **kw)
-    for i, a in enumerate(names):
-        for j, b in enumerate(names):
-            got = fill(a, b)
-            color, text, title, cls = got or (NONE, "", f"{a} -> {b}: not run", "none")
-            hm.cells.append(Cell(LABEL + j * CELL, LABEL + i * CELL, color, text, title,
-                                 f"cell {cls}", a, b, dark=_dark(color)))
+    for a, b in sorted({k for k in keys if k[0] in index and k[1] in index},
+                       key=lambda k: (index[k[0]], index[k[1]])):
+        got = fill(a, b)
+        if got is None:
+            continue
+        color, text, title, cls = got
+        hm.cells.append(Cell(LABEL + index[b] * CELL, LABEL + index[a] * CELL, color, text, title,
+                             f"cell {cls}", a, b, dark=_dark(color)))
     return hm
 
 
@@ -109,7 +115,7 @@ def trust_heatmap(rec: Recorder) -> Heatmap | None:
         title = f"{a} -> {b}: {o.outcome}" + (f": {o.headline}" if o.headline else "")
         return OUTCOME_FILL.get(o.outcome, SKIP), OUTCOME_MARK.get(o.outcome, "?"), title, o.outcome
 
-    return _grid(_names(rec, cells), fill, id="heatmap-ssh", title="SSH trust (S4)",
+    return _grid(_names(rec, cells), cells, fill, id="heatmap-ssh", title="SSH trust (S4)",
                  caption="row: from, column: to; passwordless ssh with strict host keys",
                  legend=[(OK, "passed"), (BAD, "failed"), (SKIP, "skipped"), (NONE, "not run")])
 
@@ -138,7 +144,7 @@ def latency_heatmap(rec: Recorder) -> Heatmap | None:
         t = 0.5 if hi == lo else (v - lo) / (hi - lo)
         return _mix(lo_c, hi_c, t), f"{v:.2g}", title, "value"
 
-    return _grid(_names(rec, outcomes), fill, id="heatmap-latency", title="Latency (F1)",
+    return _grid(_names(rec, outcomes), outcomes, fill, id="heatmap-latency", title="Latency (F1)",
                  caption="median TCP handshake round trip, ms (row: from, column: to)",
                  legend=[(lo_c, f"{lo:.3g} ms"), (hi_c, f"{hi:.3g} ms"), (SELF, "loopback"),
                          (BAD, "unreachable")])
@@ -167,7 +173,8 @@ def bandwidth_heatmap(rec: Recorder) -> Heatmap | None:
         t = 0.5 if hi == lo else (v - lo) / (hi - lo)
         return _mix(lo_c, hi_c, t), f"{v:.2g}", f"{a} <-> {b}: busbw {v:.4f} GB/s", "value"
 
-    return _grid(_names(rec, outcomes), fill, id="heatmap-bandwidth",
+    return _grid(_names(rec, outcomes), [*outcomes, *((b, a) for a, b in outcomes)], fill,
+                 id="heatmap-bandwidth",
                  title="Pairwise all-reduce bandwidth (C2)",
                  caption="busbw in GB/s at the largest size, one rank per node (symmetric)",
                  legend=[(lo_c, f"{lo:.3g} GB/s"), (hi_c, f"{hi:.3g} GB/s"), (BAD, "failed or slow")])
@@ -281,6 +288,7 @@ def context(rec: Recorder, facts: dict[str, dict[str, str]], meta: dict[str, Any
         "rows": [[n] + [facts.get(n, {}).get(c, "") for c in columns[1:]] for n in rec.nodes if n in facts],
         "same": same,
         "heatmaps": heatmaps,
+        "none_fill": NONE,
         "plot": bandwidth_plot(rec),
         "sizes": rec.allreduce_sizes(),
         "failures": failures,

@@ -89,6 +89,32 @@ def test_html_has_the_red_cell_and_the_plot():
     assert "<script" not in page
 
 
+def test_heatmaps_draw_only_the_checked_pairs():
+    """With --pairs ring on many nodes the page grows with the pairs checked, not N x N: one
+    cell per checked pair (both orders for the symmetric bandwidth), the rest one background."""
+    nodes = [f"node{i}" for i in range(1, 65)]
+    rec = Recorder(list(nodes))
+    ring = [(a, nodes[(i + 1) % len(nodes)]) for i, a in enumerate(nodes)]
+    for a, b in ring:
+        rec.outcomes[f"test_ssh_trust[{a}->{b}]"] = Outcome(
+            f"test_ssh_trust[{a}->{b}]", "test_ssh_trust", "cluster_tests/test_ssh.py", "passed",
+            pair=(a, b))
+        rec.outcomes[f"test_allreduce_pair[{a}<->{b}]"] = Outcome(
+            f"test_allreduce_pair[{a}<->{b}]", "test_allreduce_pair",
+            "cluster_tests/test_collective.py", "passed", pair=(a, b),
+            properties={"busbw_GBps": "1.0"})
+    ssh = html_report.trust_heatmap(rec)
+    assert [(c.source, c.target) for c in ssh.cells] == sorted(
+        ring, key=lambda p: (nodes.index(p[0]), nodes.index(p[1])))
+    assert (ssh.cells[0].x, ssh.cells[0].y) == (html_report.LABEL + html_report.CELL,
+                                                html_report.LABEL)  # node1 -> node2: row 0, col 1
+    bw = html_report.bandwidth_heatmap(rec)
+    assert len(bw.cells) == 2 * len(ring)
+    page = html_report.render(rec, {}, {"hostfile": "/h", "rank0": "node1"})
+    assert page.count('<rect class="cell ') == 3 * len(ring)
+    assert page.count('<rect class="grid none"') == 2
+
+
 def test_progress_is_throttled_and_says_done():
     now = [0.0]
     out: list[str] = []
