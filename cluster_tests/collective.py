@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import os
 import queue
-import re
 import signal
 import socket
 import statistics
@@ -265,6 +264,7 @@ class CollectiveReport:
     ranks: list[Rank]
     backend: str | None = None
     timed: str = ""
+    iters: int | None = None  # timed calls asked for per size (a slow link may get fewer)
     versions: dict[str, str] = field(default_factory=dict)
     rows: list[SizeRow] = field(default_factory=list)
     missing: list[int] = field(default_factory=list)  # never joined the rendezvous
@@ -329,6 +329,8 @@ def collect(events_by_rank: Mapping[int, Sequence[dict]], ranks: Sequence[Rank],
             if kind == "start":
                 report.backend = report.backend or ev.get("backend")
                 report.timed = report.timed or ev.get("timed", "")
+                if report.iters is None and "iters" in ev:
+                    report.iters = int(ev["iters"])
                 report.versions = report.versions or dict(ev.get("versions", {}))
                 if "pid" in ev:
                     report.pids[r.rank] = int(ev["pid"])
@@ -416,14 +418,6 @@ def _header_line(*cols: str) -> str:
     return "#" + " ".join(f"{c:>{w}}" for c, w in zip(cols, widths))
 
 
-def _asked_iters(report: CollectiveReport) -> int:
-    """The timed calls asked for (from the ``timed`` line), or the most any size made."""
-    match = re.search(r"of (\d+) back-to-back", report.timed)
-    if match:
-        return int(match.group(1))
-    return max((row.iters or 0 for row in report.rows), default=0)
-
-
 def format_table(report: CollectiveReport) -> str:
     """nccl-tests-style table, with a units legend and a line stating what was timed."""
     lines = [
@@ -441,7 +435,8 @@ def format_table(report: CollectiveReport) -> str:
     if report.rows:
         avg = statistics.fmean(row.busbw_GBps for row in report.rows)
         lines.append(f"# Avg bus bandwidth    : {avg:.3f} GB/s")
-    fewer = [row for row in report.rows if row.iters is not None and row.iters < _asked_iters(report)]
+    fewer = [row for row in report.rows
+             if row.iters is not None and report.iters is not None and row.iters < report.iters]
     if fewer:
         lines.append("# slow link: fewer timed calls at " + ", ".join(
             f"{format_size(row.size_bytes)}B ({row.iters})" for row in fewer)
@@ -577,11 +572,10 @@ def judge_busbw(rows: Sequence[SizeRow], min_busbw: float | None = None,
     one all-reduce of a modest size takes seconds is not one to train on."""
     if not rows:
         return BusbwVerdict(False, True, "no sizes measured")
+    top = rows[-1]
     if stopped is not None:
-        top = rows[-1]
         return BusbwVerdict(False, True, f"{stopped.describe()}; busbw {top.busbw_GBps:.4f} GB/s "
                             f"at {format_size(top.size_bytes)}B, the largest size measured")
-    top = rows[-1]
     problems, notes = [], []
     where = f"busbw {top.busbw_GBps:.3f} GB/s at {format_size(top.size_bytes)}B"
     if min_busbw is not None:

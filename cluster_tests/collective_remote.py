@@ -299,11 +299,10 @@ def run_cluster(cluster: Cluster) -> RemoteRun:
     """C1: one rank per slot on every node, rendezvous on the rank-0 node."""
     for node in cluster.names:
         cluster.require(node)
-    blocked = blocked_pairs(cluster, cluster.names)
-    if blocked:
-        matrix = _memo_result(cluster, ("netcheck", "port_matrix"))
-        pytest.fail(f"all-reduce over every rank of {', '.join(cluster.names)}: "
-                    f"{PortsBlocked(matrix, blocked)}", pytrace=False)
+    why = blocked_by_f3(cluster, cluster.names)
+    if why:
+        pytest.fail(f"all-reduce over every rank of {', '.join(cluster.names)}: {why}",
+                    pytrace=False)
     ranks = C.assign_ranks([(n.name, n.slots) for n in cluster.nodes])
     backend = cluster.settings.value("ct_backend") or "auto"
     options = worker_options(cluster, backend, chosen_sizes(cluster))
@@ -342,7 +341,9 @@ def run_pairs(cluster: Cluster) -> dict[tuple[str, str], RemoteRun | BaseExcepti
             for node in (a, b):
                 if cluster.login_error(node) is not None:
                     raise NodeDown(node)
-            refuse_blocked(cluster, [a, b])
+            why = blocked_by_f3(cluster, [a, b])
+            if why:
+                raise PortsBlocked(why)
             master, other = pair_master(cluster.names, a, b)
             ranks = C.assign_ranks([(master, 1), (other, 1)])
             return run_allreduce(cluster, ranks,
@@ -361,31 +362,24 @@ class PortsBlocked(Exception):
     another on any tested port: an all-reduce between them can only wait out its rendezvous
     deadline (once for C1, and once per C2 round: up to N-1 rounds for one firewalled node)."""
 
-    def __init__(self, matrix: Any, blocked: Sequence[tuple[str, str]]) -> None:
-        shown = "; ".join(
-            f"{dst} takes no connection from {src} ("
-            + ", ".join(f"{p} {s}" for p, s in nc.failed_ports(matrix.entry(src, dst)).items())
-            + f"; see test_high_ports[{src}->{dst}])" for src, dst in blocked[:4])
-        more = f" (+{len(blocked) - 4} more)" if len(blocked) > 4 else ""
-        super().__init__(
-            f"not run: the network checks found that {shown}{more}: an all-reduce could only wait out "
-            f"its rendezvous deadline (--collective-connect-timeout).\n  fix: open the ports "
-            f"(see those tests' fixes), then rerun `-m collective`")
 
-
-def blocked_pairs(cluster: Cluster, nodes: Sequence[str]) -> list[tuple[str, str]]:
-    """Ordered pairs of `nodes` that this session's port matrix (if F3 ran) shows blocked on
-    every tested port."""
+def blocked_by_f3(cluster: Cluster, nodes: Sequence[str]) -> str | None:
+    """Why an all-reduce over `nodes` is not worth running, when this session's port matrix (if
+    F3 ran) shows an ordered pair of them blocked on every tested port; else None."""
     matrix = _memo_result(cluster, ("netcheck", "port_matrix"))
     if matrix is None:
-        return []
-    return [(a, b) for a in nodes for b in nodes if a != b and nc.blocked(matrix.entry(a, b))]
-
-
-def refuse_blocked(cluster: Cluster, nodes: Sequence[str]) -> None:
-    blocked = blocked_pairs(cluster, nodes)
-    if blocked:
-        raise PortsBlocked(_memo_result(cluster, ("netcheck", "port_matrix")), blocked)
+        return None
+    blocked = [(a, b) for a in nodes for b in nodes if a != b and nc.blocked(matrix.entry(a, b))]
+    if not blocked:
+        return None
+    shown = "; ".join(
+        f"{dst} takes no connection from {src} ("
+        + ", ".join(f"{p} {s}" for p, s in nc.failed_ports(matrix.entry(src, dst)).items())
+        + f"; see test_high_ports[{src}->{dst}])" for src, dst in blocked[:4])
+    more = f" (+{len(blocked) - 4} more)" if len(blocked) > 4 else ""
+    return (f"not run: the network checks found that {shown}{more}: an all-reduce could only "
+            f"wait out its rendezvous deadline (--collective-connect-timeout).\n  fix: open the "
+            f"ports (see those tests' fixes), then rerun `-m collective`")
 
 
 class NodeDown(Exception):

@@ -5,13 +5,13 @@ size sweep and reports time, algbw and busbw per size as nccl-tests does; C3 is 
 run: connect/rendezvous, communicator init and the sweep each have their own deadline, and a
 failure names the ranks (host, local rank) that never joined or never finished. C2 runs every
 unordered node pair (one rank each, largest size) in circle rounds of disjoint pairs; test ids
-are ``node1<->node2`` with the nodes in hostfile order, one per unordered pair. A pair that the
-session's F3 port matrix already shows blocked (one node takes no connection from the other on
-any tested port) fails at once, citing that test, instead of waiting out a rendezvous deadline
-in each round. The rendezvous
+are ``node1<->node2`` with the nodes in hostfile order, one per unordered pair. The rendezvous
 of a pair sits on alternating sides, so that every node serves one: a node that drops inbound
 high ports but accepts the replies to its own connections passes C1 with gloo when it happens
-to connect out only (PITFALLS 9), and fails the pair in which it serves.
+to connect out only (PITFALLS 9), and fails the pair in which it serves. C1, and a pair, that
+the session's F3 port matrix already shows blocked (a node takes no connection from another on
+any tested port) fail at once, citing those F3 tests, instead of waiting out a rendezvous
+deadline (once per C2 round).
 
 What is timed, and the units: see ``remote_scripts/allreduce.py`` (the table's ``# timed:`` line).
 """

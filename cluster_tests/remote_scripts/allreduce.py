@@ -422,7 +422,8 @@ def main(argv: list) -> int:
          host=socket.gethostname(), label=args.label, pid=os.getpid(), backend=backend,
          device=device, reason=reason, versions=versions,
          master=f"{args.master_addr}:{args.master_port}", dtype=args.dtype,
-         sizes=args.sizes, timed=TIMED.format(iters=args.iters, warmup=args.warmup))
+         sizes=args.sizes, iters=args.iters,
+         timed=TIMED.format(iters=args.iters, warmup=args.warmup))
     say(f"backend {backend} on {device} ({reason}); {json.dumps(versions)}")
     if backend == "nccl":
         torch.cuda.set_device(args.local_rank)
