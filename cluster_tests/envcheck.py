@@ -138,6 +138,37 @@ def export_line(bashrc: str | None, name: str) -> int | None:
     return None
 
 
+# -- what the launch's interpreter imports (E3) -------------------------------------------------
+
+def import_findings(packages: Mapping[str, Mapping[str, object]]) -> list[str]:
+    """Where an imported package is not the installed distribution it claims to be (from the
+    rehearsal's per-package facts: imported `__version__` and `__file__`, the distribution's
+    metadata version and location, whether its RECORD lists that file)."""
+    out = []
+    for name, p in packages.items():
+        if not p.get("imported"):
+            continue
+        file, version = p.get("file"), p.get("version")
+        meta, where = p.get("dist_version"), p.get("dist_location")
+        installed = f"the installed distribution says {meta} ({where})" if meta else \
+            "no installed distribution of it"
+        if file is None:
+            paths = ", ".join(map(str, p.get("paths") or [])) or "?"
+            out.append(f"{name} imports as an empty namespace package from {paths}: a directory "
+                       f"left behind (a half-removed install?), not the package; {installed}")
+            continue
+        if version is None:
+            out.append(f"{name} imported from {file} has no __version__: an empty or stray copy "
+                       f"earlier on sys.path shadows the package; {installed}")
+            continue
+        if meta is not None and str(version) != str(meta):
+            out.append(f"{name} imported from {file} is {version}, but {installed}")
+        elif meta is not None and p.get("owned") is False:
+            out.append(f"{name} {version} is imported from {file}, which is not the installed "
+                       f"distribution's file ({where}): a copy earlier on sys.path shadows it")
+    return out
+
+
 # -- comparing across nodes --------------------------------------------------------------------
 
 def comm_vars(env: Mapping[str, str]) -> dict[str, str]:

@@ -1,6 +1,8 @@
-"""E. Environment (CHECKLIST E1-E4): what a NON-interactive ssh shell (pdsh's) gets on every
+"""E. Environment (CHECKLIST E1-E5): what a NON-interactive ssh shell (pdsh's) gets on every
 node: the variables and tools the launch needs, the same communication settings and versions
-everywhere, and on Ascend the HCCL settings and NPU links."""
+everywhere, on Ascend the HCCL settings and NPU links, and (E5) a rehearsal of the launch's own
+per-node step: from the rank-0 node, through pdsh, DeepSpeed's exports, `cd` and interpreter,
+importing what the launch imports."""
 
 from __future__ import annotations
 
@@ -9,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from cluster_tests import accel, parsers
+from cluster_tests import accel, parsers, rehearsal
 from cluster_tests import envcheck as ec
 from cluster_tests.cluster import Cluster, ProbeError
 
@@ -146,8 +148,17 @@ def _versions(cluster: Cluster) -> dict[str, dict[str, Any]]:
     return cluster.memo(("envcheck", "versions"), compute)
 
 
+def _imported(cluster: Cluster) -> dict[str, dict[str, Any]]:
+    """node -> {package: facts} as the launch's interpreter imports them (the rehearsal's), for
+    the nodes whose rehearsal ran."""
+    r = rehearsal.rehearse(cluster)
+    return {n: leg.data.get("packages") or {} for n, leg in r.legs.items() if leg.data}
+
+
 def test_versions(cluster: Cluster, node: str, record_property) -> None:
-    """E3: Python, torch, deepspeed, torch_npu, NCCL/HCCL, CUDA/CANN, driver agree across nodes."""
+    """E3: Python, torch, deepspeed, torch_npu, NCCL/HCCL, CUDA/CANN, driver agree across nodes;
+    and what the launch's interpreter imports (the rehearsal's: `__version__` and file) is the
+    installed distribution, the same version on every node."""
     cluster.require(node)
     versions = _versions(cluster)
     if node not in versions:
@@ -166,13 +177,32 @@ def test_versions(cluster: Cluster, node: str, record_property) -> None:
         problems.append(f"{', '.join(diff)} differ from the other nodes:\n"
                         + ec.side_by_side(table, [k for k in VERSION_KEYS if k in diff or any(
                             r.get(k) for r in table.values())], mark=node, secret_aware=False))
+    imported = _imported(cluster)
+    python = rehearsal.rehearse(cluster).python
+    if node in imported:
+        for pkg, p in imported[node].items():
+            if p.get("imported"):
+                record_property(f"imported_{pkg}", f"{p.get('version')} {p.get('file')}")
+        problems += [f"with the launch's interpreter ({python}): {f}"
+                     for f in ec.import_findings(imported[node])]
+        itable = {n: {f"{k} (imported)": (v.get("version") if v.get("imported") else None)
+                      for k, v in pk.items()} for n, pk in imported.items()}
+        idiff = ec.differing(itable, node, prefer=cluster.rank0.name)
+        if idiff and len(itable) > 1:
+            problems.append(f"the launch's interpreter ({python}) imports other versions here "
+                            f"than on the other nodes:\n"
+                            + ec.side_by_side(itable, idiff, mark=node, secret_aware=False))
     if problems:
         pytest.fail(
             f"{node}: " + f"\n{node}: ".join(problems)
             + f"\n  fix, on {node}: install the same versions as the other nodes into the python "
-            f"that pdsh's shell finds ({mine['python_executable']}), e.g. pip install "
+            f"that pdsh's shell finds ({mine['python_executable']})"
+            + (f" and the launch runs ({python})" if python and python != mine["python_executable"]
+               else "")
+            + ", e.g. pip install "
             + " ".join(f"{k}=={table[cluster.rank0.name].get(k)}" for k in ("torch", "deepspeed")
-                       if cluster.rank0.name in table and table[cluster.rank0.name].get(k)),
+                       if cluster.rank0.name in table and table[cluster.rank0.name].get(k))
+            + "; remove any stray copy that shadows them (the file named above)",
             pytrace=False)
 
 
@@ -203,3 +233,22 @@ def test_ascend_env(cluster: Cluster, node: str, record_property) -> None:
         pytest.fail(f"{node}: NPU network links not up:\n  " + "\n  ".join(down)
                     + f"\n  fix, on {node}: check cabling/switch port; hccn_tool -i N -net_health -g",
                     pytrace=False)
+
+
+def test_launch_rehearsal(cluster: Cluster, node: str, record_property) -> None:
+    """E5: from the rank-0 node, through pdsh, `node` runs what `deepspeed --hostfile` runs there
+    (DeepSpeed's exports, `cd <launch dir>`, the launching interpreter's absolute path) and
+    imports deepspeed.launcher.launch, deepspeed, torch and its accelerator's backend."""
+    r = rehearsal.rehearse(cluster)
+    leg = r.leg(node)
+    if r.python:
+        record_property("launch_python", r.python)
+        record_property("launch_dir", r.launch_dir)
+    for s in (leg.data or {}).get("steps", []):
+        if s.get("step") == "import deepspeed.launcher.launch":
+            record_property("import_seconds", s.get("seconds"))
+    if leg.kind == "skip":
+        pytest.skip(leg.text)
+    if leg.kind == "fail":
+        pytest.fail(leg.text + (f"\n  each node ran: {r.line}" if r.line else "")
+                    + (f"\n  fix: {leg.fix}" if leg.fix else ""), pytrace=False)

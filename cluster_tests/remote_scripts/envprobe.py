@@ -9,6 +9,9 @@ Sections:
   versions  Python, torch (+CUDA, NCCL), deepspeed, torch_npu, CANN, drivers
   devices   allocate a small tensor on every device torch (or torch_npu) sees
   ascend    HCCL_* variables, and `hccn_tool -i N -link -g` for every NPU
+  launch    (rank-0 node) how `deepspeed` would start here: the interpreter its entry point runs,
+            and, from that interpreter in the launch directory, DeepSpeed's own export rules, the
+            accelerator it picks, its environment and the `.deepspeed_env` files it reads
 """
 
 import glob
@@ -166,11 +169,96 @@ def section_ascend(params):
     return {"env": env, "hccn_tool": tool, "npu_smi": shutil.which("npu-smi"), "links": links}
 
 
+def _entry_interpreter(path):
+    """The interpreter a console script runs: its `#!` line (resolving `/usr/bin/env NAME`), or
+    pip's `#!/bin/sh` + `'''exec' "/path/python" "$0" "$@"` form for long paths."""
+    text = read_text(path, 4096) or ""
+    lines = text.splitlines()
+    if not lines or not lines[0].startswith("#!"):
+        return None, lines[0] if lines else ""
+    words = lines[0][2:].split()
+    if not words:
+        return None, lines[0]
+    if os.path.basename(words[0]) == "env":
+        rest = [w for w in words[1:] if not w.startswith("-")]
+        return (shutil.which(rest[0]) if rest else None), lines[0]
+    if os.path.basename(words[0]) in ("sh", "bash") and len(lines) > 1:
+        m = re.match(r"""^'''exec' "?([^" ]+)"? """, lines[1])
+        if m:
+            return m.group(1), lines[0]
+    return words[0], lines[0]
+
+
+# Run by the launching interpreter in the launch directory: what DeepSpeed's runner reads there.
+LAUNCH_FACTS = r"""
+import json, os, sys, traceback
+out = {"executable": sys.executable, "cwd": os.path.abspath("."), "env": dict(os.environ)}
+try:
+    import deepspeed
+    import deepspeed.launcher.runner as r
+    from deepspeed.accelerator import get_accelerator
+    acc = get_accelerator()
+    out["deepspeed"] = getattr(deepspeed, "__version__", None)
+    out["accelerator"] = getattr(acc, "_name", None)
+    out["export_envs"] = list(acc.export_envs())
+    out["EXPORT_ENVS"] = list(r.EXPORT_ENVS)
+    out["EXCLUDE_ENVS"] = dict((k, list(v)) for k, v in getattr(r, "EXCLUDE_ENVS", {}).items())
+    name = r.DEEPSPEED_ENVIRONMENT_NAME
+    files = []
+    for d in r.DEEPSPEED_ENVIRONMENT_PATHS:
+        f = os.path.join(d, name)
+        if os.path.isfile(f):
+            with open(f, "rb") as fh:
+                files.append([os.path.abspath(f), fh.read(262144).decode("utf-8", "replace")])
+    out["env_files"] = files
+    out["env_file_name"] = name
+except BaseException:
+    out["error"] = "".join(traceback.format_exc()).strip()[-3000:]
+sys.stdout.write("\nCT_LAUNCH_FACTS:" + json.dumps(out) + "\n")
+"""
+
+
+def section_launch(params):
+    home = os.path.expanduser("~")
+    launch_dir = os.path.abspath(os.path.expanduser(params.get("launch_dir") or home))
+    out = {"home": home, "launch_dir": launch_dir, "launch_dir_ok": os.path.isdir(launch_dir),
+           "path": os.environ.get("PATH", ""), "deepspeed": shutil.which("deepspeed"),
+           "pdsh": shutil.which("pdsh")}
+    if not out["deepspeed"]:
+        return out
+    out["interpreter"], out["shebang"] = _entry_interpreter(out["deepspeed"])
+    if not out["interpreter"] or not out["launch_dir_ok"]:
+        return out
+    try:
+        proc = subprocess.Popen([out["interpreter"], "-c", LAUNCH_FACTS], cwd=launch_dir,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    except OSError as exc:
+        out["facts_error"] = "%s: %s" % (out["interpreter"], exc)
+        return out
+    try:
+        stdout, stderr = proc.communicate(timeout=float(params.get("import_timeout", 120)))
+        rc = proc.returncode
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        stdout, stderr = proc.communicate()
+        rc = 124
+    text = stdout.decode("utf-8", "replace")
+    for line in reversed(text.splitlines()):
+        if line.startswith("CT_LAUNCH_FACTS:"):
+            out["facts"] = json.loads(line[len("CT_LAUNCH_FACTS:"):])
+            break
+    else:
+        out["facts_error"] = "exit %s: %s" % (rc, (stderr.decode("utf-8", "replace")
+                                                   or text).strip()[-3000:])
+    return out
+
+
 SECTIONS = {
     "envfiles": section_envfiles,
     "versions": section_versions,
     "devices": section_devices,
     "ascend": section_ascend,
+    "launch": section_launch,
 }
 
 
