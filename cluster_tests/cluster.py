@@ -162,7 +162,8 @@ class Cluster:
             if login is None or not login.done():
                 continue
             err = login.exception()
-            row["reachable"] = "yes" if err is None else f"NO: {getattr(err, 'cause', err)}"
+            cause = getattr(err, "cause", None)
+            row["reachable"] = "yes" if err is None else f"NO: {getattr(cause, 'value', err)}"
             if err is None:
                 row["login"] = f"{login.result():.2f}s"
             row["slots"] = str(self.node(name).slots)

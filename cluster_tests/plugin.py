@@ -311,10 +311,26 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "launch_site" in metafunc.fixturenames:
         sites = [LAUNCHER, *names[:1]]
         metafunc.parametrize("launch_site", sites, ids=sites)
+    if "rendezvous_leg" in metafunc.fixturenames:
+        # F2: every node to the rank-0 node's rendezvous port, both ends in the id
+        legs = [(n, names[0]) for n in names] if names else []
+        metafunc.parametrize("rendezvous_leg", legs, ids=[f"{a}->{b}" for a, b in legs])
+    if "pdsh_leg" in metafunc.fixturenames:
+        # S5: from each launch site (the launcher, the rank-0 node) to every node, so that a
+        # node that pdsh cannot reach is red under its own name, not the site's
+        legs = [(site, t) for site in [LAUNCHER, *names[:1]] for t in names]
+        metafunc.parametrize("pdsh_leg", legs, ids=[f"{a}->{b}" for a, b in legs])
+
+
+def _params(item: pytest.Item) -> dict:
+    """The item's cluster parameters; an empty parameter set (a hostfile with no valid host)
+    leaves pytest's NOTSET in place of a node or pair, which is no parameter at all."""
+    params = getattr(getattr(item, "callspec", None), "params", {})
+    return {k: v for k, v in params.items() if isinstance(v, (str, tuple))}
 
 
 def _touched_nodes(item: pytest.Item) -> list[str]:
-    params = getattr(getattr(item, "callspec", None), "params", {})
+    params = _params(item)
     touched: list[str] = []
     if "node" in params:
         touched.append(params["node"])
@@ -322,6 +338,9 @@ def _touched_nodes(item: pytest.Item) -> list[str]:
         touched.extend(params["pair"])
     if "launch_site" in params and params["launch_site"] != LAUNCHER:
         touched.append(params["launch_site"])
+    for legs in ("pdsh_leg", "rendezvous_leg"):
+        if legs in params:
+            touched.extend(n for n in params[legs] if n != LAUNCHER)
     return touched
 
 
@@ -352,7 +371,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             items[:] = [i for i in items if id(i) not in gone]
             checks = [i for i in checks if id(i) not in gone]
     for item in checks:
-        params = getattr(getattr(item, "callspec", None), "params", {})
+        params = _params(item)
+        if not _cluster(config).nodes and item.name != "test_hostfile_syntax":
+            item.add_marker(pytest.mark.skip(
+                reason="the hostfile names no host DeepSpeed would launch on: see "
+                       "test_hostfile_syntax"), append=False)
         if "node" in params:
             item.user_properties.append(("node", params["node"]))
         if "pair" in params:
@@ -370,7 +393,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     # ssh_pairs) can start every source at once instead of one source per test, in turn
     sources: dict[str, list[str]] = {}
     for item in session.items:
-        pair = getattr(getattr(item, "callspec", None), "params", {}).get("pair")
+        pair = _params(item).get("pair")
         if pair is not None:
             sources.setdefault(getattr(item, "originalname", item.name), []).append(pair[0])
     sources = {k: list(dict.fromkeys(v)) for k, v in sources.items()}

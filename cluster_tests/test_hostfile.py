@@ -29,11 +29,14 @@ def test_hostfile_syntax(hostfile: hf.HostfileParse) -> None:
         pytest.fail("the hostfile will not launch as it is:\n" + "\n".join(problems), pytrace=False)
 
 
-def test_hostname_matches(cluster: Cluster, node: str) -> None:
-    """H2: a hostname line is what `hostname` prints there; an IP line is an address of the node."""
+def test_hostname_matches(cluster: Cluster, node: str, record_property) -> None:
+    """H2: the hostfile's name for a node leads to that node: an IP line is an address of the
+    node; a name line is its hostname, or (FQDNs, Kubernetes' `<pod>.<service>` names, aliases)
+    resolves on the node to one of its own addresses.  How every other node resolves it is N1's
+    check (test_resolves[a->node]), which names the node whose lookup is wrong."""
     facts = cluster.base(node)
+    ips = all_ips(parse_interfaces(facts["ip_link"], facts["ip_addr"]))
     if is_ip(node):
-        ips = all_ips(parse_interfaces(facts["ip_link"], facts["ip_addr"]))
         if node not in ips:
             pytest.fail(
                 f"{node}: the hostfile names address {node}, but the node that answers there has "
@@ -43,14 +46,33 @@ def test_hostname_matches(cluster: Cluster, node: str) -> None:
             )
         return
     actual = facts["hostname"]
-    if actual != node:
-        pytest.fail(
-            f"{node}: the hostfile says '{node}' but `hostname` on that node prints '{actual}' "
-            f"(the field guide: it must match `ssh {node} hostname` exactly).\n"
-            f"  fix: on {node}: hostnamectl set-hostname {node}   (or write '{actual}' in the "
-            f"hostfile, line {cluster.node(node).lineno})",
-            pytrace=False,
-        )
+    if actual == node:
+        record_property("name_is", "hostname")
+        return
+    res = facts["resolve"].get(node) or {}
+    addrs = res.get("addrs") or []
+    mine = [a for a in addrs if a in ips]
+    if addrs and len(mine) == len(addrs):
+        first_label = node.split(".", 1)[0]
+        record_property("name_is", "fqdn" if actual == first_label else "alias")
+        if actual != first_label:
+            warnings.warn(HostfileWarning(
+                f"{node}: `hostname` there prints '{actual}'; the name resolves to the node itself "
+                f"({', '.join(addrs)}), so the launch works, but the field guide asks for the "
+                f"hostname (line {cluster.node(node).lineno})"), stacklevel=1)
+        return
+    where = (f"resolves there to {', '.join(addrs)}, not one of its own addresses "
+             f"({', '.join(sorted(ips)) or 'none'})" if addrs else
+             f"does not resolve there ({res.get('error') or 'no address'})")
+    own = sorted(a for a in ips if not is_loopback(a))
+    pytest.fail(
+        f"{node}: the hostfile says '{node}', `hostname` on that node prints '{actual}', and "
+        f"'{node}' {where}: the name leads elsewhere.\n"
+        f"  fix: on {node}: hostnamectl set-hostname {node} and add '{own[0] if own else '<its address>'} "
+        f"{node}' to /etc/hosts (or write '{actual}' in the hostfile, line "
+        f"{cluster.node(node).lineno})",
+        pytrace=False,
+    )
 
 
 VIRTUAL_PREFIXES = ("docker", "virbr", "br-", "cni", "flannel", "cali", "veth", "tun", "lo")

@@ -134,9 +134,10 @@ def _source_addr(cluster: Cluster, a: str, b: str) -> str:
     return addrs[0]
 
 
-def test_master_port(cluster: Cluster, node: str) -> None:
-    """F2: the rendezvous port is free on the rank-0 node, and `node` can connect to it there."""
-    rank0 = cluster.rank0.name
+def test_master_port(cluster: Cluster, rendezvous_leg: tuple[str, str]) -> None:
+    """F2: the rendezvous port is free on the rank-0 node, and `node` can connect to it there
+    (the id names both ends: node->rank0)."""
+    node, rank0 = rendezvous_leg
     port = cluster.settings.master_port
     cluster.require(rank0)
     m = nc.port_matrix(cluster)
@@ -145,7 +146,7 @@ def test_master_port(cluster: Cluster, node: str) -> None:
     master = m.listeners[rank0].get("master") or {}
     if not master.get("free"):
         if node != rank0:
-            pytest.skip(f"port {port} is taken on {rank0}: see test_master_port[{rank0}]")
+            pytest.skip(f"port {port} is taken on {rank0}: see test_master_port[{rank0}->{rank0}]")
         owner = master.get("owner") or f"(run `ss -ltnp sport = :{port}` as root to see who)"
         pytest.fail(
             f"{rank0}: the rendezvous port {port} (--master_port) is already in use "
@@ -159,10 +160,15 @@ def test_master_port(cluster: Cluster, node: str) -> None:
     if nc.source_at_fault(m, node, rank0):
         pytest.fail(_source_fault(cluster, m, node, rank0, entry["addr"], f"the rendezvous port {port} on {rank0}"),
                     pytrace=False)
+    rules = _drop_rules(cluster, rank0) or []
+    own = [r for r in rules if str(port) in r]
+    blame = (f"  {rank0}'s own firewall {'rejects' if res['status'] == 'refused' else 'drops'} "
+             f"this port: {own[0]}\n" if own else "")
     pytest.fail(
         f"{node} -> {rank0}:{port} ({entry['addr']}): the rendezvous port does not answer: "
         f"{res['status']}: {nc.describe_status(res['status'], node, rank0, m.port_timeout)}\n"
         f"  every rank connects there first; this one would wait until the rendezvous timeout.\n"
+        + blame
         + _firewall_evidence(cluster, rank0)
         + f"\n  fix, on {rank0}: iptables -I INPUT -p tcp --dport {port} -j ACCEPT",
         pytrace=False)
@@ -241,7 +247,8 @@ def test_socket_ifname(cluster: Cluster, node: str, record_property) -> None:
     specs = nc.socket_ifname_vars(env)
     if not specs:
         record_property("socket_ifname", "unset")
-        return
+        pytest.skip(f"{node}: no NCCL/GLOO/HCCL_SOCKET_IFNAME set in pdsh's shell (the libraries "
+                    f"pick the interface themselves): nothing to check")
     ifaces = _ifaces(cluster, node)
     problems = []
     for var, value in specs.items():
@@ -279,7 +286,7 @@ def test_socket_ifname_route(cluster: Cluster, pair: tuple[str, str]) -> None:
     """F5: the route from a to b's address leaves by the interface the variables select on a."""
     a, b = pair
     if a == b:
-        return
+        pytest.skip(f"{a} -> {a}: traffic to itself takes the loopback, whatever the variables say")
     matches = _usable_matches(cluster, a)
     if not matches:
         pytest.skip(f"{a}: no *_SOCKET_IFNAME set (the libraries pick the interface themselves)")
@@ -353,7 +360,8 @@ def test_mtu(cluster: Cluster, node: str, record_property) -> None:
     record_property("mtu", str(mtu))
     counts = Counter(m for _, m in mtus.values())
     common, n_common = counts.most_common(1)[0]
-    if mtu == common or n_common * 2 <= len(mtus) and mtu == mtus[cluster.rank0.name][1]:
+    rank0_mtu = mtus.get(cluster.rank0.name, (None, None))[1]
+    if mtu == common or n_common * 2 <= len(mtus) and mtu == rank0_mtu:
         return
     table = "\n".join(f"    {n:16} {d:10} mtu {m}" for n, (d, m) in mtus.items())
     pytest.fail(

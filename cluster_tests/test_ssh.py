@@ -11,7 +11,7 @@ import warnings
 
 import pytest
 
-from cluster_tests import pairs, sshcheck
+from cluster_tests import launchenv, pairs, sshcheck
 from cluster_tests.cluster import Cluster, ProbeError
 from cluster_tests.plugin import LAUNCHER
 
@@ -170,18 +170,21 @@ def _pair_fix(cluster: Cluster, a: str, b: str, cause: str) -> str:
     return f"on {a}: ssh -v {b} true"
 
 
-def _pdsh(cluster: Cluster, site: str) -> tuple[int, str, str | None]:
-    """Run `pdsh -w <all hosts> true` from `site` as deepspeed would: (exit, output, the site's
-    PDSH_RCMD_TYPE). Raises pytest's Failed where pdsh is not installed there."""
+PDSH_OK = "CT_PDSH_OK"
+
+
+def _pdsh(cluster: Cluster, site: str) -> tuple[int, str, str | None] | str:
+    """Run `pdsh -S -w <all hosts> echo OK` from `site` as deepspeed would: (exit, output, the
+    site's PDSH_RCMD_TYPE); a string where pdsh is not installed there (the failure to report)."""
     hosts = ",".join(cluster.names)
     timeout = cluster.settings.timeout_connect
     ssh_args = f"-o BatchMode=yes -o ConnectTimeout={int(timeout)}"
     # pdsh's own connect timer (-t, 10 s by default) would outlast ssh's on a black-holed node.
-    pdsh = ["pdsh", "-S", "-t", str(max(1, int(timeout))), "-w", hosts, "true"]
+    pdsh = ["pdsh", "-S", "-t", str(max(1, int(timeout))), "-w", hosts, "echo", PDSH_OK]
     if site == LAUNCHER:
         if shutil.which("pdsh") is None:
-            pytest.fail("pdsh is not installed on the launcher (deepspeed --hostfile needs it).\n"
-                        "  fix: apt-get install pdsh   (or yum install pdsh pdsh-rcmd-ssh)", pytrace=False)
+            return ("pdsh is not installed on the launcher (deepspeed --hostfile needs it).\n"
+                    "  fix: apt-get install pdsh   (or yum install pdsh pdsh-rcmd-ssh)")
         if cluster.settings.ssh_config:
             ssh_args += f" -F {shlex.quote(cluster.settings.ssh_config)}"
         env = dict(os.environ, PDSH_RCMD_TYPE="ssh", PDSH_SSH_ARGS_APPEND=ssh_args)
@@ -193,39 +196,70 @@ def _pdsh(cluster: Cluster, site: str) -> tuple[int, str, str | None]:
             return 124, "pdsh timed out", os.environ.get("PDSH_RCMD_TYPE")
     facts = cluster.base(site)
     if not facts["which"].get("pdsh"):
-        pytest.fail(f"{site} (rank 0, where `deepspeed --hostfile` starts) has no pdsh on the PATH "
-                    f"of a non-interactive shell.\n  fix, on {site}: apt-get install pdsh", pytrace=False)
+        return (f"{site} (rank 0, where `deepspeed --hostfile` starts) has no pdsh on the PATH "
+                f"of a non-interactive shell.\n  fix, on {site}: apt-get install pdsh")
     res = cluster.run(site, ["env", "PDSH_RCMD_TYPE=ssh", f"PDSH_SSH_ARGS_APPEND={ssh_args}", *pdsh],
                       timeout=timeout * 2 + 30)
     return res.exit_status, res.stdout + res.stderr, facts["env"].get("PDSH_RCMD_TYPE")
 
 
+def _pdsh_run(cluster: Cluster, site: str) -> tuple[int, str, str | None] | str:
+    """`site`'s pdsh run, once; both launch sites' runs start together (on a dead node each
+    waits out a connect timeout)."""
+    for other in (LAUNCHER, cluster.names[0]):
+        if other != site and cluster.cached(("pdsh", other)) is None:
+            threading.Thread(target=_quiet_pdsh, args=(cluster, other), daemon=True).start()
+    return cluster.memo(("pdsh", site), lambda: _pdsh(cluster, site))
+
+
 def _quiet_pdsh(cluster: Cluster, site: str) -> None:
-    """Start `site`'s pdsh run in the memo; its own test reports the outcome."""
+    """Start `site`'s pdsh run in the memo; its own tests report the outcome."""
     try:
         cluster.memo(("pdsh", site), lambda: _pdsh(cluster, site))
-    except BaseException:  # noqa: BLE001 - stored in the memo, re-raised to that site's test
+    except BaseException:  # noqa: BLE001 - stored in the memo, re-raised to that site's tests
         pass
 
 
-def test_pdsh(cluster: Cluster, launch_site: str) -> None:
-    """S5: pdsh is installed where the launch starts and `pdsh -w <all hosts> true` works."""
-    hosts = ",".join(cluster.names)
-    # Both launch sites' pdsh runs start together: on a dead node each waits out a connect timeout.
-    for site in (LAUNCHER, cluster.names[0]):
-        if site != launch_site and cluster.cached(("pdsh", site)) is None:
-            threading.Thread(target=_quiet_pdsh, args=(cluster, site), daemon=True).start()
-    rc, out, rcmd = cluster.memo(("pdsh", launch_site), lambda: _pdsh(cluster, launch_site))
-    if rc != 0:
-        pytest.fail(f"{launch_site}: `pdsh -S -w {hosts} true` failed (exit {rc}); this is how deepspeed "
-                    f"starts the ranks:\n    " + out.strip()[-1500:].replace("\n", "\n    ")
-                    + "\n  fix: see the failing test_ssh_trust / test_login ids for the hosts named above",
-                    pytrace=False)
+def test_pdsh_installed(cluster: Cluster, launch_site: str) -> None:
+    """S5: pdsh is installed where the launch starts (the launcher, the rank-0 node), and
+    PDSH_RCMD_TYPE=ssh is set there."""
+    if launch_site != LAUNCHER:
+        cluster.require(launch_site)
+    got = _pdsh_run(cluster, launch_site)
+    if isinstance(got, str):
+        pytest.fail(got, pytrace=False)
+    rcmd = got[2]
     if rcmd != "ssh":
         warnings.warn(SshWarning(
             f"{launch_site}: PDSH_RCMD_TYPE is {'unset' if rcmd is None else repr(rcmd)}; deepspeed sets it "
             f"itself, but pdsh commands run by hand (the field guide's checks) fall back to rsh.\n"
             f"  fix: echo 'export PDSH_RCMD_TYPE=ssh' >> ~/.bashrc"), stacklevel=1)
+
+
+def test_pdsh(cluster: Cluster, pdsh_leg: tuple[str, str]) -> None:
+    """S5: `pdsh -w <all hosts>` from the launch site reaches this target: the verdict is read
+    from the target's own lines of pdsh's output."""
+    site, target = pdsh_leg
+    if site != LAUNCHER:
+        cluster.require(site)
+    got = _pdsh_run(cluster, site)
+    if isinstance(got, str):
+        pytest.skip(f"no pdsh on {site}: see test_pdsh_installed[{site}]")
+    rc, out, _ = got
+    if rc == 124 and out == "pdsh timed out":
+        pytest.fail(f"{site}: pdsh did not finish within its deadline", pytrace=False)
+    legs = launchenv.split_pdsh_output(out, cluster.names)
+    leg = legs[target]
+    if PDSH_OK in leg.lines:
+        return
+    said = "\n    ".join([*leg.lines, *(f"(pdsh: {e})" for e in leg.pdsh_errors)]
+                          + ([f"(ssh exited with exit code {leg.exit_code})"]
+                             if leg.exit_code is not None else [])) or "(nothing)"
+    cause = sshcheck.classify_ssh_failure("\n".join(leg.lines + leg.pdsh_errors),
+                                          leg.exit_code if leg.exit_code is not None else 255)
+    see = f"test_login[{target}]" if site == LAUNCHER else f"test_ssh_trust[{site}->{target}]"
+    pytest.fail(f"{site} -> {target}: pdsh's ssh leg failed ({cause}); this is how deepspeed "
+                f"starts the ranks on {target}:\n    {said}\n  fix: see {see}", pytrace=False)
 
 
 def test_login_time(cluster: Cluster, node: str, record_property) -> None:

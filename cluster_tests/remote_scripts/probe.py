@@ -190,8 +190,26 @@ def section_base(params):
 
 
 def section_sshd(params):
+    """`sshd -T` with `-C` for this login (user, and the client/server ends of the session we
+    came in by), so that `Match User/Address` blocks apply as they do to a real login; plain
+    `-T` where this sshd does not take -C."""
     sshd = shutil.which("sshd") or "/usr/sbin/sshd"
-    return run([sshd, "-T"], timeout=10)
+    try:
+        user = pwd.getpwuid(os.getuid()).pw_name
+    except KeyError:
+        user = os.environ.get("USER", "root")
+    conn = (os.environ.get("SSH_CONNECTION") or "").split()
+    spec = "user=%s" % user
+    if len(conn) == 4:
+        spec += ",host=%s,addr=%s,laddr=%s,lport=%s" % (conn[0], conn[0], conn[2], conn[3])
+    res = run([sshd, "-T", "-C", spec], timeout=10)
+    res["connection_spec"] = spec
+    if res["rc"] != 0:
+        plain = run([sshd, "-T"], timeout=10)
+        if plain["rc"] == 0:
+            plain["connection_spec"] = None
+            return plain
+    return res
 
 
 def section_ssh_pairs(params):
