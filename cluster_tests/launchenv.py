@@ -167,28 +167,57 @@ class HostOutput:
 _EXIT = re.compile(r"ssh exited with exit code (\d+)")
 
 
+def _labels(hosts: Sequence[str]) -> list[tuple[str, str]]:
+    """(label, host) pairs, longest label first.  pdsh labels a line with the host as given,
+    except that it strips the domain from names that share one (`w1.svc.local` -> `w1`), so a
+    host's first label stands for it too, where no other host has that label."""
+    import ipaddress
+
+    def is_ip(h: str) -> bool:
+        try:
+            ipaddress.ip_address(h)
+        except ValueError:
+            return False
+        return True
+
+    full = set(hosts)
+    short: dict[str, list[str]] = {}
+    for h in hosts:
+        if "." in h and not is_ip(h):
+            short.setdefault(h.split(".", 1)[0], []).append(h)
+    pairs = [(h, h) for h in hosts]
+    pairs += [(s, hs[0]) for s, hs in short.items() if len(hs) == 1 and s not in full]
+    return sorted(pairs, key=lambda p: len(p[0]), reverse=True)
+
+
 def split_pdsh_output(text: str, hosts: Sequence[str]) -> dict[str, HostOutput]:
     """pdsh prefixes every line with `host: `; its own messages are `pdsh@site: host: ...`.
-    Hosts are matched longest name first (an FQDN can start with another host's name)."""
+    Labels are matched longest first (an FQDN can start with another host's name)."""
     out = {h: HostOutput() for h in hosts}
-    ordered = sorted(hosts, key=len, reverse=True)
+    labels = _labels(hosts)
+
+    def owner(rest: str) -> tuple[str, str] | None:
+        for label, host in labels:
+            if rest.startswith(label + ": "):
+                return host, rest[len(label) + 2:]
+        return None
+
     for raw in text.splitlines():
         line = raw.rstrip("\r")
         if line.startswith("pdsh@"):
-            rest = line.split(": ", 1)[1] if ": " in line else ""
-            host = next((h for h in ordered if rest.startswith(h + ": ")), None)
-            if host is None:
+            got = owner(line.split(": ", 1)[1] if ": " in line else "")
+            if got is None:
                 continue
-            msg = rest[len(host) + 2:]
+            host, msg = got
             m = _EXIT.search(msg)
             if m:
                 out[host].exit_code = int(m.group(1))
             else:
                 out[host].pdsh_errors.append(msg)
             continue
-        host = next((h for h in ordered if line.startswith(h + ": ")), None)
-        if host is not None:
-            out[host].lines.append(line[len(host) + 2:])
+        got = owner(line)
+        if got is not None:
+            out[got[0]].lines.append(got[1])
     return out
 
 

@@ -77,7 +77,8 @@ def parse_junit(path: Path):
 
 
 def run_suite(sim, *args: str, timeout: float = 600, env: dict[str, str] | None = None,
-              hostfile: Path | str | None = None, equals_form: bool = False) -> SuiteResult:
+              hostfile: Path | str | None = None, equals_form: bool = False,
+              ssh_config: Path | str | None = None) -> SuiteResult:
     """`pytest --hostfile <sim hostfile> --ssh-config <sim ssh_config> ARGS` from the repo root."""
     # kept after the run (beside the JUnit file lie the other reports); under the session's
     # temporary directory when tests/conftest.py sets CT_SUITE_TMP
@@ -87,7 +88,7 @@ def run_suite(sim, *args: str, timeout: float = 600, env: dict[str, str] | None 
         sys.executable, "-m", "pytest",
         *([f"--hostfile={hostfile or sim.hostfile}"] if equals_form
           else ["--hostfile", str(hostfile or sim.hostfile)]),
-        "--ssh-config", str(sim.ssh_config),
+        "--ssh-config", str(ssh_config or sim.ssh_config),
         "-p", "no:cacheprovider",
         f"--junitxml={junit}",
         "-q", "-rA",
