@@ -352,6 +352,16 @@ class Cluster:
         except ProbeError as exc:
             pytest.fail(str(exc), pytrace=False)
 
+    def base_or_none(self, node: str) -> dict[str, Any] | None:
+        """A node's cheap facts, or None when it cannot be logged in to or probed: for checks
+        that look at other nodes too (their failures are those nodes' own tests' to report)."""
+        if self.login_error(node) is not None:
+            return None
+        try:
+            return self.probe(node, "base")
+        except ProbeError:
+            return None
+
     def secrets(self) -> set[str]:
         """Values of secret-looking variables (KEY, TOKEN, SECRET, PASSWORD, CREDENTIAL) seen in
         the launcher's and the nodes' environments, to be masked in every report."""

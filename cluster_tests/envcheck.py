@@ -62,6 +62,13 @@ def parse_deepspeed_env(text: str) -> dict[str, str]:
     return out
 
 
+def unquote_export(value: str) -> str:
+    """A value as `add_export` wrote it, without the double quotes it may have added."""
+    if len(value) >= 2 and value[0] == value[-1] == '"' and _DS_SAFE.search(value[1:-1]):
+        return value[1:-1]
+    return value
+
+
 def lint_deepspeed_env(text: str, path: str) -> list[EnvFileFinding]:
     findings = []
     lines = text.splitlines(keepends=True)

@@ -78,25 +78,39 @@ def test_required_env(cluster: Cluster, node: str) -> None:
         f"  fix: {fix}", pytrace=False)
 
 
+def _launch_overlay(cluster: Cluster) -> dict[str, str]:
+    """NCCL_/HCCL_/GLOO_ values that the launch itself sets on every rank: what deepspeed on the
+    rank-0 node exports (its environment by DeepSpeed's prefixes, and its `.deepspeed_env`);
+    where the rehearsal could not compute that, the rank-0 node's `.deepspeed_env` alone."""
+    r = rehearsal.rehearse(cluster)
+    if r.exports:
+        return {k: ec.unquote_export(v) for k, v in r.exports.items()
+                if k.startswith(ec.COMM_PREFIXES)}
+    rank0 = cluster.rank0.name
+    try:
+        files = cluster.probe(rank0, "envfiles", script=SCRIPT,
+                              launch_dir=cluster.settings.value("ct_launch_dir"))
+    except ProbeError:
+        return {}
+    out: dict[str, str] = {}
+    for text in files["deepspeed_env"].values():
+        out.update({k: v for k, v in ec.parse_deepspeed_env(text or "").items()
+                    if k.startswith(ec.COMM_PREFIXES)})
+    return out
+
+
 def _comm_table(cluster: Cluster) -> dict[str, dict[str, str | None]]:
-    """node -> {NCCL_/HCCL_/GLOO_ variables, and `file:KEY` for .deepspeed_env entries}."""
+    """node -> the NCCL_/HCCL_/GLOO_ values its ranks get: its own non-interactive shell's,
+    overridden by what the launch exports from the rank-0 node (those are the same everywhere,
+    so only a node's own extra or different settings can differ)."""
     def compute() -> dict[str, dict[str, str | None]]:
+        overlay = _launch_overlay(cluster)
         table: dict[str, dict[str, str | None]] = {}
         for n in cluster.names:
-            if cluster.login_error(n) is not None:
+            facts = cluster.base_or_none(n)
+            if facts is None:
                 continue
-            try:
-                env = cluster.probe(n, "base")["env"]
-                files = cluster.probe(n, "envfiles", script=SCRIPT,
-                                      launch_dir=cluster.settings.value("ct_launch_dir"))
-            except ProbeError:
-                continue
-            row: dict[str, str | None] = dict(ec.comm_vars(env))
-            for path, text in files["deepspeed_env"].items():
-                short = path.replace(files["home"], "~", 1)
-                for key, val in ec.parse_deepspeed_env(text or "").items():
-                    row[f"{short}: {key}"] = val
-            table[n] = row
+            table[n] = {**ec.comm_vars(facts["env"]), **overlay}
         return table
     return cluster.memo(("envcheck", "comm_table"), compute)
 
@@ -114,11 +128,13 @@ def test_env_agrees(cluster: Cluster, node: str) -> None:
         f"{node}: {len(diff)} setting(s) differ from what most nodes have "
         f"(as pdsh's non-interactive shell sees them):\n"
         + ec.side_by_side(table, diff, mark=node)
-        + "\n  note: deepspeed's pdsh command exports the LAUNCHING node's NCCL_* (CUDA) or "
-        "HCCL_*/ASCEND_* (Ascend) variables and its .deepspeed_env to every rank, so a value "
-        "set only here is overridden or missing depending on where the launch starts.\n"
-        "  fix: set the same values on every node (~/.bashrc above any early return, or "
-        ".deepspeed_env on the launching node)", pytrace=False)
+        + "\n  note: these are the values the ranks get: deepspeed's pdsh command exports the "
+        "rank-0 node's NCCL_* (CUDA) or HCCL_*/ASCEND_* (Ascend) variables and its "
+        ".deepspeed_env to every rank (counted in above), so what differs is set by this node's "
+        "own shell and not by the launch.\n"
+        f"  fix: set the same values on every node (~/.bashrc above any early return), or put "
+        f"them in ~/.deepspeed_env on {cluster.rank0.name}, which the launch exports everywhere",
+        pytrace=False)
 
 
 def test_deepspeed_env(cluster: Cluster, node: str, record_property) -> None:
@@ -208,8 +224,11 @@ def test_versions(cluster: Cluster, node: str, record_property) -> None:
 
 def test_ascend_env(cluster: Cluster, node: str, record_property) -> None:
     """E4: HCCL settings reported, and every NPU's link up (`hccn_tool -i N -link -g`)."""
-    inv = accel.inventory(cluster, node) if cluster.login_error(node) is None else None
     facts = cluster.base(node)
+    try:
+        inv = accel.inventory(cluster, node)
+    except ProbeError as exc:
+        pytest.fail(str(exc), pytrace=False)
     if (inv is None or inv.kind != "ascend") and not facts["which"].get("hccn_tool"):
         pytest.skip(f"{node}: not an Ascend node (no npu-smi listing NPUs, no hccn_tool)")
     devices = list(range(inv.count)) if inv is not None and inv.kind == "ascend" else []
