@@ -36,13 +36,16 @@ def test_deepspeed_env_lint_and_differences_masked(healthy_sim):
         value = "eth" if nd.name != "node2" else "ens"
         healthy_sim.append_bashrc(nd.name, f"export GLOO_SOCKET_IFNAME={value}\nexport NCCL_API_KEY=k{nd.name}\n")
     result = run_suite(healthy_sim, "-m", "env")
-    assert result.failed == {"test_deepspeed_env[node1]", "test_env_agrees[node1]",
+    # .deepspeed_env is read on node1 only (it is exported to every rank from there), so it
+    # differs from nothing; the variables set by each node's own shell do differ (on the CPU
+    # accelerator deepspeed forwards no NCCL_*), and node1's file stops the launch
+    assert result.failed == {"test_deepspeed_env[node1]", "test_launch_rehearsal[node1]",
                              "test_env_agrees[node2]", "test_env_agrees[node3]"}, result.describe()
     lint = result.message("test_deepspeed_env[node1]")
     assert ".deepspeed_env:3: an empty line" in lint and ".deepspeed_env:4: 'NCCL_IB_DISABLE' has no '='" in lint
     agree = result.message("test_env_agrees[node2]")
     assert "GLOO_SOCKET_IFNAME" in agree and "ens" in agree and "eth" in agree
     assert "NCCL_API_KEY" in agree and "****" in agree
-    assert "~/.deepspeed_env: HF_TOKEN" in result.message("test_env_agrees[node1]")
+    assert "test_env_agrees[node1]" in result.passed
     everything = result.output + "".join(result.messages.values())
     assert "hf_secret123" not in everything and "knode2" not in everything

@@ -24,7 +24,7 @@ def test_healthy_network_is_green_and_leaves_nothing(healthy_sim):
     result = run_suite(healthy_sim, *NET)
     assert result.returncode == 0, result.describe()
     assert "test_high_ports[node1->node3]" in result.passed
-    assert "test_master_port[node3]" in result.passed
+    assert "test_master_port[node3->node1]" in result.passed
     assert "test_reachable[node2->node1]" in result.passed
     assert float(result.properties["test_reachable[node2->node1]"]["rtt_ms"]) > 0
     assert _ours_left(healthy_sim) == []
@@ -39,14 +39,14 @@ def test_high_ports_dropped_on_node3(healthy_sim):
             "test_high_ports[node3->node3]"}
     out_of = {"test_high_ports[node3->node1]", "test_high_ports[node3->node2]",
               "test_reachable[node3->node1]", "test_reachable[node3->node2]",
-              "test_reachable[node3->node3]", "test_master_port[node3]"}
+              "test_reachable[node3->node3]", "test_master_port[node3->node1]"}
     assert result.failed == into | out_of | {"test_firewall_rules[node3]"}, result.describe()
     msg = result.message("test_high_ports[node1->node3]")
     assert "node3 drops new TCP connections on high ports from node1" in msg
     assert re.search(r"port \d+, \d+: timed out", msg), msg
     assert "--dport 1024:65535 -j DROP" in msg and "fix, on node3" in msg
     assert "the fault is on node3" in result.message("test_high_ports[node3->node1]")
-    assert "ESTABLISHED,RELATED" in result.message("test_master_port[node3]")
+    assert "ESTABLISHED,RELATED" in result.message("test_master_port[node3->node1]")
     assert "node1 -> node3: ports" in result.message("test_firewall_rules[node3]")
     print(f"suite run with node3 dropping high ports: {result.seconds:.1f} s")
     assert _ours_left(healthy_sim) == []

@@ -21,7 +21,7 @@ def test_xdist_same_verdicts_no_double_probing(healthy_sim):
     healthy_sim.remove_authorized_key("node3", from_node="node1")
     one = run_suite(healthy_sim, "-m", "ssh or names", "-n", "0")
     two = run_suite(healthy_sim, "-m", "ssh or names", "-n", "2")
-    assert one.failed == {"test_ssh_trust[node1->node3]", "test_pdsh[node1]"}, one.describe()
+    assert one.failed == {"test_ssh_trust[node1->node3]", "test_pdsh[node1->node3]"}, one.describe()
     assert two.outcomes == one.outcomes, two.describe()
     s1, s2 = _summary(one), _summary(two)
     assert (s1["meta"]["xdist_workers"], s2["meta"]["xdist_workers"]) == (0, 2)
@@ -56,11 +56,11 @@ def _pytest(sim, tmp, *args: str) -> tuple[SuiteResult, dict]:
 def test_last_failed_reruns_only_the_failed_ids(healthy_sim, tmp_path):
     healthy_sim.remove_authorized_key("node3", from_node="node1")
     first, s1 = _pytest(healthy_sim, tmp_path, "-m", "ssh")
-    assert first.failed == {"test_ssh_trust[node1->node3]", "test_pdsh[node1]"}, first.describe()
+    assert first.failed == {"test_ssh_trust[node1->node3]", "test_pdsh[node1->node3]"}, first.describe()
     assert s1["meta"]["logged_in"] == ["node1", "node2", "node3"]
     healthy_sim.restore()
     again, s2 = _pytest(healthy_sim, tmp_path, "-m", "ssh", "--lf")
-    assert again.outcomes == {"test_ssh_trust[node1->node3]": "passed", "test_pdsh[node1]": "passed"}, \
+    assert again.outcomes == {"test_ssh_trust[node1->node3]": "passed", "test_pdsh[node1->node3]": "passed"}, \
         again.describe()
     # the launcher logged in only to the nodes these ids touch (pdsh runs from node1), once each
     assert s2["meta"]["logged_in"] == ["node1", "node3"]
