@@ -79,7 +79,8 @@ def test_k_selects_a_node_or_a_pair(sim):
     every = _collected(sim, "-m", "ssh or names or network")
     assert _collected(sim, "-m", "ssh or names or network", "-k", "node3") == {
         t for t in every if "node3" in t}
-    assert _collected(sim, "-k", "ssh and node1->node2") == {"test_ssh_trust[node1->node2]"}
+    assert _collected(sim, "-k", "ssh and node1->node2") == {"test_ssh_trust[node1->node2]",
+                                                             "test_pdsh[node1->node2]"}
     assert _collected(sim, "-k", "test_ssh_trust[node2->node1]") == {"test_ssh_trust[node2->node1]"}
     assert _collected(sim, "-m", "names", "-k", "node1->node2") == {
         "test_resolves[node1->node2]", "test_resolve_fast[node1->node2]"}
