@@ -196,9 +196,13 @@ def launch_layout(cluster: Cluster, nodes: Sequence[str] | None = None) -> list[
     hostfile order, optionally only ``nodes``."""
     from cluster_tests import hostfile as hf
 
-    hosts = {n.name: n.slots for n in cluster.nodes}
+    nodes_ = getattr(cluster, "nodes", None)
+    hosts = ({n.name: n.slots for n in nodes_} if nodes_ is not None
+             else dict.fromkeys(cluster.names, 1))
+    settings = cluster.settings
     try:
-        active = hf.parse_resource_filter(hosts, cluster.settings.include, cluster.settings.exclude)
+        active = hf.parse_resource_filter(hosts, getattr(settings, "include", "") or "",
+                                          getattr(settings, "exclude", "") or "")
         layout = [(h, list(ids)) for h, ids in active.items()]
     except Exception:  # noqa: BLE001 - hf.ResourceFilterError: T2 names it
         layout = [(h, list(range(n))) for h, n in hosts.items()]
