@@ -296,8 +296,10 @@ def check_t1(deadline_s: float, out: Path) -> Row:
                    f"bench/gpu_check.sh --wheels DIR (see bench/README.md)")
     from cluster_tests import training as tr
 
+    # `python -m deepspeed.launcher.runner`: the carried wheels are on PYTHONPATH, not PATH
     result, text = tr.run_local_single_node(1, steps=20, deadline=deadline_s,
                                             env={"NCCL_SOCKET_IFNAME": "lo"},
+                                            deepspeed=sys.executable,
                                             launch_grace=min(60.0, deadline_s / 2))
     (out / "T1.log").write_text(text)
     start = result.ranks.get(0).start if 0 in result.ranks else {}

@@ -444,7 +444,7 @@ def rendezvous(store: object, args: argparse.Namespace, deadline: float) -> None
 #   input      = base + q  if q < K  else 0,   base = 1 + h3 mod B
 #   expected   = K * base + K (K - 1) / 2
 #
-# K ranks are "active" at each element (all of them up to K_max; K_max ~ 5700 in float32, 56 in
+# K ranks are "active" at each element (all of them up to K_max; K_max 5785 in float32, 56 in
 # float16, 16 in bfloat16) with distinct contributions, so a missing, doubled or substituted rank
 # changes the sum wherever it is active (a fraction K/W of the elements, never the same ones), and
 # a block of data landing at the wrong offset carries another element's base. Every value and
