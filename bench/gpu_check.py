@@ -63,6 +63,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--skip-train", action="store_true", help="leave T1 out")
     p.add_argument("--out", default="", help="directory for logs and results.json")
+    p.add_argument("--rehearse-on-cpu", action="store_true",
+                   help="no GPU needed: the same steps on gloo/CPU (to test this script)")
     args = p.parse_args(argv)
     if not 0 < args.budget <= MAX_BUDGET_S:
         p.error(f"--budget must be in (0, {MAX_BUDGET_S}] seconds")
@@ -225,23 +227,35 @@ def _summary(report: C.CollectiveReport) -> str:
 # --- the bare loop -------------------------------------------------------------------------
 
 BARE = r"""
-import json, os, sys, torch, torch.distributed as dist
+import json, os, sys, time, torch, torch.distributed as dist
 sizes, warmup, iters = json.loads(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
-torch.cuda.set_device(0)
-dist.init_process_group("nccl", device_id=torch.device("cuda:0"))
+gpu = sys.argv[4] == "nccl"
+dev = "cuda:0" if gpu else "cpu"
+if gpu:
+    torch.cuda.set_device(0)
+    dist.init_process_group("nccl", device_id=torch.device(dev))
+else:
+    dist.init_process_group("gloo")
 out = {}
 for size in sizes:
-    buf = torch.zeros(max(1, size // 4), device="cuda:0")
+    buf = torch.zeros(max(1, size // 4), device=dev)
     for _ in range(warmup + 2):
         dist.all_reduce(buf)
-    torch.cuda.synchronize()
-    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    a.record()
+    if gpu:
+        torch.cuda.synchronize()
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+    else:
+        t0 = time.perf_counter()
     for _ in range(iters):
         dist.all_reduce(buf)
-    b.record()
-    b.synchronize()
-    t = torch.tensor([a.elapsed_time(b) / 1e3 / iters], device="cuda:0")
+    if gpu:
+        b.record()
+        b.synchronize()
+        seconds = a.elapsed_time(b) / 1e3 / iters
+    else:
+        seconds = (time.perf_counter() - t0) / iters
+    t = torch.tensor([seconds], device=dev)
     dist.all_reduce(t, op=dist.ReduceOp.MAX)
     out[size] = t.item() * 1e6
     del buf
@@ -252,7 +266,7 @@ dist.destroy_process_group()
 
 
 def run_bare(sizes: list[int], per_rank_env: list[dict[str, str]], warmup: int, iters: int,
-             timeout: float) -> dict[int, float]:
+             timeout: float, backend: str = "nccl") -> dict[int, float]:
     port = C.free_port()
     procs = []
     for r, extra in enumerate(per_rank_env):
@@ -260,7 +274,7 @@ def run_bare(sizes: list[int], per_rank_env: list[dict[str, str]], warmup: int, 
                "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "LOCAL_RANK": "0"}
         env.pop("NCCL_DEBUG", None)
         procs.append(subprocess.Popen([sys.executable, "-c", BARE, json.dumps(sizes), str(warmup),
-                                       str(iters)], stdout=subprocess.PIPE,
+                                       str(iters), backend], stdout=subprocess.PIPE,
                                       stderr=subprocess.DEVNULL, env=env, text=True,
                                       start_new_session=True))
     try:
@@ -321,7 +335,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     start = time.monotonic()
     left = lambda: args.budget - (time.monotonic() - start)  # noqa: E731
-    present, why = gpu_present()
+    backend = "gloo" if args.rehearse_on_cpu else "nccl"
+    present, why = (True, "rehearsal on CPU (gloo)") if args.rehearse_on_cpu else gpu_present()
     if not present:
         print(f"gpu_check: no GPU ({why}): skipped")
         return 0
@@ -330,16 +345,17 @@ def main(argv: list[str] | None = None) -> int:
     print(f"gpu_check: {why}; logs in {out}", flush=True)
     rows: list[Row] = []
     try:
-        rows += check_a1_h4()
+        rows += check_a1_h4() if not args.rehearse_on_cpu else [
+            Row("A1/H4", "skip", "rehearsal on CPU")]
     except Exception as exc:  # noqa: BLE001 - a row, not a crash
         rows.append(Row("A1/H4", "FAIL", f"{type(exc).__name__}: {exc}"))
-    opts = C.WorkerOptions(sizes=args.size_list, backend="nccl", warmup=args.warmup,
+    opts = C.WorkerOptions(sizes=args.size_list, backend=backend, warmup=args.warmup,
                            iters=args.iters, connect_timeout=30, init_timeout=60,
                            op_timeout=min(180.0, max(30.0, left() / 3)), size_seconds=20)
     base = {"NCCL_SOCKET_IFNAME": "lo", "GLOO_SOCKET_IFNAME": "lo"}
     one, _ = run_ranks(1, args.size_list, [base], opts, out, "c1-world1", 240)
     bad = formula_problems(one) if one.ok else [one.message[:200]]
-    rows.append(Row("C1 nccl, 1 rank", "ok" if not bad else "FAIL",
+    rows.append(Row(f"C1 {backend}, 1 rank", "ok" if not bad else "FAIL",
                     "; ".join(bad) or f"{_summary(one)} (busbw 0 for 1 rank, as nccl-tests)"))
     two_env = [{**base, "NCCL_HOSTID": f"ct-gpu-check-host{r}", "NCCL_DEBUG": "INFO"}
                for r in range(2)]
@@ -348,22 +364,30 @@ def main(argv: list[str] | None = None) -> int:
         two, logs = run_ranks(2, args.size_list, two_env, opts, out, "c1-2hosts",
                               min(300.0, left() - 30))
         bad = formula_problems(two) if two.ok else [two.message[:200]]
-        rows.append(Row("C1 nccl, 2 ranks as 2 hosts", "ok" if not bad else "FAIL",
-                        "; ".join(bad) or f"{_summary(two)}; CUDA-event timing, MAX over ranks"))
+        rows.append(Row(f"C1 {backend}, 2 ranks as 2 hosts", "ok" if not bad else "FAIL",
+                        "; ".join(bad) or f"{_summary(two)}; "
+                        + ("CUDA-event timing" if backend == "nccl" else "perf_counter timing")
+                        + ", MAX over ranks"))
         via = transports("\n".join(logs))
         net = any(v.startswith("NET/") for v in via)
-        rows.append(Row("C1 transport (NCCL_DEBUG=INFO)", "ok" if net else "FAIL",
-                        ("via " + ", ".join(via)) if via else "no 'via' line in the INFO log"))
+        if args.rehearse_on_cpu:
+            rows.append(Row("C1 transport (NCCL_DEBUG=INFO)", "skip", "gloo: no NCCL log"))
+        else:
+            rows.append(Row("C1 transport (NCCL_DEBUG=INFO)", "ok" if net else "FAIL",
+                            ("via " + ", ".join(via)) if via else "no 'via' line in the INFO log"))
         (out / "c1-2hosts.txt").write_text(C.format_table(two) + "\n")
     else:
-        rows.append(Row("C1 nccl, 2 ranks as 2 hosts", "skip", f"{left():.0f} s left"))
+        rows.append(Row(f"C1 {backend}, 2 ranks as 2 hosts", "skip", f"{left():.0f} s left"))
     if two.ok and left() > 60:
-        bare = run_bare(args.size_list, two_env, args.warmup, args.iters, min(200.0, left() - 30))
+        bare = run_bare(args.size_list, two_env, args.warmup, args.iters, min(200.0, left() - 30),
+                        backend)
         verdict, detail = ratio_detail(two, bare)
+        if args.rehearse_on_cpu and bare:  # gloo on shared CPUs: a figure, not a verdict
+            verdict = "ok"
         rows.append(Row("harness vs bare loop", verdict, detail))
     else:
         rows.append(Row("harness vs bare loop", "skip", "needs the 2-rank run and 60 s"))
-    if args.skip_train:
+    if args.skip_train or args.rehearse_on_cpu:
         rows.append(Row("T1 deepspeed on the GPU", "skip", "--skip-train"))
     elif left() > 90:
         rows.append(check_t1(min(240.0, left() - 40), out))

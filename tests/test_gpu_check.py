@@ -126,3 +126,22 @@ def test_harness_to_bare_ratio() -> None:
     assert G.ratio_detail(rep, {1 << 20: 100.0}) == ("ok", "harness/bare time 1MB x1.10")
     assert G.ratio_detail(rep, {1 << 20: 50.0})[0] == "FAIL"
     assert G.ratio_detail(rep, {}) == ("FAIL", "no bare-loop figure")
+
+
+def test_the_whole_run_rehearsed_on_cpu(tmp_path: Path, capsys) -> None:
+    """Every step the GPU run takes, on gloo: the real worker (1 rank, then 2 ranks with their
+    own environments), the formulas, the bare loop, the table last and results.json."""
+    code = G.main(["--rehearse-on-cpu", "--sizes", "64K", "--iters", "3", "--warmup", "1",
+                   "--budget", "200", "--out", str(tmp_path)])
+    out = capsys.readouterr().out
+    table = out[out.index("check "):]
+    assert code == 0, out
+    for line in ("C1 gloo, 1 rank ", "C1 gloo, 2 ranks as 2 hosts ", "harness vs bare loop "):
+        row = next(ln for ln in table.splitlines() if ln.startswith(line))
+        assert "  ok  " in row, row
+    assert "harness/bare time 64KB x" in table and "#wrong 0" in table
+    import json
+
+    rows = json.loads((tmp_path / "results.json").read_text())
+    assert [r["check"] for r in rows][:2] == ["A1/H4", "C1 gloo, 1 rank"]
+    assert (tmp_path / "c1-2hosts-rank1.stderr").exists()
