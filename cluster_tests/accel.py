@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from cluster_tests import parsers
-from cluster_tests.cluster import Cluster
+
+if TYPE_CHECKING:  # the pure parts (from_probe) import without the SSH layer (bench/gpu_check.py)
+    from cluster_tests.cluster import Cluster
 
 
 @dataclass

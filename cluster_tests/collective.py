@@ -37,6 +37,7 @@ EXIT_ERROR = 1
 EXIT_USAGE = 2
 EXIT_WRONG = 3
 EXIT_BACKEND = 4
+EXIT_DEVICE = 5
 EXIT_CONNECT = 10
 EXIT_MISSING = 11
 EXIT_INIT = 12
@@ -115,13 +116,15 @@ def parse_sizes_option(text: str) -> str:
 def default_sizes(backend: str = "nccl") -> list[int]:
     """Size sweep, factor 4 (nccl-tests' ``-f 4``).
 
-    Accelerators (nccl, hccl): 1K..256M. Small sizes show latency, and inter-node busbw only
-    reaches its plateau around 64M-256M (see nccl-tests' own sample output), while 256 MB
-    buffers fit on any training accelerator and the sweep stays a few seconds.
-    CPU (gloo): 1K..16M. gloo over TCP plateaus by a few MB, and larger buffers only make the
-    check slow and memory-hungry on the launcher-sized hosts it runs on.
+    Accelerators (nccl, hccl): 1K..4G. The verdict is judged at the largest size, and GPUs
+    reach their peak busbw only at 1-8 GiB (the 8xA100 sample in tests/data/samples: 222.6 GB/s
+    at 256M, 235.2 at 8G; 16M measures latency). The worker drops sizes that do not fit the
+    device's free memory (one buffer plus chunk temporaries, the same on every rank), so a
+    small device still runs the sizes it can hold. CPU (gloo): 1K..16M. gloo over TCP
+    plateaus by a few MB, and larger buffers only make the check slow and memory-hungry on the
+    launcher-sized hosts it runs on.
     """
-    top = 16 << 20 if backend == "gloo" else 256 << 20
+    top = 16 << 20 if backend == "gloo" else 4 << 30
     sizes, size = [], 1 << 10
     while size <= top:
         sizes.append(size)
@@ -210,8 +213,13 @@ class WorkerOptions:
 
 
 def worker_argv(python: str, script_path: str | Path, rank: Rank, world_size: int,
-                master_addr: str, port: int, options: WorkerOptions) -> list[str]:
-    """The worker's command line as an argument list (quote it once, where it meets a shell)."""
+                master_addr: str, port: int, options: WorkerOptions, *,
+                visible_devices: str = "", local_size: int = 0) -> list[str]:
+    """The worker's command line as an argument list (quote it once, where it meets a shell).
+    ``visible_devices`` (the node's slot ids, as DeepSpeed's launch.py puts them in
+    CUDA_VISIBLE_DEVICES) and ``local_size`` (ranks on the node) are passed only when given."""
+    extra = (["--visible-devices", visible_devices] if visible_devices else []) + (
+        ["--local-size", str(local_size)] if local_size else [])
     return [
         python, str(script_path),
         "--rank", str(rank.rank), "--world-size", str(world_size),
@@ -224,6 +232,7 @@ def worker_argv(python: str, script_path: str | Path, rank: Rank, world_size: in
         "--init-timeout", f"{options.init_timeout:g}",
         "--op-timeout", f"{options.op_timeout:g}",
         "--size-seconds", f"{options.size_seconds:g}",
+        *extra,
     ]
 
 
@@ -276,6 +285,10 @@ class CollectiveReport:
     exit_codes: dict[int, int | None] = field(default_factory=dict)
     pids: dict[int, int] = field(default_factory=dict)
     stopped: Stopped | None = None  # the sweep ended early: the link is too slow for the sizes
+    backends: dict[int, str] = field(default_factory=dict)  # every rank's backend
+    devices: dict[int, str] = field(default_factory=dict)  # every rank's device
+    init_timeout_s: float | None = None  # the init deadline the ranks used (HCCL: longer)
+    capped: dict | None = None  # sizes the ranks' memory could not hold (the worker's event)
     verdict: str = "unknown"  # ok | wrong | missing | hang | failed | incomplete
     message: str = ""
 
@@ -328,6 +341,12 @@ def collect(events_by_rank: Mapping[int, Sequence[dict]], ranks: Sequence[Rank],
             kind = ev.get("event")
             if kind == "start":
                 report.backend = report.backend or ev.get("backend")
+                if ev.get("backend"):
+                    report.backends[r.rank] = str(ev["backend"])
+                    report.devices[r.rank] = str(ev.get("device", ""))
+                if isinstance(ev.get("init_timeout_s"), (int, float)):
+                    report.init_timeout_s = max(report.init_timeout_s or 0.0,
+                                                float(ev["init_timeout_s"]))
                 report.timed = report.timed or ev.get("timed", "")
                 if report.iters is None and "iters" in ev:
                     report.iters = int(ev["iters"])
@@ -339,6 +358,8 @@ def collect(events_by_rank: Mapping[int, Sequence[dict]], ranks: Sequence[Rank],
                     size_bytes=int(ev["size_bytes"]), op_seconds=float(ev["op_seconds"]),
                     size_seconds=float(ev["size_seconds"]),
                     skipped=tuple(int(x) for x in ev.get("skipped", [])))
+            elif kind == "capped" and report.capped is None:
+                report.capped = dict(ev)
             elif kind == "missing_ranks":
                 rendezvous = rendezvous or ev
             elif kind == "error":
@@ -443,8 +464,47 @@ def format_table(report: CollectiveReport) -> str:
             + " to stay within --collective-size-seconds")
     if report.stopped is not None:
         lines.append(f"# {report.stopped.describe()}")
+    if report.capped:
+        skipped = ", ".join(format_size(int(x)) + "B" for x in report.capped.get("skipped", []))
+        lines.append(f"# not run for lack of memory: {skipped} (largest buffer every rank can "
+                     f"hold: {report.capped.get('cap_bytes')} B; {report.capped.get('where')})")
     lines.append(f"# verdict: {report.verdict}: {report.message}")
     return "\n".join(lines)
+
+
+# --- backend against the node's accelerators -------------------------------------------------
+
+#: The torch.distributed backend a launch uses on a node with these accelerators (A1's kinds).
+EXPECTED_BACKEND = {"nvidia": "nccl", "ascend": "hccl", "cpu": "gloo"}
+
+
+def backend_problems(report: CollectiveReport,
+                     accelerators: Mapping[str, tuple[str, str]]) -> list[str]:
+    """Ranks whose backend is not the one their node's accelerators call for.
+
+    ``accelerators``: host -> (A1 kind: nvidia/ascend/cpu, description such as "8 GPUs"), for
+    the hosts A1 has looked at. Every rank reports its backend; ranks that disagree among
+    themselves are a problem whatever A1 knows."""
+    out: list[str] = []
+    wrong: dict[tuple[str, str, str], list[int]] = {}
+    for r in report.ranks:
+        got = report.backends.get(r.rank)
+        if got is None or r.host not in accelerators:
+            continue
+        kind, what = accelerators[r.host]
+        want = EXPECTED_BACKEND.get(kind)
+        if want and got != want:
+            wrong.setdefault((r.host, got, f"{what}: the launch runs {want}"), []).append(r.rank)
+    for (host, got, why), ranks in wrong.items():
+        out.append(f"{describe_ranks(ranks, report.ranks)} ran on {got}, but {host} has {why} "
+                   f"(A1, test_accelerators[{host}])")
+    used = sorted(set(report.backends.values()))
+    if len(used) > 1:
+        parts = "; ".join(
+            f"{b}: {describe_ranks([r for r, x in report.backends.items() if x == b], report.ranks)}"
+            for b in used)
+        out.append(f"the ranks did not all choose the same backend ({parts})")
+    return out
 
 
 # --- pairwise (C2) ---------------------------------------------------------------------------

@@ -10,10 +10,17 @@ channel, or when this pytest dies (sshd then closes the channel). The remote ``t
 the supervisor's whole process group, workers included, if everything else fails.
 
 Environment: the workers see the node's own environment, as a non-interactive ssh shell sets it
-up (the same shell pdsh gets). ``GLOO_SOCKET_IFNAME``/``NCCL_SOCKET_IFNAME``/``HCCL_SOCKET_IFNAME``
+up (the same shell pdsh gets), plus what :func:`worker_env` takes from the launcher's (the one
+place that decides it). ``GLOO_SOCKET_IFNAME``/``NCCL_SOCKET_IFNAME``/``HCCL_SOCKET_IFNAME``
 are set only when the user set them in the launcher's environment (as DeepSpeed's launcher would
 forward them); we never pick an interface ourselves. The master address is ``--master-addr`` if
 given, else the rank-0 node's address as the other nodes resolve its hostfile name.
+
+Rank layout: as DeepSpeed's launch: the hosts and slot ids left by --launch-include/
+--launch-exclude, ranks node by node, local rank L on the L-th of the node's slot ids, which the
+worker puts in ``CUDA_VISIBLE_DEVICES``/``ASCEND_RT_VISIBLE_DEVICES`` before importing torch, as
+``launch.py`` does (``--include node1:4,5,6,7`` -> ``4,5,6,7``, local ranks 0-3). C2 runs every
+slot of both nodes, so that every rail (each GPU's own NIC) carries a share of the pair's traffic.
 
 Ports: C1 uses ``--master-port``; the pairs of one C2 round run at the same time on
 ``--master-port + 1 + i`` (i = the pair's index in its round), so no two concurrent runs share a
@@ -55,6 +62,9 @@ STARTUP_S = 30.0
 GRACE_S = 3.0
 #: Seconds to wait for a supervisor's confirmation that its workers are dead.
 REAP_S = 5.0
+#: On HCCL the worker's init deadline is at least HCCL_CONNECT_TIMEOUT (120 s unless set) + 15 s;
+#: the remote ``timeout`` must outlast that too when the backend may be hccl.
+HCCL_INIT_FLOOR_S = 135.0
 
 
 # --- one node's channel ----------------------------------------------------------------------
@@ -173,9 +183,37 @@ def forwarded_env(environ: Mapping[str, str]) -> dict[str, str]:
     return {k: environ[k] for k in FORWARD_ENV if environ.get(k)}
 
 
+def worker_env(environ: Mapping[str, str]) -> dict[str, str]:
+    """The variables of the launcher's environment that the workers get on top of the node's
+    own: the one function C1 and C2 build it with (the launch rehearsal's forwarding rules,
+    cluster_tests.launchenv, are meant to replace this body)."""
+    return forwarded_env(environ)
+
+
+def launch_layout(cluster: Cluster, nodes: Sequence[str] | None = None) -> list[tuple[str, list[int]]]:
+    """(host, slot ids) as the launch will use them: --launch-include/--launch-exclude applied
+    (DeepSpeed's resource filter; every slot when the filter is bad: T2 reports that), in
+    hostfile order, optionally only ``nodes``."""
+    from cluster_tests import hostfile as hf
+
+    nodes_ = getattr(cluster, "nodes", None)
+    hosts = ({n.name: n.slots for n in nodes_} if nodes_ is not None
+             else dict.fromkeys(cluster.names, 1))
+    settings = cluster.settings
+    try:
+        active = hf.parse_resource_filter(hosts, getattr(settings, "include", "") or "",
+                                          getattr(settings, "exclude", "") or "")
+        layout = [(h, list(ids)) for h, ids in active.items()]
+    except Exception:  # noqa: BLE001 - hf.ResourceFilterError: T2 names it
+        layout = [(h, list(range(n))) for h, n in hosts.items()]
+    wanted = set(nodes) if nodes is not None else None
+    return [(h, ids) for h, ids in layout if wanted is None or h in wanted]
+
+
 def run_allreduce(cluster: Cluster, ranks: Sequence[C.Rank], *, master_addr: str, port: int,
                   options: C.WorkerOptions, env: Mapping[str, str] | None = None,
-                  startup_s: float = STARTUP_S, grace_s: float = GRACE_S) -> RemoteRun:
+                  startup_s: float = STARTUP_S, grace_s: float = GRACE_S,
+                  visible: Mapping[str, str] | None = None) -> RemoteRun:
     """Run the worker for ``ranks`` (hosts = node names) and fold everything into a report.
 
     Every supervisor is told to stop on every path out of here (the channel's stdin is
@@ -189,7 +227,10 @@ def run_allreduce(cluster: Cluster, ranks: Sequence[C.Rank], *, master_addr: str
     world = len(ranks)
     stages = options.connect_timeout + options.init_timeout + options.op_timeout
     deadline = start + startup_s + stages + 5.0
-    remote_timeout = int(startup_s + stages + 15.0)
+    shortened = False  # a rank failed: the others only get the grace
+    hccl_extra = (max(0.0, HCCL_INIT_FLOOR_S - options.init_timeout)
+                  if options.backend in ("auto", "hccl") else 0.0)
+    remote_timeout = int(startup_s + stages + hccl_extra + 15.0)
     inbox: queue.Queue = queue.Queue()
     channels: dict[str, _NodeChannel] = {}
     events: dict[int, list[dict]] = {r.rank: [] for r in ranks}
@@ -201,7 +242,9 @@ def run_allreduce(cluster: Cluster, ranks: Sequence[C.Rank], *, master_addr: str
         for node, node_ranks in by_node.items():
             spec = {"env": dict(env or {}), "workers": [
                 {"rank": r.rank,
-                 "argv": C.worker_argv("", "", r, world, master_addr, port, options)[2:]}
+                 "argv": C.worker_argv("", "", r, world, master_addr, port, options,
+                                       visible_devices=(visible or {}).get(node, ""),
+                                       local_size=len(node_ranks) if visible else 0)[2:]}
                 for r in node_ranks]}
             try:
                 channels[node] = _NodeChannel(cluster, node, spec, remote_timeout, inbox)
@@ -217,6 +260,7 @@ def run_allreduce(cluster: Cluster, ranks: Sequence[C.Rank], *, master_addr: str
             if event is None:
                 open_channels -= 1
                 deadline = min(deadline, time.monotonic() + grace_s)
+                shortened = True
                 continue
             kind = event.get("event")
             if kind == "exit":
@@ -224,12 +268,19 @@ def run_allreduce(cluster: Cluster, ranks: Sequence[C.Rank], *, master_addr: str
                 exit_codes[int(event["exit_rank"])] = code
                 if code != C.EXIT_OK:
                     deadline = min(deadline, time.monotonic() + grace_s)
+                    shortened = True
             elif kind in ("workers", "reaped"):
                 continue
             elif isinstance(event.get("rank"), int) and event["rank"] in events:
                 events[event["rank"]].append(event)
                 if kind == "error":
                     deadline = min(deadline, time.monotonic() + grace_s)
+                    shortened = True
+                elif (kind == "start" and not shortened
+                      and isinstance(event.get("init_timeout_s"), (int, float))):
+                    # HCCL: the worker's init deadline outlasts HCCL_CONNECT_TIMEOUT
+                    longer = float(event["init_timeout_s"]) - options.init_timeout
+                    deadline = max(deadline, start + startup_s + stages + longer + 5.0)
             elif kind == "error":  # the supervisor itself
                 run.start_errors[node] = str(event.get("message"))
                 deadline = min(deadline, time.monotonic() + grace_s)
@@ -303,13 +354,15 @@ def run_cluster(cluster: Cluster) -> RemoteRun:
     if why:
         pytest.fail(f"all-reduce over every rank of {', '.join(cluster.names)}: {why}",
                     pytrace=False)
-    ranks = C.assign_ranks([(n.name, n.slots) for n in cluster.nodes])
+    layout = launch_layout(cluster)
+    ranks = C.assign_ranks([(host, len(ids)) for host, ids in layout])
     backend = cluster.settings.value("ct_backend") or "auto"
     options = worker_options(cluster, backend, chosen_sizes(cluster))
-    master = cluster.rank0.name
+    master = layout[0][0] if layout else cluster.rank0.name
     return run_allreduce(cluster, ranks, master_addr=master_address(cluster, master, cluster.names),
                          port=cluster.settings.master_port, options=options,
-                         env=forwarded_env(_launcher_env()))
+                         env=worker_env(_launcher_env()),
+                         visible={host: ",".join(map(str, ids)) for host, ids in layout})
 
 
 def _launcher_env() -> Mapping[str, str]:
@@ -326,13 +379,14 @@ def pair_master(names: Sequence[str], a: str, b: str) -> tuple[str, str]:
 
 
 def run_pairs(cluster: Cluster) -> dict[tuple[str, str], RemoteRun | BaseException]:
-    """C2: every unordered pair of nodes (or those of --pairs), one rank each (local rank 0), at
-    the largest size only;
+    """C2: every unordered pair of nodes (or those of --pairs), every launch slot of both nodes
+    (:func:`launch_layout`: one rail per GPU on multi-rail nodes), at the largest size only;
     pairs are scheduled in circle rounds of disjoint pairs, each round's pairs at once, with the
     rendezvous on alternating sides (:func:`pair_master`)."""
     backend = cluster.settings.value("ct_backend") or "auto"
     options = worker_options(cluster, backend, chosen_sizes(cluster)[-1:])
-    env = forwarded_env(_launcher_env())
+    env = worker_env(_launcher_env())
+    slots = dict(launch_layout(cluster))
     results: dict[tuple[str, str], RemoteRun | BaseException] = {}
     order = {name: i for i, name in enumerate(cluster.names)}
     for round_pairs in pairs_mod.node_pair_rounds(cluster):  # all pairs, or those of --pairs
@@ -345,11 +399,12 @@ def run_pairs(cluster: Cluster) -> dict[tuple[str, str], RemoteRun | BaseExcepti
             if why:
                 raise PortsBlocked(why)
             master, other = pair_master(cluster.names, a, b)
-            ranks = C.assign_ranks([(master, 1), (other, 1)])
+            ids = {n: slots.get(n) or [0] for n in (master, other)}
+            ranks = C.assign_ranks([(master, len(ids[master])), (other, len(ids[other]))])
             return run_allreduce(cluster, ranks,
                                  master_addr=master_address(cluster, master, [other]),
                                  port=cluster.settings.master_port + 1 + i, options=options,
-                                 env=env)
+                                 env=env, visible={n: ",".join(map(str, v)) for n, v in ids.items()})
 
         for (a, b), res in zip(round_pairs, cluster.pool.map(one, list(enumerate(round_pairs)))):
             # keyed in hostfile order, as the tests are (the schedule may name b first)
@@ -438,6 +493,16 @@ def network_hint(cluster: Cluster, nodes: Sequence[str]) -> str:
 def _fix(run: RemoteRun, nodes: Sequence[str]) -> str:
     rep = run.report
     who = ", ".join(n for n in nodes if n != run.master) or ", ".join(nodes) or "the nodes"
+    if any(stage == "device" for stage, _ in rep.failed.values()):
+        bad = {x.host for x in rep.ranks if rep.failed.get(x.rank, ("",))[0] == "device"}
+        where = ", ".join(n for n in run.nodes if n in bad) or "the nodes"
+        return (f"the accelerator did not come up on {where} (not a network problem): check "
+                f"`nvidia-smi` / `npu-smi info` there for a device in error or held by another "
+                f"process, and the driver's log (dmesg); see test_accelerators")
+    if any(stage == "setup" for stage, _ in rep.failed.values()):
+        return (f"on {', '.join(nodes) or 'the nodes'}: make the accelerator usable from the "
+                f"remote Python in a non-interactive shell (the rank errors above say what is "
+                f"missing), or pass --backend explicitly")
     if rep.failed.get(0, ("", ""))[0] == "connect":
         return (f"{run.master} cannot reach its own rendezvous store at {run.where} (rank 0 "
                 f"listens, then connects to it like every rank): a firewall on {run.master} "
@@ -448,6 +513,13 @@ def _fix(run: RemoteRun, nodes: Sequence[str]) -> str:
                 f"of high ports in a node's INPUT chain also drops the replies to that node's own "
                 f"connections): check `iptables -S INPUT` / `nft list ruleset` on {who} and "
                 f"{run.master}")
+    if rep.verdict == "hang" and rep.stuck_stage == "init" and rep.backend == "hccl":
+        return (f"HCCL links the NPUs through their own RoCE NICs (not the host interface) and "
+                f"listens on ports 60000-60015 of every node (HCCL_IF_BASE_PORT moves them): "
+                f"open those ports between the NPU NICs of {who} and {run.master}, and check "
+                f"each NIC with `hccn_tool -i <id> -net_health -g`, `hccn_tool -i <id> -link -g` "
+                f"and `hccn_tool -i <id> -ip -g` (see test_env E4); HCCL_IF_IP / "
+                f"HCCL_SOCKET_IFNAME choose the host interface of its rendezvous")
     if rep.verdict == "hang" and rep.stuck_stage == "init":
         return (f"communicator init opens its own connections between every pair of nodes on "
                 f"ephemeral high ports, on the interface the hostname resolves to: open high "
@@ -484,6 +556,10 @@ def explain(cluster: Cluster, run: RemoteRun, what: str) -> str:
         lines.append(f"  never finished: {C.describe_ranks(rep.unfinished, rep.ranks)}")
     for node, err in run.start_errors.items():
         lines.append(f"  {node}: could not start the workers: {err}")
+    for node in nodes or run.nodes:
+        said = fabric_lines(run.stderr.get(node, []))
+        if said:
+            lines.append(f"  {node} NCCL/HCCL said: " + " | ".join(said))
     for node in nodes:
         status = run.channel_exit.get(node)
         tail = [ln for ln in run.stderr.get(node, []) if ln][-4:]
@@ -494,11 +570,53 @@ def explain(cluster: Cluster, run: RemoteRun, what: str) -> str:
         lines.append(f"  rendezvous server: {run.master} ({run.where}); {', '.join(nodes)} could "
                      f"not join it: {run.master} drops connections to port {run.port}, or "
                      f"{', '.join(nodes)} cannot connect out or get the replies back")
+    init = rep.init_timeout_s if rep.init_timeout_s else o.init_timeout
     lines.append(f"  deadlines: connect/rendezvous {o.connect_timeout:g} s, init "
-                 f"{o.init_timeout:g} s, collective {o.op_timeout:g} s; master {run.where}")
+                 f"{init:g} s, collective {o.op_timeout:g} s; master {run.where}")
     lines.append(f"  network: {network_hint(cluster, nodes or run.nodes)}")
     lines.append(f"  fix: {_fix(run, nodes)}")
     return "\n".join(lines)
+
+
+_FABRIC_LINE = ("NCCL WARN", "NCCL ERROR", "HCCL", "EI00", "EJ00", "ProcessGroupNCCL")
+
+
+def fabric_lines(stderr: Sequence[str], limit: int = 4) -> list[str]:
+    """The communication library's own warnings and errors in a node's worker stderr (NCCL
+    WARN lines, HCCL/CANN error codes), whatever the supervisor's exit status: the last
+    ``limit`` distinct ones. (The NCCL_DEBUG=INFO log and its parser are separate.)"""
+    seen: list[str] = []
+    for line in stderr:
+        text = line.strip()
+        if text and any(mark in text for mark in _FABRIC_LINE) and text not in seen:
+            if "NCCL INFO" in text:
+                continue
+            seen.append(text[:300])
+    return seen[-limit:]
+
+
+def accelerator_problems(cluster: Cluster, run: RemoteRun) -> list[str]:
+    """Ranks whose backend does not match their node's accelerators as A1 lists them (nvidia ->
+    nccl, ascend -> hccl, none -> gloo), and ranks that disagree on the backend. Only for an
+    automatic choice: an explicit --backend is the user's."""
+    if run.options.backend != "auto":
+        return C.backend_problems(run.report, {})
+    from cluster_tests import accel
+
+    kinds: dict[str, tuple[str, str]] = {}
+    for node in run.nodes:
+        try:
+            inv = accel.inventory(cluster, node)
+        except Exception:  # noqa: BLE001, S112 - A1 says why; the worker's own check still ran
+            continue
+        kinds[node] = (inv.kind, inv.describe())
+    return C.backend_problems(run.report, kinds)
+
+
+ACCELERATOR_FIX = ("  fix: on those nodes make the remote Python see the accelerators in a "
+            "non-interactive shell (`ssh <node> python3 -c 'import torch; print(torch.cuda."
+            "is_available())'`; on Ascend, CANN's set_env.sh sourced in ~/.bashrc above any early "
+            "return, and torch_npu installed), or pass --backend explicitly")
 
 
 def leftovers(run: RemoteRun) -> str:

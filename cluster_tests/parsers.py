@@ -851,16 +851,37 @@ def parse_nccl_tests(text: str) -> NcclTestsResult:
 
 @dataclass(frozen=True)
 class HcclRow:
-    """A row of hccl_test: bytes, average time in microseconds, algbw in GB/s, check result."""
+    """A row of hccl_test: bytes, average time in microseconds, algbw as printed, check result.
+
+    Units: hccl_test's column says ``alg_bandwidth(GB/s)`` but the figure is bytes / time /
+    2**30, i.e. GiB/s (the 8-NPU sample: 67108864 B in 2630.20 us -> 23.76 "GB/s" = 25.5e9
+    B/s). ``alg_bandwidth_gbs`` keeps the printed figure; :attr:`algbw_GBps` converts it to
+    nccl-tests' (and our) GB/s = 1e9 B/s, and :meth:`busbw_GBps` applies nccl-tests' all-reduce
+    factor 2(n-1)/n, so hccl_test's figures compare with C1's. hccl_test prints no busbw.
+    """
 
     data_size_bytes: int
     avg_time_us: float | None
-    alg_bandwidth_gbs: float | None
+    alg_bandwidth_gbs: float | None  # as printed: GiB/s despite the header
     check_result: str | None
 
     @property
     def ok(self) -> bool:
         return (self.check_result or "").lower() == "success"
+
+    @property
+    def alg_bandwidth_GiBps(self) -> float | None:
+        return self.alg_bandwidth_gbs
+
+    @property
+    def algbw_GBps(self) -> float | None:
+        """algbw in GB/s (1e9 B/s), from the printed GiB/s figure."""
+        return None if self.alg_bandwidth_gbs is None else self.alg_bandwidth_gbs * 2**30 / 1e9
+
+    def busbw_GBps(self, nranks: int, collective: str = "allreduce") -> float | None:
+        """busbw in GB/s (1e9 B/s) for ``nranks`` ranks, nccl-tests' formula."""
+        algbw_value = self.algbw_GBps
+        return None if algbw_value is None else algbw_value * busbw_factor(collective, nranks)
 
 
 @dataclass(frozen=True)

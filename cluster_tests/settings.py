@@ -118,9 +118,10 @@ OPTIONS += [
 OPTIONS += [
     Option("--backend", "ct_backend", "cluster_backend", "CLUSTER_TESTS_BACKEND",
            "torch.distributed backend of the all-reduce checks: auto (CUDA -> nccl, torch_npu -> "
-           "hccl, else gloo), nccl, hccl or gloo", "auto", _coll.parse_backend),
+           "hccl, else gloo; gloo on a node with /dev/nvidia* or /dev/davinci* is an error), "
+           "nccl, hccl or gloo", "auto", _coll.parse_backend),
     Option("--sizes", "ct_sizes", "cluster_sizes", "CLUSTER_TESTS_SIZES",
-           "all-reduce message sizes in bytes, K/M/G = 2^10/2^20/2^30 (default: 1K..256M x4 with an "
+           "all-reduce message sizes in bytes, K/M/G = 2^10/2^20/2^30 (default: 1K..4G x4 with an "
            "accelerator, 1K..16M x4 on CPU)", None, _coll.parse_sizes_option),
     Option("--iters", "ct_iters", "cluster_iters", "CLUSTER_TESTS_ITERS",
            "timed all-reduce calls per size", 20, _positive_int),

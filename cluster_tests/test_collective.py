@@ -96,6 +96,15 @@ def test_allreduce(allreduce_run: R.RemoteRun, cluster: Cluster, record_property
         pytest.fail(R.explain(cluster, run, f"all-reduce over {run.report.world_size} ranks on "
                               f"{', '.join(run.nodes)}"), pytrace=False)
     _leftover_fail(run)
+    _accelerator_fail(cluster, run, f"all-reduce over {run.report.world_size} ranks")
+
+
+def _accelerator_fail(cluster: Cluster, run: R.RemoteRun, what: str) -> None:
+    """Red when a rank ran a backend other than its node's accelerators call for (issue 17)."""
+    problems = R.accelerator_problems(cluster, run)
+    if problems:
+        pytest.fail(f"{what}: not the launch's backend:\n  " + "\n  ".join(problems) + "\n"
+                    + R.ACCELERATOR_FIX, pytrace=False)
 
 
 def test_allreduce_busbw(allreduce_run: R.RemoteRun, cluster: Cluster, record_property) -> None:
@@ -103,6 +112,9 @@ def test_allreduce_busbw(allreduce_run: R.RemoteRun, cluster: Cluster, record_pr
     rep = allreduce_run.report
     if not rep.ok:
         pytest.skip(f"no bandwidth to judge: test_allreduce failed ({rep.verdict})")
+    if R.accelerator_problems(cluster, allreduce_run):
+        pytest.skip("no bandwidth to judge: the ranks did not run the launch's backend "
+                    "(see test_allreduce)")
     baseline_path = cluster.settings.value("ct_busbw_baseline")
     baseline = None
     if baseline_path:
@@ -142,6 +154,7 @@ def test_allreduce_pair(pair_runs: dict, node_pair: tuple[str, str], cluster: Cl
         pytest.fail(R.explain(cluster, run, C.pair_id(node_pair))
                     + _common_node(failing, "failing"), pytrace=False)
     _leftover_fail(run)
+    _accelerator_fail(cluster, run, C.pair_id(node_pair))
     slow = pair_runs["slow"]
     mine = dict(slow.slow).get(node_pair)
     if mine is not None:

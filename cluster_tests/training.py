@@ -79,10 +79,14 @@ def single_node_argv(
     master_port: int,
     extra: Sequence[str] = (),
     launcher_args: Sequence[str] = (),
+    include: str | None = None,
 ) -> list[str]:
     """The command line that runs the job on this node alone, on ``slots`` local ranks.
 
     ``launcher_args`` go to the launcher (before the script), ``extra`` to the job.
+    ``include`` (``localhost:4,5,6,7``) replaces ``--num_gpus``: the launch's own slot ids, when
+    --launch-include/--launch-exclude leave this node other devices than 0..slots-1 (launch.py
+    then sets CUDA_VISIBLE_DEVICES/ASCEND_RT_VISIBLE_DEVICES to them).
 
     ``python_or_deepspeed`` is either the ``deepspeed`` launcher script or a Python interpreter
     (then ``python -u -m deepspeed.launcher.runner`` is used: same launcher, useful when the
@@ -90,11 +94,11 @@ def single_node_argv(
     """
     if slots < 1:
         raise ValueError(f"slots must be >= 1, got {slots}")
+    which = ["--include", include] if include else ["--num_gpus", str(slots)]
     return _launcher(python_or_deepspeed) + [
         "--hostfile",
         NO_HOSTFILE,
-        "--num_gpus",
-        str(slots),
+        *which,
         "--master_port",
         str(master_port),
         *launcher_args,

@@ -43,7 +43,11 @@ in the launch directory, which DeepSpeed reads after ``~/.deepspeed_env``), so t
 trial cluster can be checked with ``DS_ACCELERATOR=cpu pytest ...``. DeepSpeed does not forward
 that variable by itself: a real launch needs it in ``~/.deepspeed_env`` on the rank-0 node or in
 every node's ``~/.bashrc``. (DeepSpeed 0.19 falls back to its CPU accelerator when it detects
-none, so CPU nodes also train without it.)
+none, so CPU nodes also train without it.) The simulated cluster sets ``DS_ACCELERATOR=cpu`` in
+its nodes' own ``~/.bashrc`` (fixtures/sim.py); nothing of ours sets it for a real run. Whatever
+sets it, a rank that trains on another accelerator than its node has (A1: a GPU node on
+DeepSpeed's CPU accelerator, e.g. after DeepSpeed's fallback when CUDA is unusable) makes T1/T2
+red, naming the node and the likely cause (:func:`accelerator_problems`).
 """
 
 from __future__ import annotations
@@ -189,6 +193,7 @@ class Launch:
     diagnoses: list[tr.Diagnosis] = field(default_factory=list)
     leftovers: dict[str, str] = field(default_factory=dict)  # node -> processes cleanup missed
     log_path: Path | None = None
+    accel_problems: list[str] = field(default_factory=list)  # ranks not on their node's accelerator
 
     @property
     def ok(self) -> bool:
@@ -199,6 +204,7 @@ class Launch:
             and self.stopped is None
             and self.result is not None
             and self.result.ok
+            and not self.accel_problems
         )
 
 
@@ -327,6 +333,17 @@ class TrainingRuns:
         except hf.ResourceFilterError:
             return self.cluster.node(node).slots
 
+    def local_include(self, node: str) -> str | None:
+        """``localhost:<ids>`` when the launch's filter leaves ``node`` other slot ids than
+        0..K-1 (else None: ``--num_gpus K`` is the same devices)."""
+        try:
+            ids = list(self.active().get(node, []))
+        except hf.ResourceFilterError:
+            return None
+        if not ids or ids == list(range(len(ids))):
+            return None
+        return "localhost:" + ",".join(map(str, ids))
+
     def run_dir(self, label: str) -> str:
         return f"{SCRATCH}/{RUN_PREFIX}{self.session_id}-{label}"
 
@@ -364,6 +381,7 @@ class TrainingRuns:
         argv = tr.single_node_argv(
             cfg.python, f"{d}/{SCRIPT_NAME}", slots, cfg.master_port,
             cfg.job_args(f"{self.session_id}-{label}"), cfg.launcher_args,
+            include=self.local_include(node),
         )
         launch = Launch(f"T1-{node}", node, [node], slots, self._command(d, argv))
         try:
@@ -502,6 +520,9 @@ class TrainingRuns:
             elapsed_s=launch.seconds, timed_out=launch.timed_out,
         )
         launch.diagnoses = tr.diagnose(text, expected_ranks=launch.expected_ranks, hosts=hosts)
+        launch.accel_problems = accelerator_problems(
+            launch.result, self._inventories(launch.nodes), dict(self.config.forward_env)
+        )
         if self.log_dir is not None:
             launch.log_path = self._write_log(launch)
 
@@ -530,6 +551,19 @@ class TrainingRuns:
         except OSError:
             return None
 
+    def _inventories(self, nodes: Sequence[str]) -> dict[str, tuple[str, str]]:
+        """A1's view of ``nodes`` (kind, description); nodes A1 cannot look at are left out."""
+        from cluster_tests import accel
+
+        out: dict[str, tuple[str, str]] = {}
+        for node in nodes:
+            try:
+                inv = accel.inventory(self.cluster, node)
+            except Exception:  # noqa: BLE001, S112 - A1 reports why
+                continue
+            out[node] = (inv.kind, inv.describe())
+        return out
+
     def close(self) -> None:
         """End of session: stop what still runs and clean every node this session touched."""
         self._closing.set()
@@ -537,6 +571,56 @@ class TrainingRuns:
             touched = sorted(self._touched)
         if touched:
             self._cleanup(touched, None)
+
+
+# --------------------------------------------------------------------------- accelerators
+
+#: DeepSpeed's accelerator name on a node with these accelerators (A1's kinds).
+EXPECTED_ACCELERATOR = {"nvidia": "cuda", "ascend": "npu", "cpu": "cpu"}
+
+
+def accelerator_problems(
+    result: tr.SmokeResult | None,
+    inventories: dict[str, tuple[str, str]],
+    forwarded: dict[str, str] | None = None,
+) -> list[str]:
+    """Ranks that trained on another accelerator than their node has (A1): a GPU node whose job
+    ran on DeepSpeed's CPU accelerator (DS_ACCELERATOR=cpu from somewhere, or DeepSpeed's
+    fallback when CUDA is unusable) trains, and proves nothing about the launch."""
+    if result is None:
+        return []
+    forwarded = forwarded or {}
+    by_key: dict[tuple[str, str, str], list[int]] = {}
+    for r, rr in sorted(result.ranks.items()):
+        start = rr.start or {}
+        host = rr.host or start.get("host")
+        got = start.get("accelerator")
+        if not host or not got or host not in inventories:
+            continue
+        kind, what = inventories[host]
+        want = EXPECTED_ACCELERATOR.get(kind)
+        if want is None or got == want:
+            continue
+        if forwarded.get("DS_ACCELERATOR"):
+            why = (f"DS_ACCELERATOR={forwarded['DS_ACCELERATOR']} was passed on from pytest's "
+                   f"environment: unset it where pytest runs")
+        elif start.get("ds_accelerator_env"):
+            why = (f"DS_ACCELERATOR={start['ds_accelerator_env']} is set for the ranks on "
+                   f"{host} (~/.bashrc or ~/.deepspeed_env): remove it")
+        elif want == "cuda":
+            why = ("DeepSpeed fell back to its CPU accelerator: torch.cuda is not usable from the "
+                   "remote Python (a CPU-only torch build, or a driver the CUDA runtime cannot "
+                   "use; see test_accelerators)")
+        else:
+            why = ("DeepSpeed did not find torch_npu: CANN's set_env.sh is probably sourced only "
+                   "in interactive shells (put it in ~/.bashrc above any early return), or "
+                   "torch_npu is not installed in the remote Python")
+        by_key.setdefault((host, f"{got} ({start.get('backend')})", f"{what}; {why}"), []).append(r)
+    return [
+        f"{host}: rank{'s' if len(ranks) > 1 else ''} {','.join(map(str, ranks))} trained on "
+        f"{got}, but {host} has {why}"
+        for (host, got, why), ranks in by_key.items()
+    ]
 
 
 # --------------------------------------------------------------------------- messages
@@ -632,6 +716,7 @@ def explain(launch: Launch, config: TrainingConfig) -> str:
         parts.append(f"  then: {then}")
     if not roots and launch.result is not None and not launch.setup_error:
         parts += [f"  {p}" for p in launch.result.problems()]
+    parts += [f"  {p}" for p in launch.accel_problems]
     parts.append(f"  full log: {_rel(launch.log_path)}")
     return "\n".join(parts)
 
@@ -645,4 +730,6 @@ def short_cause(launch: Launch) -> str:
         return roots[0].cause
     if launch.result is not None and launch.result.problems():
         return launch.result.problems()[0]
+    if launch.accel_problems:
+        return launch.accel_problems[0]
     return f"exit status {launch.exit_status}"

@@ -270,7 +270,8 @@ def test_parse_sizes_uses_powers_of_two() -> None:
 
 def test_default_sizes() -> None:
     gpu, cpu = C.default_sizes("nccl"), C.default_sizes("gloo")
-    assert gpu[0] == cpu[0] == 1024 and gpu[-1] == 256 << 20 and cpu[-1] == 16 << 20
+    # accelerators reach 1-8 GiB, where GPUs peak (issue 17); the CPU sweep stays small
+    assert gpu[0] == cpu[0] == 1024 and gpu[-1] == 4 << 30 and cpu[-1] == 16 << 20
     assert all(b == 4 * a for a, b in zip(gpu, gpu[1:]))
 
 

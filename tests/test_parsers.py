@@ -614,3 +614,19 @@ def mangled_samples(draw: st.DrawFn) -> str:
 def test_fuzz_truncated_and_mangled_samples(text: str) -> None:
     for parser in PARSERS:
         _touch(parser(text))
+
+
+# ------------------------------------------------------------------ NCCL INFO transports (issue 17)
+
+
+def test_nccl_info_transport_lines_as_gpu_check_reads_them() -> None:
+    """bench/gpu_check.py's `transports` reads these two real NCCL_DEBUG=INFO logs (its tests
+    are in tests/test_gpu_check.py); here: the lines it relies on are in them."""
+    import re
+
+    via = re.compile(r"\bvia (NET/\w+/\d+|P2P/\w+|direct shared memory)")
+    gke = sample("nccl-debug-socket-fallback-gke-h100-2node-rank0.txt")
+    roce = sample("nccl-debug-roce-net-ib-p2p-ipc-shm-nccl2.5.7.txt")
+    assert {m.group(1) for m in via.finditer(gke)} == {"NET/Socket/0", "P2P/CUMEM"}
+    assert {m.group(1) for m in via.finditer(roce)} == {"NET/IB/0", "P2P/IPC",
+                                                         "direct shared memory"}

@@ -16,6 +16,15 @@ with ``host: ``)::
 
 Exit codes: 0 done; 3 deadline exceeded (watchdog); 4 any other error inside the job.
 
+By accelerator (:func:`ds_config`): on CUDA/NPU the job trains as a real job would, in bf16
+where the device supports it (else fp16 with dynamic loss scaling), with DeepSpeed's own Adam,
+which DeepSpeed builds as its fused op on first use (the JIT build that a first launch so often
+fails on); ``deepspeed.init_distributed`` binds the local rank's device (``device_id``, eager
+NCCL init, as DeepSpeed 0.19 does on CUDA). On CPU: fp32, a plain torch SGD, gloo. The ZeRO
+stage is ``--zero-stage`` (the launch's own choice). The start event reports the accelerator,
+backend, device, precision and optimizer, so that the launcher side can tell a GPU node that
+trained on CPU.
+
 Usage (single node, CPU: DS_ACCELERATOR=cpu)::
 
     deepspeed --hostfile /nonexistent --num_gpus 2 --master_port 29611 train_smoke.py --steps 20
@@ -113,6 +122,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="CPU only: let DeepSpeed JIT-build its shm comm op (not needed to train)",
     )
     p.add_argument(
+        "--precision",
+        choices=["auto", "fp32", "fp16", "bf16"],
+        default="auto",
+        help="auto: bf16 where the accelerator supports it, else fp16; fp32 on CPU",
+    )
+    p.add_argument(
         "--run-id",
         default="",
         help="an id of this launch, only reported back; it also lets the launching side find "
@@ -121,6 +136,46 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     # The deepspeed launcher passes --local_rank=N unless --no_local_rank is given.
     p.add_argument("--local_rank", "--local-rank", type=int, default=None, help=argparse.SUPPRESS)
     return p.parse_args(argv)
+
+
+def ds_config(
+    accel_name: str,
+    bf16_ok: bool,
+    fp16_ok: bool,
+    zero_stage: int,
+    batch_size: int,
+    lr: float,
+    precision: str = "auto",
+) -> tuple[dict, str, bool]:
+    """(DeepSpeed config, precision, whether the job passes its own torch optimizer).
+
+    Accelerators: bf16 if supported, else fp16 (dynamic loss scale from 2^8), else fp32, and
+    DeepSpeed's "Adam" (FusedAdam on CUDA/NPU: built on first use). CPU: fp32 and a client
+    torch SGD (momentum 0.9), which ZeRO >= 1 accepts only with zero_allow_untested_optimizer.
+    """
+    if precision == "auto":
+        if accel_name == "cpu":
+            precision = "fp32"
+        else:
+            precision = "bf16" if bf16_ok else ("fp16" if fp16_ok else "fp32")
+    config: dict = {
+        "train_micro_batch_size_per_gpu": batch_size,
+        "gradient_accumulation_steps": 1,
+        "zero_optimization": {"stage": zero_stage},
+        "steps_per_print": 10**9,
+        "wall_clock_breakdown": False,
+    }
+    if precision == "bf16":
+        config["bf16"] = {"enabled": True}
+    elif precision == "fp16":
+        config["fp16"] = {"enabled": True, "initial_scale_power": 8, "loss_scale_window": 100}
+    client = accel_name == "cpu"
+    if client:
+        # a plain torch SGD: fine for a smoke test, but ZeRO >= 1 refuses it unless told
+        config["zero_allow_untested_optimizer"] = True
+    else:
+        config["optimizer"] = {"type": "Adam", "params": {"lr": min(lr, 0.01)}}
+    return config, precision, client
 
 
 def weights_sha256(named: list[tuple[str, object]]) -> str:
@@ -178,6 +233,16 @@ def main(argv: list[str] | None = None) -> int:
     )
     import torch.distributed as dist
 
+    bound = None
+    with contextlib.suppress(Exception):  # private API: only reported
+        bound = dist.distributed_c10d._get_default_group().bound_device_id
+    bf16_ok = fp16_ok = False
+    with contextlib.suppress(Exception):
+        bf16_ok, fp16_ok = bool(accel.is_bf16_supported()), bool(accel.is_fp16_supported())
+    config, precision, client_optimizer = ds_config(
+        accel_name, bf16_ok, fp16_ok, args.zero_stage, args.batch_size, args.lr, args.precision
+    )
+
     rank = dist.get_rank()
     world = dist.get_world_size()
     _state["rank"] = rank
@@ -195,6 +260,15 @@ def main(argv: list[str] | None = None) -> int:
         pid=os.getpid(),
         init_s=round(time.monotonic() - t0, 3),
         run_id=args.run_id,
+        precision=precision,
+        optimizer="torch SGD" if client_optimizer else "DeepSpeed Adam",
+        bound_device=str(bound) if bound is not None else None,
+        ds_accelerator_env=os.environ.get("DS_ACCELERATOR"),
+        visible_devices={
+            k: os.environ[k]
+            for k in ("CUDA_VISIBLE_DEVICES", "ASCEND_RT_VISIBLE_DEVICES")
+            if k in os.environ
+        },
     )
 
     # Same initial weights on every rank (DeepSpeed broadcasts rank 0's anyway).
@@ -214,25 +288,23 @@ def main(argv: list[str] | None = None) -> int:
     x_all = torch.randn(n, d_in, generator=gen_r)
     y_all = x_all @ w_true
 
-    config = {
-        "train_micro_batch_size_per_gpu": args.batch_size,
-        "gradient_accumulation_steps": 1,
-        "zero_optimization": {"stage": args.zero_stage},
-        # a plain torch SGD: fine for a smoke test, but ZeRO >= 1 refuses it unless told
-        "zero_allow_untested_optimizer": True,
-        "steps_per_print": 10**9,
-        "wall_clock_breakdown": False,
-    }
-    optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
-    engine, _, _, _ = deepspeed.initialize(model=model, optimizer=optimizer, config=config)
+    optimizer = (
+        torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9) if client_optimizer else None
+    )
+    _state["phase"] = "initialize"  # DeepSpeed builds its fused optimizer op here
+    engine, _, _, _ = deepspeed.initialize(
+        model=model, optimizer=optimizer, model_parameters=None if client_optimizer
+        else list(model.parameters()), config=config,
+    )
     loss_fn = torch.nn.MSELoss()
+    dtype = next(engine.module.parameters()).dtype
 
     _state["phase"] = "train"
     losses: list[float] = []
     for step in range(args.steps):
         lo = step * args.batch_size
-        x = x_all[lo : lo + args.batch_size].to(device)
-        y = y_all[lo : lo + args.batch_size].to(device)
+        x = x_all[lo : lo + args.batch_size].to(device=device, dtype=dtype)
+        y = y_all[lo : lo + args.batch_size].to(device=device, dtype=dtype)
         loss = loss_fn(engine(x), y)
         engine.backward(loss)
         engine.step()
