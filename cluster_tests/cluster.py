@@ -55,6 +55,8 @@ def node_probes(settings: Settings, markers: Iterable[str]) -> tuple[NodeProbe, 
         probes.append(("netprobe.py", "firewall", {}))
     if "env" in markers:
         probes.append(("envprobe.py", "envfiles", {"launch_dir": settings.value("ct_launch_dir")}))
+    if "health" in markers:
+        probes += [("healthprobe.py", "fabric", {}), ("healthprobe.py", "accel", {})]
     if "storage" in markers and settings.output_dir:
         probes.append(("storeprobe.py", "dir", {"path": settings.output_dir}))
     return tuple(probes)
