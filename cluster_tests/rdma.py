@@ -365,7 +365,7 @@ def parse_ulimit_a(text: str) -> dict[str, int]:
     return out
 
 
-def memlock_origin(limits: Mapping[str, Any]) -> list[str]:
+def memlock_origin(limits: Mapping[str, Any], min_kb: int = UNLIMITED) -> list[str]:
     """Where a low locked-memory limit comes from, from the probe's `limits` data: a `ulimit`
     line in the shell's rc files, a limits.conf/limits.d entry, or the limit sshd (and so
     systemd's LimitMEMLOCK or the container runtime) started with."""
@@ -377,8 +377,9 @@ def memlock_origin(limits: Mapping[str, Any]) -> list[str]:
         if "memlock" in line:
             where.append(f"{path}:{lineno}: {line.strip()}")
     for proc in limits.get("ancestors") or []:
+        soft = proc.get("memlock_soft_kb")
         if proc.get("comm") in ("sshd", "systemd", "init", "containerd-shim", "dockerd") and \
-                proc.get("memlock_soft_kb") not in (None, UNLIMITED):
+                soft not in (None, UNLIMITED) and (min_kb == UNLIMITED or soft < min_kb):
             where.append(f"{proc['comm']} (pid {proc['pid']}) already runs with max locked memory "
                          f"{fmt_kb(proc['memlock_soft_kb'])}: systemd's LimitMEMLOCK for the "
                          f"service, or the container's --ulimit memlock")
@@ -440,7 +441,7 @@ def judge_shm(shm: Mapping[str, Any], slots: int, per_rank_mb: float = SHM_PER_R
     if avail is None or avail >= need:
         return None
     return (f"/dev/shm has {fmt_bytes(avail)} free of {fmt_bytes(total)}, below the "
-            f"{fmt_bytes(need)} that {slots} local rank{'s' if slots != 1 else ''} need "
+            f"{fmt_bytes(need)} that {slots} local rank{'s need' if slots != 1 else ' needs'} "
             f"({per_rank_mb:g} MiB a rank, --shm-per-rank-mb)")
 
 

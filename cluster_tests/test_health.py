@@ -149,7 +149,7 @@ def test_memlock(cluster: Cluster, node: str, record_property) -> None:
     wrong = rdma.judge_memlock(soft, hard, bool(ports), minimum)
     if wrong is None:
         return
-    origin = rdma.memlock_origin(lim)
+    origin = rdma.memlock_origin(lim, minimum)
     raise_soft = hard == rdma.UNLIMITED or (minimum != rdma.UNLIMITED and hard >= minimum)
     pytest.fail(
         f"{node}: {wrong} ({len(ports)} RDMA port(s) here); memory registration "
