@@ -276,6 +276,8 @@ class CollectiveReport:
     exit_codes: dict[int, int | None] = field(default_factory=dict)
     pids: dict[int, int] = field(default_factory=dict)
     stopped: Stopped | None = None  # the sweep ended early: the link is too slow for the sizes
+    #: rank -> NCCL's INFO lines about transports (the worker's `transport` event; nccllog)
+    transport_lines: dict[int, list[str]] = field(default_factory=dict)
     verdict: str = "unknown"  # ok | wrong | missing | hang | failed | incomplete
     message: str = ""
 
@@ -339,6 +341,8 @@ def collect(events_by_rank: Mapping[int, Sequence[dict]], ranks: Sequence[Rank],
                     size_bytes=int(ev["size_bytes"]), op_seconds=float(ev["op_seconds"]),
                     size_seconds=float(ev["size_seconds"]),
                     skipped=tuple(int(x) for x in ev.get("skipped", [])))
+            elif kind == "transport":
+                report.transport_lines[r.rank] = [str(x) for x in ev.get("lines", [])]
             elif kind == "missing_ranks":
                 rendezvous = rendezvous or ev
             elif kind == "error":
@@ -443,6 +447,9 @@ def format_table(report: CollectiveReport) -> str:
             + " to stay within --collective-size-seconds")
     if report.stopped is not None:
         lines.append(f"# {report.stopped.describe()}")
+    from cluster_tests import nccllog
+
+    lines += nccllog.table_lines(report.transport_lines, report.ranks)
     lines.append(f"# verdict: {report.verdict}: {report.message}")
     return "\n".join(lines)
 

@@ -301,3 +301,61 @@ def test_nccl_log_roce_2_7_8_and_shm_direct():
     assert t.network == "IB" and t.net_devices == ["mlx5_1:1/RoCE"] and t.version == "2.7.8+cuda11.0"
     shm = nccllog.parse(sample("nccl-debug-shm-direct-8gpu-l20.txt"))
     assert shm.intra == {"SHM/direct/direct"} and shm.network == "" and not shm.on_sockets
+
+
+# -- C1 wiring: the workers' `transport` events, the table lines, the socket-fallback verdict ------
+
+def _worker_module():
+    path = PROBE.parent / "allreduce.py"
+    spec = importlib.util.spec_from_file_location("ct_allreduce_worker", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_worker_routes_nccl_debug_to_a_file_and_sends_the_transport_lines(monkeypatch, capsys,
+                                                                          tmp_path):
+    import json
+
+    worker = _worker_module()
+    monkeypatch.setattr("tempfile.gettempdir", lambda: str(tmp_path))
+    monkeypatch.delenv("NCCL_DEBUG", raising=False)
+    monkeypatch.delenv("NCCL_DEBUG_FILE", raising=False)
+    assert worker._nccl_debug_file("gloo") is None and "NCCL_DEBUG" not in __import__("os").environ
+    path = worker._nccl_debug_file("nccl")
+    import os
+    assert os.environ["NCCL_DEBUG"] == "INFO" and os.environ["NCCL_DEBUG_FILE"] == path
+    # what NCCL would have written there: a real INFO log
+    Path(path).write_text(sample("nccl-debug-socket-fallback-gke-h100-2node-rank0.txt"))
+    worker._emit_transport(path)
+    event = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert event["event"] == "transport" and not Path(path).exists()
+    assert any("Using network Socket" in ln for ln in event["lines"])
+    assert not any("Setting affinity" in ln for ln in event["lines"])
+    assert nccllog.parse(event["lines"]).on_sockets
+
+
+def _report(lines_by_host):
+    from cluster_tests import collective as C
+
+    ranks = C.assign_ranks({h: 1 for h in lines_by_host})
+    events = {r.rank: [{"event": "start", "backend": "nccl"}, {"event": "joined"},
+                       {"event": "transport", "lines": lines_by_host[r.host].splitlines()},
+                       {"event": "init_ok"}, {"event": "done", "ok": True}] for r in ranks}
+    return C, C.collect(events, ranks, {r.rank: 0 for r in ranks})
+
+
+def test_c1_table_names_each_nodes_transport_and_the_fallback():
+    C, report = _report({"node1": sample("nccl-debug-roce-net-ib-p2p-ipc-shm-nccl2.5.7.txt"),
+                         "node2": sample("nccl-debug-socket-fallback-gke-h100-2node-rank0.txt")})
+    table = C.format_table(report)
+    assert "# transport node1: net NET/IB; intra-node P2P/IPC, direct shared memory" in table
+    assert "# transport node2: net Socket; intra-node P2P/CUMEM" in table
+    nodes = nccllog.by_node(report.transport_lines, report.ranks)
+    # node2 has active RDMA ports (as section R read them): red, with NCCL's own reason
+    assert nccllog.socket_fallbacks(nodes, {"node2": "mlx5_0:1"}) == [
+        "node2: NCCL used sockets (NET/Socket) although the node has active RDMA ports "
+        "(mlx5_0:1); NCCL said: NET/IB : No device found."]
+    # a node without RDMA devices may use sockets; IB nodes are never a fallback
+    assert nccllog.socket_fallbacks(nodes, {"node1": "mlx5_0:1"}) == []
+    assert nccllog.socket_fallbacks(nodes, {}) == []

@@ -410,6 +410,33 @@ def sweep(torch: object, dist: object, args: argparse.Namespace, backend: str,
     return wrong_all
 
 
+# NCCL_DEBUG=INFO goes to a file of this rank's; after init its transport lines are sent as a
+# `transport` event, parsed on the launcher (cluster_tests/nccllog.py) for C1's table and check.
+_TRANSPORT_LINE = ("NET/", "Using network", " via ", "NCCL WARN", "NCCL version")
+
+
+def _nccl_debug_file(backend: str) -> str | None:
+    if backend != "nccl":
+        return None
+    import tempfile
+
+    path = os.path.join(tempfile.gettempdir(), f"ct-nccl-{os.getpid()}.log")
+    os.environ.update(NCCL_DEBUG="INFO", NCCL_DEBUG_FILE=path)
+    return path
+
+
+def _emit_transport(path: str | None) -> None:
+    if not path:
+        return
+    try:
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            lines = [ln.rstrip("\n") for ln in fh if any(k in ln for k in _TRANSPORT_LINE)]
+        os.unlink(path)
+    except OSError:
+        lines = []
+    emit("transport", lines=lines[-400:])
+
+
 def main(argv: list) -> int:
     global _RANK
     args = parse_args(argv)
@@ -425,6 +452,7 @@ def main(argv: list) -> int:
          sizes=args.sizes, iters=args.iters,
          timed=TIMED.format(iters=args.iters, warmup=args.warmup))
     say(f"backend {backend} on {device} ({reason}); {json.dumps(versions)}")
+    nccl_log = _nccl_debug_file(backend)
     if backend == "nccl":
         torch.cuda.set_device(args.local_rank)
     elif backend == "hccl":
@@ -454,8 +482,10 @@ def main(argv: list) -> int:
             fail("init", f"first all_reduce of ones gave {probe.item()}, "
                  f"expected {args.world_size}")
     except Exception as exc:  # noqa: BLE001 - report the stage, whatever broke
+        _emit_transport(nccl_log)
         fail("init", f"{type(exc).__name__}: {exc}")
     watchdog.disarm()
+    _emit_transport(nccl_log)
     emit("init_ok", backend=backend, seconds=round(time.monotonic() - t_init, 3))
 
     watchdog.arm("collective", args.op_timeout)
