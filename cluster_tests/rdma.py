@@ -199,6 +199,11 @@ def ports_from_probe(rdma: Mapping[str, Any]) -> tuple[list[Port], str]:
     """The node's ports and where they were read from ('sysfs', 'ibstat', 'ibv_devinfo' or '')."""
     ports = ports_from_sysfs(rdma.get("sysfs") or {})
     if ports:
+        shown = rdma.get("show_gids") or {}
+        table = parse_show_gids(shown.get("out", "")) if shown.get("rc") == 0 else {}
+        for p in ports:
+            if not p.gids and (p.device, p.port) in table:
+                p.gids = table[(p.device, p.port)]
         return ports, f"{rdma.get('sysfs_root', '/sys')}/class/infiniband"
     for tool, parse in (("ibv_devinfo", parse_ibv_devinfo), ("ibstat", parse_ibstat)):
         res = (rdma.get("tools") or {}).get(tool)
@@ -211,11 +216,15 @@ def ports_from_probe(rdma: Mapping[str, Any]) -> tuple[list[Port], str]:
 
 # -- peer comparison --------------------------------------------------------------------------------
 
-def compare_ports(node: str, mine: list[Port], peers: Mapping[str, list[Port]]) -> list[str]:
+def compare_ports(node: str, mine: list[Port], peers: Mapping[str, list[Port]],
+                  spec: HcaSpec | None = None) -> list[str]:
     """Problems of `node`'s ports against the other nodes': a port that is down here while
     some peer has the same device:port up, and an active port slower than the same port on a
-    peer.  A port down on every node (an unused Ethernet port) is no problem here."""
+    peer.  A port down on every node (an unused Ethernet port) is no problem here, nor one
+    that NCCL_IB_HCA (`spec`) leaves out."""
     problems = []
+    if spec is not None:
+        mine = [p for p in mine if spec.matches(p)]
     by_name: dict[str, dict[str, Port]] = {}
     for peer, ports in peers.items():
         if peer == node:

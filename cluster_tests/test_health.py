@@ -69,7 +69,9 @@ def test_rdma_ports(cluster: Cluster, node: str, record_property) -> None:
     """R1: the node's RDMA ports are active and as fast as the same ports on its peers."""
     ports, source = _need_rdma(cluster, node)
     record_property("rdma", rdma.rdma_summary(ports))
-    problems = rdma.compare_ports(node, ports, _peer_ports(cluster, node))
+    hca, _ = _launch_env(cluster, node, "NCCL_IB_HCA")
+    spec = rdma.parse_hca_spec(hca) if hca else None
+    problems = rdma.compare_ports(node, ports, _peer_ports(cluster, node), spec)
     if not any(p.up for p in ports):
         problems.append("no RDMA port is active: " + ", ".join(p.describe() for p in ports))
     if problems:

@@ -79,6 +79,9 @@ def test_port_down_where_the_peer_has_it_up():
     problems = rdma.compare_ports("node2", mine, {"node1": peer})
     assert len(problems) == 2
     assert problems[0].startswith("mlx4_1:2 (down") and "active on node1" in problems[0]
+    # a port that NCCL_IB_HCA leaves out is none of the launch's business
+    assert rdma.compare_ports("node2", mine, {"node1": peer}, rdma.parse_hca_spec("=mlx4_0:1,mlx4_1:1")) == []
+    assert len(rdma.compare_ports("node2", mine, {"node1": peer}, rdma.parse_hca_spec("mlx4_1"))) == 1
     # the other way round: node1's ports are all up, nothing to say
     assert rdma.compare_ports("node1", peer, {"node2": mine}) == []
 
@@ -359,3 +362,12 @@ def test_c1_table_names_each_nodes_transport_and_the_fallback():
     # a node without RDMA devices may use sockets; IB nodes are never a fallback
     assert nccllog.socket_fallbacks(nodes, {"node1": "mlx5_0:1"}) == []
     assert nccllog.socket_fallbacks(nodes, {}) == []
+
+
+def test_gid_table_from_show_gids_where_sysfs_has_none():
+    tree = {"mlx5_0": {"ports": {"1": {"state": "4: ACTIVE", "link_layer": "Ethernet"}}}}
+    ports, source = rdma.ports_from_probe(
+        {"sysfs_root": "/sys", "sysfs": tree,
+         "show_gids": {"rc": 0, "out": sample("show-gids-roce-v1-v2-pod-macvlan.txt")}})
+    assert source == "/sys/class/infiniband"
+    assert rdma.judge_gid_index(5, ports) == ({"mlx5_0:1": "RoCE v2"}, [])
