@@ -19,6 +19,7 @@ What is timed, and the units: see ``remote_scripts/allreduce.py`` (the table's `
 from __future__ import annotations
 
 import json
+import os
 import statistics
 from pathlib import Path
 
@@ -100,6 +101,11 @@ def _socket_fallbacks(cluster: Cluster, run: R.RemoteRun, record_property) -> li
         record_property(f"transport@{host}", t.describe())
         if not t.on_sockets:
             continue
+        env = {**cluster.base(host)["env"], **{k: v for k, v in os.environ.items()
+                                                if k.startswith("NCCL_")}}
+        if env.get("NCCL_IB_DISABLE", "0").strip() not in ("", "0") or \
+                env.get("NCCL_NET", "").strip().lower() == "socket":
+            continue  # sockets on purpose
         try:
             ports = rdma.ports_from_probe(
                 cluster.probe(host, "fabric", script="healthprobe.py")["rdma"])[0]

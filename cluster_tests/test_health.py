@@ -47,12 +47,22 @@ def _peer_ports(cluster: Cluster, node: str) -> dict[str, list[rdma.Port]]:
     return out
 
 
+def _ib_disabled(cluster: Cluster, node: str) -> str:
+    value, where = _launch_env(cluster, node, "NCCL_IB_DISABLE")
+    if value is not None and value.strip() not in ("", "0"):
+        return f"{node}: NCCL_IB_DISABLE={value} (from {where}): NCCL will not use RDMA"
+    return ""
+
+
 def _need_rdma(cluster: Cluster, node: str) -> tuple[list[rdma.Port], str]:
     _section(cluster, node, "fabric")
     ports, source = _ports(cluster, node)
     if not ports:
         pytest.skip(f"{node}: no RDMA devices (/sys/class/infiniband is empty or absent, and no "
                     f"ibv_devinfo/ibstat lists any): NCCL/HCCL will use TCP sockets here")
+    disabled = _ib_disabled(cluster, node)
+    if disabled:
+        pytest.skip(disabled)
     return ports, source
 
 
@@ -148,7 +158,7 @@ def test_memlock(cluster: Cluster, node: str, record_property) -> None:
     record_property("memlock", f"{rdma.fmt_kb(soft)} (hard {rdma.fmt_kb(hard)})")
     ports, _ = _ports(cluster, node)
     minimum = cluster.settings.value("ct_min_memlock_kb") or rdma.UNLIMITED
-    wrong = rdma.judge_memlock(soft, hard, bool(ports), minimum)
+    wrong = rdma.judge_memlock(soft, hard, bool(ports) and not _ib_disabled(cluster, node), minimum)
     if wrong is None:
         return
     origin = rdma.memlock_origin(lim, minimum)

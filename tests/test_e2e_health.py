@@ -87,6 +87,15 @@ def test_rdma_healthy_then_memlock_port_down_and_hca(healthy_sim):
     assert "NCCL_IB_HCA==mlx4_0:2,mlx5_1" in hca and "'mlx5_1' names no RDMA port here" in hca
     assert "export NCCL_IB_HCA==" in hca
 
+    # NCCL told not to use RDMA: neither the limit nor the ports matter to the launch
+    healthy_sim.append_bashrc("node2", "export NCCL_IB_DISABLE=1\n")
+    healthy_sim.append_bashrc("node3", "export NCCL_IB_DISABLE=1\n")
+    healthy_sim.append_bashrc("node1", "export NCCL_IB_DISABLE=1\n")
+    off = run_suite(healthy_sim, "-m", "health", "--min-memlock-kb", "8192")
+    assert off.returncode == 0, off.describe()
+    assert "NCCL_IB_DISABLE=1 (from node3's non-interactive shell)" in off.message(
+        "test_rdma_ports[node3]")
+
 
 def test_small_dev_shm_and_gpu_with_uncorrectable_errors(healthy_sim):
     healthy_sim.resize_shm("node3", "64m")
@@ -106,3 +115,26 @@ def test_small_dev_shm_and_gpu_with_uncorrectable_errors(healthy_sim):
     assert "nvidia-smi -r -i <index>" in gpu
     assert "no Ascend NPU" in result.message("test_npu_health[node1]")
     assert "CPU only" in result.message("test_gpu_health[node2]")
+
+
+def test_npu_roce_port_and_device_ips(healthy_sim):
+    """Fake npu-smi and hccn_tool on node2 printing the real captures: 8 NPUs (npu-smi info -l),
+    health OK, but `net health status: Socket failed` and the same device IP on every device."""
+    s = {k: shlex.quote(str(SAMPLES / v)) for k, v in {
+        "list": "npu-smi-info-l-8npu.txt", "health": "npu-smi-info-t-health-ok.txt",
+        "net": "hccn-tool-net-health-g-socket-failed.txt", "link": "hccn-tool-link-g-up.txt",
+        "ip": "hccn-tool-ip-g-unredacted.txt", "tls": "hccn-tool-tls-g-switch.txt"}.items()}
+    _fake_tool(healthy_sim, "node2", "npu-smi",
+               f'case "$2" in -l) cat {s["list"]};; -t) cat {s["health"]};; esac\n')
+    _fake_tool(healthy_sim, "node2", "hccn_tool",
+               f'case "$3" in -net_health) cat {s["net"]};; -link) cat {s["link"]};; '
+               f'-ip) cat {s["ip"]};; -tls) cat {s["tls"]};; esac\n')
+    result = run_suite(healthy_sim, "-m", "health")
+    assert result.failed == {"test_npu_health[node2]"}, result.describe()
+    msg = result.message("test_npu_health[node2]")
+    assert "device 0: net health status Socket failed" in msg
+    assert "device 7: net health status Socket failed" in msg
+    assert "devices 0 and 1 share the device IP 192.161.200.10" in msg
+    assert "hccn_tool -i <dev> -ip -s address" in msg
+    assert "no NVIDIA GPU" in result.message("test_gpu_health[node2]")
+    assert "CPU only" in result.message("test_npu_health[node1]")
