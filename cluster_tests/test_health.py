@@ -253,6 +253,14 @@ def test_gpu_health(cluster: Cluster, node: str, record_property) -> None:
             pytrace=False)
 
 
+def _npu_verdict(cluster: Cluster, node: str):
+    """judge_npu of the node's `accel` probe, once per node (None: no npu-smi there)."""
+    def compute():
+        raw = cluster.probe(node, "accel", script="healthprobe.py")
+        return gpuhealth.judge_npu(raw) if "npu_smi_info_l" in raw else None
+    return cluster.memo(("health", "npu", node), compute)
+
+
 def test_npu_health(cluster: Cluster, node: str, record_property) -> None:
     """R8: every Ascend NPU's health, RoCE port (net health, link) and device IP (set, one per
     NPU, no clash across nodes), and the TLS switch the same on every node."""
@@ -262,7 +270,8 @@ def test_npu_health(cluster: Cluster, node: str, record_property) -> None:
     raw = _section(cluster, node, "accel")
     if "npu_smi_info_l" not in raw:
         pytest.skip(f"{node}: no Ascend NPU (npu-smi not on the non-interactive PATH)")
-    problems, notes, ips, tls = gpuhealth.judge_npu(raw)
+    problems, notes, ips, tls = _npu_verdict(cluster, node)
+    problems, notes = list(problems), list(notes)  # the memo's lists stay as they are
     record_property("npu_device_ips", ", ".join(f"{d}={ip}" for d, ip in ips.items()) or "none")
     if raw.get("hccn") == {}:
         notes.append("hccn_tool not found: RoCE ports and device IPs not checked")
@@ -270,12 +279,12 @@ def test_npu_health(cluster: Cluster, node: str, record_property) -> None:
         if peer == node or cluster.login_error(peer) is not None:
             continue
         try:
-            other = cluster.probe(peer, "accel", script="healthprobe.py")
+            other = _npu_verdict(cluster, peer)
         except ProbeError:
             continue
-        if "npu_smi_info_l" not in other:
+        if other is None:
             continue
-        _, _, peer_ips, peer_tls = gpuhealth.judge_npu(other)
+        _, _, peer_ips, peer_tls = other
         clash = sorted(set(ips.values()) & set(peer_ips.values()))
         if clash:
             problems.append(f"device IP(s) {', '.join(clash)} also on {peer}")

@@ -118,19 +118,22 @@ def test_small_dev_shm_and_gpu_with_uncorrectable_errors(healthy_sim):
 
 
 def test_npu_roce_port_and_device_ips(healthy_sim):
-    """Fake npu-smi and hccn_tool on node2 printing the real captures: 8 NPUs (npu-smi info -l),
-    health OK, but `net health status: Socket failed` and the same device IP on every device."""
+    """Fake npu-smi and hccn_tool on node2 and node3 printing the real captures: 8 NPUs
+    (npu-smi info -l), health OK, but `net health status: Socket failed` and the same device IP
+    on every device of both nodes."""
     s = {k: shlex.quote(str(SAMPLES / v)) for k, v in {
         "list": "npu-smi-info-l-8npu.txt", "health": "npu-smi-info-t-health-ok.txt",
         "net": "hccn-tool-net-health-g-socket-failed.txt", "link": "hccn-tool-link-g-up.txt",
         "ip": "hccn-tool-ip-g-unredacted.txt", "tls": "hccn-tool-tls-g-switch.txt"}.items()}
-    _fake_tool(healthy_sim, "node2", "npu-smi",
-               f'case "$2" in -l) cat {s["list"]};; -t) cat {s["health"]};; esac\n')
-    _fake_tool(healthy_sim, "node2", "hccn_tool",
-               f'case "$3" in -net_health) cat {s["net"]};; -link) cat {s["link"]};; '
-               f'-ip) cat {s["ip"]};; -tls) cat {s["tls"]};; esac\n')
+    for node in ("node2", "node3"):
+        _fake_tool(healthy_sim, node, "npu-smi",
+                   f'case "$2" in -l) cat {s["list"]};; -t) cat {s["health"]};; esac\n')
+        _fake_tool(healthy_sim, node, "hccn_tool",
+                   f'case "$3" in -net_health) cat {s["net"]};; -link) cat {s["link"]};; '
+                   f'-ip) cat {s["ip"]};; -tls) cat {s["tls"]};; esac\n')
     result = run_suite(healthy_sim, "-m", "health")
-    assert result.failed == {"test_npu_health[node2]"}, result.describe()
+    assert result.failed == {"test_npu_health[node2]", "test_npu_health[node3]"}, result.describe()
+    assert "device IP(s) 192.161.200.10 also on node3" in result.message("test_npu_health[node2]")
     msg = result.message("test_npu_health[node2]")
     assert "device 0: net health status Socket failed" in msg
     assert "device 7: net health status Socket failed" in msg
