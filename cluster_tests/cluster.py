@@ -175,6 +175,9 @@ class Cluster:
             inv = self.cached(("inventory", name))
             if inv is not None:
                 row["accelerators"] = inv.describe()
+            rdma_ports = (self.cached(("health", "ports", name)) or ([], ""))[0]  # test_health
+            if rdma_ports:
+                row["rdma"] = f"{sum(p.up for p in rdma_ports)}/{len(rdma_ports)} ports active"
             mtus = self.cached(("netcheck", "mtus")) or {}
             if name in mtus:
                 dev, mtu = mtus[name]

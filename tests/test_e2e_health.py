@@ -17,6 +17,7 @@ pass --min-memlock-kb 8192 (what "large enough" means is the option's to say).
 
 from __future__ import annotations
 
+import json
 import shlex
 import shutil
 from pathlib import Path
@@ -63,6 +64,9 @@ def test_rdma_healthy_then_memlock_port_down_and_hca(healthy_sim):
     green = run_suite(healthy_sim, "-m", "health", "--min-memlock-kb", "8192")
     assert green.returncode == 0, green.describe()
     assert "4 ports, 4 active" in green.properties["test_rdma_ports[node2]"]["rdma"]
+    nodes = json.loads(green.junit.with_name("summary.json").read_text())["nodes"]
+    node2 = next(n for n in nodes if "node2" in n.values())
+    assert node2["rdma"] == "4/4 ports active", node2  # the node table's column
 
     healthy_sim.append_bashrc("node2", "ulimit -l 64\n")
     port = trees["node3"] / "mlx4_0" / "ports" / "2"
