@@ -6,6 +6,7 @@ GID is only wrong because the peers differ."""
 from __future__ import annotations
 
 import os
+import re
 import warnings
 from typing import Any
 
@@ -168,8 +169,7 @@ def test_memlock(cluster: Cluster, node: str, record_property) -> None:
         f"(ibv_reg_mr) fails or NCCL falls back to sockets.\n"
         + ("  set by:\n    " + "\n    ".join(origin) + "\n" if origin else "")
         + f"  fix, on {node}: "
-        + ("remove or raise the `ulimit -l` line above; " if any("ulimit" in o for o in origin)
-           else "")
+        + "".join(f"remove or raise `{o}`; " for o in origin if "ulimit" in o)
         + ("`ulimit -l unlimited` in ~/.bashrc above any early return (the hard limit allows "
            "it), or " if raise_soft else "")
         + "'* soft memlock unlimited' and '* hard memlock unlimited' in "
@@ -242,15 +242,34 @@ def test_gpu_health(cluster: Cluster, node: str, record_property) -> None:
     for note in notes:
         warnings.warn(HealthWarning(f"{node}: {note}"), stacklevel=1)
     if problems:
-        pytest.fail(
-            f"{node}: GPU health:\n  " + "\n  ".join(problems)
-            + f"\n  fix, on {node}: drain the node or leave the GPU out (--exclude {node}:<index>)"
-              f"; a pending row remap or retirement clears with a GPU reset (nvidia-smi -r -i "
-              f"<index>, no process on it) or a reboot; uncorrectable ECC errors that come back, "
-              f"a narrow PCIe link, a down NVLink or hardware Xids: RMA the GPU/baseboard "
-              f"(nvidia-bug-report.sh); no fabric manager: systemctl enable --now "
-              f"nvidia-fabricmanager",
-            pytrace=False)
+        pytest.fail(f"{node}: GPU health:\n  " + "\n  ".join(problems)
+                    + f"\n  fix, on {node}: " + "; ".join(_gpu_fixes(node, problems)),
+                    pytrace=False)
+
+
+def _gpu_fixes(node: str, problems: list[str]) -> list[str]:
+    """The fixes that the problems found call for (each once), naming the GPUs."""
+    def gpus(*words: str) -> str:
+        idx = sorted({m.group(1) for p in problems if any(w in p for w in words)
+                      for m in [re.match(r"GPU (\d+) ", p)] if m}, key=int)
+        return ",".join(idx) or "<index>"
+    text = "\n".join(problems)
+    fixes = []
+    if any(w in text for w in ("pending", "Reset Required", "Xid 79", "fallen off")):
+        i = gpus("pending", "Reset Required", "Xid")
+        fixes.append(f"reset GPU {i} with nothing running on it (nvidia-smi -r -i {i}) or "
+                     f"reboot the node; meanwhile leave it out (--exclude {node}:{i})")
+    if any(w in text for w in ("uncorrectable ECC", "row remapping failed", "PCIe link width",
+                               "NVLink down", "Xid")):
+        fixes.append(f"drain {node}: errors that come back after a reset, a failed remap, a "
+                     f"narrow PCIe link, a down NVLink or hardware Xids mean RMA "
+                     f"(nvidia-bug-report.sh for the vendor)")
+    if "clocks held down" in text:
+        fixes.append("check cooling and power (nvidia-smi -q -d PERFORMANCE,TEMPERATURE,POWER)")
+    if "fabric manager" in text or "fabric state" in text:
+        fixes.append("systemctl enable --now nvidia-fabricmanager (its version must match "
+                     "the driver's)")
+    return fixes or [f"see nvidia-smi -q on {node}"]
 
 
 def _npu_verdict(cluster: Cluster, node: str):

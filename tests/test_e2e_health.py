@@ -18,6 +18,7 @@ pass --min-memlock-kb 8192 (what "large enough" means is the option's to say).
 from __future__ import annotations
 
 import json
+import re
 import shlex
 import shutil
 from pathlib import Path
@@ -80,6 +81,7 @@ def test_rdma_healthy_then_memlock_port_down_and_hca(healthy_sim):
     memlock = result.message("test_memlock[node2]")
     assert "max locked memory (ulimit -l) is 64 KB" in memlock
     assert "/root/.bashrc:" in memlock and ": ulimit -l 64" in memlock
+    assert re.search(r"remove or raise `/root/\.bashrc:\d+: ulimit -l 64`", memlock)
     assert "/etc/security/limits.d/" in memlock and "--ulimit memlock=-1" in memlock
 
     down = result.message("test_rdma_ports[node3]")
@@ -112,11 +114,12 @@ def test_small_dev_shm_and_gpu_with_uncorrectable_errors(healthy_sim):
     shm = result.message("test_dev_shm[node3]")
     assert "/dev/shm has 64 MiB free of 64 MiB, below the 128 MiB that 1 local rank needs" in shm
     assert "--shm-size=1g" in shm and "mount -o remount,size=1G /dev/shm" in shm
+    assert "mounted as: tmpfs /dev/shm tmpfs rw,nosuid,nodev,relatime,size=65536k" in shm
 
     gpu = result.message("test_gpu_health[node1]")
     assert "GPU 0 (00000000:07:00.0, NVIDIA A10): row remapping pending (4 row(s) remapped for " \
            "uncorrectable errors)" in gpu
-    assert "nvidia-smi -r -i <index>" in gpu
+    assert "nvidia-smi -r -i 0" in gpu and "--exclude node1:0" in gpu
     assert "no Ascend NPU" in result.message("test_npu_health[node1]")
     assert "CPU only" in result.message("test_gpu_health[node2]")
 

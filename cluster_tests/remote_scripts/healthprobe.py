@@ -158,7 +158,8 @@ def section_fabric(params):
     except OSError as exc:
         shm = {"exists": False, "error": str(exc)}
     mounts = read("/proc/self/mounts", 1024 * 1024) or ""
-    shm["mount"] = next((ln for ln in mounts.splitlines() if ln.split()[1:2] == ["/dev/shm"]), "")
+    # the last mount on /dev/shm is the one in force (a container's or a namespace's on top)
+    shm["mount"] = ([ln for ln in mounts.splitlines() if ln.split()[1:2] == ["/dev/shm"]] or [""])[-1]
     return {
         "rdma": {"sysfs_root": root, "sysfs": tree, "tools": tools, "show_gids": show_gids},
         "limits": {
