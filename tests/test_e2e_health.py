@@ -108,8 +108,13 @@ def test_small_dev_shm_and_gpu_with_uncorrectable_errors(healthy_sim):
     q = SAMPLES / "nvidia-smi-q-a10-1gpu-remap-pending.txt"
     _fake_tool(healthy_sim, "node1", "nvidia-smi",
                f'case "$1" in -q) cat {shlex.quote(str(q))};; *) exit 0;; esac\n')
+    healthy_sim.append_bashrc("node2", "ulimit -n 512\n")
     result = run_suite(healthy_sim, "-m", "health")
-    assert result.failed == {"test_dev_shm[node3]", "test_gpu_health[node1]"}, result.describe()
+    assert result.failed == {"test_dev_shm[node3]", "test_gpu_health[node1]",
+                             "test_open_files[node2]"}, result.describe()
+    nofile = result.message("test_open_files[node2]")
+    assert "open files (ulimit -n) is 512, below 1024" in nofile
+    assert re.search(r"set by:\n    /root/\.bashrc:\d+: ulimit -n 512", nofile)
 
     shm = result.message("test_dev_shm[node3]")
     assert "/dev/shm has 64 MiB free of 64 MiB, below the 128 MiB that 1 local rank needs" in shm

@@ -371,3 +371,22 @@ def test_gid_table_from_show_gids_where_sysfs_has_none():
          "show_gids": {"rc": 0, "out": sample("show-gids-roce-v1-v2-pod-macvlan.txt")}})
     assert source == "/sys/class/infiniband"
     assert rdma.judge_gid_index(5, ports) == ({"mlx5_0:1": "RoCE v2"}, [])
+
+
+def test_probe_fabric_section_reads_this_machine(tmp_path, monkeypatch, sysfs):
+    """The node-side section itself, run here: limits from getrlimit, the rc line that sets
+    one, /dev/shm from statvfs, the RDMA tree from CLUSTER_TESTS_SYSFS."""
+    import resource
+
+    probe = _probe_module()
+    (tmp_path / ".bashrc").write_text("export A=1\n# ulimit -l 1\nulimit -l 64\n")
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("CLUSTER_TESTS_SYSFS", str(sysfs))
+    data = probe.section_fabric({})
+    soft = resource.getrlimit(resource.RLIMIT_MEMLOCK)[0]
+    assert data["limits"]["memlock_soft_kb"] == (-1 if soft == resource.RLIM_INFINITY else soft // 1024)
+    assert data["limits"]["rc_ulimit_lines"][0] == [str(tmp_path / ".bashrc"), 3, "ulimit -l 64"]
+    assert data["limits"]["ancestors"][0]["pid"] > 0
+    assert data["shm"]["exists"] and data["shm"]["total_bytes"] > 0
+    ports, source = rdma.ports_from_probe(data["rdma"])
+    assert len(ports) == 4 and source == f"{sysfs}/class/infiniband"
