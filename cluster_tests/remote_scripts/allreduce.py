@@ -415,12 +415,16 @@ def sweep(torch: object, dist: object, args: argparse.Namespace, backend: str,
 _TRANSPORT_LINE = ("NET/", "Using network", " via ", "NCCL WARN", "NCCL version")
 
 
+def _nccl_log_path(pid: int) -> str:
+    import tempfile
+
+    return os.path.join(tempfile.gettempdir(), f"ct-nccl-{pid}.log")
+
+
 def _nccl_debug_file(backend: str) -> str | None:
     if backend != "nccl":
         return None
-    import tempfile
-
-    path = os.path.join(tempfile.gettempdir(), f"ct-nccl-{os.getpid()}.log")
+    path = _nccl_log_path(os.getpid())
     os.environ.update(NCCL_DEBUG="INFO", NCCL_DEBUG_FILE=path)
     return path
 
@@ -584,6 +588,11 @@ def supervise(spec: dict, source: bytes) -> int:
                 pumps[rank].join(timeout=1.0)  # relay what it printed before its exit line
                 emit("exit", exit_rank=rank, code=code, killed=stop.is_set())
         time.sleep(0.05)
+    for proc in procs.values():  # a worker killed mid-init leaves its NCCL log behind
+        try:
+            os.unlink(_nccl_log_path(proc.pid))
+        except OSError:
+            pass
     emit("reaped", killed=stop.is_set())
     return 0
 
