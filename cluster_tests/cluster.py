@@ -55,6 +55,8 @@ def node_probes(settings: Settings, markers: Iterable[str]) -> tuple[NodeProbe, 
         probes.append(("netprobe.py", "firewall", {}))
     if "env" in markers:
         probes.append(("envprobe.py", "envfiles", {"launch_dir": settings.value("ct_launch_dir")}))
+    if "health" in markers:
+        probes += [("healthprobe.py", "fabric", {}), ("healthprobe.py", "accel", {})]
     if "storage" in markers and settings.output_dir:
         probes.append(("storeprobe.py", "dir", {"path": settings.output_dir}))
     return tuple(probes)
@@ -174,6 +176,9 @@ class Cluster:
             inv = self.cached(("inventory", name))
             if inv is not None:
                 row["accelerators"] = inv.describe()
+            rdma_ports = (self.cached(("health", "ports", name)) or ([], ""))[0]  # test_health
+            if rdma_ports:
+                row["rdma"] = f"{sum(p.up for p in rdma_ports)}/{len(rdma_ports)} ports active"
             mtus = self.cached(("netcheck", "mtus")) or {}
             if name in mtus:
                 dev, mtu = mtus[name]

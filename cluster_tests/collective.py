@@ -289,6 +289,8 @@ class CollectiveReport:
     devices: dict[int, str] = field(default_factory=dict)  # every rank's device
     init_timeout_s: float | None = None  # the init deadline the ranks used (HCCL: longer)
     capped: dict | None = None  # sizes the ranks' memory could not hold (the worker's event)
+    #: rank -> NCCL's INFO lines about transports (the worker's `transport` event; nccllog)
+    transport_lines: dict[int, list[str]] = field(default_factory=dict)
     verdict: str = "unknown"  # ok | wrong | missing | hang | failed | incomplete
     message: str = ""
 
@@ -360,6 +362,8 @@ def collect(events_by_rank: Mapping[int, Sequence[dict]], ranks: Sequence[Rank],
                     skipped=tuple(int(x) for x in ev.get("skipped", [])))
             elif kind == "capped" and report.capped is None:
                 report.capped = dict(ev)
+            elif kind == "transport":
+                report.transport_lines[r.rank] = [str(x) for x in ev.get("lines", [])]
             elif kind == "missing_ranks":
                 rendezvous = rendezvous or ev
             elif kind == "error":
@@ -468,6 +472,9 @@ def format_table(report: CollectiveReport) -> str:
         skipped = ", ".join(format_size(int(x)) + "B" for x in report.capped.get("skipped", []))
         lines.append(f"# not run for lack of memory: {skipped} (largest buffer every rank can "
                      f"hold: {report.capped.get('cap_bytes')} B; {report.capped.get('where')})")
+    from cluster_tests import nccllog
+
+    lines += nccllog.table_lines(report.transport_lines, report.ranks)
     lines.append(f"# verdict: {report.verdict}: {report.message}")
     return "\n".join(lines)
 

@@ -41,6 +41,7 @@ MARKERS = {
     "network": "F - network reachability and firewall",
     "env": "E - environment as non-interactive shells see it",
     "accelerator": "A - accelerators visible and healthy",
+    "health": "R - RDMA fabric, limits, /dev/shm and GPU/NPU health, as the launch meets them",
     "storage": "D - checkpoint storage shared and writable",
     "collective": "C - all-reduce bandwidth through torch.distributed",
     "training": "T - training smoke tests through the real launcher",

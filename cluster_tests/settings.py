@@ -186,6 +186,18 @@ OPTIONS += [
            "5 s and remote commands at most 30 s", False, _flag),
 ]
 
+# R. RDMA, limits and device health; judged in cluster_tests.rdma / gpuhealth.
+OPTIONS += [
+    Option("--shm-per-rank-mb", "ct_shm_per_rank_mb", "cluster_shm_per_rank_mb",
+           "CLUSTER_TESTS_SHM_PER_RANK_MB",
+           "free /dev/shm each local rank needs, MiB (R6; NVIDIA's containers use --shm-size=1g "
+           "for 8 GPUs)", 128.0, _positive_float),
+    Option("--min-memlock-kb", "ct_min_memlock_kb", "cluster_min_memlock_kb",
+           "CLUSTER_TESTS_MIN_MEMLOCK_KB",
+           "lowest acceptable max locked memory (ulimit -l, KB) on nodes with RDMA devices "
+           "(R4; default: unlimited, as RDMA stacks ask)", None, _positive_int),
+]
+
 # testinfra (a required dependency, itself a pytest plugin) already defines --ssh-config with the
 # meaning of `ssh -F`; defining it again is an argparse conflict (PITFALLS 2), so we read its value.
 SSH_CONFIG = Option("--ssh-config", "ssh_config", "cluster_ssh_config", "CLUSTER_TESTS_SSH_CONFIG",

@@ -19,6 +19,7 @@ What is timed, and the units: see ``remote_scripts/allreduce.py`` (the table's `
 from __future__ import annotations
 
 import json
+import os
 import statistics
 from pathlib import Path
 
@@ -87,14 +88,51 @@ def _leftover_fail(run: R.RemoteRun) -> None:
                     f"{left}", pytrace=False)
 
 
+def _socket_fallbacks(cluster: Cluster, run: R.RemoteRun, record_property) -> list[str]:
+    """C1: the transports NCCL chose on each node (the workers' NCCL_DEBUG=INFO, parsed by
+    nccllog) go to the properties; nodes with active RDMA ports (section R's probe) whose
+    ranks ended on TCP sockets are returned, with NCCL's reason."""
+    from cluster_tests import nccllog, rdma
+    from cluster_tests.cluster import ProbeError
+
+    nodes = nccllog.by_node(run.report.transport_lines, run.report.ranks)
+    rdma_nodes = {}
+    for host, t in nodes.items():
+        record_property(f"transport@{host}", t.describe())
+        if not t.on_sockets:
+            continue
+        env = {**cluster.base(host)["env"], **{k: v for k, v in os.environ.items()
+                                                if k.startswith("NCCL_")}}
+        if env.get("NCCL_IB_DISABLE", "0").strip() not in ("", "0") or \
+                env.get("NCCL_NET", "").strip().lower() == "socket":
+            continue  # sockets on purpose
+        try:
+            ports = rdma.ports_from_probe(
+                cluster.probe(host, "fabric", script="healthprobe.py")["rdma"])[0]
+        except (ProbeError, KeyError):
+            continue
+        if any(p.up for p in ports):
+            rdma_nodes[host] = ", ".join(p.name for p in ports if p.up)
+    return nccllog.socket_fallbacks(nodes, rdma_nodes)
+
+
 def test_allreduce(allreduce_run: R.RemoteRun, cluster: Cluster, record_property) -> None:
     """C1 + C3: every rank of every node joins, inits and completes the sweep within its stage
-    deadlines, with no wrong element; the table goes to the properties and the summary."""
+    deadlines, with no wrong element; the table goes to the properties and the summary.  A
+    node with active RDMA ports whose NCCL ranks used TCP sockets fails it (10-50x slower)."""
     run = allreduce_run
     _record(record_property, run)
+    fallbacks = _socket_fallbacks(cluster, run, record_property)
     if not run.report.ok:
         pytest.fail(R.explain(cluster, run, f"all-reduce over {run.report.world_size} ranks on "
                               f"{', '.join(run.nodes)}"), pytrace=False)
+    if fallbacks:
+        pytest.fail("all-reduce went over TCP sockets where RDMA is there:\n  "
+                    + "\n  ".join(fallbacks)
+                    + "\n  fix: unset NCCL_IB_DISABLE / NCCL_NET=Socket; see test_ib_hca and "
+                      "test_memlock of those nodes; install rdma-core (libibverbs) where the "
+                      "ranks run; a container needs --device=/dev/infiniband and "
+                      "--cap-add=IPC_LOCK", pytrace=False)
     _leftover_fail(run)
     _accelerator_fail(cluster, run, f"all-reduce over {run.report.world_size} ranks")
 

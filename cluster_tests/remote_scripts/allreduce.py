@@ -693,6 +693,37 @@ def sweep(torch: object, dist: object, args: argparse.Namespace, backend: str,
     return wrong_all
 
 
+# NCCL_DEBUG=INFO goes to a file of this rank's; after init its transport lines are sent as a
+# `transport` event, parsed on the launcher (cluster_tests/nccllog.py) for C1's table and check.
+_TRANSPORT_LINE = ("NET/", "Using network", " via ", "NCCL WARN", "NCCL version")
+
+
+def _nccl_log_path(pid: int) -> str:
+    import tempfile
+
+    return os.path.join(tempfile.gettempdir(), f"ct-nccl-{pid}.log")
+
+
+def _nccl_debug_file(backend: str) -> str | None:
+    if backend != "nccl":
+        return None
+    path = _nccl_log_path(os.getpid())
+    os.environ.update(NCCL_DEBUG="INFO", NCCL_DEBUG_FILE=path)
+    return path
+
+
+def _emit_transport(path: str | None) -> None:
+    if not path:
+        return
+    try:
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            lines = [ln.rstrip("\n") for ln in fh if any(k in ln for k in _TRANSPORT_LINE)]
+        os.unlink(path)
+    except OSError:
+        lines = []
+    emit("transport", lines=lines[-400:])
+
+
 def main(argv: list) -> int:
     global _RANK
     args = parse_args(argv)
@@ -714,6 +745,7 @@ def main(argv: list) -> int:
          sizes=args.sizes, iters=args.iters,
          timed=TIMED.format(iters=args.iters, warmup=args.warmup))
     say(f"backend {backend} on {device} ({reason}); {json.dumps(versions)}")
+    nccl_log = _nccl_debug_file(backend)
     bind_device(torch, backend, args.local_rank)
     watchdog.disarm()
 
@@ -741,8 +773,10 @@ def main(argv: list) -> int:
             fail("init", f"first all_reduce of ones gave {probe.item()}, "
                  f"expected {args.world_size}")
     except Exception as exc:  # noqa: BLE001 - report the stage, whatever broke
+        _emit_transport(nccl_log)
         fail("init", f"{type(exc).__name__}: {exc}")
     watchdog.disarm()
+    _emit_transport(nccl_log)
     emit("init_ok", backend=backend, seconds=round(time.monotonic() - t_init, 3),
          device_id=str(extra.get("device_id", "")))
 
@@ -842,6 +876,11 @@ def supervise(spec: dict, source: bytes) -> int:
                 pumps[rank].join(timeout=1.0)  # relay what it printed before its exit line
                 emit("exit", exit_rank=rank, code=code, killed=stop.is_set())
         time.sleep(0.05)
+    for proc in procs.values():  # a worker killed mid-init leaves its NCCL log behind
+        try:
+            os.unlink(_nccl_log_path(proc.pid))
+        except OSError:
+            pass
     emit("reaped", killed=stop.is_set())
     return 0
 
