@@ -85,9 +85,11 @@ class _NodeChannel:
         python = cluster.settings.remote_python
         conn = cluster.pool.connection(node)
         # the session's run tag (if the remote layer has one) marks the supervisor as ours
+        exports = str(spec.pop("exports_word", "") or "")
         spec = {**spec, "tag": getattr(conn, "tag", None)}
-        self.command = quote_argv(["timeout", "-k", "5", str(timeout_s), python, "-u", "-c",
-                                   BOOTSTRAP, "--supervise", json.dumps(spec)])
+        # the launch's own exports first, as the node's shell runs them in the real launch
+        self.command = exports + quote_argv(["timeout", "-k", "5", str(timeout_s), python, "-u",
+                                             "-c", BOOTSTRAP, "--supervise", json.dumps(spec)])
         cluster.login(node)
         transport = conn.connect().get_transport()
         if transport is None or not transport.is_active():
@@ -185,9 +187,21 @@ def forwarded_env(environ: Mapping[str, str]) -> dict[str, str]:
 
 def worker_env(environ: Mapping[str, str]) -> dict[str, str]:
     """The variables of the launcher's environment that the workers get on top of the node's
-    own: the one function C1 and C2 build it with (the launch rehearsal's forwarding rules,
-    cluster_tests.launchenv, are meant to replace this body)."""
+    own (only *_SOCKET_IFNAME and DS_ACCELERATOR, where the user set them for this run); the
+    launch's own exports come first, see :func:`launch_exports_word`."""
     return forwarded_env(environ)
+
+
+def launch_exports_word(cluster: Cluster) -> str:
+    """`export K=V; ...; ` exactly as `deepspeed --hostfile` on the rank-0 node sends it to every
+    node (DeepSpeed's rules: PYTHON*, the accelerator's NCCL_* / HCCL_*, ASCEND_*, PATH...,
+    and `.deepspeed_env`; cluster_tests.launchenv), so that the all-reduce runs on the launch's
+    fabric settings (NCCL_IB_HCA, NCCL_IB_GID_INDEX, HCCL_IF_IP, ...). Empty where the rehearsal
+    could not compute them (E5 says why)."""
+    from cluster_tests import launchenv, rehearsal
+
+    r = rehearsal.rehearse(cluster)
+    return launchenv.exports_word(r.exports) if r.exports else ""
 
 
 def launch_layout(cluster: Cluster, nodes: Sequence[str] | None = None) -> list[tuple[str, list[int]]]:
@@ -212,6 +226,7 @@ def launch_layout(cluster: Cluster, nodes: Sequence[str] | None = None) -> list[
 
 def run_allreduce(cluster: Cluster, ranks: Sequence[C.Rank], *, master_addr: str, port: int,
                   options: C.WorkerOptions, env: Mapping[str, str] | None = None,
+                  exports_word: str = "",
                   startup_s: float = STARTUP_S, grace_s: float = GRACE_S,
                   visible: Mapping[str, str] | None = None) -> RemoteRun:
     """Run the worker for ``ranks`` (hosts = node names) and fold everything into a report.
@@ -240,7 +255,7 @@ def run_allreduce(cluster: Cluster, ranks: Sequence[C.Rank], *, master_addr: str
                     python=cluster.settings.remote_python)
     try:
         for node, node_ranks in by_node.items():
-            spec = {"env": dict(env or {}), "workers": [
+            spec = {"env": dict(env or {}), "exports_word": exports_word, "workers": [
                 {"rank": r.rank,
                  "argv": C.worker_argv("", "", r, world, master_addr, port, options,
                                        visible_devices=(visible or {}).get(node, ""),
@@ -362,6 +377,7 @@ def run_cluster(cluster: Cluster) -> RemoteRun:
     return run_allreduce(cluster, ranks, master_addr=master_address(cluster, master, cluster.names),
                          port=cluster.settings.master_port, options=options,
                          env=worker_env(_launcher_env()),
+                         exports_word=launch_exports_word(cluster),
                          visible={host: ",".join(map(str, ids)) for host, ids in layout})
 
 
@@ -386,6 +402,7 @@ def run_pairs(cluster: Cluster) -> dict[tuple[str, str], RemoteRun | BaseExcepti
     backend = cluster.settings.value("ct_backend") or "auto"
     options = worker_options(cluster, backend, chosen_sizes(cluster)[-1:])
     env = worker_env(_launcher_env())
+    exports_word = launch_exports_word(cluster)
     slots = dict(launch_layout(cluster))
     results: dict[tuple[str, str], RemoteRun | BaseException] = {}
     order = {name: i for i, name in enumerate(cluster.names)}
@@ -404,7 +421,8 @@ def run_pairs(cluster: Cluster) -> dict[tuple[str, str], RemoteRun | BaseExcepti
             return run_allreduce(cluster, ranks,
                                  master_addr=master_address(cluster, master, [other]),
                                  port=cluster.settings.master_port + 1 + i, options=options,
-                                 env=env, visible={n: ",".join(map(str, v)) for n, v in ids.items()})
+                                 env=env, exports_word=exports_word,
+                                 visible={n: ",".join(map(str, v)) for n, v in ids.items()})
 
         for (a, b), res in zip(round_pairs, cluster.pool.map(one, list(enumerate(round_pairs)))):
             # keyed in hostfile order, as the tests are (the schedule may name b first)

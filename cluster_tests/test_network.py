@@ -241,15 +241,36 @@ def _ifaces(cluster: Cluster, node: str):
     return parse_interfaces(facts["ip_link"], facts["ip_addr"])
 
 
+def _launch_ifname_vars(cluster: Cluster) -> dict[str, str]:
+    """*_SOCKET_IFNAME values that the launch itself exports to every rank from the rank-0 node
+    (its environment by DeepSpeed's prefixes, and its `.deepspeed_env`; the rehearsal's)."""
+    from cluster_tests import envcheck, rehearsal
+
+    exports = rehearsal.rehearse(cluster).exports
+    return {k: envcheck.unquote_export(v) for k, v in exports.items()
+            if k in nc.SOCKET_IFNAME_VARS and v.strip()}
+
+
+def _ifname_vars(cluster: Cluster, node: str) -> tuple[dict[str, str], dict[str, str]]:
+    """(what the ranks on `node` get, the part of it the launch exports from rank 0)."""
+    launch = _launch_ifname_vars(cluster)
+    return {**nc.socket_ifname_vars(cluster.base(node)["env"]), **launch}, launch
+
+
+def _usable(spec: nc.IfSpec, ifaces) -> list:
+    return [i for i in nc.matched_interfaces(spec, ifaces) if nc.usable(i) and i.name != "lo"]
+
+
 def test_socket_ifname(cluster: Cluster, node: str, record_property) -> None:
-    """F5: NCCL/GLOO/HCCL_SOCKET_IFNAME, as pdsh's shell sees them, match a usable interface."""
-    env = cluster.base(node)["env"]
-    specs = nc.socket_ifname_vars(env)
+    """F5: NCCL/GLOO/HCCL_SOCKET_IFNAME, as the ranks get them (pdsh's shell, under what the
+    launch exports from the rank-0 node), match a usable interface."""
+    specs, launch = _ifname_vars(cluster, node)
     if not specs:
         record_property("socket_ifname", "unset")
         pytest.skip(f"{node}: no NCCL/GLOO/HCCL_SOCKET_IFNAME set in pdsh's shell (the libraries "
                     f"pick the interface themselves): nothing to check")
     ifaces = _ifaces(cluster, node)
+    rank0 = cluster.rank0.name
     problems = []
     for var, value in specs.items():
         spec = nc.parse_ifspec(value, var)
@@ -258,25 +279,40 @@ def test_socket_ifname(cluster: Cluster, node: str, record_property) -> None:
         record_property(var, f"{value} -> {','.join(i.name for i in good) or 'nothing'}")
         if good:
             continue
+        origin = ""
+        if var in launch:
+            # the same value reaches every rank: where it fits no node, the cause is rank 0's
+            others = [n for n in cluster.names if n != node and cluster.base_or_none(n)]
+            fits = [n for n in others if _usable(spec, _ifaces(cluster, n))]
+            if not fits and node != rank0:
+                pytest.skip(f"{var}={value}, exported by the launch from {rank0}, fits no node: "
+                            f"see test_socket_ifname[{rank0}]")
+            origin = (f" (exported to every rank by deepspeed from {rank0}'s environment or "
+                      f"~/.deepspeed_env" + ("; it fits no node" if not fits else
+                                             f"; it fits {', '.join(fits)}") + ")")
         why = ("matches no interface" if not matched else
                "matches only " + ", ".join(f"{i.name} ({'up' if i.up else i.state.lower()}, "
                                             f"{'address ' + ' '.join(i.ips) if i.ips else 'no address'})"
                                             for i in matched) + ", none up with an address (lo does not count)")
         usable_now = [i.name for i in ifaces.values() if nc.usable(i) and i.name != "lo"]
+        value_fix = ('=' + usable_now[0] if usable_now and not var.startswith('GLOO')
+                     else (usable_now[0] if usable_now else '<interface>'))
+        where = (f"on {rank0}: set {var}={value_fix} in ~/.deepspeed_env (or unset it there)"
+                 if var in launch else
+                 f"on {node}: export {var}={value_fix} in ~/.bashrc above any early return (or "
+                 f"unset it)")
         problems.append(
-            f"{var}={value} ({spec.describe()}) {why}.\n"
+            f"{var}={value} ({spec.describe()}){origin} {why}.\n"
             f"  interfaces on {node}: {nc.describe_interfaces(ifaces)}\n"
-            f"  fix, on {node}: export {var}={'=' + usable_now[0] if usable_now and not var.startswith('GLOO') else (usable_now[0] if usable_now else '<interface>')} "
-            f"in ~/.bashrc above any early return (or unset it)")
+            f"  fix, {where}")
     if problems:
         pytest.fail(f"{node}: " + f"\n{node}: ".join(problems), pytrace=False)
 
 
 def _usable_matches(cluster: Cluster, node: str) -> dict[str, list[str]]:
-    env = cluster.base(node)["env"]
     ifaces = _ifaces(cluster, node)
     out = {}
-    for var, value in nc.socket_ifname_vars(env).items():
+    for var, value in _ifname_vars(cluster, node)[0].items():
         spec = nc.parse_ifspec(value, var)
         out[var] = [i.name for i in nc.matched_interfaces(spec, ifaces) if nc.usable(i) and i.name != "lo"]
     return out
@@ -302,7 +338,7 @@ def test_socket_ifname_route(cluster: Cluster, pair: tuple[str, str]) -> None:
                     f"{(route.get('err') or route.get('out') or '').strip()[:200]})", pytrace=False)
     wrong = {var: names for var, names in matches.items() if dev not in names}
     if wrong:
-        env = cluster.base(a)["env"]
+        env = _ifname_vars(cluster, a)[0]
         pytest.fail(
             f"{a} -> {b} ({addrs[0]}): the route leaves {a} by {dev}, but "
             + "; ".join(f"{var}={env[var]} selects {', '.join(n)}" for var, n in wrong.items())

@@ -185,3 +185,23 @@ def test_rendezvous_port_faults_name_both_ends(healthy_sim):
     assert bad == {f"test_master_port[{n}->node1]" for n in NODES}, r.describe()
     assert names_only(r.failed, "node1") == [], r.describe()
     assert "node1's own firewall rejects this port" in r.message("test_master_port[node2->node1]")
+
+
+def test_the_launchs_exports_reach_the_checks_and_the_all_reduce(healthy_sim):
+    """GLOO_SOCKET_IFNAME=ib0 in rank 0's ~/.deepspeed_env: deepspeed exports it to every rank,
+    and no node has ib0, so the real launch cannot even create gloo's device. F5 judges what the
+    ranks get (red on node1, whose file it is; the others cite it), and C1's workers run with the
+    launch's exports, so the all-reduce fails as the launch would."""
+    sim = healthy_sim
+    put_script(sim, NODES)
+    sim.set_env_file("node1", ".deepspeed_env", "GLOO_SOCKET_IFNAME=ib0\n")
+    r = run_suite(sim, "-m", "network or collective", "-k", "socket_ifname or test_allreduce")
+    assert "test_socket_ifname[node1]" in r.failed, r.describe()
+    msg = r.message("test_socket_ifname[node1]")
+    assert "GLOO_SOCKET_IFNAME=ib0" in msg and "exported to every rank by deepspeed from node1" in msg
+    assert "on node1: set GLOO_SOCKET_IFNAME=" in msg
+    assert "see test_socket_ifname[node1]" in r.message("test_socket_ifname[node2]")
+    assert "test_allreduce" in r.failed, r.describe()
+    assert "Unable to find address for: ib0" in r.message("test_allreduce"), r.describe()
+    out = real_launch(sim, NODES)
+    assert not launch_ok(out, 3) and "ib0" in out, out[-3000:]
