@@ -312,6 +312,9 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "launch_site" in metafunc.fixturenames:
         sites = [LAUNCHER, *names[:1]]
         metafunc.parametrize("launch_site", sites, ids=sites)
+    if "rank0_node" in metafunc.fixturenames:
+        # checks about the rank-0 node alone (H3): its name in the id
+        metafunc.parametrize("rank0_node", names[:1], ids=names[:1])
     if "rendezvous_leg" in metafunc.fixturenames:
         # F2: every node to the rank-0 node's rendezvous port, both ends in the id
         legs = [(n, names[0]) for n in names] if names else []
@@ -333,8 +336,9 @@ def _params(item: pytest.Item) -> dict:
 def _touched_nodes(item: pytest.Item) -> list[str]:
     params = _params(item)
     touched: list[str] = []
-    if "node" in params:
-        touched.append(params["node"])
+    for one in ("node", "rank0_node"):
+        if one in params:
+            touched.append(params[one])
     if "pair" in params:
         touched.extend(params["pair"])
     if "launch_site" in params and params["launch_site"] != LAUNCHER:
@@ -377,8 +381,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.skip(
                 reason="the hostfile names no host DeepSpeed would launch on: see "
                        "test_hostfile_syntax"), append=False)
-        if "node" in params:
-            item.user_properties.append(("node", params["node"]))
+        if "node" in params or "rank0_node" in params:
+            item.user_properties.append(("node", params.get("node") or params["rank0_node"]))
         if "pair" in params:
             item.user_properties.append(("pair", "->".join(params["pair"])))
 

@@ -78,9 +78,10 @@ def test_hostname_matches(cluster: Cluster, node: str, record_property) -> None:
 VIRTUAL_PREFIXES = ("docker", "virbr", "br-", "cni", "flannel", "cali", "veth", "tun", "lo")
 
 
-def test_master_addr(cluster: Cluster) -> None:
-    """H3: the rank-0 node (first line) is where the launch will rendezvous."""
-    rank0 = cluster.rank0.name
+def test_master_addr(cluster: Cluster, rank0_node: str) -> None:
+    """H3: the rank-0 node (first line) is where the launch will rendezvous (the id names it:
+    `-k node1` reruns it)."""
+    rank0 = rank0_node
     facts = cluster.base(rank0)
     ifaces = parse_interfaces(facts["ip_link"], facts["ip_addr"])
     given = cluster.settings.master_addr
