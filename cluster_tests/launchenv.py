@@ -333,7 +333,9 @@ def judge_leg(node: str, out: HostOutput, *, site: str, python: str, launch_dir:
                    f"~/.bashrc there)")
     problems: list[str] = []
     fixes: list[str] = []
-    if os.path.realpath(data.get("cwd") or "") != os.path.realpath(launch_dir):
+    # the shell's PWD after `cd <dir>` is <dir> as written; getcwd() is the physical path
+    here = {os.path.normpath(p) for p in (data.get("pwd"), data.get("cwd")) if p}
+    if os.path.normpath(launch_dir) not in here:
         said = [ln for ln in out.lines if "cd:" in ln or "cd " in ln]
         problems.append(
             f"`cd {launch_dir}` failed there ({said[0] if said else 'the directory is missing'}), "

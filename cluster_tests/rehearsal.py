@@ -113,6 +113,8 @@ def _rehearse(cluster: Cluster) -> Rehearsal:
         r.site_problem = problem
         return r
     facts: dict[str, Any] = plan["facts"]
+    # DeepSpeed writes `cd {os.path.abspath('.')}`: the launch directory as its process sees it
+    r.launch_dir = facts.get("cwd") or r.launch_dir
     r.python = facts["executable"]
     r.accelerator = facts.get("accelerator")
     r.deepspeed_version = facts.get("deepspeed")

@@ -84,7 +84,8 @@ def _accelerator_kind():
 
 
 def main():
-    out = {"executable": sys.executable, "cwd": os.getcwd(), "version": sys.version.split()[0],
+    out = {"executable": sys.executable, "cwd": os.getcwd(), "pwd": os.environ.get("PWD"),
+           "version": sys.version.split()[0],
            "sys_path": sys.path[:16], "pythonpath": os.environ.get("PYTHONPATH"),
            "steps": [], "accelerator": _accelerator_kind()}
 
