@@ -4,6 +4,7 @@ on one node's PATH printing the real captured samples."""
 from __future__ import annotations
 
 import shlex
+import tempfile
 from pathlib import Path
 
 from suite import run_suite
@@ -12,8 +13,9 @@ SAMPLES = Path(__file__).resolve().parent / "data" / "samples"
 
 
 def _fake_tool(sim, node: str, tool: str, script: str) -> None:
-    bindir = sim.state_dir / f"fakebin-{node}"
-    bindir.mkdir(exist_ok=True)
+    # a directory of its own: the session's sim outlives the test, and a tool left in a
+    # shared fakebin by another test would make the node look like a GPU or NPU node
+    bindir = Path(tempfile.mkdtemp(prefix=f"fakebin-{node}-", dir=sim.state_dir))
     path = bindir / tool
     path.write_text("#!/bin/sh\n" + script)
     path.chmod(0o755)

@@ -315,6 +315,7 @@ def test_pair_results_are_keyed_in_hostfile_order(monkeypatch):
     monkeypatch.setattr(R, "chosen_sizes", lambda c: [1024])
     monkeypatch.setattr(R, "master_address", lambda *a, **k: "addr")
     monkeypatch.setattr(R, "run_allreduce", lambda cluster, ranks, **k: tuple(sorted(r.host for r in ranks)))
+    monkeypatch.setattr(R, "launch_exports_word", lambda c: "")
     results = R.run_pairs(cluster)
     expected = {(a, b) for i, a in enumerate(names) for b in names[i + 1:]}
     assert set(results) == expected

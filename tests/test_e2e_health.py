@@ -21,6 +21,7 @@ import json
 import re
 import shlex
 import shutil
+import tempfile
 from pathlib import Path
 
 import ttar
@@ -39,8 +40,9 @@ def _give_rdma(sim, node: str) -> Path:
 
 
 def _fake_tool(sim, node: str, tool: str, script: str) -> None:
-    bindir = sim.state_dir / f"fakebin-{node}"
-    bindir.mkdir(exist_ok=True)
+    # a directory of its own: the session's sim outlives the test, and a tool left in a
+    # shared fakebin by another test would make the node look like a GPU or NPU node
+    bindir = Path(tempfile.mkdtemp(prefix=f"fakebin-{node}-", dir=sim.state_dir))
     path = bindir / tool
     path.write_text("#!/bin/sh\n" + script)
     path.chmod(0o755)
