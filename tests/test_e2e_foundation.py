@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 
 from suite import run_suite
@@ -34,6 +35,9 @@ def test_stopped_sshd_reds_exactly_that_node(healthy_sim):
     )
     # a dead node costs one connect attempt, not one per test
     assert result.seconds < 60, result.describe()
+    # the node table says why in words
+    nodes = json.loads((result.junit.parent / "summary.json").read_text())["nodes"]
+    assert [n["reachable"] for n in nodes if n["name"] == "node3"] == ["NO: connection refused"]
 
 
 def test_hostfile_given_both_ways_and_anywhere(healthy_sim, tmp_path):

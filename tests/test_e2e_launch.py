@@ -100,8 +100,10 @@ def _fault_interpreter(sim):
 
 
 def _fault_stray_package(sim):
+    # an old copy of the package left in node3's home (the launch directory, first on sys.path)
     put_script(sim, NODES)
-    sim.exec("node3", ["sh", "-c", "mkdir -p /root/deepspeed && : > /root/deepspeed/__init__.py"])
+    sim.exec("node3", ["sh", "-c", "mkdir -p /root/deepspeed && "
+                                   "echo '__version__ = \"0.14.0\"' > /root/deepspeed/__init__.py"])
     return (), "/root"
 
 
@@ -137,6 +139,10 @@ def test_a_node_the_launch_fails_on_is_red_alone_and_for_the_same_reason(healthy
         assert "fix: on node3" in r.message("test_launch_rehearsal[node3]")
         assert names_only(r.failed, "node3") == [], r.describe()
         assert {"test_launch_rehearsal[node1]", "test_launch_rehearsal[node2]"} <= r.passed
+        if fault.startswith("stray"):  # E3 names what the launch imports, and from where
+            e3 = r.message("test_versions[node3]")
+            assert "deepspeed imported from /root/deepspeed/__init__.py is 0.14.0" in e3, e3
+            assert "remove or rename /root/deepspeed" in r.message("test_launch_rehearsal[node3]")
         out = real_launch(sim, ["node1", "node2", "node3"], launch_dir=launch_dir)
         assert not launch_ok(out, 3), out[-3000:]
         node3 = [ln for ln in out.splitlines() if ln.startswith("node3:")]

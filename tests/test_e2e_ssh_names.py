@@ -216,3 +216,13 @@ def test_dependent_tests_report_unreachable_once(healthy_sim, node):
         f"test_hostname_matches[{node}]")
     # one connect timeout for the node, not one per test: 3 s each would be minutes
     assert r.seconds < 60, r.describe()
+
+
+def test_sshd_settings_are_read_with_match_blocks_applied(healthy_sim):
+    """S3 reads `sshd -T -C user=...,addr=...` for the login it came in by: a `Match User root`
+    block that turns password logins on for root is what sshd does for root."""
+    healthy_sim.add_sshd_match("node2", "Match User root\n    PasswordAuthentication yes\n")
+    r = run_suite(healthy_sim, "-m", "ssh", "-k", "sshd_config")
+    assert r.returncode == 0, r.describe()
+    assert r.properties["test_sshd_config[node2]"]["passwordauthentication"] == "yes"
+    assert r.properties["test_sshd_config[node1]"]["passwordauthentication"] == "no"

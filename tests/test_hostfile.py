@@ -605,3 +605,8 @@ def test_hostile_lines_are_only_data(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="bad entry"):  # DeepSpeed refuses it, runs nothing
         runner.fetch_hostfile(str(f))
     assert not marker.exists()
+
+
+def test_the_shipped_example_hostfile_is_clean() -> None:
+    parse = load_hostfile(Path(__file__).resolve().parent.parent / "configs" / "hostfile")
+    assert parse.deepspeed_accepts and not parse.errors and not parse.warnings
