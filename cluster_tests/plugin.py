@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from cluster_tests import fixes as fixes_mod
 from cluster_tests import hostfile as hostfile_mod
 from cluster_tests import nodelist as nodelist_mod
 from cluster_tests import pairs as pairs_mod
@@ -32,6 +33,8 @@ SOURCE_KEY = pytest.StashKey[str]()
 RECORDER_KEY = pytest.StashKey[Recorder]()
 JSON_PATH_KEY = pytest.StashKey[Path]()
 HTML_PATH_KEY = pytest.StashKey[Path]()
+#: reports/fixes.sh of this run, and how many command / manual blocks it has
+FIXES_KEY = pytest.StashKey[tuple]()
 # What the xdist workers did and learnt (node facts, logins, probes), merged on the controller.
 WORKERS_KEY = pytest.StashKey[dict]()
 # Lines that other sections (e.g. the bandwidth table) add to the terminal summary.
@@ -102,6 +105,7 @@ def pytest_configure(config: pytest.Config) -> None:
     cluster.memo(pairs_mod.MEMO_KEY, lambda: pairs_mod.Selection.make(cluster.names, spec))
     config.stash[RECORDER_KEY] = recorder = Recorder([n.name for n in nodes])
     config.pluginmanager.register(_SummaryPlugin(recorder), "cluster_tests_summary")
+    config.pluginmanager.register(fixes_mod.Collector(), "cluster_tests_fixes")
     if config.pluginmanager.has_plugin("xdist"):
         _XdistPlugin.setup(config, cluster)
     if config.args_source == pytest.Config.ArgsSource.INVOCATION_DIR:
@@ -209,6 +213,15 @@ class _SummaryPlugin:
             path = config.stash.get(key, None)
             if path is not None:
                 terminalreporter.line(f"{name}: {path}")
+        script = config.stash.get(FIXES_KEY, None)
+        if script is not None and script[1] + script[2]:
+            shown = script[0]
+            try:
+                shown = script[0].relative_to(Path(config.invocation_params.dir))
+            except ValueError:
+                pass
+            manual = f" ({script[2]} of its {script[1] + script[2]} blocks need a person)" if script[2] else ""
+            terminalreporter.line(f"review and run {shown}{manual}, then pytest --lf")
 
 
 class _XdistPlugin:
@@ -306,6 +319,15 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     try:
         recorder.write_json(path, facts, meta)
         config.stash[JSON_PATH_KEY] = path
+    except OSError:
+        pass
+    fixes_path = path.with_name(fixes_mod.SCRIPT_NAME)
+    s = cluster.settings
+    ssh = fixes_mod.ssh_prefix(s.ssh_config, s.ssh_user, s.timeout_connect, s.accept_new_host_keys)
+    try:
+        n_cmd, n_manual = fixes_mod.write(fixes_path, recorder.outcomes.values(), ssh,
+                                          " ".join(["pytest", *config.invocation_params.args]))
+        config.stash[FIXES_KEY] = (fixes_path, n_cmd, n_manual)
     except OSError:
         pass
     from cluster_tests import html_report
