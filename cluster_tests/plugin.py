@@ -16,7 +16,9 @@ from pathlib import Path
 
 import pytest
 
+from cluster_tests import fixes as fixes_mod
 from cluster_tests import hostfile as hostfile_mod
+from cluster_tests import nodelist as nodelist_mod
 from cluster_tests import pairs as pairs_mod
 from cluster_tests import rootdir_fix
 from cluster_tests.cluster import Cluster, Node, node_probes
@@ -26,9 +28,13 @@ from cluster_tests.settings import Settings, add_options, read_settings
 CLUSTER_KEY = pytest.StashKey[Cluster]()
 SETTINGS_KEY = pytest.StashKey[Settings]()
 PARSE_KEY = pytest.StashKey[object]()
+#: where the node list came from (the report header's "from ...")
+SOURCE_KEY = pytest.StashKey[str]()
 RECORDER_KEY = pytest.StashKey[Recorder]()
 JSON_PATH_KEY = pytest.StashKey[Path]()
 HTML_PATH_KEY = pytest.StashKey[Path]()
+#: reports/fixes.sh of this run, and how many command / manual blocks it has
+FIXES_KEY = pytest.StashKey[tuple]()
 # What the xdist workers did and learnt (node facts, logins, probes), merged on the controller.
 WORKERS_KEY = pytest.StashKey[dict]()
 # Lines that other sections (e.g. the bandwidth table) add to the terminal summary.
@@ -87,12 +93,11 @@ def pytest_configure(config: pytest.Config) -> None:
         # pytest's -k grammar has no '>': `-k "node1->node2"` matches the keyword that
         # pytest_itemcollected gives every pair test (see report.keyword_form)
         config.option.keyword = keyword_form(config.option.keyword)
-    if settings.hostfile is None:
+    got = _node_list(config, settings)
+    if got is None:
         return
-    try:
-        parse = hostfile_mod.load_hostfile(settings.hostfile)
-    except hostfile_mod.HostfileError as exc:
-        raise pytest.UsageError(str(exc)) from None
+    settings, parse, config.stash[SOURCE_KEY] = got
+    config.stash[SETTINGS_KEY] = settings
     config.stash[PARSE_KEY] = parse
     nodes = [Node(h.name, h.slots, h.lineno) for h in parse.hosts]
     config.stash[CLUSTER_KEY] = cluster = Cluster.create(settings, nodes)
@@ -101,6 +106,7 @@ def pytest_configure(config: pytest.Config) -> None:
     cluster.memo(pairs_mod.MEMO_KEY, lambda: pairs_mod.Selection.make(cluster.names, spec))
     config.stash[RECORDER_KEY] = recorder = Recorder([n.name for n in nodes])
     config.pluginmanager.register(_SummaryPlugin(recorder), "cluster_tests_summary")
+    config.pluginmanager.register(fixes_mod.Collector(), "cluster_tests_fixes")
     if config.pluginmanager.has_plugin("xdist"):
         _XdistPlugin.setup(config, cluster)
     if config.args_source == pytest.Config.ArgsSource.INVOCATION_DIR:
@@ -111,6 +117,51 @@ def pytest_configure(config: pytest.Config) -> None:
         reports = Path(config.invocation_params.dir) / "reports"
         reports.mkdir(exist_ok=True)
         config.option.xmlpath = str(reports / "junit.xml")
+
+
+def _node_list(config: pytest.Config, settings: Settings
+               ) -> tuple[Settings, hostfile_mod.HostfileParse, str] | None:
+    """The run's nodes (cluster_tests.nodelist): a DeepSpeed --hostfile as before, or a Slurm
+    allocation, an MPI hostfile or SkyPilot, written out as the DeepSpeed hostfile that the run
+    checks (and T2 launches with). Returns (settings with that hostfile, parse, where from)."""
+    v = settings.value
+    environ = os.environ
+    try:
+        source = nodelist_mod.choose_source(
+            hostfile=str(settings.hostfile) if settings.hostfile else None,
+            hostfile_from=settings.hostfile_source, mpi_hostfile=v("ct_mpi_hostfile"),
+            environ=environ, nodes_from=v("ct_nodes_from"))
+        if source is None:
+            return None
+        write = v("ct_write_hostfile")
+        out = Path(write).expanduser().absolute() if write else None
+        if source == "hostfile":
+            if v("ct_slots") is not None:
+                raise nodelist_mod.NodeListError(
+                    "--slots is for node lists without slot counts (Slurm, SkyPilot, MPI); the "
+                    "hostfile's slots= are what DeepSpeed uses")
+            try:
+                parse = hostfile_mod.load_hostfile(settings.hostfile)
+            except hostfile_mod.HostfileError as exc:
+                raise pytest.UsageError(str(exc)) from None
+            where = (f"hostfile {settings.hostfile}"
+                     + nodelist_mod.env_note(source, environ))
+            if out is not None and parse.hosts:
+                nodelist_mod.write_hostfile(out, "".join(f"{h.name} slots={h.slots}\n"
+                                                         for h in parse.hosts))
+                where += f", checked lines written to {out}"
+            return settings, parse, where
+        if out is None:
+            xml = getattr(config.option, "xmlpath", None)
+            base = (Path(xml).parent if xml else Path(config.invocation_params.dir) / "reports")
+            out = base.absolute() / "hostfile"
+        got = nodelist_mod.resolve(source, mpi_hostfile=v("ct_mpi_hostfile"), slots=v("ct_slots"),
+                                   environ=environ, out=out)
+    except nodelist_mod.NodeListError as exc:
+        raise pytest.UsageError(str(exc)) from None
+    settings = dataclasses.replace(settings, hostfile=got.hostfile,
+                                   hostfile_source=got.nodes.source)
+    return settings, got.parse, got.description + nodelist_mod.env_note(source, environ)
 
 
 class _SummaryPlugin:
@@ -163,6 +214,15 @@ class _SummaryPlugin:
             path = config.stash.get(key, None)
             if path is not None:
                 terminalreporter.line(f"{name}: {path}")
+        script = config.stash.get(FIXES_KEY, None)
+        if script is not None and script[1] + script[2]:
+            shown = script[0]
+            try:
+                shown = script[0].relative_to(Path(config.invocation_params.dir))
+            except ValueError:
+                pass
+            manual = f" ({script[2]} of its {script[1] + script[2]} blocks need a person)" if script[2] else ""
+            terminalreporter.line(f"review and run {shown}{manual}, then pytest --lf")
 
 
 class _XdistPlugin:
@@ -247,6 +307,7 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         path = Path(config.option.xmlpath).with_name("summary.json")
     meta = {
         "hostfile": str(cluster.settings.hostfile),
+        "node_source": config.stash.get(SOURCE_KEY, ""),
         "nodes": len(cluster.nodes),
         "rank0": cluster.rank0.name if cluster.nodes else None,
         "exitstatus": int(session.exitstatus),
@@ -259,6 +320,15 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     try:
         recorder.write_json(path, facts, meta)
         config.stash[JSON_PATH_KEY] = path
+    except OSError:
+        pass
+    fixes_path = path.with_name(fixes_mod.SCRIPT_NAME)
+    s = cluster.settings
+    ssh = fixes_mod.ssh_prefix(s.ssh_config, s.ssh_user, s.timeout_connect, s.accept_new_host_keys)
+    try:
+        n_cmd, n_manual = fixes_mod.write(fixes_path, recorder.outcomes.values(), ssh,
+                                          " ".join(["pytest", *config.invocation_params.args]))
+        config.stash[FIXES_KEY] = (fixes_path, n_cmd, n_manual)
     except OSError:
         pass
     from cluster_tests import html_report
@@ -285,7 +355,8 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     s = cluster.settings
     names = ", ".join(cluster.names[:8]) + (", ..." if len(cluster.names) > 8 else "")
     return [
-        f"cluster: {len(cluster.nodes)} nodes from {s.hostfile} ({names}); rank 0: "
+        f"cluster: {len(cluster.nodes)} nodes from {config.stash.get(SOURCE_KEY, s.hostfile)} "
+        f"({names}); rank 0: "
         f"{cluster.rank0.name if cluster.nodes else '-'}",
         f"cluster: ssh config {s.ssh_config or '(none)'}, remote python {s.remote_python}, "
         f"connect timeout {s.timeout_connect:g}s, fanout {s.fanout}",
@@ -354,7 +425,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if checks and _cluster(config) is None:
         raise pytest.UsageError(
             "no hostfile: pass --hostfile PATH (a DeepSpeed hostfile, 'host slots=N' per line), "
-            "or set CLUSTER_TESTS_HOSTFILE"
+            "or set CLUSTER_TESTS_HOSTFILE; or --mpi-hostfile PATH, or run inside a Slurm "
+            "allocation (SLURM_JOB_NODELIST) or a SkyPilot cluster (SKYPILOT_NODE_IPS)"
         )
     # Run the checklist in its own order (H, S, N, F, E, A, D, C, T), not alphabetically: the
     # quick checks that explain later failures come first, the long phases last.

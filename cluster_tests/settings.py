@@ -198,6 +198,38 @@ OPTIONS += [
            "(R4; default: unlimited, as RDMA stacks ask)", None, _positive_int),
 ]
 
+# Node-list sources besides --hostfile, and the checked hostfile; used by cluster_tests.nodelist.
+OPTIONS += [
+    Option("--mpi-hostfile", "ct_mpi_hostfile", "cluster_mpi_hostfile", "CLUSTER_TESTS_MPI_HOSTFILE",
+           "take the nodes from an Open MPI ('host slots=N') or MPICH/Intel MPI ('host:N') hostfile"),
+    Option("--nodes-from", "ct_nodes_from", "cluster_nodes_from", "CLUSTER_TESTS_NODES_FROM",
+           "take the nodes from this environment when both are set: slurm (SLURM_JOB_NODELIST) or "
+           "skypilot (SKYPILOT_NODE_IPS); without --hostfile either one is used by itself",
+           None, lambda v: _choice(v, ("slurm", "skypilot"))),
+    Option("--slots", "ct_slots", "cluster_slots", "CLUSTER_TESTS_SLOTS",
+           "slots per node for node lists that carry none (Slurm, SkyPilot, MPI lines without a "
+           "count); overrides SLURM_GPUS_ON_NODE / SKYPILOT_NUM_GPUS_PER_NODE", None, _positive_int),
+    Option("--write-hostfile", "ct_write_hostfile", "cluster_write_hostfile",
+           "CLUSTER_TESTS_WRITE_HOSTFILE",
+           "write the DeepSpeed hostfile this run checked (rank 0 first) to this path, for the "
+           "launch (default for Slurm/MPI/SkyPilot lists: hostfile beside the JUnit report)"),
+]
+
+# Site checks (pytest-testinfra), see cluster_tests.site.
+OPTIONS += [
+    Option("--site-checks", "ct_site_checks", "cluster_site_checks", "CLUSTER_TESTS_SITE_CHECKS",
+           "comma-separated test files or directories of your own site checks (using the "
+           "cluster_host fixture), run with the checklist"),
+]
+
+
+def _choice(value: str, choices: tuple[str, ...]) -> str:
+    v = value.strip().lower()
+    if v not in choices:
+        raise ValueError(f"must be one of {', '.join(choices)}")
+    return v
+
+
 # testinfra (a required dependency, itself a pytest plugin) already defines --ssh-config with the
 # meaning of `ssh -F`; defining it again is an argparse conflict (PITFALLS 2), so we read its value.
 SSH_CONFIG = Option("--ssh-config", "ssh_config", "cluster_ssh_config", "CLUSTER_TESTS_SSH_CONFIG",

@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import re
 import shlex
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+from cluster_tests import fixes as fx
 
 GUIDE_MODES = {"authorized_keys": 0o600, "ssh_dir": 0o700}
 
@@ -17,6 +19,7 @@ class ModeVerdict:
     errors: list[str]  # sshd will refuse the keys (or ssh will ignore a key)
     warnings: list[str]  # departs from the guide's 700/600 but works
     fixes: list[str]  # commands, in order
+    commands: list[str] = field(default_factory=list)  # the same, idempotent (for fixes.sh)
 
 
 def _writable_by_others(entry: dict, user_uid: int) -> str | None:
@@ -39,14 +42,17 @@ def strict_modes(ssh_facts: dict, uid: int, user: str, strict: bool = True) -> M
     errors: list[str] = []
     warnings: list[str] = []
     fixes: list[str] = []
+    commands: list[str] = []
     chain = ssh_facts["chain"]
     ak, ssh_dir = chain[0], chain[1]
     if not ssh_dir.get("exists"):
         errors.append(f"{ssh_dir['path']} does not exist, so there is no authorized_keys")
         fixes.append(f"mkdir -m 700 {shlex.quote(ssh_dir['path'])}")
+        commands += [fx.mkdir_cmd(ssh_dir["path"]), fx.touch_cmd(ak["path"])]
     elif not ak.get("exists"):
         errors.append(f"{ak['path']} does not exist: no key can log in")
         fixes.append(f"install -m 600 /dev/null {shlex.quote(ak['path'])}  # then add the public keys")
+        commands.append(fx.touch_cmd(ak["path"]))
     if strict:
         for entry in chain:
             if not entry.get("exists"):
@@ -63,12 +69,16 @@ def strict_modes(ssh_facts: dict, uid: int, user: str, strict: bool = True) -> M
             path = shlex.quote(entry["path"])
             if "owned by" in why:
                 fixes.append(f"chown {user} {path}")
+                commands.append(fx.chown_cmd(entry["path"], user))
             elif entry is ak:
                 fixes.append(f"chmod 600 {path}")
+                commands.append(fx.chmod_cmd(entry["path"], 0o600))
             elif entry is ssh_dir:
                 fixes.append(f"chmod 700 {path}")
+                commands.append(fx.chmod_cmd(entry["path"], 0o700))
             else:
                 fixes.append(f"chmod go-w {path}")
+                commands.append(fx.chmod_go_w_cmd(entry["path"]))
     for entry, wanted in ((ak, 0o600), (ssh_dir, 0o700)):
         if entry.get("exists") and entry["mode"] & ~wanted & 0o777 and not any(entry["path"] in e for e in errors):
             warnings.append(
@@ -82,7 +92,8 @@ def strict_modes(ssh_facts: dict, uid: int, user: str, strict: bool = True) -> M
                 f"others can read ('UNPROTECTED PRIVATE KEY FILE'), so this node cannot log in anywhere with it"
             )
             fixes.append(f"chmod 600 {shlex.quote(entry['path'])}")
-    return ModeVerdict(errors, warnings, fixes)
+            commands.append(fx.chmod_cmd(entry["path"], 0o600))
+    return ModeVerdict(errors, warnings, fixes, commands)
 
 
 def parse_sshd_T(text: str) -> dict[str, str]:

@@ -6,6 +6,7 @@ import socket
 
 import pytest
 
+from cluster_tests import fixes as fx
 from cluster_tests.cluster import Cluster
 from cluster_tests.netfacts import all_ips, is_ip, is_loopback, parse_interfaces
 
@@ -26,6 +27,8 @@ def test_resolves(cluster: Cluster, pair: tuple[str, str]) -> None:
     addr = cluster.pool.targets[b].hostname
     if not res["addrs"]:
         hint = f"'{addr} {b}'" if is_ip(addr) else f"'<address of {b}> {b}'"
+        if is_ip(addr):
+            fx.offer(fx.hosts_fix(cluster, a, b, addr))
         pytest.fail(f"{a} cannot resolve {b}: {res['error']}\n  fix, on {a}: add {hint} to /etc/hosts "
                     f"(or a DNS record)", pytrace=False)
     facts_b = cluster.base_or_none(b)
@@ -75,6 +78,9 @@ def test_name_consistent(cluster: Cluster, node: str) -> None:
         table = "\n".join(f"    {v:>12} -> {', '.join(addrs) or '(unresolved)'}" for v, addrs in views.items())
         right = sorted(own)[0] if own else "<its address>"
         bad = ", ".join(sorted(wrong)) or "some nodes"
+        if own:
+            fx.offer(*[fx.hosts_fix(cluster, v, node, right, views[v]) for v in sorted(wrong)
+                       if v != "launcher"])
         pytest.fail(
             f"{node} resolves differently across the cluster; its own addresses are "
             f"{', '.join(sorted(own)) or 'unknown'}:\n{table}\n"

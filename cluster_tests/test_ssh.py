@@ -11,6 +11,7 @@ import warnings
 
 import pytest
 
+from cluster_tests import fixes as fx
 from cluster_tests import launchenv, pairs, sshcheck
 from cluster_tests.cluster import Cluster, ProbeError
 from cluster_tests.plugin import LAUNCHER
@@ -38,11 +39,24 @@ def test_ssh_modes(cluster: Cluster, node: str) -> None:
     for w in verdict.warnings:
         warnings.warn(SshWarning(f"{node}: {w}"), stacklevel=1)
     if verdict.errors:
+        fx.offer(_modes_fix(node, verdict))
         pytest.fail(
             f"{node}: " + f"\n{node}: ".join(verdict.errors)
             + f"\n  fix, on {node}: " + "; ".join(dict.fromkeys(verdict.fixes)),
             pytrace=False,
         )
+
+
+def _modes_fix(node: str, verdict: sshcheck.ModeVerdict) -> fx.Fix:
+    """S2's fix for fixes.sh (S4 offers the same one for the pairs it breaks: one block)."""
+    return fx.Fix(node, "file modes that sshd (StrictModes) or ssh refuse",
+                  tuple(dict.fromkeys(verdict.commands)), "S2")
+
+
+def _node_modes(cluster: Cluster, node: str) -> sshcheck.ModeVerdict:
+    facts = cluster.base(node)
+    strict = _sshd_config(cluster, node).get("strictmodes", "yes") != "no"
+    return sshcheck.strict_modes(facts["ssh"], facts["uid"], facts["user"], strict=strict)
 
 
 def _sshd_config(cluster: Cluster, node: str) -> dict[str, str]:
@@ -131,15 +145,26 @@ def test_ssh_trust(cluster: Cluster, pair: tuple[str, str]) -> None:
 
 
 def _pair_fix(cluster: Cluster, a: str, b: str, cause: str) -> str:
+    wrong = fx.misresolved(cluster, a, b) if cause != "name not resolved" else None
+    if wrong is not None:  # a reaches another machine under b's name
+        fx.offer(fx.hosts_fix(cluster, a, b, wrong[1], wrong[0]))
+        return (f"{a} resolves {b} to {', '.join(wrong[0])}, which is not one of {b}'s addresses: "
+                f"on {a}: make the /etc/hosts line read '{wrong[1]} {b}' (see "
+                f"test_name_consistent[{b}])")
     if cause == "public key refused":
         if cluster.login_error(b) is not None:
             return f"{b} refuses logins from the launcher too: see test_login[{b}]"
         fa, fb = cluster.base(a), cluster.base(b)
+        own = _node_modes(cluster, a)
+        if any(e.startswith("private key") for e in own.errors):
+            fx.offer(_modes_fix(a, own))
+            return f"{a} cannot use its own key (file modes): on {a}: " + "; ".join(own.fixes)
         sshd = _sshd_config(cluster, b)
         if sshd.get("pubkeyauthentication") == "no":
             return f"sshd on {b} has PubkeyAuthentication no: see test_sshd_config[{b}]"
         verdict = sshcheck.strict_modes(fb["ssh"], fb["uid"], fb["user"], sshd.get("strictmodes", "yes") != "no")
         if any("authorized_keys" in e or ".ssh" in e or "home" in e or "owned" in e for e in verdict.errors):
+            fx.offer(_modes_fix(b, verdict))
             return f"sshd on {b} refuses all keys because of file modes: on {b}: " + "; ".join(verdict.fixes)
         keys = sshcheck.public_keys(fa["ssh"]["pubkeys"])
         pub = next(iter(sorted(fa["ssh"]["pubkeys"])), "id_ed25519.pub")
@@ -147,6 +172,10 @@ def _pair_fix(cluster: Cluster, a: str, b: str, cause: str) -> str:
         known = sshcheck.key_authorized(keys, fb["ssh"]["authorized_keys_text"])
         if not keys:
             return f"{a} has no key pair: on {a}: ssh-keygen -t ed25519 -N '' -f ~/.ssh/id_ed25519; then add it to {ak} on {b}"
+        text = next((t for _, t in sorted(fa["ssh"]["pubkeys"].items()) if t and len(t.split()) >= 2), None)
+        if known is False and text:
+            fx.offer(fx.Fix(b, f"authorize {a}'s key ({pub}) in {ak}",
+                            (fx.authorize_key_cmd(ak, text.strip().splitlines()[0]),), "S4"))
         prefix = f"{a}'s key (~/.ssh/{pub}) is not in {ak} on {b}: " if known is False else ""
         return (
             f"{prefix}append {a}'s public key to {b}'s authorized_keys: "

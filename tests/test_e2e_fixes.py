@@ -1,0 +1,123 @@
+"""End to end on a simulated cluster with several faults at once: the run writes reports/fixes.sh,
+the script is run unchanged, `pytest --lf` is then green, and a second run of the script changes
+nothing. The one fault no ssh command can fix (the login itself refused) is a comment that a
+person acts on, as they would at the node's console."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+from suite import REPO, SuiteResult, parse_junit
+
+from fixtures.sim import SimCluster
+
+FAST = ("-m", "not collective and not training")
+
+
+@pytest.fixture(scope="module")
+def sim4(tmp_path_factory):
+    with SimCluster(tmp_path_factory.mktemp("sim4fix"), nodes=4, slots=1) as cluster:
+        yield cluster
+
+
+def run(sim, workdir: Path, *args: str) -> SuiteResult:
+    """The suite as a user runs it, with pytest's cache (for --lf) kept in `workdir`."""
+    junit = workdir / "reports" / "junit.xml"
+    argv = [sys.executable, "-m", "pytest", "--hostfile", str(sim.hostfile), "--ssh-config",
+            str(sim.ssh_config), "-o", f"cache_dir={workdir / 'cache'}", f"--junitxml={junit}",
+            "-rA", *args]
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTEST_ADDOPTS", "PYTEST_XDIST_WORKER")}
+    start = time.monotonic()
+    proc = subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True,
+                          errors="replace", timeout=600, check=False)
+    r = SuiteResult(proc.returncode, proc.stdout + proc.stderr, time.monotonic() - start,
+                    junit=junit)
+    if junit.exists():
+        r.outcomes, r.messages, r.properties, r.classnames = parse_junit(junit)
+    return r
+
+
+def state(sim) -> dict:
+    """What the fixes touch on every node: contents, modes and change times of the ssh files and
+    /etc/hosts, and the hostname."""
+    out = {}
+    for nd in sim.nodes:
+        for key in ("authorized_keys", "id_ed25519", "hosts", "ssh_dir"):
+            p = nd.paths[key]
+            st = p.stat()
+            out[(nd.name, key)] = (p.read_bytes() if p.is_file() else b"", st.st_mode, st.st_ctime_ns)
+        out[(nd.name, "hostname")] = sim.exec(nd.name, ["hostname"]).stdout.strip()
+    return out
+
+
+def block(script: str, head: str) -> str:
+    """The block whose first line starts with `head`."""
+    parts = script.split("\n\n")
+    return next(p for p in parts if p.startswith(head))
+
+
+def test_faults_fixed_by_the_script_then_lf_is_green_and_a_rerun_changes_nothing(sim4):
+    sim = sim4
+    sim.remove_authorized_key("node2", from_node="node1")  # a missing key on one pair
+    sim.chmod("node3", "id_ed25519", 0o644)  # ssh ignores an unprotected key: node3 -> * fails
+    sim.set_hosts_entry("node3", "node1", sim.node("node2").address)  # a wrong /etc/hosts line
+    sim.set_hostname("node2", "node2-old")  # a hostname mismatch
+    sim.chmod("node4", "authorized_keys", 0o666)  # world-writable: even the launcher is refused
+    work = Path(tempfile.mkdtemp(prefix="ct-fixes-", dir=os.environ.get("CT_SUITE_TMP")))
+    try:
+        first = run(sim, work, *FAST)
+        assert first.returncode == 1, first.describe()
+        summary = first.output[first.output.index("cluster summary"):]
+        summary = summary[: summary.index("short test summary info")].rstrip("= \n").splitlines()
+        assert re.fullmatch(r"review and run \S*/fixes\.sh \(\d+ of its \d+ blocks need a person\), "
+                            r"then pytest --lf", summary[-1]), summary[-3:]
+        path = first.junit.parent / "fixes.sh"
+        script = path.read_text()
+        assert subprocess.run(["bash", "-n", str(path)], check=False).returncode == 0
+        # one block per fix, in checklist order (H, S, N, F), each naming its node and ids
+        heads = [ln for ln in script.splitlines() if ln.startswith("# --- [")]
+        assert [h.split(":")[0] for h in heads] == [
+            "# --- [H2] on node2", "# --- [S2] on node3", "# --- [S4] on node2",
+            "# --- [N2] on node3"], heads
+        s4 = block(script, "# --- [S4] on node2")
+        assert "# answers: test_ssh_trust[node1->node2]" in s4
+        assert f"ssh -F {sim.ssh_config} -o BatchMode=yes" in s4 and " node2 '" in s4
+        n2 = block(script, "# --- [N2] on node3")
+        assert "test_name_consistent[node1]" in n2 and "test_ssh_trust[node3->node1]" in n2
+        s2 = block(script, "# --- [S2] on node3")
+        assert "test_ssh_modes[node3]" in s2 and "test_ssh_trust[node3->node2]" in s2
+        manual = block(script, "# --- needs a person on node4")
+        assert all(ln.startswith("#") for ln in manual.splitlines())
+        assert "chmod 600 ~/.ssh/authorized_keys" in manual and "test_login[node4]" in manual
+        shutil.copy(path, work / "fixes.sh")
+
+        ran = subprocess.run(["bash", str(work / "fixes.sh")], capture_output=True, text=True,
+                             timeout=120, check=False)
+        assert ran.returncode == 0, ran.stderr
+        # the manual block, done by a person at node4's console
+        os.chmod(sim.node("node4").paths["authorized_keys"], 0o600)
+        before = state(sim)
+        again = subprocess.run(["bash", str(work / "fixes.sh")], capture_output=True, text=True,
+                               timeout=120, check=False)
+        assert again.returncode == 0, again.stderr
+        assert state(sim) == before  # the second run changed nothing, not even a ctime
+
+        rerun = run(sim, work, *FAST, "--lf")
+        assert rerun.returncode == 0, rerun.describe()
+        assert not rerun.failed
+        assert {"test_hostname_matches[node2]", "test_login[node4]", "test_ssh_modes[node3]",
+                "test_ssh_trust[node1->node2]", "test_ssh_trust[node3->node1]",
+                "test_name_consistent[node1]"} <= rerun.passed, rerun.describe()
+        assert "nothing to fix" in (rerun.junit.parent / "fixes.sh").read_text()
+        print(f"faulty run {first.seconds:.1f} s, --lf after fixes.sh {rerun.seconds:.1f} s "
+              f"({len(rerun.passed)} passed)")
+    finally:
+        sim.restore()

@@ -1,0 +1,89 @@
+"""End to end on the simulated cluster: node lists from a Slurm allocation and from an Open MPI
+hostfile, checked and written out as the DeepSpeed hostfile that the real launch accepts."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+from suite import REPO, SuiteResult, parse_junit
+
+
+def run_without_hostfile(sim, *args: str, env: dict[str, str] | None = None,
+                         timeout: float = 600) -> SuiteResult:
+    """`pytest --ssh-config <sim> ARGS` with no --hostfile (the node list comes from elsewhere)."""
+    tmp = tempfile.mkdtemp(prefix="ct-suite-", dir=os.environ.get("CT_SUITE_TMP"))
+    junit = Path(tmp) / "junit.xml"
+    argv = [sys.executable, "-m", "pytest", "--ssh-config", str(sim.ssh_config),
+            "-p", "no:cacheprovider", f"--junitxml={junit}", "-rA", *args]
+    run_env = {k: v for k, v in os.environ.items()
+               if not k.startswith(("SLURM_", "SKYPILOT_", "CLUSTER_TESTS_", "PYTEST_ADDOPTS"))}
+    run_env.update(env or {})
+    start = time.monotonic()
+    proc = subprocess.run(argv, cwd=REPO, env=run_env, capture_output=True, text=True,
+                          errors="replace", timeout=timeout, check=False)
+    result = SuiteResult(proc.returncode, proc.stdout + proc.stderr, time.monotonic() - start,
+                         junit=junit)
+    if junit.exists():
+        result.outcomes, result.messages, result.properties, result.classnames = parse_junit(junit)
+    return result
+
+
+def test_slurm_nodelist_alone_checks_the_right_nodes_in_order(healthy_sim, tmp_path):
+    written = tmp_path / "checked-hostfile"
+    env = {"SLURM_JOB_NODELIST": "node[3,1-2]", "SLURM_TASKS_PER_NODE": "1(x3)"}
+    r = run_without_hostfile(healthy_sim, "-m", "hostfile or ssh", "--write-hostfile",
+                             str(written), env=env)
+    assert r.returncode == 0, r.describe()
+    header = next(ln for ln in r.output.splitlines() if ln.startswith("cluster: 3 nodes"))
+    assert "from Slurm allocation SLURM_JOB_NODELIST=node[3,1-2]" in header, header
+    assert "slots from SLURM_TASKS_PER_NODE=1(x3)" in header and header.endswith("rank 0: node3")
+    # rank 0 first, in Slurm's order, as `deepspeed --hostfile` will read it
+    assert written.read_text() == "node3 slots=1\nnode1 slots=1\nnode2 slots=1\n"
+    assert {"test_login[node1]", "test_login[node2]", "test_login[node3]",
+            "test_ssh_trust[node3->node1]", "test_pdsh[node3]"} <= r.passed, r.describe()
+    assert "test_pdsh[node1]" not in r.outcomes  # the launch starts on rank 0: node3
+
+
+def test_slurm_and_hostfile_and_bad_hostlist_are_usage_errors(healthy_sim):
+    env = {"SLURM_JOB_NODELIST": "node[1-2]", "SKYPILOT_NODE_IPS": "10.0.0.1"}
+    r = run_without_hostfile(healthy_sim, "-m", "hostfile", env=env)
+    assert r.returncode == 4 and "SLURM_JOB_NODELIST=node[1-2] and SKYPILOT_NODE_IPS" in r.output
+    r = run_without_hostfile(healthy_sim, "-m", "hostfile", "--hostfile", str(healthy_sim.hostfile),
+                             "--mpi-hostfile", str(healthy_sim.hostfile))
+    assert r.returncode == 4 and "two node lists given: --hostfile" in r.output, r.output[-800:]
+    r = run_without_hostfile(healthy_sim, "-m", "hostfile",
+                             env={"SLURM_JOB_NODELIST": "node[1-2]-ib", "SLURM_TASKS_PER_NODE": "1"})
+    assert r.returncode == 4 and "Invalid hostlist: node[1-2]-ib" in r.output
+
+
+OPEN_MPI_HOSTFILE = """\
+# written for mpirun --hostfile
+node1 slots=1 max_slots=2
+node2 slots=1   # second box
+node3 count=1
+"""
+
+
+@pytest.mark.timeout(900)
+def test_open_mpi_hostfile_becomes_a_deepspeed_hostfile_the_real_launch_accepts(healthy_sim,
+                                                                                 tmp_path):
+    pytest.importorskip("deepspeed")
+    mpi = tmp_path / "ompi-hostfile"
+    mpi.write_text(OPEN_MPI_HOSTFILE)
+    written = tmp_path / "ds-hostfile"
+    r = run_without_hostfile(
+        healthy_sim, "--mpi-hostfile", str(mpi), "--write-hostfile", str(written),
+        "-m", "hostfile or training", "-k", "syntax or multi_node",
+        "--training-steps", "10", env={"DS_ACCELERATOR": "cpu"})
+    assert written.read_text() == "node1 slots=1\nnode2 slots=1\nnode3 slots=1\n"
+    assert r.outcomes.get("test_hostfile_syntax") == "passed", r.describe()
+    # T2: `deepspeed --hostfile <the written file>` from node1, through pdsh, on all 3 nodes
+    assert r.outcomes.get("test_train_multi_node") == "passed", r.describe()
+    assert r.properties["test_train_multi_node"]["ranks"] == "3"
+    assert f"nodes from MPI hostfile {mpi}" in r.output

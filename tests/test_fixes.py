@@ -1,0 +1,119 @@
+"""The fix script's pieces (cluster_tests.fixes): each command does its job, a second run changes
+nothing, any path or name is quoted safely, and the script is `bash -n` clean, in checklist
+order, with manual fixes as comments. The commands run here for real, on temporary files."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import stat
+import subprocess
+
+from cluster_tests import fixes as fx
+from cluster_tests.report import Outcome
+
+ODD = "we ird $(touch pwned) 'q' `x`;"
+
+
+def sh(command: str, cwd) -> subprocess.CompletedProcess:
+    return subprocess.run(["bash", "-c", command], cwd=cwd, capture_output=True, text=True,
+                          timeout=30, check=False)
+
+
+def snapshot(path):
+    st = os.stat(path)
+    return path.read_bytes(), stat.S_IMODE(st.st_mode), st.st_ctime_ns
+
+
+def test_hosts_entry_sets_one_address_and_is_idempotent(tmp_path):
+    hosts = tmp_path / ODD / "hosts"
+    hosts.parent.mkdir()
+    hosts.write_text("127.0.0.1 localhost\n10.0.0.2 node1 other  # stale\n10.0.0.3 node3\n")
+    cmd = fx.hosts_entry_cmd("node1", "10.0.0.1", str(hosts))
+    assert sh(cmd, tmp_path).returncode == 0
+    assert hosts.read_text() == ("127.0.0.1 localhost\n10.0.0.2 other\n10.0.0.3 node3\n"
+                                 "10.0.0.1 node1\n")
+    before = snapshot(hosts)
+    assert sh(cmd, tmp_path).returncode == 0
+    assert snapshot(hosts) == before  # not even rewritten
+    assert not (tmp_path / "pwned").exists()
+
+
+def test_hosts_entry_keeps_a_right_line_as_it_is(tmp_path):
+    hosts = tmp_path / "hosts"
+    hosts.write_text("10.0.0.1 node1 n1 # ok\n10.0.0.9 node1\n")
+    assert sh(fx.hosts_entry_cmd("node1", "10.0.0.1", str(hosts)), tmp_path).returncode == 0
+    assert hosts.read_text() == "10.0.0.1 node1 n1 # ok\n"
+
+
+def test_authorize_key_appends_once(tmp_path):
+    ak = tmp_path / ODD / "authorized_keys"
+    ak.parent.mkdir()
+    ak.write_text("ssh-ed25519 AAAAother someone")  # no newline at the end
+    key = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIFAKEFAKEFAKEFAKE root@node1"
+    cmd = fx.authorize_key_cmd(str(ak), key)
+    assert sh(cmd, tmp_path).returncode == 0
+    assert ak.read_text() == f"ssh-ed25519 AAAAother someone\n{key}\n"
+    before = snapshot(ak)
+    assert sh(cmd, tmp_path).returncode == 0
+    assert snapshot(ak) == before
+    fresh = tmp_path / "new_ak"
+    assert sh(fx.authorize_key_cmd(str(fresh), key), tmp_path).returncode == 0
+    assert fresh.read_text() == key + "\n" and stat.S_IMODE(fresh.stat().st_mode) == 0o600
+
+
+def test_modes_change_once(tmp_path):
+    f = tmp_path / ODD
+    f.write_text("k")
+    f.chmod(0o666)
+    assert sh(fx.chmod_cmd(str(f), 0o600), tmp_path).returncode == 0
+    assert stat.S_IMODE(f.stat().st_mode) == 0o600
+    before = snapshot(f)
+    assert sh(fx.chmod_cmd(str(f), 0o600), tmp_path).returncode == 0
+    assert snapshot(f) == before  # chmod not even called: ctime unchanged
+    d = tmp_path / "dir"
+    d.mkdir(mode=0o777)
+    d.chmod(0o777)
+    assert sh(fx.chmod_go_w_cmd(str(d)), tmp_path).returncode == 0
+    assert stat.S_IMODE(d.stat().st_mode) == 0o755
+    assert sh(fx.mkdir_cmd(str(tmp_path / "ssh dir")), tmp_path).returncode == 0
+    assert stat.S_IMODE((tmp_path / "ssh dir").stat().st_mode) == 0o700
+
+
+def _outcome(test_id, module, fixes=(), message=""):
+    props = {fx.PROPERTY: json.dumps([dataclasses.asdict(f) for f in fixes])} if fixes else {}
+    return Outcome(test_id, test_id.split("[")[0], module, "failed", message, properties=props)
+
+
+def test_script_is_in_checklist_order_merged_quoted_and_bash_n_clean(tmp_path):
+    hosts = fx.Fix("node3", "/etc/hosts: node1", (fx.hosts_entry_cmd("node1", "10.0.0.1"),), "N2")
+    modes = fx.Fix("node-2", "modes", (fx.chmod_cmd(f"/root/{ODD}", 0o600),), "S2")
+    outcomes = [
+        _outcome("test_name_consistent[node1]", "cluster_tests/test_names.py", [hosts]),
+        _outcome("test_ssh_trust[node3->node1]", "cluster_tests/test_ssh.py", [hosts]),
+        _outcome("test_ssh_modes[node-2]", "cluster_tests/test_ssh.py", [modes]),
+        _outcome("test_login[node4]", "cluster_tests/test_ssh.py",
+                 message="node4: public key refused\n  fix: on node4: chmod 600 ~/.ssh/authorized_keys\n"
+                         "$(reboot)"),
+    ]
+    text, n_cmd, n_manual = fx.render(outcomes, fx.ssh_prefix(None, "alice", 5))
+    assert (n_cmd, n_manual) == (2, 1)
+    assert subprocess.run(["bash", "-n"], input=text, text=True, check=False).returncode == 0
+    blocks = [ln for ln in text.splitlines() if ln.startswith("# --- ")]
+    assert len(blocks) == 3
+    # S (modes, then the manual login) before N; one N block answers both ids
+    assert blocks[0].startswith("# --- [S2] on node-2") and "needs a person" in blocks[1]
+    assert blocks[2].startswith("# --- [N2] on node3")
+    assert "# answers: test_name_consistent[node1], test_ssh_trust[node3->node1]" in text
+    assert "ssh -l alice -o BatchMode=yes -o ConnectTimeout=5 -o StrictHostKeyChecking=yes node3 " in text
+    # the manual text stays a comment (no line of it is a command)
+    assert "# fix: on node4: chmod 600 ~/.ssh/authorized_keys" in text
+    assert all(ln.startswith(("#", "ssh ", "set ", "failed=", "ct_failed", "exit")) or not ln
+               for ln in text.splitlines())
+
+
+def test_empty_script_says_nothing_to_fix():
+    text, n_cmd, n_manual = fx.render([], ["ssh"])
+    assert (n_cmd, n_manual) == (0, 0) and "nothing to fix" in text
+    assert subprocess.run(["bash", "-n"], input=text, text=True, check=False).returncode == 0

@@ -1,0 +1,150 @@
+"""Node-list sources (cluster_tests.nodelist): Slurm hostlists exactly as Slurm expands them,
+SLURM_* slot counts, MPI hostfiles linted like H1, SkyPilot, and the choice between sources."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from cluster_tests import hostfile as hf
+from cluster_tests import nodelist as nl
+
+SAMPLES = Path(__file__).parent / "data" / "samples"
+CAPTURES = json.loads((SAMPLES / "scontrol-show-hostnames-22.05.8.json").read_text())["captures"]
+
+
+@pytest.mark.parametrize("capture", CAPTURES, ids=[repr(c["expression"]) for c in CAPTURES])
+def test_expander_agrees_with_real_scontrol(capture):
+    """Every expression captured from `scontrol show hostnames` (Slurm 22.05.8): the same hosts
+    in the same order, or refused where scontrol says "Invalid hostlist"."""
+    if "Invalid hostlist" in capture["stderr"]:
+        with pytest.raises(nl.HostlistError, match="Invalid hostlist"):
+            nl.expand_hostlist(capture["expression"])
+    else:
+        assert nl.expand_hostlist(capture["expression"]) == capture["stdout"].split()
+
+
+def test_documented_examples():
+    # Slurm::Hostlist(3pm) and slurm_hostlist_create(3) examples
+    assert nl.expand_hostlist("node1,node[2-5,12]") == [
+        "node1", "node2", "node3", "node4", "node5", "node12"]
+    assert nl.expand_hostlist("linux[1-3,6]") == ["linux1", "linux2", "linux3", "linux6"]
+    assert len(nl.expand_hostlist("tux[0-5,12,20-25]")) == 13
+    # the issue's forms: zero padding kept, several ranges, order as written
+    assert nl.expand_hostlist("gpu-[01-04,07]") == ["gpu-01", "gpu-02", "gpu-03", "gpu-04", "gpu-07"]
+    assert nl.expand_hostlist("a[1-2],b3") == ["a1", "a2", "b3"]
+    # Slurm refuses text after the last bracket (scontrol: "Invalid hostlist: a[1-2]-ib,b3")
+    with pytest.raises(nl.HostlistError):
+        nl.expand_hostlist("a[1-2]-ib,b3")
+
+
+def test_range_limits():
+    assert len(nl.expand_hostlist("n[0-65535]")) == 65536
+    with pytest.raises(nl.HostlistError, match="Too many hosts"):
+        nl.expand_hostlist("n[0-65536]")
+
+
+def test_tasks_per_node():
+    assert nl.parse_tasks_per_node("2(x3),1") == [2, 2, 2, 1]
+    assert nl.parse_tasks_per_node("8") == [8]
+    with pytest.raises(nl.NodeListError, match="N or N"):
+        nl.parse_tasks_per_node("2(3)")
+    assert nl.count_job_gpus("0,1,2,3") == 4
+    assert nl.count_job_gpus("0-3,6") == 5
+
+
+def test_slurm_slots_precedence_and_order():
+    env = {"SLURM_JOB_NODELIST": "gpu-[03,01-02]", "SLURM_TASKS_PER_NODE": "2(x2),1"}
+    got = nl.slurm_nodes(env)
+    assert [(h.name, h.slots) for h in got.hosts] == [("gpu-03", 2), ("gpu-01", 2), ("gpu-02", 1)]
+    assert "SLURM_TASKS_PER_NODE=2(x2),1" in got.description
+    assert "built-in" in got.description
+    env["SLURM_JOB_GPUS"] = "0,1,2,3"
+    assert {h.slots for h in nl.slurm_nodes(env).hosts} == {4}
+    env["SLURM_GPUS_ON_NODE"] = "8"
+    assert {h.slots for h in nl.slurm_nodes(env).hosts} == {8}
+    assert {h.slots for h in nl.slurm_nodes(env, slots=2).hosts} == {2}
+    with pytest.raises(nl.NodeListError, match="3 counts for the 2 nodes"):
+        nl.slurm_nodes({"SLURM_JOB_NODELIST": "n[1-2]", "SLURM_TASKS_PER_NODE": "1(x3)"})
+    with pytest.raises(nl.NodeListError, match="more than once"):
+        nl.slurm_nodes({"SLURM_JOB_NODELIST": "n1,n1", "SLURM_TASKS_PER_NODE": "1(x2)"})
+
+
+def test_skypilot():
+    env = {"SKYPILOT_NODE_IPS": "10.0.0.5\n10.0.0.2\n", "SKYPILOT_NUM_GPUS_PER_NODE": "8"}
+    got = nl.skypilot_nodes(env)
+    assert [(h.name, h.slots) for h in got.hosts] == [("10.0.0.5", 8), ("10.0.0.2", 8)]
+    with pytest.raises(nl.NodeListError, match="--slots"):
+        nl.skypilot_nodes({"SKYPILOT_NODE_IPS": "10.0.0.5", "SKYPILOT_NUM_GPUS_PER_NODE": "0"})
+    assert nl.skypilot_nodes({"SKYPILOT_NODE_IPS": "10.0.0.5"}, slots=1).hosts[0].slots == 1
+
+
+OMPI = """\
+# Open MPI hostfile
+node1 slots=2 max_slots=4
+node2 count=2   // a comment of Open MPI's lexer
+/* a block
+   comment */ node3 slots=1 # tail
+node1 slots=1
+node4
+bad/host slots=1
+node5 slots=two
+"""
+
+
+def test_open_mpi_hostfile_is_linted_with_lines_and_deepspeed_lines():
+    got = nl.parse_mpi_hostfile(OMPI, "ompi.txt")
+    assert [(h.name, h.slots, h.lineno) for h in got.hosts] == [
+        ("node1", 3, 2), ("node2", 2, 3), ("node3", 1, 5)]
+    by = {(f.line, f.code): f for f in got.findings}
+    assert by[(6, "M1-duplicate")].fixed_line == "node1 slots=3"
+    assert by[(7, "M1-no-slots")].severity == hf.ERROR
+    assert by[(7, "M1-no-slots")].fixed_line == "node4 slots=<N>"
+    assert by[(8, "M1-hostname")].severity == hf.ERROR
+    assert by[(9, "M1-slots")].fixed_line == "node5 slots=<N>"
+    assert str(by[(7, "M1-no-slots")]).startswith("ompi.txt:7:6: error: no slot count for node4")
+    # with --slots, a line without a count takes it
+    assert ("node4", 4) in [(h.name, h.slots) for h in
+                            nl.parse_mpi_hostfile(OMPI, "ompi.txt", slots=4).hosts]
+
+
+def test_mpich_hostfile():
+    got = nl.parse_mpi_hostfile("n1:4\nn2:2\nalice@n3:1\nn4:x\n", "machines")
+    assert [(h.name, h.slots) for h in got.hosts] == [("n1", 4), ("n2", 2), ("n3", 1)]
+    codes = {(f.line, f.code) for f in got.findings}
+    assert (3, "M1-user") in codes and (4, "M1-count") in codes
+
+
+def test_written_text_is_what_deepspeed_reads(tmp_path):
+    runner = pytest.importorskip("deepspeed.launcher.runner")
+    got = nl.parse_mpi_hostfile(OMPI, "ompi.txt")
+    parse = nl.to_parse(got, str(tmp_path / "hostfile"))
+    assert parse.deepspeed_accepts and [h.name for h in parse.hosts] == ["node1", "node2", "node3"]
+    path = tmp_path / "hostfile"
+    nl.write_hostfile(path, got.deepspeed_text())
+    assert dict(runner.fetch_hostfile(str(path))) == {"node1": 3, "node2": 2, "node3": 1}
+
+
+def test_a_bad_slurm_name_fails_h1_naming_its_position(tmp_path):
+    got = nl.slurm_nodes({"SLURM_JOB_NODELIST": "n1,n[2-3", "SLURM_TASKS_PER_NODE": "1(x2)"})
+    assert [h.name for h in got.hosts] == ["n1", "n]"]  # as Slurm 22.05 expands it
+    parse = nl.to_parse(got, str(tmp_path / "hostfile"))
+    assert [h.name for h in parse.hosts] == ["n1"]
+    assert any(f.line == 2 and f.severity == hf.ERROR for f in parse.findings)
+
+
+def test_choose_source_names_both_when_ambiguous():
+    kw = {"hostfile": None, "hostfile_from": "--hostfile", "mpi_hostfile": None}
+    env = {"SLURM_JOB_NODELIST": "n[1-2]", "SKYPILOT_NODE_IPS": "10.0.0.1"}
+    with pytest.raises(nl.NodeListError, match=r"SLURM_JOB_NODELIST=n\[1-2\] and SKYPILOT_NODE_IPS"):
+        nl.choose_source(environ=env, **kw)
+    assert nl.choose_source(environ=env, nodes_from="skypilot", **kw) == "skypilot"
+    with pytest.raises(nl.NodeListError, match="--hostfile /h and --mpi-hostfile /m"):
+        nl.choose_source(hostfile="/h", hostfile_from="--hostfile", mpi_hostfile="/m", environ={})
+    # an explicit --hostfile inside an allocation wins (the header says the allocation's is unused)
+    assert nl.choose_source(hostfile="/h", hostfile_from="--hostfile", mpi_hostfile=None,
+                            environ=env) == "hostfile"
+    assert "not used" in nl.env_note("hostfile", env)
+    assert nl.choose_source(environ={}, **kw) is None
