@@ -137,7 +137,9 @@ def hostname_cmd(name: str) -> str:
 
 
 def _hostname_fix(cluster: Any, params: dict[str, Any]) -> list[Fix]:
-    """H2: the node's `hostname` is not its hostfile name (an address line is left alone)."""
+    """H2: the node's hostfile name leads elsewhere on the node itself (H2 is red only then):
+    its hostname becomes that name and its /etc/hosts maps the name to its own address (an
+    address line is left alone)."""
     from cluster_tests.netfacts import is_ip
 
     node = params.get("node")
@@ -145,10 +147,17 @@ def _hostname_fix(cluster: Any, params: dict[str, Any]) -> list[Fix]:
         return []
     base = cluster.cached(("probe", node, "probe.py", "base", "{}")) or {}
     actual = base.get("hostname")
-    if not actual or actual == node:
+    cmds = []
+    if actual and actual != node:
+        cmds.append(as_root(cluster, node, hostname_cmd(node)))
+    own = own_addresses(cluster, node)
+    got = list(base.get("resolve", {}).get(node, {}).get("addrs") or [])
+    if own and not set(got) <= set(own) | {a for a in got if a.startswith("127.")}:
+        cmds.append(as_root(cluster, node, hosts_entry_cmd(node, own[0])))
+    if not cmds:
         return []
-    return [Fix(node, f"set the hostname to its hostfile name {node} (it says {actual})",
-                (as_root(cluster, node, hostname_cmd(node)),), "H2",
+    return [Fix(node, f"make {node} name this node (hostname {actual}; it resolves to "
+                      f"{', '.join(got) or 'nothing'} there)", tuple(cmds), "H2",
                 "without systemd, hostname(1) lasts until reboot: also write it to /etc/hostname")]
 
 
@@ -201,7 +210,7 @@ def _pair_resolution_fix(cluster: Any, params: dict[str, Any]) -> list[Fix]:
 def _rank0_resolution_fix(cluster: Any, params: dict[str, Any]) -> list[Fix]:
     """F2: a node that connects to the rendezvous under rank 0's name but reaches another
     machine: its /etc/hosts line for rank 0 is the fix."""
-    node = params.get("node")
+    node = params.get("node") or (params.get("rendezvous_leg") or (None,))[0]
     if node is None or not cluster.nodes:
         return []
     rank0 = cluster.rank0.name

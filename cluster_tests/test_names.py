@@ -41,6 +41,8 @@ def test_resolves(cluster: Cluster, pair: tuple[str, str]) -> None:
              or a != b and is_loopback(x)]
     if wrong:
         right = sorted(x for x in own if not is_loopback(x))
+        if right:
+            fx.offer(fx.hosts_fix(cluster, a, b, right[0], res["addrs"]))
         pytest.fail(
             f"{a} resolves {b} to {', '.join(res['addrs'])}; {', '.join(wrong)} is not an address "
             f"of {b} (which has {', '.join(right) or 'no other address'}): {a}'s ranks and ssh "

@@ -69,7 +69,8 @@ def test_faults_fixed_by_the_script_then_lf_is_green_and_a_rerun_changes_nothing
     sim.remove_authorized_key("node2", from_node="node1")  # a missing key on one pair
     sim.chmod("node3", "id_ed25519", 0o644)  # ssh ignores an unprotected key: node3 -> * fails
     sim.set_hosts_entry("node3", "node1", sim.node("node2").address)  # a wrong /etc/hosts line
-    sim.set_hostname("node2", "node2-old")  # a hostname mismatch
+    sim.set_hostname("node2", "node2-old")  # a hostname mismatch, and on node2 itself
+    sim.set_hosts_entry("node2", "node2", "127.0.2.1")  # its name leads elsewhere
     sim.chmod("node4", "authorized_keys", 0o666)  # world-writable: even the launcher is refused
     work = Path(tempfile.mkdtemp(prefix="ct-fixes-", dir=os.environ.get("CT_SUITE_TMP")))
     try:
@@ -91,7 +92,7 @@ def test_faults_fixed_by_the_script_then_lf_is_green_and_a_rerun_changes_nothing
         assert "# answers: test_ssh_trust[node1->node2]" in s4
         assert f"ssh -F {sim.ssh_config} -o BatchMode=yes" in s4 and " node2 '" in s4
         n2 = block(script, "# --- [N2] on node3")
-        assert "test_name_consistent[node1]" in n2 and "test_ssh_trust[node3->node1]" in n2
+        assert "test_resolves[node3->node1]" in n2 and "test_ssh_trust[node3->node1]" in n2
         s2 = block(script, "# --- [S2] on node3")
         assert "test_ssh_modes[node3]" in s2 and "test_ssh_trust[node3->node2]" in s2
         manual = block(script, "# --- needs a person on node4")
@@ -115,7 +116,7 @@ def test_faults_fixed_by_the_script_then_lf_is_green_and_a_rerun_changes_nothing
         assert not rerun.failed
         assert {"test_hostname_matches[node2]", "test_login[node4]", "test_ssh_modes[node3]",
                 "test_ssh_trust[node1->node2]", "test_ssh_trust[node3->node1]",
-                "test_name_consistent[node1]"} <= rerun.passed, rerun.describe()
+                "test_resolves[node3->node1]"} <= rerun.passed, rerun.describe()
         assert "nothing to fix" in (rerun.junit.parent / "fixes.sh").read_text()
         print(f"faulty run {first.seconds:.1f} s, --lf after fixes.sh {rerun.seconds:.1f} s "
               f"({len(rerun.passed)} passed)")

@@ -46,8 +46,8 @@ def test_slurm_nodelist_alone_checks_the_right_nodes_in_order(healthy_sim, tmp_p
     # rank 0 first, in Slurm's order, as `deepspeed --hostfile` will read it
     assert written.read_text() == "node3 slots=1\nnode1 slots=1\nnode2 slots=1\n"
     assert {"test_login[node1]", "test_login[node2]", "test_login[node3]",
-            "test_ssh_trust[node3->node1]", "test_pdsh[node3]"} <= r.passed, r.describe()
-    assert "test_pdsh[node1]" not in r.outcomes  # the launch starts on rank 0: node3
+            "test_ssh_trust[node3->node1]", "test_pdsh[node3->node1]"} <= r.passed, r.describe()
+    assert "test_pdsh_installed[node1]" not in r.outcomes  # the launch starts on rank 0: node3
 
 
 def test_slurm_and_hostfile_and_bad_hostlist_are_usage_errors(healthy_sim):
