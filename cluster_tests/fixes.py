@@ -32,9 +32,9 @@ PROPERTY = "fix_script"
 SCRIPT_NAME = "fixes.sh"
 #: checklist order of the blocks (by the test module's section)
 SECTIONS = {"test_hostfile": "H", "test_ssh": "S", "test_names": "N", "test_network": "F",
-            "test_env": "E", "test_accelerator": "A", "test_storage": "D",
+            "test_env": "E", "test_accelerator": "A", "test_health": "R", "test_storage": "D",
             "test_collective": "C", "test_training": "T"}
-ORDER = "HSNFEADCT"
+ORDER = "HSNFEARDCT"
 
 
 @dataclass(frozen=True)
