@@ -171,14 +171,7 @@ def _labels(hosts: Sequence[str]) -> list[tuple[str, str]]:
     """(label, host) pairs, longest label first.  pdsh labels a line with the host as given,
     except that it strips the domain from names that share one (`w1.svc.local` -> `w1`), so a
     host's first label stands for it too, where no other host has that label."""
-    import ipaddress
-
-    def is_ip(h: str) -> bool:
-        try:
-            ipaddress.ip_address(h)
-        except ValueError:
-            return False
-        return True
+    from cluster_tests.netfacts import is_ip
 
     full = set(hosts)
     short: dict[str, list[str]] = {}

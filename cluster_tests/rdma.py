@@ -119,65 +119,53 @@ def ports_from_sysfs(tree: Mapping[str, Any]) -> list[Port]:
     return ports
 
 
-def parse_ibstat(text: str) -> list[Port]:
-    """`ibstat` (infiniband-diags): CA 'mlx5_0' / Port 1: / State: Active / Rate: 400 ..."""
+def _parse_port_blocks(text: str, device: str, port: str, source: str,
+                       fields: dict[str, str]) -> list[Port]:
+    """`ibstat` and `ibv_devinfo` print the same shape: a device line, then per port a port line
+    and `key: value` lines; `fields` maps their keys to state / phys_state / link_layer / rate."""
     ports: list[Port] = []
     dev = None
     cur: Port | None = None
     for raw in text.splitlines():
         line = raw.strip()
-        m = re.match(r"^CA '([^']+)'", line)
+        m = re.match(device, line)
         if m:
             dev, cur = m.group(1), None
             continue
-        m = re.match(r"^Port (\d+):$", line)
+        m = re.match(port, line)
         if m and dev:
-            cur = Port(dev, int(m.group(1)), "", source="ibstat")
+            cur = Port(dev, int(m.group(1)), "", source=source)
             ports.append(cur)
             continue
         if cur is None or ":" not in line:
             continue
         key, _, value = line.partition(":")
-        key, value = key.strip(), value.strip()
-        if key == "State":
+        field = fields.get(key.strip())
+        value = value.strip()
+        if field == "state":
             cur.state = _state_name(value, PORT_STATES)
-        elif key == "Physical state":
+        elif field == "phys_state":
             cur.phys_state = _state_name(value, PHYS_STATES)
-        elif key == "Rate":
+        elif field == "rate":
             cur.rate_gbps, cur.rate_text = _rate(value)
             cur.rate_text = f"{value} Gb/sec" if cur.rate_gbps is not None else value
-        elif key == "Link layer":
+        elif field == "link_layer":
             cur.link_layer = value
     return ports
+
+
+def parse_ibstat(text: str) -> list[Port]:
+    """`ibstat` (infiniband-diags): CA 'mlx5_0' / Port 1: / State: Active / Rate: 400 ..."""
+    return _parse_port_blocks(text, r"^CA '([^']+)'", r"^Port (\d+):$", "ibstat",
+                              {"State": "state", "Physical state": "phys_state", "Rate": "rate",
+                               "Link layer": "link_layer"})
 
 
 def parse_ibv_devinfo(text: str) -> list[Port]:
     """`ibv_devinfo [-v]`: hca_id: mlx4_1 / port: 1 / state: PORT_ACTIVE (4) / link_layer ..."""
-    ports: list[Port] = []
-    dev = None
-    cur: Port | None = None
-    for raw in text.splitlines():
-        line = raw.strip()
-        m = re.match(r"^hca_id:\s*(\S+)", line)
-        if m:
-            dev, cur = m.group(1), None
-            continue
-        m = re.match(r"^port:\s*(\d+)$", line)
-        if m and dev:
-            cur = Port(dev, int(m.group(1)), "", source="ibv_devinfo")
-            ports.append(cur)
-            continue
-        if cur is None or ":" not in line:
-            continue
-        key, _, value = line.partition(":")
-        key, value = key.strip(), value.strip()
-        if key == "state":
-            cur.state = _state_name(value, PORT_STATES)
-        elif key == "phys_state":
-            cur.phys_state = _state_name(value, PHYS_STATES)
-        elif key == "link_layer":
-            cur.link_layer = value
-    return ports
+    return _parse_port_blocks(text, r"^hca_id:\s*(\S+)", r"^port:\s*(\d+)$", "ibv_devinfo",
+                              {"state": "state", "phys_state": "phys_state",
+                               "link_layer": "link_layer"})
 
 
 def parse_show_gids(text: str) -> dict[tuple[str, int], dict[int, tuple[str, str, str]]]:

@@ -107,3 +107,17 @@ def run_suite(sim, *args: str, timeout: float = 600, env: dict[str, str] | None 
         (result.outcomes, result.messages, result.properties,
          result.classnames) = parse_junit(junit)
     return result
+
+
+def fake_tool(sim, node: str, tool: str, script: str) -> None:
+    """A vendor tool (nvidia-smi, npu-smi, hccn_tool...) on one node's non-interactive PATH:
+    `script` is its /bin/sh body. A directory of its own per call: the session's sim outlives
+    the test, and a tool left in a shared directory by another test would make the node look
+    like a GPU or NPU node."""
+    import shlex
+
+    bindir = Path(tempfile.mkdtemp(prefix=f"fakebin-{node}-", dir=sim.state_dir))
+    path = bindir / tool
+    path.write_text("#!/bin/sh\n" + script)
+    path.chmod(0o755)
+    sim.append_bashrc(node, f"export PATH={shlex.quote(str(bindir))}:$PATH\n")

@@ -4,22 +4,14 @@ on one node's PATH printing the real captured samples."""
 from __future__ import annotations
 
 import shlex
-import tempfile
 from pathlib import Path
 
-from suite import run_suite
+from suite import fake_tool, run_suite
 
 SAMPLES = Path(__file__).resolve().parent / "data" / "samples"
 
 
-def _fake_tool(sim, node: str, tool: str, script: str) -> None:
-    # a directory of its own: the session's sim outlives the test, and a tool left in a
-    # shared fakebin by another test would make the node look like a GPU or NPU node
-    bindir = Path(tempfile.mkdtemp(prefix=f"fakebin-{node}-", dir=sim.state_dir))
-    path = bindir / tool
-    path.write_text("#!/bin/sh\n" + script)
-    path.chmod(0o755)
-    sim.append_bashrc(node, f"export PATH={shlex.quote(str(bindir))}:$PATH\n")
+_fake_tool = fake_tool
 
 
 def test_cpu_only_cluster_is_green(healthy_sim):

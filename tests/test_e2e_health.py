@@ -21,11 +21,10 @@ import json
 import re
 import shlex
 import shutil
-import tempfile
 from pathlib import Path
 
 import ttar
-from suite import run_suite
+from suite import fake_tool, run_suite
 
 SAMPLES = Path(__file__).resolve().parent / "data" / "samples"
 TREE = "sysfs-class-infiniband-procfs-fixture.ttar.txt"
@@ -39,14 +38,7 @@ def _give_rdma(sim, node: str) -> Path:
     return root / "class" / "infiniband"
 
 
-def _fake_tool(sim, node: str, tool: str, script: str) -> None:
-    # a directory of its own: the session's sim outlives the test, and a tool left in a
-    # shared fakebin by another test would make the node look like a GPU or NPU node
-    bindir = Path(tempfile.mkdtemp(prefix=f"fakebin-{node}-", dir=sim.state_dir))
-    path = bindir / tool
-    path.write_text("#!/bin/sh\n" + script)
-    path.chmod(0o755)
-    sim.append_bashrc(node, f"export PATH={shlex.quote(str(bindir))}:$PATH\n")
+_fake_tool = fake_tool
 
 
 def test_cpu_only_sim_is_green_and_skips_with_reasons(healthy_sim):
