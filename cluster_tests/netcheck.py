@@ -281,16 +281,23 @@ class IfSpec:
         return f"{'not ' if self.exclude else ''}{how} {', '.join(self.names) or '(none)'}"
 
 
-def parse_ifspec(value: str, var: str = "NCCL_SOCKET_IFNAME") -> IfSpec:
+def nccl_list_prefix(value: str) -> tuple[bool, bool, str]:
+    """NCCL's list syntax (NCCL_SOCKET_IFNAME, NCCL_IB_HCA): (exclude `^`, exact `=`, the rest)."""
     text = value.strip()
-    if var.startswith("GLOO"):
-        return IfSpec(value, tuple(n.strip() for n in text.split(",") if n.strip()), exact=True)
     exclude = text.startswith("^")
     if exclude:
         text = text[1:]
     exact = text.startswith("=")
     if exact:
         text = text[1:]
+    return exclude, exact, text
+
+
+def parse_ifspec(value: str, var: str = "NCCL_SOCKET_IFNAME") -> IfSpec:
+    text = value.strip()
+    if var.startswith("GLOO"):
+        return IfSpec(value, tuple(n.strip() for n in text.split(",") if n.strip()), exact=True)
+    exclude, exact, text = nccl_list_prefix(text)
     return IfSpec(value, tuple(n.strip() for n in text.split(",") if n.strip()), exclude, exact)
 
 

@@ -268,13 +268,9 @@ class HcaSpec:
 def parse_hca_spec(value: str) -> HcaSpec:
     """NCCL_IB_HCA: `mlx5` (prefix), `=mlx5_0:1,mlx5_1:1` (exact), `^mlx5_3` / `^=mlx5_3`
     (exclude)."""
-    text = value.strip()
-    exclude = text.startswith("^")
-    if exclude:
-        text = text[1:]
-    exact = text.startswith("=")
-    if exact:
-        text = text[1:]
+    from cluster_tests.netcheck import nccl_list_prefix
+
+    exclude, exact, text = nccl_list_prefix(value)
     entries = []
     for item in text.split(","):
         item = item.strip()
