@@ -113,6 +113,7 @@ def pytest_configure(config: pytest.Config) -> None:
         # No test paths given and no ini file naming them (an installed suite, run from
         # anywhere): run the checklist, not whatever test files the current directory holds.
         config.args = [str(Path(__file__).parent)]
+    _add_site_checks(config, settings)
     if getattr(config.option, "xmlpath", "unset") is None and not hasattr(config, "workerinput"):
         reports = Path(config.invocation_params.dir) / "reports"
         reports.mkdir(exist_ok=True)
@@ -162,6 +163,20 @@ def _node_list(config: pytest.Config, settings: Settings
     settings = dataclasses.replace(settings, hostfile=got.hostfile,
                                    hostfile_source=got.nodes.source)
     return settings, got.parse, got.description + nodelist_mod.env_note(source, environ)
+
+
+def _add_site_checks(config: pytest.Config, settings: Settings) -> None:
+    """--site-checks: the user's own test files (cluster_host, testinfra) run with the checklist."""
+    from cluster_tests.site import site_paths
+
+    for raw in site_paths(settings.value("ct_site_checks")):
+        path = Path(raw).expanduser()
+        if not path.is_absolute():
+            path = Path(config.invocation_params.dir) / path
+        if not path.exists():
+            raise pytest.UsageError(f"--site-checks {raw}: no such file or directory")
+        if str(path) not in config.args:
+            config.args.append(str(path))
 
 
 class _SummaryPlugin:
@@ -453,6 +468,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.skip(
                 reason="the hostfile names no host DeepSpeed would launch on: see "
                        "test_hostfile_syntax"), append=False)
+        if "cluster_host" in getattr(item, "fixturenames", ()):
+            item.user_properties.append(("site_check", "testinfra"))
         if "node" in params or "rank0_node" in params:
             item.user_properties.append(("node", params.get("node") or params["rank0_node"]))
         if "pair" in params:
@@ -510,6 +527,27 @@ def hostfile(pytestconfig: pytest.Config, cluster: Cluster) -> hostfile_mod.Host
 @pytest.fixture(scope="session")
 def nodes(cluster: Cluster) -> list[Node]:
     return list(cluster.nodes)
+
+
+@pytest.fixture
+def cluster_host(cluster: Cluster, node: str):
+    """A pytest-testinfra host for each node of the hostfile (test ids: the node names), for a
+    site's own checks::
+
+        def test_nccl(cluster_host):
+            assert cluster_host.package("libnccl2").version.startswith("2.21")
+
+        def test_output_mount(cluster_host):
+            assert cluster_host.mount_point("/mnt/output").exists
+
+    Commands go through the run's own SSH session to the node (same ssh config, user and strict
+    known_hosts as every check; never testinfra's WarningPolicy), each with the
+    --timeout-command deadline. Results join the cluster summary, JUnit and `-k node3`. Put
+    the file next to the hostfile and pass --site-checks FILE (or give its path to pytest)."""
+    from cluster_tests.site import host_for
+
+    cluster.require(node)
+    return host_for(cluster, node)
 
 
 @pytest.hookimpl(specname="pytest_terminal_summary")

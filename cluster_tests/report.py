@@ -216,9 +216,30 @@ class Recorder:
                 lines.append(f"  {p[0]}<->{p[1]}  {value:>10}  {o.outcome}")
         return lines
 
+    def render_site(self) -> list[str]:
+        """The site's own checks (cluster_host / testinfra): a row per check, a mark per node,
+        then one line per red node with its cause."""
+        site = [o for o in self.outcomes.values() if o.properties.get("site_check")]
+        if not site:
+            return []
+        lines = ["Site checks (testinfra; . ok, X failed, s skipped):"]
+        rows: dict[str, dict[str, Outcome]] = {}
+        for o in site:
+            rows.setdefault(o.function, {})[o.node or o.test_id] = o
+        for function, cells in rows.items():
+            marks = "  ".join(f"{n} {_MARK.get(c.outcome, '?')}" for n, c in cells.items())
+            lines.append(f"  {function}: {marks}")
+        for o in site:
+            if o.outcome in ("failed", "error"):
+                # an assert in a test file: its "E   ..." line says what is wrong
+                said = next((ln[1:].strip() for ln in o.message.splitlines()
+                             if ln.startswith("E ") and ln[1:].strip()), o.headline)
+                lines.append(f"  {o.test_id}: {said[:160]}")
+        return lines
+
     def summary_lines(self, facts: dict[str, dict[str, str]], extra: list[str] | None = None) -> list[str]:
         lines: list[str] = []
-        for block in (self.render_matrix(), self.render_nodes(facts), extra or []):
+        for block in (self.render_matrix(), self.render_nodes(facts), self.render_site(), extra or []):
             if block:
                 lines += block + [""]
         fixes = self.fixes()

@@ -215,6 +215,13 @@ OPTIONS += [
            "launch (default for Slurm/MPI/SkyPilot lists: hostfile beside the JUnit report)"),
 ]
 
+# Site checks (pytest-testinfra), see cluster_tests.site.
+OPTIONS += [
+    Option("--site-checks", "ct_site_checks", "cluster_site_checks", "CLUSTER_TESTS_SITE_CHECKS",
+           "comma-separated test files or directories of your own site checks (using the "
+           "cluster_host fixture), run with the checklist"),
+]
+
 
 def _choice(value: str, choices: tuple[str, ...]) -> str:
     v = value.strip().lower()
