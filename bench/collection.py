@@ -32,7 +32,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from cluster_tests import pairs as P  # noqa: E402
+from cluster_tests.core import pairs as P  # noqa: E402
 
 MARK = "not collective and not training"
 DEFAULT_CASES = "2:all,64:all,256:ring,256:sample:5000,1024:ring,1024:sample:20000,1024:all"

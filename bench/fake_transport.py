@@ -30,8 +30,8 @@ from typing import Any
 
 import pytest
 
-from cluster_tests import cluster as cluster_mod
-from cluster_tests.remote import CommandResult, Pool, SSHTarget
+from cluster_tests.core import cluster as cluster_mod
+from cluster_tests.core.transport import CommandResult, Pool, SSHTarget
 
 FACTS_PATH = Path(__file__).with_name("fake_facts.json")
 PROBE_MARK = cluster_mod.PROBE_MARK
@@ -185,7 +185,7 @@ def _fake_resolve_target(alias: str, ssh_config=None, **kw: object) -> SSHTarget
 
 
 # Installed when the plugin module is imported (-p), before the suite's pytest_configure makes
-# the Cluster: Cluster.create looks both names up in cluster_tests.cluster at call time.
+# the Cluster: Cluster.create looks both names up in cluster_tests.core.cluster at call time.
 cluster_mod.Pool = FakePool  # type: ignore[misc]
 cluster_mod.resolve_target = _fake_resolve_target  # type: ignore[assignment]
 
@@ -211,10 +211,10 @@ def _record(state_dir: str) -> None:
     """Record the templates from node2 of a running sim (`python -m fixtures.sim up --nodes 3`)."""
     repo = Path(__file__).resolve().parent.parent
     sys.path.insert(0, str(repo))
-    from cluster_tests.cluster import Cluster, Node
-    from cluster_tests.remote import Pool as RealPool
-    from cluster_tests.remote import resolve_target
-    from cluster_tests.settings import Settings
+    from cluster_tests.core.cluster import Cluster, Node
+    from cluster_tests.core.settings import Settings
+    from cluster_tests.core.transport import Pool as RealPool
+    from cluster_tests.core.transport import resolve_target
 
     cluster_mod.Pool = RealPool  # type: ignore[misc]
     cluster_mod.resolve_target = resolve_target  # type: ignore[assignment]

@@ -7,7 +7,7 @@ wheels and bounds the whole run); the steps, each a row of the table printed las
 * A1: ``nvidia-smi -L`` through the node probe's own section and parser, torch allocating on
   every GPU (the envprobe ``devices`` section); H4: the slots check with slots = the GPU count
   (green) and one more (red).
-* C1, world size 1: the real worker (``remote_scripts/allreduce.py``) with NCCL on the GPU.
+* C1, world size 1: the real worker (``node/allreduce.py``) with NCCL on the GPU.
 * C1, two ranks on the one GPU that NCCL takes for two hosts (``NCCL_HOSTID`` differs per rank,
   so NCCL cannot use P2P/SHM and takes the network path, ``NCCL_SOCKET_IFNAME=lo``), with
   ``NCCL_DEBUG=INFO``: correctness (#wrong = 0 with the verifiable pattern), busbw = algbw *
@@ -41,7 +41,7 @@ REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from cluster_tests import collective as C  # noqa: E402
+from cluster_tests.judge import collective as C  # noqa: E402
 
 DEFAULT_SIZES = "1M,16M,256M,1G"
 MAX_BUDGET_S = 450  # + the wrapper's 30 s: 8 minutes
@@ -104,7 +104,7 @@ def format_table(rows: list[Row]) -> str:
 def _script_module(name: str):
     import importlib.util
 
-    path = REPO / "cluster_tests" / "remote_scripts" / name
+    path = REPO / "cluster_tests" / "node" / name
     spec = importlib.util.spec_from_file_location(f"gpu_check_{name[:-3]}", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)  # type: ignore[union-attr]
@@ -112,7 +112,7 @@ def _script_module(name: str):
 
 
 def check_a1_h4() -> list[Row]:
-    from cluster_tests import accel
+    from cluster_tests.judge import accelerator as accel
 
     raw = _script_module("probe.py").section_accelerators({})
     inv = accel.from_probe(raw)
@@ -308,7 +308,7 @@ def check_t1(deadline_s: float, out: Path) -> Row:
         return Row("T1 deepspeed on the GPU", "skip",
                    f"deepspeed not importable ({type(exc).__name__}: {exc}); carry it: "
                    f"bench/gpu_check.sh --wheels DIR (see bench/README.md)")
-    from cluster_tests import training as tr
+    from cluster_tests.judge import training as tr
 
     # `python -m deepspeed.launcher.runner`: the carried wheels are on PYTHONPATH, not PATH
     result, text = tr.run_local_single_node(1, steps=20, deadline=deadline_s,

@@ -8,8 +8,8 @@ from __future__ import annotations
 from pathlib import Path
 from types import SimpleNamespace
 
-from cluster_tests import collective as C
-from cluster_tests import collective_remote as R
+from cluster_tests.judge import collective as C
+from cluster_tests.measure import allreduce as R
 
 FAST = {"warmup": 1, "iters": 2, "connect_timeout": 10.0, "init_timeout": 10.0,
         "op_timeout": 30.0}

@@ -1,4 +1,4 @@
-"""The all-reduce worker's verifiable pattern (remote_scripts/allreduce.py), as pure arithmetic:
+"""The all-reduce worker's verifiable pattern (node/allreduce.py), as pure arithmetic:
 exact sums in every dtype for any world size (6000 ranks simulated, and far beyond), a different
 rank set gives a different sum, and the torch implementation matches the integer reference,
 across chunk boundaries. Also the worker's other pure helpers (device_id rule, HCCL deadline,
@@ -14,13 +14,13 @@ import numpy as np
 import pytest
 import torch
 
-from cluster_tests import collective as C
+from cluster_tests.judge import collective as C
 
 NP_DTYPES = {"float32": np.float32, "float16": np.float16, "float64": np.float64}
 
 
 def _worker():
-    path = Path(C.__file__).parent / "remote_scripts" / "allreduce.py"
+    path = C.WORKER_SCRIPT
     spec = importlib.util.spec_from_file_location("ct_allreduce_worker_pattern", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from cluster_tests import collective as C
+from cluster_tests.judge import collective as C
 
 SAMPLES = Path(__file__).parent / "data" / "samples"
 FAST = {"warmup": 2, "iters": 5, "connect_timeout": 10.0, "init_timeout": 10.0,
@@ -214,7 +214,7 @@ def test_a_sweep_stopped_before_any_size_says_why() -> None:
 def _worker_module():
     import importlib.util
 
-    path = Path(C.__file__).parent / "remote_scripts" / "allreduce.py"
+    path = C.WORKER_SCRIPT
     spec = importlib.util.spec_from_file_location("ct_allreduce_worker", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

@@ -21,8 +21,8 @@ from typing import ClassVar
 import pytest
 from suite import REPO, run_suite
 
-from cluster_tests import collective as C
-from cluster_tests import collective_remote as R
+from cluster_tests.judge import collective as C
+from cluster_tests.measure import allreduce as R
 
 FAST = ("-m", "collective", "--sizes", "64K,1M", "--iters", "5", "--warmup", "2",
         "--collective-connect-timeout", "5", "--collective-init-timeout", "10",
@@ -240,7 +240,7 @@ def test_killed_pytest_leaves_no_workers(healthy_sim, tmp_path: Path) -> None:
 
 
 def test_bootstrap_is_the_workers() -> None:
-    tree = ast.parse((REPO / "cluster_tests" / "remote_scripts" / "allreduce.py").read_text())
+    tree = ast.parse((REPO / "cluster_tests" / "node" / "allreduce.py").read_text())
     (value,) = [ast.literal_eval(node.value) for node in tree.body
                 if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", "") == "BOOTSTRAP"]
     assert value == R.BOOTSTRAP
@@ -303,8 +303,8 @@ def test_pair_results_are_keyed_in_hostfile_order(monkeypatch):
     results must still be found under the test's hostfile-ordered pair."""
     from types import SimpleNamespace
 
-    from cluster_tests import collective as C
-    from cluster_tests import collective_remote as R
+    from cluster_tests.judge import collective as C
+    from cluster_tests.measure import allreduce as R
 
     names = ["node1", "node2", "node3", "node4"]
     assert any(names.index(a) > names.index(b) for rnd in C.circle_schedule(names) for a, b in rnd)

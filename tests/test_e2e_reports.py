@@ -6,7 +6,7 @@ import json
 
 from suite import run_suite
 
-from cluster_tests.report import Outcome, Recorder
+from cluster_tests.report.summary import Outcome, Recorder
 
 
 def test_asymmetric_fault_is_exactly_one_red_cell(healthy_sim, tmp_path):

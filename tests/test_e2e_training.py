@@ -17,8 +17,8 @@ from types import SimpleNamespace
 import pytest
 from suite import REPO, run_suite
 
-from cluster_tests import training as tr
-from cluster_tests import training_remote as trr
+from cluster_tests.judge import training as tr
+from cluster_tests.measure import training as trr
 
 pytest.importorskip("deepspeed")
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from cluster_tests import envcheck as ec
+from cluster_tests.judge import env as ec
 
 
 def _deepspeed_reads(text: str) -> dict[str, str]:

@@ -1,4 +1,4 @@
-"""The fix script's pieces (cluster_tests.fixes): each command does its job, a second run changes
+"""The fix script's pieces (cluster_tests.report.fixes): each command does its job, a second run changes
 nothing, any path or name is quoted safely, and the script is `bash -n` clean, in checklist
 order, with manual fixes as comments. The commands run here for real, on temporary files."""
 
@@ -10,8 +10,8 @@ import os
 import stat
 import subprocess
 
-from cluster_tests import fixes as fx
-from cluster_tests.report import Outcome
+from cluster_tests.report import fixes as fx
+from cluster_tests.report.summary import Outcome
 
 ODD = "we ird $(touch pwned) 'q' `x`;"
 
@@ -90,10 +90,10 @@ def test_script_is_in_checklist_order_merged_quoted_and_bash_n_clean(tmp_path):
     hosts = fx.Fix("node3", "/etc/hosts: node1", (fx.hosts_entry_cmd("node1", "10.0.0.1"),), "N2")
     modes = fx.Fix("node-2", "modes", (fx.chmod_cmd(f"/root/{ODD}", 0o600),), "S2")
     outcomes = [
-        _outcome("test_name_consistent[node1]", "cluster_tests/test_names.py", [hosts]),
-        _outcome("test_ssh_trust[node3->node1]", "cluster_tests/test_ssh.py", [hosts]),
-        _outcome("test_ssh_modes[node-2]", "cluster_tests/test_ssh.py", [modes]),
-        _outcome("test_login[node4]", "cluster_tests/test_ssh.py",
+        _outcome("test_name_consistent[node1]", "cluster_tests/checks/test_names.py", [hosts]),
+        _outcome("test_ssh_trust[node3->node1]", "cluster_tests/checks/test_ssh.py", [hosts]),
+        _outcome("test_ssh_modes[node-2]", "cluster_tests/checks/test_ssh.py", [modes]),
+        _outcome("test_login[node4]", "cluster_tests/checks/test_ssh.py",
                  message="node4: public key refused\n  fix: on node4: chmod 600 ~/.ssh/authorized_keys\n"
                          "$(reboot)"),
     ]

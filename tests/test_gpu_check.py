@@ -12,7 +12,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from cluster_tests import collective as C
+from cluster_tests.judge import collective as C
 
 REPO = Path(__file__).resolve().parent.parent
 SAMPLES = Path(__file__).parent / "data" / "samples"

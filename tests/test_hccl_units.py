@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from cluster_tests import collective as C
-from cluster_tests import parsers as p
+from cluster_tests.judge import collective as C
+from cluster_tests.judge import parsers as p
 
 SAMPLES = Path(__file__).parent / "data" / "samples"
 

@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 import ttar
 
-from cluster_tests import gpuhealth, nccllog, rdma
+from cluster_tests.judge import gpuhealth, nccllog, rdma
 
 SAMPLES = Path(__file__).resolve().parent / "data" / "samples"
-PROBE = Path(__file__).resolve().parent.parent / "cluster_tests" / "remote_scripts" / "healthprobe.py"
+PROBE = Path(__file__).resolve().parent.parent / "cluster_tests" / "node" / "healthprobe.py"
 
 
 def sample(name: str) -> str:
@@ -339,7 +339,7 @@ def test_worker_routes_nccl_debug_to_a_file_and_sends_the_transport_lines(monkey
 
 
 def _report(lines_by_host):
-    from cluster_tests import collective as C
+    from cluster_tests.judge import collective as C
 
     ranks = C.assign_ranks({h: 1 for h in lines_by_host})
     events = {r.rank: [{"event": "start", "backend": "nccl"}, {"event": "joined"},

@@ -1,4 +1,4 @@
-"""cluster_tests.hostfile: equal to DeepSpeed 0.19's parser, lint traps, bad input, filters."""
+"""cluster_tests.judge.hostfile: equal to DeepSpeed 0.19's parser, lint traps, bad input, filters."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from cluster_tests.hostfile import (
+from cluster_tests.judge.hostfile import (
     MAX_BYTES,
     MAX_LINES,
     Finding,
@@ -416,7 +416,7 @@ def test_slots_beyond_int_digit_limit(monkeypatch: pytest.MonkeyPatch) -> None:
     and as too large when the line-length limit is lifted."""
     text = "node1 slots=" + "9" * 5000 + "\n"
     assert only(text, "H1-long-line").severity == "error"
-    monkeypatch.setattr("cluster_tests.hostfile.MAX_LINE_CHARS", 10**6)
+    monkeypatch.setattr("cluster_tests.judge.hostfile.MAX_LINE_CHARS", 10**6)
     f = only(text, "H1-slots-too-large")
     assert (f.line, f.column, f.severity, f.fixed_line) == (1, 13, "error", None)
     assert_same_as_deepspeed(text)
@@ -521,7 +521,7 @@ def test_unreadable_permission_error(tmp_path: Path, monkeypatch: pytest.MonkeyP
     def denied(path: str) -> bytes:
         raise PermissionError(13, "Permission denied", path)
 
-    monkeypatch.setattr("cluster_tests.hostfile._open_binary", denied)
+    monkeypatch.setattr("cluster_tests.judge.hostfile._open_binary", denied)
     with pytest.raises(HostfileError, match=r"^hostfile .*: permission denied$"):
         load_hostfile(f)
 

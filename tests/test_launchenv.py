@@ -13,7 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from cluster_tests import launchenv as le
+from cluster_tests.judge import launch as le
 
 runner = pytest.importorskip("deepspeed.launcher.runner")
 multinode = pytest.importorskip("deepspeed.launcher.multinode_runner")

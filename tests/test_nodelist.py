@@ -1,4 +1,4 @@
-"""Node-list sources (cluster_tests.nodelist): Slurm hostlists exactly as Slurm expands them,
+"""Node-list sources (cluster_tests.core.nodelist): Slurm hostlists exactly as Slurm expands them,
 SLURM_* slot counts, MPI hostfiles linted like H1, SkyPilot, and the choice between sources."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from cluster_tests import hostfile as hf
-from cluster_tests import nodelist as nl
+from cluster_tests.core import nodelist as nl
+from cluster_tests.judge import hostfile as hf
 
 SAMPLES = Path(__file__).parent / "data" / "samples"
 CAPTURES = json.loads((SAMPLES / "scontrol-show-hostnames-22.05.8.json").read_text())["captures"]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from cluster_tests import pairs as P
+from cluster_tests.core import pairs as P
 
 
 def names(n: int) -> list[str]:

@@ -1,4 +1,4 @@
-"""Tests of cluster_tests.parsers on the real captured samples in tests/data/samples/.
+"""Tests of cluster_tests.judge.parsers on the real captured samples in tests/data/samples/.
 
 Each sample file is parsed by at least one test that asserts values read from the file.
 The fuzz tests at the end check the "never raise" contract of every parser.
@@ -14,7 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from cluster_tests import parsers as p
+from cluster_tests.judge import parsers as p
 
 SAMPLES = Path(__file__).parent / "data" / "samples"
 

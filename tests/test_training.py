@@ -1,4 +1,4 @@
-"""Tests of cluster_tests.training and remote_scripts/train_smoke.py (checklist T1, T2).
+"""Tests of cluster_tests.judge.training and node/train_smoke.py (checklist T1, T2).
 
 Real runs use the deepspeed launcher on this machine, on CPU (DS_ACCELERATOR=cpu, gloo), with
 2 local ranks. Run: .venv/bin/python -m pytest tests/test_training.py -p no:cacheprovider -q
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from cluster_tests import training as tr
+from cluster_tests.judge import training as tr
 
 pytest.importorskip("torch")
 pytest.importorskip("deepspeed")

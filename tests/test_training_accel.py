@@ -7,8 +7,8 @@ from __future__ import annotations
 import importlib.util
 from types import SimpleNamespace
 
-from cluster_tests import training as tr
-from cluster_tests import training_remote as trr
+from cluster_tests.judge import training as tr
+from cluster_tests.measure import training as trr
 
 
 def _job():

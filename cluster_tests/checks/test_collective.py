@@ -1,0 +1,230 @@
+"""C. Collective communication (CHECKLIST C1-C3): all-reduce through torch.distributed, for real.
+
+C1 runs one rank per slot on every node (rendezvous on the rank-0 node at --master-port) over a
+size sweep and reports time, algbw and busbw per size as nccl-tests does; C3 is built into every
+run: connect/rendezvous, communicator init and the sweep each have their own deadline, and a
+failure names the ranks (host, local rank) that never joined or never finished. C2 runs every
+unordered node pair (one rank each, largest size) in circle rounds of disjoint pairs; test ids
+are ``node1<->node2`` with the nodes in hostfile order, one per unordered pair. The rendezvous
+of a pair sits on alternating sides, so that every node serves one: a node that drops inbound
+high ports but accepts the replies to its own connections passes C1 with gloo when it happens
+to connect out only (PITFALLS 9), and fails the pair in which it serves. C1, and a pair, that
+the session's F3 port matrix already shows blocked (a node takes no connection from another on
+any tested port) fail at once, citing those F3 tests, instead of waiting out a rendezvous
+deadline (once per C2 round).
+
+What is timed, and the units: see ``node/allreduce.py`` (the table's ``# timed:`` line).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+from pathlib import Path
+
+import pytest
+
+from cluster_tests.core.cluster import Cluster
+from cluster_tests.judge import collective as C
+from cluster_tests.measure import allreduce as R
+
+pytestmark = pytest.mark.collective
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """``node_pair``: unordered pairs (a before b in the hostfile), ids ``a<->b``."""
+    if "node_pair" in metafunc.fixturenames:
+        from cluster_tests.core import pairs as pairs_mod
+        from cluster_tests.core.plugin import CLUSTER_KEY
+
+        cluster = metafunc.config.stash.get(CLUSTER_KEY, None)
+        pairs = pairs_mod.node_pairs(cluster) if cluster else []  # all, or those of --pairs
+        metafunc.parametrize("node_pair", pairs, ids=[C.pair_id(p) for p in pairs])
+
+
+@pytest.fixture(scope="session")
+def allreduce_run(cluster: Cluster, pytestconfig: pytest.Config) -> R.RemoteRun:
+    """C1's run, once per session; kept in config.stash for the terminal summary."""
+    run = cluster.memo(("collective", "cluster"), lambda: R.run_cluster(cluster))
+    R.stash(pytestconfig)["cluster"] = run
+    path = cluster.settings.value("ct_busbw_record")
+    if path and run.report.rows:
+        Path(path).expanduser().write_text(json.dumps(R.record(run), indent=2) + "\n")
+    return run
+
+
+@pytest.fixture(scope="session")
+def pair_runs(cluster: Cluster, pytestconfig: pytest.Config) -> dict:
+    """C2's runs (every pair, circle rounds), once per session, plus the slow-pair analysis."""
+    runs = cluster.memo(("collective", "pairs"), lambda: R.run_pairs(cluster))
+    measured = {p: r.report.rows[-1].busbw_GBps for p, r in runs.items()
+                if isinstance(r, R.RemoteRun) and r.report.ok and r.report.rows}
+    ratio = float(cluster.settings.value("ct_pair_slow_ratio"))
+    slow = C.flag_slow_pairs(measured, ratio=ratio, reference="upper_median")
+    R.stash(pytestconfig).update(pairs=runs, slow=slow)
+    return {"runs": runs, "slow": slow}
+
+
+def _record(record_property, run: R.RemoteRun) -> None:
+    rep = run.report
+    record_property("backend", rep.backend or "?")
+    record_property("world_size", rep.world_size)
+    record_property("master", run.where)
+    record_property("sizes", ",".join(str(r.size_bytes) for r in rep.rows))
+    for row in rep.rows:
+        record_property(f"time_us@{row.size_bytes}", round(row.time_us, 3))
+        record_property(f"algbw_GBps@{row.size_bytes}", round(row.algbw_GBps, 6))
+        record_property(f"busbw_GBps@{row.size_bytes}", round(row.busbw_GBps, 6))
+    if rep.rows:
+        record_property("busbw_GBps", round(rep.rows[-1].busbw_GBps, 6))
+        record_property("size_bytes", rep.rows[-1].size_bytes)
+
+
+def _leftover_fail(run: R.RemoteRun) -> None:
+    left = R.leftovers(run)
+    if left:
+        pytest.fail(f"all-reduce workers may still run (their node did not confirm the kill): "
+                    f"{left}", pytrace=False)
+
+
+def _socket_fallbacks(cluster: Cluster, run: R.RemoteRun, record_property) -> list[str]:
+    """C1: the transports NCCL chose on each node (the workers' NCCL_DEBUG=INFO, parsed by
+    nccllog) go to the properties; nodes with active RDMA ports (section R's probe) whose
+    ranks ended on TCP sockets are returned, with NCCL's reason."""
+    from cluster_tests.core.cluster import ProbeError
+    from cluster_tests.judge import nccllog, rdma
+
+    nodes = nccllog.by_node(run.report.transport_lines, run.report.ranks)
+    rdma_nodes = {}
+    for host, t in nodes.items():
+        record_property(f"transport@{host}", t.describe())
+        if not t.on_sockets:
+            continue
+        env = {**cluster.base(host)["env"], **{k: v for k, v in os.environ.items()
+                                                if k.startswith("NCCL_")}}
+        if env.get("NCCL_IB_DISABLE", "0").strip() not in ("", "0") or \
+                env.get("NCCL_NET", "").strip().lower() == "socket":
+            continue  # sockets on purpose
+        try:
+            ports = rdma.ports_from_probe(
+                cluster.probe(host, "fabric", script="healthprobe.py")["rdma"])[0]
+        except (ProbeError, KeyError):
+            continue
+        if any(p.up for p in ports):
+            rdma_nodes[host] = ", ".join(p.name for p in ports if p.up)
+    return nccllog.socket_fallbacks(nodes, rdma_nodes)
+
+
+def test_allreduce(allreduce_run: R.RemoteRun, cluster: Cluster, record_property) -> None:
+    """C1 + C3: every rank of every node joins, inits and completes the sweep within its stage
+    deadlines, with no wrong element; the table goes to the properties and the summary.  A
+    node with active RDMA ports whose NCCL ranks used TCP sockets fails it (10-50x slower)."""
+    run = allreduce_run
+    _record(record_property, run)
+    fallbacks = _socket_fallbacks(cluster, run, record_property)
+    if not run.report.ok:
+        pytest.fail(R.explain(cluster, run, f"all-reduce over {run.report.world_size} ranks on "
+                              f"{', '.join(run.nodes)}"), pytrace=False)
+    if fallbacks:
+        pytest.fail("all-reduce went over TCP sockets where RDMA is there:\n  "
+                    + "\n  ".join(fallbacks)
+                    + "\n  fix: unset NCCL_IB_DISABLE / NCCL_NET=Socket; see test_ib_hca and "
+                      "test_memlock of those nodes; install rdma-core (libibverbs) where the "
+                      "ranks run; a container needs --device=/dev/infiniband and "
+                      "--cap-add=IPC_LOCK", pytrace=False)
+    _leftover_fail(run)
+    _accelerator_fail(cluster, run, f"all-reduce over {run.report.world_size} ranks")
+
+
+def _accelerator_fail(cluster: Cluster, run: R.RemoteRun, what: str) -> None:
+    """Red when a rank ran a backend other than its node's accelerators call for (issue 17)."""
+    problems = R.accelerator_problems(cluster, run)
+    if problems:
+        pytest.fail(f"{what}: not the launch's backend:\n  " + "\n  ".join(problems) + "\n"
+                    + R.ACCELERATOR_FIX, pytrace=False)
+
+
+def test_allreduce_busbw(allreduce_run: R.RemoteRun, cluster: Cluster, record_property) -> None:
+    """C1: busbw at the largest size against --min-busbw and/or --busbw-baseline."""
+    rep = allreduce_run.report
+    if not rep.ok:
+        pytest.skip(f"no bandwidth to judge: test_allreduce failed ({rep.verdict})")
+    if R.accelerator_problems(cluster, allreduce_run):
+        pytest.skip("no bandwidth to judge: the ranks did not run the launch's backend "
+                    "(see test_allreduce)")
+    baseline_path = cluster.settings.value("ct_busbw_baseline")
+    baseline = None
+    if baseline_path:
+        try:
+            baseline = json.loads(Path(baseline_path).expanduser().read_text())
+        except (OSError, ValueError) as exc:
+            pytest.fail(f"--busbw-baseline {baseline_path}: cannot read it: {exc}\n  fix: write "
+                        f"one with --busbw-record {baseline_path} on a healthy run", pytrace=False)
+    verdict = C.judge_busbw(rep.rows, cluster.settings.value("ct_min_busbw"), baseline,
+                            float(cluster.settings.value("ct_busbw_tolerance")), rep.stopped)
+    record_property("busbw_verdict", verdict.message)
+    if not verdict.judged:
+        pytest.skip(verdict.message)
+    if not verdict.ok:
+        pytest.fail(f"all-reduce over {rep.world_size} ranks ({rep.backend}): {verdict.message}\n"
+                    f"  fix: run `-k test_allreduce_pair` to find the slow node or link; check "
+                    f"the NIC speed and that {rep.backend} uses the fast interface "
+                    f"(NCCL_SOCKET_IFNAME/GLOO_SOCKET_IFNAME)", pytrace=False)
+
+
+def test_allreduce_pair(pair_runs: dict, node_pair: tuple[str, str], cluster: Cluster,
+                        record_property) -> None:
+    """C2: all-reduce between two nodes completes, and its busbw is not far below the typical
+    good pair's; a node common to the slow (or failing) pairs is named."""
+    a, b = node_pair
+    run = pair_runs["runs"].get(node_pair)
+    if isinstance(run, R.NodeDown):
+        pytest.fail(str(run), pytrace=False)
+    if isinstance(run, R.PortsBlocked):
+        pytest.fail(f"{C.pair_id(node_pair)}: {run}", pytrace=False)
+    if isinstance(run, BaseException):
+        pytest.fail(f"{C.pair_id(node_pair)}: could not run: {run}", pytrace=False)
+    _record(record_property, run)
+    if not run.report.ok:
+        failing = [p for p, r in pair_runs["runs"].items()
+                   if not (isinstance(r, R.RemoteRun) and r.report.ok)]
+        pytest.fail(R.explain(cluster, run, C.pair_id(node_pair))
+                    + _common_node(failing, "failing"), pytrace=False)
+    _leftover_fail(run)
+    _accelerator_fail(cluster, run, C.pair_id(node_pair))
+    slow = pair_runs["slow"]
+    mine = dict(slow.slow).get(node_pair)
+    if mine is not None:
+        row = run.report.rows[-1]
+        others = [bw for p, bw in slow.slow if p != node_pair]
+        pytest.fail(
+            f"{C.pair_id(node_pair)}: busbw {mine:.3f} GB/s at {C.format_size(row.size_bytes)}B, "
+            f"below {slow.threshold_GBps:.3f} GB/s = {slow.threshold_GBps / slow.reference_GBps:g}"
+            f" x the typical good pair ({slow.reference_GBps:.3f} GB/s, median of the better half"
+            f" of {len(pair_runs['runs'])} pairs)"
+            + (f"; median of the other slow pairs {statistics.median(others):.3f} GB/s"
+               if others else "")
+            + _common_node([p for p, _ in slow.slow], "slow", slow.suspect)
+            + f"\n  fix: compare `ethtool <iface>` speeds and `tc qdisc show` on {a} and {b}; "
+              f"iperf3 -s on {a}, iperf3 -c {a} on {b}",
+            pytrace=False)
+
+
+def _common_node(pairs: list[tuple[str, str]], kind: str, suspect: str | None = None) -> str:
+    """'; node3 is in 2 of 2 failing pairs: suspect node3' or a link when no node is common."""
+    if len(pairs) < 2:
+        return ""
+    counts: dict[str, int] = {}
+    for pair in pairs:
+        for node in pair:
+            counts[node] = counts.get(node, 0) + 1
+    ranked = sorted(counts.items(), key=lambda kv: -kv[1])
+    top, n = ranked[0]
+    unique = len(ranked) == 1 or n > ranked[1][1]
+    if suspect is None and unique and n >= 2:
+        suspect = top
+    if suspect is None:
+        return f"\n  {len(pairs)} {kind} pair(s) with no node in common: suspect the link(s)"
+    return (f"\n  {suspect} is in {counts.get(suspect, 0)} of {len(pairs)} {kind} pairs: "
+            f"suspect {suspect} (its NIC, link, firewall or load)")

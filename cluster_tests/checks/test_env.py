@@ -1,0 +1,276 @@
+"""E. Environment (CHECKLIST E1-E5): what a NON-interactive ssh shell (pdsh's) gets on every
+node: the variables and tools the launch needs, the same communication settings and versions
+everywhere, on Ascend the HCCL settings and NPU links, and (E5) a rehearsal of the launch's own
+per-node step: from the rank-0 node, through pdsh, DeepSpeed's exports, `cd` and interpreter,
+importing what the launch imports."""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+import pytest
+
+from cluster_tests.core.cluster import Cluster, ProbeError
+from cluster_tests.judge import accelerator as accel
+from cluster_tests.judge import env as ec
+from cluster_tests.judge import parsers
+from cluster_tests.measure import rehearsal
+
+pytestmark = pytest.mark.env
+
+SCRIPT = "envprobe.py"
+VERSION_KEYS = ("python", "torch", "cuda", "nccl", "deepspeed", "torch_npu", "cann",
+                "nvidia_driver", "ascend_driver")
+
+
+class EnvWarning(UserWarning):
+    """Works, but departs from the field guide."""
+
+
+def _probe(cluster: Cluster, node: str, section: str, **params: Any) -> dict[str, Any]:
+    cluster.require(node)
+    try:
+        return cluster.probe(node, section, script=SCRIPT, **params)
+    except ProbeError as exc:
+        pytest.fail(str(exc), pytrace=False)
+
+
+def _envfiles(cluster: Cluster, node: str) -> dict[str, Any]:
+    return _probe(cluster, node, "envfiles", launch_dir=cluster.settings.value("ct_launch_dir"))
+
+
+def _required(cluster: Cluster) -> list[str]:
+    raw = cluster.settings.value("ct_required_env") or ""
+    return [v.strip() for v in raw.split(",") if v.strip()]
+
+
+def test_required_env(cluster: Cluster, node: str) -> None:
+    """E1: pdsh's non-interactive shell finds the remote python, `deepspeed`, and every
+    variable named by --required-env."""
+    facts = cluster.base(node)  # ran with the remote python: it was found
+    env = facts["env"]
+    missing = [v for v in _required(cluster) if v not in env]
+    no_deepspeed = facts["which"].get("deepspeed") is None
+    if not missing and not no_deepspeed:
+        return
+    bashrc = _envfiles(cluster, node).get("bashrc")
+    early = ec.early_return_line(bashrc)
+    problems = []
+    if no_deepspeed:
+        problems.append(f"`deepspeed` is not on PATH ({env.get('PATH', '(unset)')})")
+    if missing:
+        problems.append("not set: " + ", ".join(missing))
+    hints = []
+    for var in missing + (["PATH"] if no_deepspeed else []):
+        line = ec.export_line(bashrc, var)
+        if early is not None and line is not None and line > early:
+            hints.append(f"~/.bashrc sets {var} on line {line}, below the early return for "
+                         f"non-interactive shells on line {early}: pdsh never sees it")
+    if early is not None and not hints:
+        hints.append(f"~/.bashrc returns early for non-interactive shells on line {early}")
+    fix = (f"on {node}: move the exports above line {early} of ~/.bashrc (or delete that return)"
+           if early is not None else
+           f"on {node}: add the exports to ~/.bashrc (read by non-interactive ssh shells on Debian/"
+           f"Ubuntu), or install deepspeed into the remote python's environment")
+    pytest.fail(
+        f"{node}: as pdsh's non-interactive shell sees it, " + "; ".join(problems) + "\n"
+        + "".join(f"  {h}\n" for h in hints)
+        + f"  python found there: {facts['python']['executable']} {facts['python']['version']}\n"
+        f"  fix: {fix}", pytrace=False)
+
+
+def _launch_overlay(cluster: Cluster) -> dict[str, str]:
+    """NCCL_/HCCL_/GLOO_ values that the launch itself sets on every rank: what deepspeed on the
+    rank-0 node exports (its environment by DeepSpeed's prefixes, and its `.deepspeed_env`);
+    where the rehearsal could not compute that, the rank-0 node's `.deepspeed_env` alone."""
+    r = rehearsal.rehearse(cluster)
+    if r.exports:
+        return {k: ec.unquote_export(v) for k, v in r.exports.items()
+                if k.startswith(ec.COMM_PREFIXES)}
+    rank0 = cluster.rank0.name
+    try:
+        files = cluster.probe(rank0, "envfiles", script=SCRIPT,
+                              launch_dir=cluster.settings.value("ct_launch_dir"))
+    except ProbeError:
+        return {}
+    out: dict[str, str] = {}
+    for text in files["deepspeed_env"].values():
+        out.update({k: v for k, v in ec.parse_deepspeed_env(text or "").items()
+                    if k.startswith(ec.COMM_PREFIXES)})
+    return out
+
+
+def _comm_table(cluster: Cluster) -> dict[str, dict[str, str | None]]:
+    """node -> the NCCL_/HCCL_/GLOO_ values its ranks get: its own non-interactive shell's,
+    overridden by what the launch exports from the rank-0 node (those are the same everywhere,
+    so only a node's own extra or different settings can differ)."""
+    def compute() -> dict[str, dict[str, str | None]]:
+        overlay = _launch_overlay(cluster)
+        table: dict[str, dict[str, str | None]] = {}
+        for n in cluster.names:
+            facts = cluster.base_or_none(n)
+            if facts is None:
+                continue
+            table[n] = {**ec.comm_vars(facts["env"]), **overlay}
+        return table
+    return cluster.memo(("envcheck", "comm_table"), compute)
+
+
+def test_env_agrees(cluster: Cluster, node: str) -> None:
+    """E2: NCCL_*/HCCL_*/GLOO_* and `.deepspeed_env` entries agree across nodes."""
+    cluster.base(node)
+    table = _comm_table(cluster)
+    if node not in table:
+        pytest.fail(f"{node}: could not read its environment", pytrace=False)
+    diff = ec.differing(table, node, prefer=cluster.rank0.name)
+    if not diff:
+        return
+    pytest.fail(
+        f"{node}: {len(diff)} setting(s) differ from what most nodes have "
+        f"(as pdsh's non-interactive shell sees them):\n"
+        + ec.side_by_side(table, diff, mark=node)
+        + "\n  note: these are the values the ranks get: deepspeed's pdsh command exports the "
+        "rank-0 node's NCCL_* (CUDA) or HCCL_*/ASCEND_* (Ascend) variables and its "
+        ".deepspeed_env to every rank (counted in above), so what differs is set by this node's "
+        "own shell and not by the launch.\n"
+        f"  fix: set the same values on every node (~/.bashrc above any early return), or put "
+        f"them in ~/.deepspeed_env on {cluster.rank0.name}, which the launch exports everywhere",
+        pytrace=False)
+
+
+def test_deepspeed_env(cluster: Cluster, node: str, record_property) -> None:
+    """E2: `.deepspeed_env` (home and launch directory) reads the way DeepSpeed 0.19 reads it."""
+    files = _envfiles(cluster, node)
+    present = {p: t for p, t in files["deepspeed_env"].items() if t is not None}
+    record_property("deepspeed_env", ", ".join(present) or "none")
+    findings = [f for path, text in present.items() for f in ec.lint_deepspeed_env(text, path)]
+    for f in findings:
+        if not f.error:
+            warnings.warn(EnvWarning(f"{node}: {f}"), stacklevel=1)
+    errors = [f for f in findings if f.error]
+    if errors:
+        pytest.fail(
+            f"{node}: deepspeed reads {files['ds_env_name']} on the node it is started on "
+            f"(rank 0: {cluster.rank0.name}) and would stop or export garbage:\n  "
+            + "\n  ".join(map(str, errors)), pytrace=False)
+
+
+def _versions(cluster: Cluster) -> dict[str, dict[str, Any]]:
+    """Versions on every reachable node, probed in parallel, once (torch imported once each)."""
+    def compute() -> dict[str, dict[str, Any]]:
+        up = [n for n in cluster.names if cluster.login_error(n) is None]
+        got = cluster.pool.map(lambda n: cluster.probe(n, "versions", script=SCRIPT,
+                                                       timeout=max(120, cluster.settings.timeout_command)), up)
+        return {n: v for n, v in zip(up, got) if not isinstance(v, BaseException)}
+    return cluster.memo(("envcheck", "versions"), compute)
+
+
+def _imported(cluster: Cluster) -> dict[str, dict[str, Any]]:
+    """node -> {package: facts} as the launch's interpreter imports them (the rehearsal's), for
+    the nodes whose rehearsal ran."""
+    r = rehearsal.rehearse(cluster)
+    return {n: leg.data.get("packages") or {} for n, leg in r.legs.items() if leg.data}
+
+
+def test_versions(cluster: Cluster, node: str, record_property) -> None:
+    """E3: Python, torch, deepspeed, torch_npu, NCCL/HCCL, CUDA/CANN, driver agree across nodes;
+    and what the launch's interpreter imports (the rehearsal's: `__version__` and file) is the
+    installed distribution, the same version on every node."""
+    cluster.require(node)
+    versions = _versions(cluster)
+    if node not in versions:
+        mine = _probe(cluster, node, "versions")  # re-raise this node's own failure
+        versions = {**versions, node: mine}
+    mine = versions[node]
+    for k in VERSION_KEYS:
+        if mine.get(k):
+            record_property(k, str(mine[k]))
+    table = {n: {k: v.get(k) for k in VERSION_KEYS} for n, v in versions.items()}
+    diff = ec.differing(table, node, prefer=cluster.rank0.name)
+    problems = []
+    if mine.get("torch_error"):
+        problems.append(f"torch does not import with {mine['python_executable']}: {mine['torch_error']}")
+    if diff:
+        problems.append(f"{', '.join(diff)} differ from the other nodes:\n"
+                        + ec.side_by_side(table, [k for k in VERSION_KEYS if k in diff or any(
+                            r.get(k) for r in table.values())], mark=node, secret_aware=False))
+    imported = _imported(cluster)
+    python = rehearsal.rehearse(cluster).python
+    if node in imported:
+        for pkg, p in imported[node].items():
+            if p.get("imported"):
+                record_property(f"imported_{pkg}", f"{p.get('version')} {p.get('file')}")
+        problems += [f"with the launch's interpreter ({python}): {f}"
+                     for f in ec.import_findings(imported[node])]
+        itable = {n: {f"{k} (imported)": (v.get("version") if v.get("imported") else None)
+                      for k, v in pk.items()} for n, pk in imported.items()}
+        idiff = ec.differing(itable, node, prefer=cluster.rank0.name)
+        if idiff and len(itable) > 1:
+            problems.append(f"the launch's interpreter ({python}) imports other versions here "
+                            f"than on the other nodes:\n"
+                            + ec.side_by_side(itable, idiff, mark=node, secret_aware=False))
+    if problems:
+        pytest.fail(
+            f"{node}: " + f"\n{node}: ".join(problems)
+            + f"\n  fix, on {node}: install the same versions as the other nodes into the python "
+            f"that pdsh's shell finds ({mine['python_executable']})"
+            + (f" and the launch runs ({python})" if python and python != mine["python_executable"]
+               else "")
+            + ", e.g. pip install "
+            + " ".join(f"{k}=={table[cluster.rank0.name].get(k)}" for k in ("torch", "deepspeed")
+                       if cluster.rank0.name in table and table[cluster.rank0.name].get(k))
+            + "; remove any stray copy that shadows them (the file named above)",
+            pytrace=False)
+
+
+def test_ascend_env(cluster: Cluster, node: str, record_property) -> None:
+    """E4: HCCL settings reported, and every NPU's link up (`hccn_tool -i N -link -g`)."""
+    facts = cluster.base(node)
+    try:
+        inv = accel.inventory(cluster, node)
+    except ProbeError as exc:
+        pytest.fail(str(exc), pytrace=False)
+    if (inv is None or inv.kind != "ascend") and not facts["which"].get("hccn_tool"):
+        pytest.skip(f"{node}: not an Ascend node (no npu-smi listing NPUs, no hccn_tool)")
+    devices = list(range(inv.count)) if inv is not None and inv.kind == "ascend" else []
+    data = _probe(cluster, node, "ascend", devices=devices)
+    for var in ec.ASCEND_VARS:
+        record_property(var, ec.shown(var, data["env"].get(var)))
+    unset = [v for v in ec.ASCEND_VARS if v not in data["env"]]
+    if unset:
+        warnings.warn(EnvWarning(
+            f"{node}: {', '.join(unset)} not set in pdsh's shell (the field guide sets "
+            f"HCCL_CONNECT_TIMEOUT, e.g. 1200, for large clusters)"), stacklevel=1)
+    if not data["hccn_tool"]:
+        pytest.skip(f"{node}: hccn_tool not found: NPU link status not checked")
+    down = []
+    for dev, res in sorted(data["links"].items(), key=lambda kv: int(kv[0])):
+        up = parsers.hccn_link_up(res["out"]) if res["rc"] == 0 else None
+        if up is not True:
+            said = res["out"].strip() or res["err"].strip() or f"exit {res['rc']}"
+            down.append(f"NPU {dev}: {said}")
+    if down:
+        pytest.fail(f"{node}: NPU network links not up:\n  " + "\n  ".join(down)
+                    + f"\n  fix, on {node}: check cabling/switch port; hccn_tool -i N -net_health -g",
+                    pytrace=False)
+
+
+def test_launch_rehearsal(cluster: Cluster, node: str, record_property) -> None:
+    """E5: from the rank-0 node, through pdsh, `node` runs what `deepspeed --hostfile` runs there
+    (DeepSpeed's exports, `cd <launch dir>`, the launching interpreter's absolute path) and
+    imports deepspeed.launcher.launch, deepspeed, torch and its accelerator's backend."""
+    r = rehearsal.rehearse(cluster)
+    leg = r.leg(node)
+    if r.python:
+        record_property("launch_python", r.python)
+        record_property("launch_dir", r.launch_dir)
+        record_property("rehearsal_seconds", round(r.seconds, 2))
+    for s in (leg.data or {}).get("steps", []):
+        if s.get("step") == "import deepspeed.launcher.launch":
+            record_property("import_seconds", s.get("seconds"))
+    if leg.kind == "skip":
+        pytest.skip(leg.text)
+    if leg.kind == "fail":
+        pytest.fail(leg.text + (f"\n  each node ran: {r.line}" if r.line else "")
+                    + (f"\n  fix: {leg.fix}" if leg.fix else ""), pytrace=False)

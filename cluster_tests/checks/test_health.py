@@ -1,0 +1,322 @@
+"""R. RDMA fabric, limits, /dev/shm and GPU/NPU health (CHECKLIST R1-R8), as the launch
+meets them: read by `healthprobe.py` in the non-interactive ssh shell that pdsh gets, judged by
+the pure functions of `rdma.py` and `gpuhealth.py`, and compared across nodes where a port or a
+GID is only wrong because the peers differ."""
+
+from __future__ import annotations
+
+import os
+import re
+import warnings
+from typing import Any
+
+import pytest
+
+from cluster_tests.core.cluster import Cluster, ProbeError
+from cluster_tests.judge import gpuhealth, rdma
+
+pytestmark = pytest.mark.health
+
+
+class HealthWarning(UserWarning):
+    """Works, but worth a look (persistence mode off, an application Xid in the kernel log)."""
+
+
+def _section(cluster: Cluster, node: str, section: str) -> dict[str, Any]:
+    cluster.require(node)
+    try:
+        return cluster.probe(node, section, script="healthprobe.py")
+    except ProbeError as exc:
+        pytest.fail(str(exc), pytrace=False)
+
+
+def _ports(cluster: Cluster, node: str) -> tuple[list[rdma.Port], str]:
+    return cluster.memo(("health", "ports", node), lambda: rdma.ports_from_probe(
+        cluster.probe(node, "fabric", script="healthprobe.py")["rdma"]))
+
+
+def _peer_ports(cluster: Cluster, node: str) -> dict[str, list[rdma.Port]]:
+    """Every other reachable node's RDMA ports (their probes were started with this one's)."""
+    out = {}
+    for peer in cluster.names:
+        if peer == node or cluster.login_error(peer) is not None:
+            continue
+        try:
+            out[peer] = _ports(cluster, peer)[0]
+        except ProbeError:
+            continue
+    return out
+
+
+def _ib_disabled(cluster: Cluster, node: str) -> str:
+    value, where = _launch_env(cluster, node, "NCCL_IB_DISABLE")
+    if value is not None and value.strip() not in ("", "0"):
+        return f"{node}: NCCL_IB_DISABLE={value} (from {where}): NCCL will not use RDMA"
+    return ""
+
+
+def _need_rdma(cluster: Cluster, node: str) -> tuple[list[rdma.Port], str]:
+    _section(cluster, node, "fabric")
+    ports, source = _ports(cluster, node)
+    if not ports:
+        pytest.skip(f"{node}: no RDMA devices (/sys/class/infiniband is empty or absent, and no "
+                    f"ibv_devinfo/ibstat lists any): NCCL/HCCL will use TCP sockets here")
+    disabled = _ib_disabled(cluster, node)
+    if disabled:
+        pytest.skip(disabled)
+    return ports, source
+
+
+def _launch_env(cluster: Cluster, node: str, var: str) -> tuple[str | None, str]:
+    """A variable as the launched ranks get it: DeepSpeed exports the launcher's NCCL_*
+    variables to every rank, over what the node's shell sets."""
+    if os.environ.get(var, "").strip():
+        return os.environ[var], "the launcher's environment (DeepSpeed forwards it)"
+    value = cluster.base(node)["env"].get(var, "")
+    return (value if value.strip() else None), f"{node}'s non-interactive shell"
+
+
+def test_rdma_ports(cluster: Cluster, node: str, record_property) -> None:
+    """R1: the node's RDMA ports are active and as fast as the same ports on its peers."""
+    ports, source = _need_rdma(cluster, node)
+    record_property("rdma", rdma.rdma_summary(ports))
+    hca, _ = _launch_env(cluster, node, "NCCL_IB_HCA")
+    spec = rdma.parse_hca_spec(hca) if hca else None
+    problems = rdma.compare_ports(node, ports, _peer_ports(cluster, node), spec)
+    if not any(p.up for p in ports):
+        problems.append("no RDMA port is active: " + ", ".join(p.describe() for p in ports))
+    if problems:
+        pytest.fail(
+            f"{node}: RDMA ports (read from {source}):\n  " + "\n  ".join(dict.fromkeys(problems))
+            + f"\n  fix, on {node}: check the cable, the switch port and the subnet manager "
+              f"(ibstat; ibportstate / mlxlink -d <dev> -p <port>; for RoCE the netdev: "
+              f"ip link, ethtool); NCCL skips an inactive port, so this node's ranks get fewer "
+              f"rails than the others (or sockets) until it is active",
+            pytrace=False)
+
+
+def test_ib_hca(cluster: Cluster, node: str, record_property) -> None:
+    """R2: NCCL_IB_HCA, as the ranks get it, names RDMA ports that exist here and are up."""
+    value, where = _launch_env(cluster, node, "NCCL_IB_HCA")
+    if value is None:
+        record_property("NCCL_IB_HCA", "unset")
+        _need_rdma(cluster, node)
+        return  # NCCL uses every active port
+    ports, _ = _need_rdma(cluster, node)
+    spec = rdma.parse_hca_spec(value)
+    chosen, problems = rdma.judge_hca(spec, ports)
+    record_property("NCCL_IB_HCA", f"{value} -> {', '.join(p.name for p in chosen) or 'nothing'}")
+    if problems:
+        active = [p.name for p in ports if p.up]
+        pytest.fail(
+            f"{node}: NCCL_IB_HCA={value} (from {where}; {spec.describe()}) "
+            + "; ".join(problems) + ".\n"
+            f"  RDMA ports on {node}: {', '.join(p.describe() for p in ports)}\n"
+            f"  fix: export NCCL_IB_HCA={'=' + ','.join(active) if active else '<device>:<port>'}"
+            f" (where it is set: {where}), or unset it to let NCCL use every active port",
+            pytrace=False)
+
+
+def test_ib_gid_index(cluster: Cluster, node: str, record_property) -> None:
+    """R3: for RoCE, NCCL_IB_GID_INDEX exists on every active RoCE port, with the same RoCE
+    version as on the other nodes."""
+    ports, _ = _need_rdma(cluster, node)
+    if not any(p.roce and p.up for p in ports):
+        pytest.skip(f"{node}: no active RoCE port (InfiniBand needs no GID index)")
+    value, where = _launch_env(cluster, node, "NCCL_IB_GID_INDEX")
+    if value is None:
+        record_property("NCCL_IB_GID_INDEX", "unset")
+        return  # NCCL >= 2.21 picks the index itself (older: 0, i.e. RoCE v1)
+    try:
+        index = int(value.strip())
+    except ValueError:
+        pytest.fail(f"{node}: NCCL_IB_GID_INDEX={value!r} (from {where}) is not a number",
+                    pytrace=False)
+    types, problems = rdma.judge_gid_index(index, ports)
+    record_property("NCCL_IB_GID_INDEX", f"{index}: " + (", ".join(
+        f"{k} {v}" for k, v in types.items()) or "none"))
+    mine = set(types.values())
+    for peer, peer_ports in _peer_ports(cluster, node).items():
+        theirs = set(rdma.judge_gid_index(index, peer_ports)[0].values())
+        if mine and theirs and mine != theirs:
+            problems.append(f"GID index {index} is {'/'.join(sorted(mine))} here but "
+                            f"{'/'.join(sorted(theirs))} on {peer}: the two ends of a RoCE "
+                            f"connection must speak the same version")
+    if problems:
+        pytest.fail(f"{node}: NCCL_IB_GID_INDEX={index} (from {where}):\n  "
+                    + "\n  ".join(problems)
+                    + "\n  fix: pick an index set to RoCE v2 on every node (show_gids, or "
+                      "/sys/class/infiniband/<dev>/ports/<n>/gid_attrs/types/*), the same "
+                      "everywhere, and export it (or unset it on NCCL >= 2.21)",
+                    pytrace=False)
+
+
+def test_memlock(cluster: Cluster, node: str, record_property) -> None:
+    """R4: max locked memory (ulimit -l) in pdsh's shell is unlimited where RDMA devices exist."""
+    data = _section(cluster, node, "fabric")
+    lim = data["limits"]
+    soft, hard = lim["memlock_soft_kb"], lim["memlock_hard_kb"]
+    record_property("memlock", f"{rdma.fmt_kb(soft)} (hard {rdma.fmt_kb(hard)})")
+    ports, _ = _ports(cluster, node)
+    minimum = cluster.settings.value("ct_min_memlock_kb") or rdma.UNLIMITED
+    wrong = rdma.judge_memlock(soft, hard, bool(ports) and not _ib_disabled(cluster, node), minimum)
+    if wrong is None:
+        return
+    origin = rdma.memlock_origin(lim, minimum)
+    raise_soft = hard == rdma.UNLIMITED or (minimum != rdma.UNLIMITED and hard >= minimum)
+    pytest.fail(
+        f"{node}: {wrong} ({len(ports)} RDMA port(s) here); memory registration "
+        f"(ibv_reg_mr) fails or NCCL falls back to sockets.\n"
+        + ("  set by:\n    " + "\n    ".join(origin) + "\n" if origin else "")
+        + f"  fix, on {node}: "
+        + "".join(f"remove or raise `{o}`; " for o in origin if "ulimit" in o)
+        + ("`ulimit -l unlimited` in ~/.bashrc above any early return (the hard limit allows "
+           "it), or " if raise_soft else "")
+        + "'* soft memlock unlimited' and '* hard memlock unlimited' in "
+          "/etc/security/limits.d/90-rdma.conf (sshd with UsePAM yes), LimitMEMLOCK=infinity "
+          "for sshd (systemctl edit ssh), or run the container with --ulimit memlock=-1",
+        pytrace=False)
+
+
+def test_open_files(cluster: Cluster, node: str, record_property) -> None:
+    """R5: open files (ulimit -n) in pdsh's shell are enough for the job's sockets."""
+    lim = _section(cluster, node, "fabric")["limits"]
+    soft = lim["nofile_soft"]
+    record_property("nofile", f"{soft} (hard {lim['nofile_hard']})")
+    world = sum(n.slots for n in cluster.nodes)
+    wrong = rdma.judge_nofile(soft, world, node == cluster.rank0.name)
+    if wrong:
+        need = rdma.nofile_needed(world, node == cluster.rank0.name)
+        set_by = [f"{p}:{i}: {t}" for p, i, t in lim.get("rc_ulimit_lines") or [] if "-n" in t] + \
+            [f"{p}:{i}: {t}" for p, i, t in lim.get("limits_conf_lines") or [] if "nofile" in t]
+        pytest.fail(
+            f"{node}: {wrong}.\n" + ("  set by:\n    " + "\n    ".join(set_by) + "\n" if set_by else "")
+            + f"  fix, on {node}: '* soft nofile {max(need, 65536)}' in /etc/security/limits.d/"
+              f"90-nofile.conf (and a hard limit at least that), LimitNOFILE= for sshd, or the "
+              f"container's --ulimit nofile={max(need, 65536)}:{max(need, 65536)}",
+            pytrace=False)
+
+
+def test_dev_shm(cluster: Cluster, node: str, record_property) -> None:
+    """R6: /dev/shm has room for the node's local ranks (slots x --shm-per-rank-mb)."""
+    shm = _section(cluster, node, "fabric")["shm"]
+    slots = cluster.node(node).slots
+    per_rank = float(cluster.settings.value("ct_shm_per_rank_mb") or rdma.SHM_PER_RANK_MB)
+    record_property("dev_shm", f"{rdma.fmt_bytes(shm.get('avail_bytes'))} free of "
+                               f"{rdma.fmt_bytes(shm.get('total_bytes'))}")
+    wrong = rdma.judge_shm(shm, slots, per_rank)
+    if wrong:
+        need = rdma.shm_needed_bytes(slots, per_rank)
+        gib = max(1, -(-need // (1 << 30)))
+        mount = shm.get("mount") or ""
+        pytest.fail(
+            f"{node}: {wrong}. NCCL's SHM transport then fails with 'No space left on device' "
+            f"(posix_fallocate / failed to extend /dev/shm/nccl-*), DeepSpeed's CPU all-reduce "
+            f"and dataloader workers with a bus error.\n"
+            + (f"  mounted as: {mount}\n" if mount else "")
+            + f"  fix, on {node}: a container: --shm-size={gib}g (docker), an emptyDir with "
+              f"medium: Memory on /dev/shm (Kubernetes); a host: mount -o remount,size={gib}G "
+              f"/dev/shm (and its size= in /etc/fstab); and remove stale segments of killed jobs "
+              f"(ls -la /dev/shm)",
+            pytrace=False)
+
+
+def _no_accelerator(cluster: Cluster, node: str) -> str:
+    facts = cluster.base(node)["which"]
+    if not facts.get("nvidia-smi") and not facts.get("npu-smi"):
+        return f"{node}: CPU only (neither nvidia-smi nor npu-smi on the non-interactive PATH)"
+    return ""
+
+
+def test_gpu_health(cluster: Cluster, node: str, record_property) -> None:
+    """R7: every NVIDIA GPU is healthy beyond being listed: ECC, row remapping, throttling,
+    PCIe width, NVLink, fabric manager, Xid errors (per device, with index and bus id)."""
+    cpu = _no_accelerator(cluster, node)
+    if cpu:
+        pytest.skip(cpu)
+    raw = _section(cluster, node, "accel")
+    if "nvidia_smi_q" not in raw:
+        pytest.skip(f"{node}: no NVIDIA GPU (nvidia-smi not on the non-interactive PATH)")
+    problems, notes, count = gpuhealth.judge_nvidia(raw)
+    record_property("gpu_health", f"{count} GPU(s), {len(problems)} problem(s)")
+    for note in notes:
+        warnings.warn(HealthWarning(f"{node}: {note}"), stacklevel=1)
+    if problems:
+        pytest.fail(f"{node}: GPU health:\n  " + "\n  ".join(problems)
+                    + f"\n  fix, on {node}: " + "; ".join(_gpu_fixes(node, problems)),
+                    pytrace=False)
+
+
+def _gpu_fixes(node: str, problems: list[str]) -> list[str]:
+    """The fixes that the problems found call for (each once), naming the GPUs."""
+    def gpus(*words: str) -> str:
+        idx = sorted({m.group(1) for p in problems if any(w in p for w in words)
+                      for m in [re.match(r"GPU (\d+) ", p)] if m}, key=int)
+        return ",".join(idx) or "<index>"
+    text = "\n".join(problems)
+    fixes = []
+    if any(w in text for w in ("pending", "Reset Required", "Xid 79", "fallen off")):
+        i = gpus("pending", "Reset Required", "Xid")
+        fixes.append(f"reset GPU {i} with nothing running on it (nvidia-smi -r -i {i}) or "
+                     f"reboot the node; meanwhile leave it out (--exclude {node}:{i})")
+    if any(w in text for w in ("uncorrectable ECC", "row remapping failed", "PCIe link width",
+                               "NVLink down", "Xid")):
+        fixes.append(f"drain {node}: errors that come back after a reset, a failed remap, a "
+                     f"narrow PCIe link, a down NVLink or hardware Xids mean RMA "
+                     f"(nvidia-bug-report.sh for the vendor)")
+    if "clocks held down" in text:
+        fixes.append("check cooling and power (nvidia-smi -q -d PERFORMANCE,TEMPERATURE,POWER)")
+    if "fabric manager" in text or "fabric state" in text:
+        fixes.append("systemctl enable --now nvidia-fabricmanager (its version must match "
+                     "the driver's)")
+    return fixes or [f"see nvidia-smi -q on {node}"]
+
+
+def _npu_verdict(cluster: Cluster, node: str):
+    """judge_npu of the node's `accel` probe, once per node (None: no npu-smi there)."""
+    def compute():
+        raw = cluster.probe(node, "accel", script="healthprobe.py")
+        return gpuhealth.judge_npu(raw) if "npu_smi_info_l" in raw else None
+    return cluster.memo(("health", "npu", node), compute)
+
+
+def test_npu_health(cluster: Cluster, node: str, record_property) -> None:
+    """R8: every Ascend NPU's health, RoCE port (net health, link) and device IP (set, one per
+    NPU, no clash across nodes), and the TLS switch the same on every node."""
+    cpu = _no_accelerator(cluster, node)
+    if cpu:
+        pytest.skip(cpu)
+    raw = _section(cluster, node, "accel")
+    if "npu_smi_info_l" not in raw:
+        pytest.skip(f"{node}: no Ascend NPU (npu-smi not on the non-interactive PATH)")
+    problems, notes, ips, tls = _npu_verdict(cluster, node)
+    problems, notes = list(problems), list(notes)  # the memo's lists stay as they are
+    record_property("npu_device_ips", ", ".join(f"{d}={ip}" for d, ip in ips.items()) or "none")
+    if raw.get("hccn") == {}:
+        notes.append("hccn_tool not found: RoCE ports and device IPs not checked")
+    for peer in cluster.names:
+        if peer == node or cluster.login_error(peer) is not None:
+            continue
+        try:
+            other = _npu_verdict(cluster, peer)
+        except ProbeError:
+            continue
+        if other is None:
+            continue
+        _, _, peer_ips, peer_tls = other
+        clash = sorted(set(ips.values()) & set(peer_ips.values()))
+        if clash:
+            problems.append(f"device IP(s) {', '.join(clash)} also on {peer}")
+        if tls is not None and peer_tls is not None and tls != peer_tls:
+            problems.append(f"TLS switch {tls} here but {peer_tls} on {peer} (HCCL links "
+                            f"between them fail to establish)")
+    for note in notes:
+        warnings.warn(HealthWarning(f"{node}: {note}"), stacklevel=1)
+    if problems:
+        pytest.fail(
+            f"{node}: NPU health:\n  " + "\n  ".join(problems)
+            + f"\n  fix, on {node}: npu-smi info -t health -i <id> -c 0 for the cause; device "
+              f"IPs: hccn_tool -i <dev> -ip -s address <ip> netmask <mask> (one subnet per "
+              f"device rank, unique across nodes); TLS: hccn_tool -i <dev> -tls -s enable 0 "
+              f"(the same on every node)",
+            pytrace=False)

@@ -1,0 +1,138 @@
+"""H. The hostfile (CHECKLIST H1-H5): DeepSpeed will take it, and it describes this cluster."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+
+from cluster_tests.core.cluster import Cluster
+from cluster_tests.judge import accelerator as accel
+from cluster_tests.judge import hostfile as hf
+from cluster_tests.judge.netfacts import all_ips, is_ip, is_loopback, parse_interfaces
+
+pytestmark = pytest.mark.hostfile
+
+
+class HostfileWarning(UserWarning):
+    """A hostfile line that DeepSpeed tolerates but the field guide calls a trap."""
+
+
+def test_hostfile_syntax(hostfile: hf.HostfileParse) -> None:
+    """H1: every line parses as DeepSpeed 0.19 parses it; tolerated traps are warnings."""
+    for finding in hostfile.warnings:
+        warnings.warn(HostfileWarning(str(finding)), stacklevel=1)
+    problems = [str(f) for f in hostfile.errors]
+    if not hostfile.deepspeed_accepts and hostfile.deepspeed_error:
+        problems.insert(0, f"{hostfile.path}: deepspeed --hostfile would stop with: {hostfile.deepspeed_error}")
+    if problems:
+        pytest.fail("the hostfile will not launch as it is:\n" + "\n".join(problems), pytrace=False)
+
+
+def test_hostname_matches(cluster: Cluster, node: str, record_property) -> None:
+    """H2: the hostfile's name for a node leads to that node: an IP line is an address of the
+    node; a name line is its hostname, or (FQDNs, Kubernetes' `<pod>.<service>` names, aliases)
+    resolves on the node to one of its own addresses.  How every other node resolves it is N1's
+    check (test_resolves[a->node]), which names the node whose lookup is wrong."""
+    facts = cluster.base(node)
+    ips = all_ips(parse_interfaces(facts["ip_link"], facts["ip_addr"]))
+    if is_ip(node):
+        if node not in ips:
+            pytest.fail(
+                f"{node}: the hostfile names address {node}, but the node that answers there has "
+                f"{', '.join(sorted(ips)) or 'no addresses'} (hostname {facts['hostname']}).\n"
+                f"  fix: write one of its addresses in the hostfile line {cluster.node(node).lineno}",
+                pytrace=False,
+            )
+        return
+    actual = facts["hostname"]
+    if actual == node:
+        record_property("name_is", "hostname")
+        return
+    res = facts["resolve"].get(node) or {}
+    addrs = res.get("addrs") or []
+    mine = [a for a in addrs if a in ips]
+    if addrs and len(mine) == len(addrs):
+        first_label = node.split(".", 1)[0]
+        record_property("name_is", "fqdn" if actual == first_label else "alias")
+        if actual != first_label:
+            warnings.warn(HostfileWarning(
+                f"{node}: `hostname` there prints '{actual}'; the name resolves to the node itself "
+                f"({', '.join(addrs)}), so the launch works, but the field guide asks for the "
+                f"hostname (line {cluster.node(node).lineno})"), stacklevel=1)
+        return
+    where = (f"resolves there to {', '.join(addrs)}, not one of its own addresses "
+             f"({', '.join(sorted(ips)) or 'none'})" if addrs else
+             f"does not resolve there ({res.get('error') or 'no address'})")
+    own = sorted(a for a in ips if not is_loopback(a))
+    pytest.fail(
+        f"{node}: the hostfile says '{node}', `hostname` on that node prints '{actual}', and "
+        f"'{node}' {where}: the name leads elsewhere.\n"
+        f"  fix: on {node}: hostnamectl set-hostname {node} and add '{own[0] if own else '<its address>'} "
+        f"{node}' to /etc/hosts (or write '{actual}' in the hostfile, line "
+        f"{cluster.node(node).lineno})",
+        pytrace=False,
+    )
+
+
+VIRTUAL_PREFIXES = ("docker", "virbr", "br-", "cni", "flannel", "cali", "veth", "tun", "lo")
+
+
+def test_master_addr(cluster: Cluster, rank0_node: str) -> None:
+    """H3: the rank-0 node (first line) is where the launch will rendezvous (the id names it:
+    `-k node1` reruns it)."""
+    rank0 = rank0_node
+    facts = cluster.base(rank0)
+    ifaces = parse_interfaces(facts["ip_link"], facts["ip_addr"])
+    given = cluster.settings.master_addr
+    if given:
+        if given != rank0 and given not in all_ips(ifaces):
+            pytest.fail(
+                f"--master-addr {given} is not the first host of the hostfile ({rank0}, addresses "
+                f"{', '.join(sorted(all_ips(ifaces)))}); rank 0 runs on {rank0}, so the other ranks "
+                f"would wait for a rendezvous that never comes.\n"
+                f"  fix: --master_addr {rank0}, or move the host of {given} to the first line",
+                pytrace=False,
+            )
+        return
+    # DeepSpeed takes the first word of `ssh <first host> hostname -I` (PITFALLS 7).
+    words = facts["hostname_I"]
+    if not words:
+        pytest.fail(f"{rank0}: `hostname -I` prints nothing, so DeepSpeed cannot infer --master_addr."
+                    f"\n  fix: pass --master_addr {rank0}", pytrace=False)
+    first = words[0]
+    owner = next((i.name for i in ifaces.values() if first in i.ips), "?")
+    if is_loopback(first) or owner.startswith(VIRTUAL_PREFIXES):
+        pytest.fail(
+            f"{rank0}: DeepSpeed will use {first} as --master_addr (first word of `hostname -I`), "
+            f"an address of {owner}, which the other nodes cannot reach.\n"
+            f"  fix: pass --master_addr {rank0} to deepspeed (and to this suite)",
+            pytrace=False,
+        )
+
+
+def test_slots_fit_accelerators(cluster: Cluster, node: str) -> None:
+    """H4: `slots` is at most the number of accelerators visible on the node."""
+    cluster.require(node)
+    inventory = accel.inventory(cluster, node)
+    slots = cluster.node(node).slots
+    if slots > inventory.count:
+        pytest.fail(
+            f"{node}: the hostfile gives slots={slots} but the node has {inventory.describe()}; "
+            f"DeepSpeed would start {slots} ranks there.\n"
+            f"  fix: write '{node} slots={inventory.count}' (hostfile line {cluster.node(node).lineno})",
+            pytrace=False,
+        )
+
+
+def test_include_exclude(cluster: Cluster, hostfile: hf.HostfileParse) -> None:
+    """H5: a given --include/--exclude names only hostfile hosts and slot indices that exist."""
+    s = cluster.settings
+    if not s.include and not s.exclude:
+        pytest.skip("no --launch-include / --launch-exclude given")
+    try:
+        active = hf.parse_resource_filter(hostfile.resources, include=s.include, exclude=s.exclude)
+    except hf.ResourceFilterError as exc:
+        pytest.fail(f"the launch's resource filter will be refused by DeepSpeed: {exc}", pytrace=False)
+    if not active:
+        pytest.fail("the include/exclude filters leave no slot to launch on", pytrace=False)

@@ -1,0 +1,130 @@
+"""N. Name resolution (CHECKLIST N1-N4): every node finds every node, the same way, quickly."""
+
+from __future__ import annotations
+
+import socket
+
+import pytest
+
+from cluster_tests.core.cluster import Cluster
+from cluster_tests.judge.netfacts import all_ips, is_ip, is_loopback, parse_interfaces
+from cluster_tests.report import fixes as fx
+
+pytestmark = pytest.mark.names
+
+
+def _addresses_of(cluster: Cluster, node: str) -> set[str]:
+    facts = cluster.base(node)
+    return all_ips(parse_interfaces(facts["ip_link"], facts["ip_addr"]))
+
+
+def test_resolves(cluster: Cluster, pair: tuple[str, str]) -> None:
+    """N1: node a resolves b's hostfile name."""
+    a, b = pair
+    if is_ip(b):
+        pytest.skip(f"{b} is an IP address: nothing to resolve")
+    res = cluster.base(a)["resolve"][b]
+    addr = cluster.pool.targets[b].hostname
+    if not res["addrs"]:
+        hint = f"'{addr} {b}'" if is_ip(addr) else f"'<address of {b}> {b}'"
+        if is_ip(addr):
+            fx.offer(fx.hosts_fix(cluster, a, b, addr))
+        pytest.fail(f"{a} cannot resolve {b}: {res['error']}\n  fix, on {a}: add {hint} to /etc/hosts "
+                    f"(or a DNS record)", pytrace=False)
+    facts_b = cluster.base_or_none(b)
+    if facts_b is None:
+        pytest.skip(f"{a} resolves {b} to {', '.join(res['addrs'])}; whether that is {b}'s address "
+                    f"is not known: {b} cannot be probed (see test_login[{b}])")
+    own = all_ips(parse_interfaces(facts_b["ip_link"], facts_b["ip_addr"]))
+    # a node reaching itself by a loopback address is N3's question, not N1's
+    wrong = [x for x in res["addrs"] if x not in own and not (a == b and is_loopback(x))
+             or a != b and is_loopback(x)]
+    if wrong:
+        right = sorted(x for x in own if not is_loopback(x))
+        if right:
+            fx.offer(fx.hosts_fix(cluster, a, b, right[0], res["addrs"]))
+        pytest.fail(
+            f"{a} resolves {b} to {', '.join(res['addrs'])}; {', '.join(wrong)} is not an address "
+            f"of {b} (which has {', '.join(right) or 'no other address'}): {a}'s ranks and ssh "
+            f"would go elsewhere.\n  fix, on {a}: make the /etc/hosts line read "
+            f"'{right[0] if right else '<its address>'} {b}' (or fix the DNS record)", pytrace=False)
+
+
+def test_name_consistent(cluster: Cluster, node: str) -> None:
+    """N2: every node (and the launcher) resolves `node` to the same address, one of node's own.
+    A node whose view is wrong is named by N1 (test_resolves[viewer->node]) where that pair is
+    checked; here only the disagreement that no pair test reports."""
+    if is_ip(node):
+        pytest.skip(f"{node} is an IP address: nothing to resolve")
+    own = {a for a in _addresses_of(cluster, node) if not is_loopback(a)}
+    views: dict[str, tuple[str, ...]] = {}
+    for viewer in cluster.names:
+        facts = cluster.base_or_none(viewer) if viewer != node else None
+        if facts is None:  # its own tests report why it cannot be asked
+            continue
+        views[viewer] = tuple(facts["resolve"][node]["addrs"])
+    target = cluster.pool.targets[node].hostname
+    try:
+        launcher_view = tuple(dict.fromkeys(i[4][0] for i in socket.getaddrinfo(target, None, socket.AF_INET)))
+    except socket.gaierror:
+        launcher_view = ()
+    views["launcher"] = launcher_view
+    wrong = {v: addrs for v, addrs in views.items() if addrs and not set(addrs) & own}
+    distinct = {addrs for addrs in views.values() if addrs}
+    checked = _checked_sources(cluster)
+    elsewhere = sorted(v for v in wrong if v in checked.get(node, ()))
+    if wrong and len(elsewhere) == len(wrong):
+        pytest.skip(f"{', '.join(elsewhere)} resolve(s) {node} elsewhere: see "
+                    + ", ".join(f"test_resolves[{v}->{node}]" for v in elsewhere))
+    if wrong or len(distinct) > 1:
+        table = "\n".join(f"    {v:>12} -> {', '.join(addrs) or '(unresolved)'}" for v, addrs in views.items())
+        right = sorted(own)[0] if own else "<its address>"
+        bad = ", ".join(sorted(wrong)) or "some nodes"
+        if own:
+            fx.offer(*[fx.hosts_fix(cluster, v, node, right, views[v]) for v in sorted(wrong)
+                       if v != "launcher"])
+        pytest.fail(
+            f"{node} resolves differently across the cluster; its own addresses are "
+            f"{', '.join(sorted(own)) or 'unknown'}:\n{table}\n"
+            f"  fix, on {bad}: make the /etc/hosts line read '{right} {node}' (or fix the DNS record)",
+            pytrace=False,
+        )
+
+
+def _checked_sources(cluster: Cluster) -> dict[str, set[str]]:
+    """target -> the viewers whose N1 pair (viewer->target) this session runs."""
+    from cluster_tests.core import pairs
+
+    out: dict[str, set[str]] = {}
+    for a in pairs.collected_sources(cluster, "test_resolves"):
+        for b in pairs.targets_of(cluster, a):
+            out.setdefault(b, set()).add(a)
+    return out
+
+
+def test_hostname_not_loopback(cluster: Cluster, node: str) -> None:
+    """N3: a node's own hostname does not resolve to 127.x there (the 127.0.1.1 trap)."""
+    facts = cluster.base(node)
+    hostname = facts["hostname"]
+    addrs = facts["resolve"].get(hostname, {}).get("addrs", [])
+    loop = [a for a in addrs if is_loopback(a)]
+    if loop:
+        own = sorted(a for a in _addresses_of(cluster, node) if not is_loopback(a))
+        pytest.fail(
+            f"{node}: its hostname '{hostname}' resolves to {', '.join(loop)} on the node itself, so its "
+            f"ranks advertise an address nobody else can reach.\n  fix, on {node}: remove '{hostname}' from "
+            f"the 127.x line in /etc/hosts and add '{own[0] if own else '<its address>'} {hostname}'",
+            pytrace=False,
+        )
+
+
+def test_resolve_fast(cluster: Cluster, pair: tuple[str, str], record_property) -> None:
+    """N4: resolving b on a is fast (slow DNS shows up as jittery, degraded communication)."""
+    a, b = pair
+    res = cluster.base(a)["resolve"][b]
+    record_property("resolve_seconds", round(res["seconds"], 4))
+    limit = cluster.settings.slow_resolve
+    if res["seconds"] > limit:
+        pytest.fail(f"{a}: resolving {b} took {res['seconds']:.2f} s (limit {limit:g} s, --slow-resolve): "
+                    f"DNS is slow or failing over.\n  fix, on {a}: put '{b}' in /etc/hosts, or fix the resolver "
+                    f"in /etc/resolv.conf", pytrace=False)

@@ -1,0 +1,408 @@
+"""F. Network and firewall (CHECKLIST F1-F6): every node reaches every node on the ports the
+launch opens, with real listeners and short deadlines (a dropped port is red in seconds, not a
+launch hanging for 20 minutes), and the interfaces the libraries are told to use exist."""
+
+from __future__ import annotations
+
+import warnings
+from collections import Counter
+
+import pytest
+
+from cluster_tests.core.cluster import Cluster, ProbeError
+from cluster_tests.judge import network as nc
+from cluster_tests.judge.netfacts import parse_interfaces, route_device
+
+pytestmark = pytest.mark.network
+
+
+class NetworkWarning(UserWarning):
+    """Works, but worth a look (slow pair, firewall rules that do not bite today)."""
+
+
+def _slice(cluster: Cluster, a: str, b: str) -> dict:
+    """The port-matrix entry a -> b; fails briefly when a or b could not take part."""
+    cluster.require(a)
+    cluster.require(b)
+    m = nc.port_matrix(cluster)
+    for node, errors, what in ((b, m.listen_errors, "open listeners"), (a, m.connect_errors, "run connections")):
+        if node in errors:
+            pytest.fail(f"{a} -> {b}: could not {what} on {node}: {errors[node]}", pytrace=False)
+    entry = m.entry(a, b)
+    if entry is None:
+        pytest.fail(f"{a} -> {b}: no result in the port matrix", pytrace=False)
+    if entry["addr"] is None:
+        pytest.fail(f"{a} -> {b}: {a} cannot resolve {b} ({entry['resolve_error']}): "
+                    f"see test_resolves[{a}->{b}]", pytrace=False)
+    return entry
+
+
+def _firewall_evidence(cluster: Cluster, node: str) -> str:
+    rules = _drop_rules(cluster, node)
+    if rules is None:
+        return f"  (could not read {node}'s firewall rules: see test_firewall_rules[{node}])"
+    if not rules:
+        return f"  {node} shows no DROP/REJECT rule in iptables/nft INPUT (look for a firewall in between)"
+    return f"  DROP/REJECT rules in {node}'s INPUT:\n    " + "\n    ".join(rules[:12])
+
+
+def test_reachable(cluster: Cluster, pair: tuple[str, str], record_property) -> None:
+    """F1: a reaches b; TCP handshake round-trip time and jitter measured; outliers flagged."""
+    a, b = pair
+    entry = _slice(cluster, a, b)
+    stats = nc.rtt_stats(entry["rtt_ms"])
+    if stats is None:
+        ssh = entry.get("ssh") or {}
+        if ssh.get("status") == "ok":
+            warnings.warn(NetworkWarning(
+                f"{a} -> {b}: reaches {b}:22 but none of its high ports: RTT not measured "
+                f"(see test_high_ports[{a}->{b}])"), stacklevel=1)
+            return
+        m = nc.port_matrix(cluster)
+        if nc.source_at_fault(m, a, b):
+            pytest.fail(_source_fault(cluster, m, a, b, entry["addr"], f"{b}'s high ports nor from its sshd"),
+                        pytrace=False)
+        pytest.fail(
+            f"{a} -> {b} ({entry['addr']}): {a} reaches neither {b}'s high ports nor its sshd "
+            f"(port 22: {ssh.get('status', 'not tried')}).\n"
+            f"  fix: check the route (on {a}: ip route get {entry['addr']}) and {b}'s firewall "
+            f"(on {b}: iptables -S INPUT)", pytrace=False)
+    record_property("rtt_ms", f"{stats.median_ms:.3f}")
+    record_property("jitter_ms", f"{stats.jitter_ms:.3f}")
+    baseline = _rtt_baseline(cluster)
+    if a != b and nc.is_outlier(stats.median_ms, baseline):
+        warnings.warn(NetworkWarning(
+            f"{a} -> {b}: TCP handshake {stats.median_ms:.2f} ms (jitter {stats.jitter_ms:.2f} ms) "
+            f"against a typical {sorted(baseline)[len(baseline) // 2]:.2f} ms between the other "
+            f"pairs: a slow link or a busy node"), stacklevel=1)
+
+
+def _rtt_baseline(cluster: Cluster) -> list[float]:
+    """Median RTT of every measured pair (not self), computed once (per test it made the F1
+    tests quadratic in the number of pairs)."""
+    def compute() -> list[float]:
+        m = nc.port_matrix(cluster)
+        return [s.median_ms for x, row in m.results.items() for y, e in row.items()
+                if x != y and (s := nc.rtt_stats(e["rtt_ms"])) is not None]
+    return cluster.memo(("netcheck", "rtt_baseline"), compute)
+
+
+def test_high_ports(cluster: Cluster, pair: tuple[str, str], record_property) -> None:
+    """F3: arbitrary high ports of b accept connections from a (each direction on its own)."""
+    a, b = pair
+    entry = _slice(cluster, a, b)
+    m = nc.port_matrix(cluster)
+    record_property("matrix_seconds", f"{m.seconds:.2f}")
+    bad = nc.failed_ports(entry)
+    if not bad:
+        return
+    by_status: dict[str, list[int]] = {}
+    for port, status in bad.items():
+        by_status.setdefault(status, []).append(port)
+    lines = [
+        f"  port {', '.join(map(str, ports))}: {status}: {nc.describe_status(status, a, b, m.port_timeout)}"
+        for status, ports in by_status.items()
+    ]
+    others = sorted(x for x in m.results if x != b and nc.failed_ports(m.entry(x, b) or {}))
+    pattern = (f"  every node that tried fails into {b} ({', '.join(others)}): {b}'s INPUT is the filter"
+               if len(others) > 1 else "")
+    addr = entry["addr"]
+    if nc.source_at_fault(m, a, b):
+        pytest.fail(_source_fault(cluster, m, a, b, addr, f"{b}'s high ports " + ", ".join(map(str, bad))),
+                    pytrace=False)
+    pytest.fail(
+        f"{a} -> {b} ({addr}): {b} drops new TCP connections on high ports from {a}; NCCL/gloo/"
+        f"HCCL open such ports, and the launch would hang at initialization.\n"
+        + "\n".join(lines) + ("\n" + pattern if pattern else "") + "\n"
+        + _firewall_evidence(cluster, b)
+        + f"\n  fix, on {b}: iptables -I INPUT -p tcp -s {_source_addr(cluster, a, b)} -j ACCEPT "
+        f"(or open 1024-65535/tcp between the cluster's nodes in the firewall in between)",
+        pytrace=False,
+    )
+
+
+def _source_fault(cluster: Cluster, m: nc.PortMatrix, a: str, b: str, addr: str, what: str) -> str:
+    return (f"{a} -> {b} ({addr}): no answer from {what}; "
+            + nc.SOURCE_CAUSE.format(a=a, b=b) + ".\n"
+            + _firewall_evidence(cluster, a)
+            + "\n  fix, " + nc.SOURCE_FIX.format(a=a))
+
+
+def _source_addr(cluster: Cluster, a: str, b: str) -> str:
+    facts = cluster.base(b)
+    addrs = facts["resolve"].get(a, {}).get("addrs") or [a]
+    return addrs[0]
+
+
+def test_master_port(cluster: Cluster, rendezvous_leg: tuple[str, str]) -> None:
+    """F2: the rendezvous port is free on the rank-0 node, and `node` can connect to it there
+    (the id names both ends: node->rank0)."""
+    node, rank0 = rendezvous_leg
+    port = cluster.settings.master_port
+    cluster.require(rank0)
+    m = nc.port_matrix(cluster)
+    if rank0 in m.listen_errors:
+        pytest.fail(f"could not open listeners on {rank0}: {m.listen_errors[rank0]}", pytrace=False)
+    master = m.listeners[rank0].get("master") or {}
+    if not master.get("free"):
+        if node != rank0:
+            pytest.skip(f"port {port} is taken on {rank0}: see test_master_port[{rank0}->{rank0}]")
+        owner = master.get("owner") or f"(run `ss -ltnp sport = :{port}` as root to see who)"
+        pytest.fail(
+            f"{rank0}: the rendezvous port {port} (--master_port) is already in use "
+            f"({master.get('error')}): {owner}\n  rank 0 could not bind it and the launch would fail.\n"
+            f"  fix: stop that process, or launch with --master_port <free port> (and pass "
+            f"--master-port to this suite)", pytrace=False)
+    entry = _slice(cluster, node, rank0)
+    res = entry.get("master") or {"status": "not tried"}
+    if res["status"] == "ok":
+        return
+    if nc.source_at_fault(m, node, rank0):
+        pytest.fail(_source_fault(cluster, m, node, rank0, entry["addr"], f"the rendezvous port {port} on {rank0}"),
+                    pytrace=False)
+    rules = _drop_rules(cluster, rank0) or []
+    own = [r for r in rules if str(port) in r]
+    blame = (f"  {rank0}'s own firewall {'rejects' if res['status'] == 'refused' else 'drops'} "
+             f"this port: {own[0]}\n" if own else "")
+    pytest.fail(
+        f"{node} -> {rank0}:{port} ({entry['addr']}): the rendezvous port does not answer: "
+        f"{res['status']}: {nc.describe_status(res['status'], node, rank0, m.port_timeout)}\n"
+        f"  every rank connects there first; this one would wait until the rendezvous timeout.\n"
+        + blame
+        + _firewall_evidence(cluster, rank0)
+        + f"\n  fix, on {rank0}: iptables -I INPUT -p tcp --dport {port} -j ACCEPT",
+        pytrace=False)
+
+
+def _drop_rules(cluster: Cluster, node: str) -> list[str] | None:
+    """DROP/REJECT rules in node's INPUT (iptables and nft); None when they cannot be read."""
+    try:
+        fw = cluster.probe(node, "firewall", script=nc.SCRIPT)
+    except ProbeError:
+        return None
+    found: list[str] = []
+    readable = False
+    ipt = fw.get("iptables")
+    if ipt and ipt["rc"] == 0:
+        readable = True
+        found += [f"iptables: {r}" for r in nc.iptables_input_drops(ipt["out"])]
+    nft = fw.get("nft")
+    if nft and nft["rc"] == 0:
+        readable = True
+        found += [f"nft: {r}" for r in nc.nft_input_drops(nft["out"])]
+    if not readable and (ipt or nft):
+        return None
+    return found
+
+
+def test_firewall_rules(cluster: Cluster, node: str, record_property) -> None:
+    """F4: DROP/REJECT rules in INPUT are reported; red only when the port matrix shows they
+    drop what the launch needs (a high port or the master port from another node)."""
+    cluster.require(node)
+    try:
+        fw = cluster.probe(node, "firewall", script=nc.SCRIPT)
+    except ProbeError as exc:
+        pytest.fail(str(exc), pytrace=False)
+    rules = _drop_rules(cluster, node)
+    if rules is None:
+        errs = "; ".join(f"{t}: {(fw[t]['err'] or '').strip()[:150]}" for t in ("iptables", "nft") if t in fw)
+        pytest.skip(f"{node}: cannot read the firewall rules (needs root; uid {fw.get('uid')}): {errs}")
+    if not ("iptables" in fw or "nft" in fw):
+        pytest.skip(f"{node}: neither iptables nor nft is installed: no local firewall to report")
+    record_property("drop_rules", str(len(rules)))
+    if not rules:
+        return
+    m = nc.port_matrix(cluster)
+    hurt = sorted(
+        f"{a} -> {node}: ports {', '.join(map(str, nc.failed_ports(row[node])))}"
+        for a, row in m.results.items() if node in row and nc.failed_ports(row[node])
+    )
+    master = (m.listeners.get(node) or {}).get("master") or {}
+    if master.get("free"):
+        hurt += [f"{a} -> {node}: master port {master['port']}" for a, row in sorted(m.results.items())
+                 if node in row and (row[node].get("master") or {}).get("status") not in (None, "ok")]
+    listing = "\n    ".join(rules[:20])
+    if hurt:
+        pytest.fail(
+            f"{node}: its firewall drops what the launch needs:\n    " + "\n    ".join(hurt)
+            + f"\n  the DROP/REJECT rules in its INPUT:\n    {listing}\n"
+            f"  fix, on {node}: delete the rule (iptables -D INPUT <rule spec>) or accept the "
+            f"cluster's nodes before it (iptables -I INPUT -s <cluster subnet> -j ACCEPT)",
+            pytrace=False)
+    warnings.warn(NetworkWarning(
+        f"{node}: DROP/REJECT rules in INPUT, which do not hit the ports tested today "
+        f"(a launch on other ports might):\n    {listing}"), stacklevel=1)
+
+
+# -- F5 / F6: the interfaces the libraries are told to use -------------------------------------
+
+def _ifaces(cluster: Cluster, node: str):
+    facts = cluster.base(node)
+    return parse_interfaces(facts["ip_link"], facts["ip_addr"])
+
+
+def _launch_ifname_vars(cluster: Cluster) -> dict[str, str]:
+    """*_SOCKET_IFNAME values that the launch itself exports to every rank from the rank-0 node
+    (its environment by DeepSpeed's prefixes, and its `.deepspeed_env`; the rehearsal's)."""
+    from cluster_tests.judge import env as envcheck
+    from cluster_tests.measure import rehearsal
+
+    exports = rehearsal.rehearse(cluster).exports
+    return {k: envcheck.unquote_export(v) for k, v in exports.items()
+            if k in nc.SOCKET_IFNAME_VARS and v.strip()}
+
+
+def _ifname_vars(cluster: Cluster, node: str) -> tuple[dict[str, str], dict[str, str]]:
+    """(what the ranks on `node` get, the part of it the launch exports from rank 0)."""
+    launch = _launch_ifname_vars(cluster)
+    return {**nc.socket_ifname_vars(cluster.base(node)["env"]), **launch}, launch
+
+
+def _usable(spec: nc.IfSpec, ifaces) -> list:
+    return [i for i in nc.matched_interfaces(spec, ifaces) if nc.usable(i) and i.name != "lo"]
+
+
+def test_socket_ifname(cluster: Cluster, node: str, record_property) -> None:
+    """F5: NCCL/GLOO/HCCL_SOCKET_IFNAME, as the ranks get them (pdsh's shell, under what the
+    launch exports from the rank-0 node), match a usable interface."""
+    specs, launch = _ifname_vars(cluster, node)
+    if not specs:
+        record_property("socket_ifname", "unset")
+        pytest.skip(f"{node}: no NCCL/GLOO/HCCL_SOCKET_IFNAME set in pdsh's shell (the libraries "
+                    f"pick the interface themselves): nothing to check")
+    ifaces = _ifaces(cluster, node)
+    rank0 = cluster.rank0.name
+    problems = []
+    for var, value in specs.items():
+        spec = nc.parse_ifspec(value, var)
+        matched = nc.matched_interfaces(spec, ifaces)
+        good = [i for i in matched if nc.usable(i) and i.name != "lo"]
+        record_property(var, f"{value} -> {','.join(i.name for i in good) or 'nothing'}")
+        if good:
+            continue
+        origin = ""
+        if var in launch:
+            # the same value reaches every rank: where it fits no node, the cause is rank 0's
+            others = [n for n in cluster.names if n != node and cluster.base_or_none(n)]
+            fits = [n for n in others if _usable(spec, _ifaces(cluster, n))]
+            if not fits and node != rank0:
+                pytest.skip(f"{var}={value}, exported by the launch from {rank0}, fits no node: "
+                            f"see test_socket_ifname[{rank0}]")
+            origin = (f" (exported to every rank by deepspeed from {rank0}'s environment or "
+                      f"~/.deepspeed_env" + ("; it fits no node" if not fits else
+                                             f"; it fits {', '.join(fits)}") + ")")
+        why = ("matches no interface" if not matched else
+               "matches only " + ", ".join(f"{i.name} ({'up' if i.up else i.state.lower()}, "
+                                            f"{'address ' + ' '.join(i.ips) if i.ips else 'no address'})"
+                                            for i in matched) + ", none up with an address (lo does not count)")
+        usable_now = [i.name for i in ifaces.values() if nc.usable(i) and i.name != "lo"]
+        value_fix = ('=' + usable_now[0] if usable_now and not var.startswith('GLOO')
+                     else (usable_now[0] if usable_now else '<interface>'))
+        where = (f"on {rank0}: set {var}={value_fix} in ~/.deepspeed_env (or unset it there)"
+                 if var in launch else
+                 f"on {node}: export {var}={value_fix} in ~/.bashrc above any early return (or "
+                 f"unset it)")
+        problems.append(
+            f"{var}={value} ({spec.describe()}){origin} {why}.\n"
+            f"  interfaces on {node}: {nc.describe_interfaces(ifaces)}\n"
+            f"  fix, {where}")
+    if problems:
+        pytest.fail(f"{node}: " + f"\n{node}: ".join(problems), pytrace=False)
+
+
+def _usable_matches(cluster: Cluster, node: str) -> dict[str, list[str]]:
+    ifaces = _ifaces(cluster, node)
+    out = {}
+    for var, value in _ifname_vars(cluster, node)[0].items():
+        spec = nc.parse_ifspec(value, var)
+        out[var] = [i.name for i in nc.matched_interfaces(spec, ifaces) if nc.usable(i) and i.name != "lo"]
+    return out
+
+
+def test_socket_ifname_route(cluster: Cluster, pair: tuple[str, str]) -> None:
+    """F5: the route from a to b's address leaves by the interface the variables select on a."""
+    a, b = pair
+    if a == b:
+        pytest.skip(f"{a} -> {a}: traffic to itself takes the loopback, whatever the variables say")
+    matches = _usable_matches(cluster, a)
+    if not matches:
+        pytest.skip(f"{a}: no *_SOCKET_IFNAME set (the libraries pick the interface themselves)")
+    if any(not names for names in matches.values()):
+        pytest.skip(f"{a}: a *_SOCKET_IFNAME matches no usable interface: see test_socket_ifname[{a}]")
+    addrs = cluster.base(a)["resolve"].get(b, {}).get("addrs") or []
+    if not addrs:
+        pytest.skip(f"{a} cannot resolve {b}: see test_resolves[{a}->{b}]")
+    route = nc.routes(cluster, a).get(addrs[0]) or {}
+    dev = route_device(route.get("out", "")) if route.get("rc") == 0 else None
+    if dev is None:
+        pytest.fail(f"{a} -> {b} ({addrs[0]}): no route (`ip -o route get {addrs[0]}` on {a}: "
+                    f"{(route.get('err') or route.get('out') or '').strip()[:200]})", pytrace=False)
+    wrong = {var: names for var, names in matches.items() if dev not in names}
+    if wrong:
+        env = _ifname_vars(cluster, a)[0]
+        pytest.fail(
+            f"{a} -> {b} ({addrs[0]}): the route leaves {a} by {dev}, but "
+            + "; ".join(f"{var}={env[var]} selects {', '.join(n)}" for var, n in wrong.items())
+            + f": the library binds one interface and the packets leave by another.\n"
+            f"  fix: select {dev} (export NCCL_SOCKET_IFNAME=={dev}), or route {b}'s subnet via "
+            f"the selected interface on {a}", pytrace=False)
+
+
+def comm_interface(cluster: Cluster, node: str) -> str | None:
+    """The interface the launch's traffic uses on node: the first one the variables select,
+    else the one the route to another node leaves by."""
+    for names in _usable_matches(cluster, node).values():
+        if names:
+            return names[0]
+    for res in nc.routes(cluster, node).values():
+        if res.get("rc") == 0:
+            dev = route_device(res["out"])
+            if dev and dev != "lo":
+                return dev
+    return None
+
+
+def _warm_routes(cluster: Cluster, node: str) -> None:
+    """Fill the routes cache of node; whatever goes wrong is reported by the tests that need it."""
+    try:
+        if cluster.login_error(node) is None:
+            nc.routes(cluster, node)
+    except (Exception, pytest.fail.Exception):  # noqa: BLE001 - a failed base probe too
+        pass
+
+
+def _mtus(cluster: Cluster) -> dict[str, tuple[str, int | None]]:
+    def compute() -> dict[str, tuple[str, int | None]]:
+        out = {}
+        # the route probes of all nodes at once (one round trip each), not one node after another
+        cluster.pool.map(lambda n: _warm_routes(cluster, n), cluster.names)
+        for n in cluster.names:
+            if cluster.base_or_none(n) is None:  # its own tests report why
+                continue
+            dev = comm_interface(cluster, n)
+            if dev is not None:
+                out[n] = (dev, _ifaces(cluster, n).get(dev).mtu if dev in _ifaces(cluster, n) else None)
+        return out
+    return cluster.memo(("netcheck", "mtus"), compute)
+
+
+def test_mtu(cluster: Cluster, node: str, record_property) -> None:
+    """F6: the interface the launch uses has the same MTU on every node."""
+    cluster.require(node)
+    mtus = _mtus(cluster)
+    if node not in mtus:
+        pytest.skip(f"{node}: no interface found for the launch's traffic (see test_socket_ifname[{node}])")
+    dev, mtu = mtus[node]
+    record_property("interface", dev)
+    record_property("mtu", str(mtu))
+    counts = Counter(m for _, m in mtus.values())
+    common, n_common = counts.most_common(1)[0]
+    rank0_mtu = mtus.get(cluster.rank0.name, (None, None))[1]
+    if mtu == common or n_common * 2 <= len(mtus) and mtu == rank0_mtu:
+        return
+    table = "\n".join(f"    {n:16} {d:10} mtu {m}" for n, (d, m) in mtus.items())
+    pytest.fail(
+        f"{node}: {dev} has MTU {mtu}, most nodes use {common}; large packets between them are "
+        f"dropped or fragmented (a hang or a slow all-reduce):\n{table}\n"
+        f"  fix, on {node}: ip link set dev {dev} mtu {common}  (and make it persistent)",
+        pytrace=False)

@@ -1,0 +1,139 @@
+"""D. Checkpoint storage (CHECKLIST D1-D2): the output directory (--output-dir) is writable with
+room on every node, and it is one shared volume: what a node writes, every node reads."""
+
+from __future__ import annotations
+
+import secrets
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+from cluster_tests.core.cluster import Cluster, ProbeError
+
+pytestmark = pytest.mark.storage
+
+SCRIPT = "storeprobe.py"
+
+
+def _output_dir(cluster: Cluster) -> str:
+    path = cluster.settings.output_dir
+    if not path:
+        pytest.skip("no --output-dir given (the checkpoint directory every node must share)")
+    return path
+
+
+def _dir(cluster: Cluster, node: str, path: str) -> dict[str, Any]:
+    cluster.require(node)
+    try:
+        return cluster.probe(node, "dir", script=SCRIPT, path=path)
+    except ProbeError as exc:
+        pytest.fail(str(exc), pytrace=False)
+
+
+def _mount(info: dict[str, Any]) -> str:
+    m = info.get("mount")
+    return f"{m[2]} ({m[1]}) mounted at {m[0]}" if m else "unknown mount"
+
+
+def test_output_dir(cluster: Cluster, node: str, record_property) -> None:
+    """D1: the output directory exists, is writable, and has --min-free-gb free."""
+    path = _output_dir(cluster)
+    info = _dir(cluster, node, path)
+    if not info["exists"] or not info["is_dir"]:
+        what = "does not exist" if not info["exists"] else "is not a directory"
+        pytest.fail(f"{node}: output directory {path} {what} there.\n"
+                    f"  fix, on {node}: mount the shared volume at {path} (or mkdir -p {path} "
+                    f"if it lives on a volume already shared)", pytrace=False)
+    if not info["writable"]:
+        pytest.fail(f"{node}: cannot create a file in {path}: {info['error']} ({_mount(info)}).\n"
+                    f"  fix, on {node}: chown/chmod it for the login user, or remount it read-write",
+                    pytrace=False)
+    free_gb = (info["free_bytes"] or 0) / 1e9
+    need = float(cluster.settings.value("ct_min_free_gb"))
+    record_property("free_gb", f"{free_gb:.1f}")
+    record_property("mount", _mount(info))
+    if info["free_bytes"] is not None and free_gb < need:
+        pytest.fail(f"{node}: {path} has {free_gb:.1f} GB free, less than --min-free-gb {need:g} "
+                    f"({_mount(info)}); checkpoints would fail half-written.\n"
+                    f"  fix: free space on that volume, or point --output-dir elsewhere", pytrace=False)
+
+
+@dataclass
+class ShareMatrix:
+    session: str
+    writes: dict[str, dict[str, Any]] = field(default_factory=dict)
+    reads: dict[str, dict[str, Any]] = field(default_factory=dict)
+    tokens: dict[str, str] = field(default_factory=dict)
+    errors: dict[str, str] = field(default_factory=dict)
+    removes: dict[str, Any] = field(default_factory=dict)
+
+
+def _share_matrix(cluster: Cluster, path: str) -> ShareMatrix:
+    """Each node writes its token once, each node reads all tokens once, each removes its own."""
+    def compute() -> ShareMatrix:
+        m = ShareMatrix(session=secrets.token_hex(6))
+        up = [n for n in cluster.names if cluster.login_error(n) is None]
+        m.tokens = {n: secrets.token_hex(16) for n in up}
+
+        def write(n: str) -> dict[str, Any]:
+            return cluster.probe(n, "write", script=SCRIPT, path=path, session=m.session,
+                                 owner=n, token=m.tokens[n])
+
+        try:
+            for n, r in zip(up, cluster.pool.map(write, up)):
+                if isinstance(r, BaseException):
+                    m.errors[n] = str(r)
+                else:
+                    m.writes[n] = r
+            writers = [n for n, r in m.writes.items() if r.get("ok")]
+
+            def read(n: str) -> dict[str, Any]:
+                return cluster.probe(n, "read", script=SCRIPT, path=path, session=m.session,
+                                     writers=writers)
+
+            for n, r in zip(up, cluster.pool.map(read, up)):
+                if isinstance(r, BaseException):
+                    m.errors.setdefault(n, str(r))
+                else:
+                    m.reads[n] = r
+        finally:
+            written = list(m.writes)
+
+            def remove(n: str) -> dict[str, Any]:
+                return cluster.probe(n, "remove", script=SCRIPT, path=path, session=m.session, owner=n)
+
+            m.removes = dict(zip(written, cluster.pool.map(remove, written)))
+        return m
+    return cluster.memo(("storage", "share_matrix", path), compute)
+
+
+def test_output_shared(cluster: Cluster, pair: tuple[str, str]) -> None:
+    """D2: a file written in the output directory on a is read back, identical, on b."""
+    a, b = pair
+    path = _output_dir(cluster)
+    for n in dict.fromkeys(pair):
+        info = _dir(cluster, n, path)
+        if not info["is_dir"] or not info["writable"]:
+            pytest.skip(f"{path} is not a writable directory on {n}: see test_output_dir[{n}]")
+    m = _share_matrix(cluster, path)
+    for n in dict.fromkeys(pair):
+        if n in m.errors:
+            pytest.fail(f"{a} -> {b}: the probe on {n} failed: {m.errors[n]}", pytrace=False)
+    w = m.writes[a]
+    if not w.get("ok"):
+        pytest.fail(f"{a}: could not write {w['file']}: {w.get('error')}", pytrace=False)
+    got = m.reads[b].get(a, {})
+    if got.get("found") and got.get("content") == m.tokens[a]:
+        return
+    ia, ib = _dir(cluster, a, path), _dir(cluster, b, path)
+    what = (f"{b} finds no such file ({got.get('error')})" if not got.get("found")
+            else f"{b} reads different content")
+    pytest.fail(
+        f"{a} -> {b}: a file written in {path} on {a} ({w['file']}) is not there on {b}: {what}.\n"
+        f"  {a}: {_mount(ia)}\n  {b}: {_mount(ib)}\n"
+        f"  {path} is not one shared volume: checkpoints saved by one node would be missing on "
+        f"the other (and a resume would load stale or no weights).\n"
+        f"  fix: mount the same volume at {path} on every node (on {b}: mount "
+        f"{(ia.get('mount') or ['', '', '<server:/export>'])[2]} {path})",
+        pytrace=False)

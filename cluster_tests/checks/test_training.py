@@ -1,0 +1,108 @@
+"""T. Training smoke (CHECKLIST T1, T2): a tiny DeepSpeed job trains, first on each node alone,
+then on all nodes through the real launcher, started on the rank-0 node.
+
+How the job reaches the nodes, how it is started, watched, bounded and cleaned up:
+``cluster_tests.measure.training``. Full logs: ``reports/training/T1-<node>.log``, ``T2.log``
+(next to the JUnit report).
+
+T2 needs every node to pass T1 first. When T1 was deselected (``-k multi_node``), T2 still runs
+the T1 jobs as its prerequisite (once per session, all nodes at once) and is skipped, naming the
+node and the cause, when one of them fails: a node that cannot train alone only makes the
+multi-node launch hang in rendezvous, and its own T1 message says why more clearly.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from cluster_tests.core.cluster import Cluster
+from cluster_tests.judge import hostfile as hf
+from cluster_tests.measure import training as trr
+
+pytestmark = pytest.mark.training
+
+
+def _log_dir(config: pytest.Config) -> Path:
+    xml = getattr(config.option, "xmlpath", None)
+    if xml:
+        return Path(xml).absolute().parent / "training"
+    return Path(config.invocation_params.dir) / "reports" / "training"
+
+
+@pytest.fixture(scope="session")
+def training(cluster: Cluster, request: pytest.FixtureRequest):
+    """The session's T1/T2 runs; T1 starts on every node that a selected test needs, at once."""
+    try:
+        config = trr.config_from_settings(cluster.settings)
+    except trr.ConfigError as exc:
+        pytest.fail(str(exc), pytrace=False)
+    runs = trr.TrainingRuns(cluster, config, _log_dir(request.config))
+    wanted: list[str] = []
+    for item in request.session.items:
+        name = getattr(item, "originalname", item.name)
+        if name == "test_train_single_node":
+            wanted.append(item.callspec.params["node"])  # type: ignore[attr-defined]
+        elif name == "test_train_multi_node":
+            try:
+                wanted.extend(runs.active())
+            except hf.ResourceFilterError:
+                pass
+    runs.prefetch_single_nodes(wanted)  # an unreachable node's T1 ends at once (setup error)
+    yield runs
+    runs.close()
+
+
+def _record(record_property, launch: trr.Launch) -> None:
+    record_property("seconds", f"{launch.seconds:.1f}")
+    record_property("ranks", launch.expected_ranks)
+    if launch.result is not None:
+        for r, rr in sorted(launch.result.ranks.items()):
+            if rr.first_loss is not None and rr.last_loss is not None:
+                record_property(f"loss_rank{r}", f"{rr.first_loss:.4g}->{rr.last_loss:.4g}")
+    if launch.log_path is not None:
+        record_property("log", str(launch.log_path))
+
+
+def test_train_single_node(
+    cluster: Cluster, node: str, training: trr.TrainingRuns, record_property
+) -> None:
+    """T1: the job trains on this node alone, on all its slots, within the deadline; loss falls."""
+    cluster.require(node)
+    if training.slots(node) == 0:
+        pytest.skip(f"{node}: no slot left to launch on by --launch-include/--launch-exclude")
+    launch = training.single_node(node)
+    _record(record_property, launch)
+    if not launch.ok:
+        pytest.fail(trr.explain(launch, training.config), pytrace=False)
+
+
+def test_train_multi_node(cluster: Cluster, training: trr.TrainingRuns, record_property) -> None:
+    """T2: the job through `deepspeed --hostfile` from the rank-0 node (pdsh, ssh, all nodes):
+    every rank reports, the loss falls, all ranks end with identical weights."""
+    try:
+        active = training.active()
+    except hf.ResourceFilterError as exc:
+        pytest.fail(f"DeepSpeed will refuse the launch's resource filter: {exc}", pytrace=False)
+    if len(active) < 2:
+        pytest.skip(f"only {', '.join(active) or 'no node'} to launch on: T1 covers a single node")
+    training.prefetch_single_nodes(active)
+    failed = []
+    for n in active:
+        err = cluster.login_error(n)
+        if err is not None:
+            failed.append(f"{n} (unreachable: {err.cause.value}; see test_login[{n}])")
+            continue
+        t1 = training.single_node(n)
+        if not t1.ok:
+            failed.append(f"{n} ({trr.short_cause(t1)}; see test_train_single_node[{n}])")
+    if failed:
+        pytest.skip(
+            "T2 needs every node to train alone first; T1 failed on " + "; ".join(failed)
+        )
+    launch = training.multi_node()
+    _record(record_property, launch)
+    record_property("rank0", launch.node)
+    if not launch.ok:
+        pytest.fail(trr.explain(launch, training.config), pytrace=False)

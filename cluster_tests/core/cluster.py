@@ -1,0 +1,399 @@
+"""The cluster as the checks see it: nodes from the hostfile, connections, and a fact cache.
+
+Facts are probed once per node and shared by every test that needs them.  The cache is filled
+lazily (so `-k node3` probes only node3) and in parallel: when the session knows which tests
+will run, `prefetch` starts the logins of every node they touch at once, bounded by `--fanout`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import os
+import threading
+import time
+from collections.abc import Iterable, Sequence
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+
+from cluster_tests import node
+from cluster_tests.core.settings import Settings
+from cluster_tests.core.transport import (
+    CommandResult,
+    ConnectError,
+    Pool,
+    resolve_target,
+    wait_result,
+)
+from cluster_tests.report.summary import looks_secret
+
+PROBE_MARK = "CT_PROBE_JSON:"
+#: E3's version facts (test_env.VERSION_KEYS) shown in the node table; report.py keeps only
+#: those that differ across nodes in the terminal
+VERSION_FACTS = ("python", "torch", "cuda", "nccl", "deepspeed", "torch_npu", "cann",
+                 "nvidia_driver", "ascend_driver")
+# Runs the script that arrives on standard input as __main__, with the JSON parameters as argv[1].
+BOOTSTRAP = "import sys; exec(compile(sys.stdin.read(), '<cluster_tests>', 'exec'))"
+
+
+#: One probe of a node: (script, section, parameters), as the tests call `Cluster.probe`.
+NodeProbe = tuple[str, str, dict[str, Any]]
+BASE_ONLY: tuple[NodeProbe, ...] = (("probe.py", "base", {}),)
+
+
+def node_probes(settings: Settings, markers: Iterable[str]) -> tuple[NodeProbe, ...]:
+    """The per-node probes that the tests of these sections (markers) ask of every node they
+    touch, with the parameters the tests pass (a mismatch only costs a second command), for
+    `Cluster.prefetch`; base first."""
+    markers = set(markers)
+    probes: list[NodeProbe] = [("probe.py", "base", {})]
+    if "ssh" in markers:
+        probes.append(("probe.py", "sshd", {}))
+    if markers & {"hostfile", "accelerator"}:
+        probes.append(("probe.py", "accelerators", {}))
+    if "network" in markers:
+        probes.append(("netprobe.py", "firewall", {}))
+    if "env" in markers:
+        probes.append(("envprobe.py", "envfiles", {"launch_dir": settings.value("ct_launch_dir")}))
+    if "health" in markers:
+        probes += [("healthprobe.py", "fabric", {}), ("healthprobe.py", "accel", {})]
+    if "storage" in markers and settings.output_dir:
+        probes.append(("storeprobe.py", "dir", {"path": settings.output_dir}))
+    return tuple(probes)
+
+
+def remote_script(name: str) -> bytes:
+    return node.script(name).read_bytes()
+
+
+def _secret_values(env: Any) -> set[str]:
+    return {v for k, v in env.items() if looks_secret(k) and v and len(v) >= 3}
+
+
+class ProbeError(Exception):
+    """A probe ran but could not deliver its facts (no Python on the node, a crash...)."""
+
+    def __init__(self, node: str, message: str, result: CommandResult | None = None) -> None:
+        self.node = node
+        self.result = result
+        super().__init__(message)
+
+
+@dataclass(frozen=True)
+class Node:
+    name: str
+    slots: int
+    lineno: int
+
+
+@dataclass
+class Cluster:
+    settings: Settings
+    nodes: list[Node]
+    pool: Pool
+    _memo: dict[tuple[str, ...], Future[Any]] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+    #: what this process did remotely: logins, probes run, probes read from the shared cache
+    stats: dict[str, int] = field(default_factory=lambda: {"ssh_logins": 0, "probes_run": 0,
+                                                           "probes_shared": 0})
+    logged_in: set[str] = field(default_factory=set)
+    #: set by the plugin: where `progress()` reports go (None: nowhere)
+    progress_sink: Callable[[str, int, int], None] | None = None
+    #: set by the plugin under pytest-xdist: probe results shared by the worker processes
+    shared_dir: Path | None = None
+
+    @classmethod
+    def create(cls, settings: Settings, nodes: list[Node]) -> Cluster:
+        targets = {
+            n.name: resolve_target(
+                n.name,
+                settings.ssh_config,
+                user=settings.ssh_user,
+                connect_timeout=settings.timeout_connect,
+                accept_new_host_keys=settings.accept_new_host_keys,
+            )
+            for n in nodes
+        }
+        return cls(settings, nodes, Pool(targets, settings.ssh_config, settings.fanout))
+
+    @property
+    def names(self) -> list[str]:
+        return [n.name for n in self.nodes]
+
+    @property
+    def rank0(self) -> Node:
+        return self.nodes[0]
+
+    def node(self, name: str) -> Node:
+        for n in self.nodes:
+            if n.name == name:
+                return n
+        raise KeyError(name)
+
+    # -- the memo ---------------------------------------------------------------------------
+    def memo(self, key: tuple[str, ...], compute: Callable[[], Any]) -> Any:
+        """Compute `key` once for the whole session, even when many threads ask at once."""
+        with self._lock:
+            fut = self._memo.get(key)
+            owner = fut is None
+            if owner:
+                fut = self._memo[key] = Future()
+        assert fut is not None
+        if owner:
+            try:
+                fut.set_result(compute())
+            except BaseException as exc:  # noqa: BLE001 - stored, re-raised to every asker
+                fut.set_exception(exc)
+        return wait_result(fut)
+
+    def cached(self, key: tuple[str, ...]) -> Any:
+        """A memo entry that is already computed (None otherwise); never computes or waits."""
+        with self._lock:
+            fut = self._memo.get(key)
+        if fut is None or not fut.done() or fut.exception() is not None:
+            return None
+        return fut.result()
+
+    def node_table(self) -> dict[str, dict[str, str]]:
+        """What the run learnt about each node, for the summary (from the memo only)."""
+        table: dict[str, dict[str, str]] = {}
+        for name in self.names:
+            row: dict[str, str] = {}
+            with self._lock:
+                login = self._memo.get(("login", name))
+            if login is None or not login.done():
+                continue
+            err = login.exception()
+            cause = getattr(err, "cause", None)
+            row["reachable"] = "yes" if err is None else f"NO: {getattr(cause, 'value', err)}"
+            if err is None:
+                row["login"] = f"{login.result():.2f}s"
+            row["slots"] = str(self.node(name).slots)
+            base = self.cached(("probe", name, "probe.py", "base", json.dumps({}, sort_keys=True)))
+            if base:
+                row["hostname"] = base.get("hostname", "")
+                row["python"] = base.get("python", {}).get("version", "")
+            inv = self.cached(("inventory", name))
+            if inv is not None:
+                row["accelerators"] = inv.describe()
+            rdma_ports = (self.cached(("health", "ports", name)) or ([], ""))[0]  # test_health
+            if rdma_ports:
+                row["rdma"] = f"{sum(p.up for p in rdma_ports)}/{len(rdma_ports)} ports active"
+            mtus = self.cached(("netcheck", "mtus")) or {}
+            if name in mtus:
+                dev, mtu = mtus[name]
+                row["interface"] = f"{dev} (mtu {mtu})"
+            versions = (self.cached(("envcheck", "versions")) or {}).get(name) or {}
+            for key in VERSION_FACTS:
+                if versions.get(key):
+                    row[key] = str(versions[key])
+            table[name] = row
+        return table
+
+    # -- logins -----------------------------------------------------------------------------
+    def login(self, node: str) -> float:
+        """Log in (once); returns the login time in seconds or raises ConnectError."""
+        conn = self.pool.connection(node)
+
+        def do() -> float:
+            with self._lock:
+                self.stats["ssh_logins"] += 1
+                self.logged_in.add(node)
+            conn.connect()
+            return conn.login_seconds or 0.0
+
+        return self.memo(("login", node), do)
+
+    def login_error(self, node: str) -> ConnectError | None:
+        try:
+            self.login(node)
+        except ConnectError as exc:
+            return exc
+        return None
+
+    def require(self, node: str) -> None:
+        """Fail the calling test briefly when its node cannot be logged in to."""
+        err = self.login_error(node)
+        if err is not None:
+            pytest.fail(
+                f"{node} unreachable ({err.cause.value}): see test_login[{node}]", pytrace=False
+            )
+
+    def prefetch(self, nodes: Iterable[str], probes: Sequence[NodeProbe] = BASE_ONLY) -> None:
+        """Start logins and probes of `nodes` in the background, in parallel: after its login,
+        all of a node's probes (see `node_probes`) at once, so that a node whose every command
+        is slow (a .bashrc waiting on a hung NFS home) costs that delay about once, not once per
+        section; and one probe that hangs (nvidia-smi on a wedged GPU) holds up no other."""
+        wanted = [n for n in dict.fromkeys(nodes) if n in self.pool.targets]
+        probes = tuple(probes)
+
+        def one(node: str, probe: NodeProbe) -> None:
+            script, section, params = probe
+            with contextlib.suppress(Exception):  # each test re-raises what concerns it
+                self.probe(node, section, script=script, **params)
+
+        done = [0]
+        self.progress("probing nodes", 0, len(wanted))
+
+        def warm(node: str) -> None:
+            try:
+                self.login(node)
+                threads = [threading.Thread(target=one, args=(node, p), daemon=True)
+                           for p in probes[1:]]
+                for t in threads:
+                    t.start()
+                if probes:
+                    one(node, probes[0])
+                for t in threads:
+                    t.join()
+            except Exception:  # noqa: BLE001 - each test re-raises what concerns it
+                pass
+            finally:
+                with self._lock:
+                    done[0] += 1
+                    n = done[0]
+                self.progress("probing nodes", n, len(wanted))
+
+        def run() -> None:
+            self.pool.map(warm, wanted)
+
+        threading.Thread(target=run, name="cluster-prefetch", daemon=True).start()
+
+    def progress(self, phase: str, done: int, total: int) -> None:
+        """Report progress of a long phase ("probing nodes", "bandwidth rounds", "training"...):
+        `done` of `total` steps.  Shown in the terminal when pytest runs verbosely or on a tty
+        (never with -q, never from xdist workers); cheap to call often, safe from any thread."""
+        sink = self.progress_sink
+        if sink is not None:
+            with contextlib.suppress(Exception):  # progress must never break a check
+                sink(phase, done, total)
+
+    # -- probes -----------------------------------------------------------------------------
+    def run(self, node: str, argv: list[str] | str, *, timeout: float | None = None,
+            stdin: bytes | None = None) -> CommandResult:
+        self.login(node)
+        return self.pool.run(node, argv, timeout=timeout or self.settings.timeout_command, stdin=stdin)
+
+    def probe(self, node: str, section: str, *, script: str = "probe.py", **params: Any) -> Any:
+        """Run one section of a node-side probe script (cached per node, section and parameters).
+
+        `script` names a file in `cluster_tests/node/` that follows probe.py's protocol:
+        argv[1] is JSON {"sections": [...], **params}; it prints `CT_PROBE_JSON:{section: data}`.
+        """
+        key = ("probe", node, script, section, json.dumps(params, sort_keys=True))
+        if self.shared_dir is None:
+            return self.memo(key, lambda: self._counted_probe(node, section, params, script))
+        return self.memo(key, lambda: self._shared_probe(key, node, section, params, script))
+
+    def _counted_probe(self, node: str, section: str, params: dict[str, Any], script: str) -> Any:
+        with self._lock:
+            self.stats["probes_run"] += 1
+        return self._probe(node, section, params, script)
+
+    def _shared_probe(self, key: tuple[str, ...], node: str, section: str,
+                      params: dict[str, Any], script: str) -> Any:
+        """Under pytest-xdist: the first worker process that needs a probe runs it and writes
+        the result (or the probe's error) to the run's shared directory, under a file lock; the
+        others wait for the lock and read it.  Logins stay per process."""
+        assert self.shared_dir is not None
+        name = hashlib.sha256(json.dumps(key).encode()).hexdigest()[:32]
+        path = self.shared_dir / f"{name}.json"
+        with open(self.shared_dir / f"{name}.lock", "w") as lock:
+            while True:  # short waits, so that Ctrl-C is not held up (see remote.wait_result)
+                try:
+                    fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    time.sleep(0.05)
+            try:
+                if path.exists():
+                    stored = json.loads(path.read_text())
+                    with self._lock:
+                        self.stats["probes_shared"] += 1
+                else:
+                    try:
+                        stored = {"data": self._counted_probe(node, section, params, script)}
+                    except ProbeError as exc:
+                        stored = {"probe_error": str(exc)}
+                    tmp = path.with_suffix(f".{os.getpid()}.tmp")
+                    tmp.write_text(json.dumps(stored))
+                    os.replace(tmp, path)
+            finally:
+                fcntl.flock(lock, fcntl.LOCK_UN)
+        if "probe_error" in stored:
+            raise ProbeError(node, stored["probe_error"])
+        return stored["data"]
+
+    def _probe(self, node: str, section: str, params: dict[str, Any], script: str) -> Any:
+        if section == "base":
+            params = {"names": self.names, **params}
+        args = json.dumps({"sections": [section], **params})
+        python = self.settings.remote_python
+        timeout = params.get("timeout", self.settings.timeout_command)
+        result = self.run(node, [python, "-c", BOOTSTRAP, args], stdin=remote_script(script),
+                          timeout=timeout)
+        for line in reversed(result.stdout.splitlines()):
+            if line.startswith(PROBE_MARK):
+                data = json.loads(line[len(PROBE_MARK):])[section]
+                if isinstance(data, dict) and set(data) == {"error"}:
+                    raise ProbeError(node, f"{node}: probe '{section}' failed: {data['error']}", result)
+                return data
+        if result.exit_status == 127 or "not found" in result.stderr:
+            raise ProbeError(
+                node,
+                f"{node}: the remote Python '{python}' was not found by a non-interactive ssh shell "
+                f"(which is what pdsh runs).\n  fix: pass --remote-python /path/to/python, or put its "
+                f"directory on PATH in ~/.bashrc on {node}, above any early 'return' for "
+                f"non-interactive shells",
+                result,
+            )
+        raise ProbeError(node, f"{node}: probe '{section}' gave no result\n{result.evidence()}", result)
+
+    def base(self, node: str) -> dict[str, Any]:
+        """The cheap facts of a node; fails the calling test briefly if the node is unreachable."""
+        self.require(node)
+        try:
+            return self.probe(node, "base")
+        except ProbeError as exc:
+            pytest.fail(str(exc), pytrace=False)
+
+    def base_or_none(self, node: str) -> dict[str, Any] | None:
+        """A node's cheap facts, or None when it cannot be logged in to or probed: for checks
+        that look at other nodes too (their failures are those nodes' own tests' to report)."""
+        if self.login_error(node) is not None:
+            return None
+        try:
+            return self.probe(node, "base")
+        except ProbeError:
+            return None
+
+    def secrets(self) -> set[str]:
+        """Values of secret-looking variables (KEY, TOKEN, SECRET, PASSWORD, CREDENTIAL) seen in
+        the launcher's and the nodes' environments, to be masked in every report."""
+        # Called for every report (3 per test): remember each source's values once its facts
+        # are in, so that a report costs O(1), not a scan of every node's environment (which
+        # made 64 nodes take 17 s of pure pytest time, and 1024 nodes hours).
+        cache = self.__dict__.setdefault("_secret_values", {})
+        if len(cache) <= len(self.names):
+            if "\0launcher" not in cache:
+                cache["\0launcher"] = _secret_values(os.environ)
+            for name in self.names:
+                if name not in cache:
+                    base = self.cached(("probe", name, "probe.py", "base", "{}"))
+                    if base:
+                        cache[name] = _secret_values(base.get("env", {}))
+            self.__dict__["_secret_union"] = set().union(*cache.values())
+        return set(self.__dict__["_secret_union"])
+
+    def close(self) -> None:
+        """End whatever this run left on the nodes, then log out."""
+        try:
+            self.pool.end_leftovers()
+        finally:
+            self.pool.close()

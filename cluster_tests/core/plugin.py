@@ -1,0 +1,563 @@
+"""pytest plugin: options, fixtures and parametrization of the cluster checks.
+
+Registered through the `pytest11` entry point so that `--hostfile` exists before pytest
+pre-parses the command line (PITFALLS 3).  The checks themselves live in the sibling
+`test_*.py` modules, one per CHECKLIST section; logic lives in the other sibling modules.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from cluster_tests.core import nodelist as nodelist_mod
+from cluster_tests.core import pairs as pairs_mod
+from cluster_tests.core import rootdir_fix
+from cluster_tests.core.cluster import Cluster, Node, node_probes
+from cluster_tests.core.settings import Settings, add_options, read_settings
+from cluster_tests.judge import hostfile as hostfile_mod
+from cluster_tests.report import fixes as fixes_mod
+from cluster_tests.report.summary import Recorder, keyword_form, mask, progress_writer
+
+CLUSTER_KEY = pytest.StashKey[Cluster]()
+SETTINGS_KEY = pytest.StashKey[Settings]()
+PARSE_KEY = pytest.StashKey[object]()
+#: where the node list came from (the report header's "from ...")
+SOURCE_KEY = pytest.StashKey[str]()
+RECORDER_KEY = pytest.StashKey[Recorder]()
+JSON_PATH_KEY = pytest.StashKey[Path]()
+HTML_PATH_KEY = pytest.StashKey[Path]()
+#: reports/fixes.sh of this run, and how many command / manual blocks it has
+FIXES_KEY = pytest.StashKey[tuple]()
+# What the xdist workers did and learnt (node facts, logins, probes), merged on the controller.
+WORKERS_KEY = pytest.StashKey[dict]()
+# Lines that other sections (e.g. the bandwidth table) add to the terminal summary.
+SUMMARY_EXTRA_KEY = pytest.StashKey[list]()
+
+MARKERS = {
+    "hostfile": "H - the hostfile parses as DeepSpeed parses it, and fits the cluster",
+    "ssh": "S - SSH from the launcher and between every ordered pair of nodes",
+    "names": "N - name resolution",
+    "network": "F - network reachability and firewall",
+    "env": "E - environment as non-interactive shells see it",
+    "accelerator": "A - accelerators visible and healthy",
+    "health": "R - RDMA fabric, limits, /dev/shm and GPU/NPU health, as the launch meets them",
+    "storage": "D - checkpoint storage shared and writable",
+    "collective": "C - all-reduce bandwidth through torch.distributed",
+    "training": "T - training smoke tests through the real launcher",
+}
+
+LAUNCHER = "launcher"
+
+
+def _testinfra_active(pluginmanager: pytest.PytestPluginManager) -> bool:
+    if os.environ.get("PYTEST_DISABLE_PLUGIN_AUTOLOAD"):
+        return pluginmanager.has_plugin("testinfra")
+    return importlib.util.find_spec("testinfra") is not None and not pluginmanager.is_blocked("testinfra")
+
+
+def pytest_addoption(parser: pytest.Parser, pluginmanager: pytest.PytestPluginManager) -> None:
+    add_options(parser, have_ssh_config_flag=_testinfra_active(pluginmanager))
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_load_initial_conftests(early_config: pytest.Config, args: list[str]) -> None:
+    rootdir_fix.repair(early_config, args)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_configure(config: pytest.Config) -> None:
+    for name, text in MARKERS.items():
+        config.addinivalue_line("markers", f"{name}: {text}")
+    if (
+        config.pluginmanager.has_plugin("timeout")
+        and getattr(config.option, "timeout", "unset") is None
+        and not os.environ.get("PYTEST_TIMEOUT")
+        and not config.getini("timeout")
+    ):
+        # A backstop: every remote action has its own deadline, but no check may hang a run.
+        config.option.timeout = 900
+    settings = read_settings(config)
+    if settings.value("ct_quick"):
+        # --quick: a fast pre-flight (the collective and training checks are deselected)
+        settings = dataclasses.replace(settings, timeout_connect=min(settings.timeout_connect, 5.0),
+                                       timeout_command=min(settings.timeout_command, 30.0))
+    config.stash[SETTINGS_KEY] = settings
+    if "->" in (getattr(config.option, "keyword", "") or ""):
+        # pytest's -k grammar has no '>': `-k "node1->node2"` matches the keyword that
+        # pytest_itemcollected gives every pair test (see report.keyword_form)
+        config.option.keyword = keyword_form(config.option.keyword)
+    got = _node_list(config, settings)
+    if got is None:
+        return
+    settings, parse, config.stash[SOURCE_KEY] = got
+    config.stash[SETTINGS_KEY] = settings
+    config.stash[PARSE_KEY] = parse
+    nodes = [Node(h.name, h.slots, h.lineno) for h in parse.hosts]
+    config.stash[CLUSTER_KEY] = cluster = Cluster.create(settings, nodes)
+    # --pairs: chosen once, before collection; the probes ask it which targets to reach
+    spec = pairs_mod.parse_spec(settings.value("ct_pairs") or "auto")
+    cluster.memo(pairs_mod.MEMO_KEY, lambda: pairs_mod.Selection.make(cluster.names, spec))
+    config.stash[RECORDER_KEY] = recorder = Recorder([n.name for n in nodes])
+    config.pluginmanager.register(_SummaryPlugin(recorder), "cluster_tests_summary")
+    config.pluginmanager.register(fixes_mod.Collector(), "cluster_tests_fixes")
+    if config.pluginmanager.has_plugin("xdist"):
+        _XdistPlugin.setup(config, cluster)
+    if config.args_source == pytest.Config.ArgsSource.INVOCATION_DIR:
+        # No test paths given and no ini file naming them (an installed suite, run from
+        # anywhere): run the checklist, not whatever test files the current directory holds.
+        config.args = [str(Path(__file__).resolve().parent.parent / "checks")]
+    _add_site_checks(config, settings)
+    if getattr(config.option, "xmlpath", "unset") is None and not hasattr(config, "workerinput"):
+        reports = Path(config.invocation_params.dir) / "reports"
+        reports.mkdir(exist_ok=True)
+        config.option.xmlpath = str(reports / "junit.xml")
+
+
+def _node_list(config: pytest.Config, settings: Settings
+               ) -> tuple[Settings, hostfile_mod.HostfileParse, str] | None:
+    """The run's nodes (cluster_tests.core.nodelist): a DeepSpeed --hostfile as before, or a Slurm
+    allocation, an MPI hostfile or SkyPilot, written out as the DeepSpeed hostfile that the run
+    checks (and T2 launches with). Returns (settings with that hostfile, parse, where from)."""
+    v = settings.value
+    environ = os.environ
+    try:
+        source = nodelist_mod.choose_source(
+            hostfile=str(settings.hostfile) if settings.hostfile else None,
+            hostfile_from=settings.hostfile_source, mpi_hostfile=v("ct_mpi_hostfile"),
+            environ=environ, nodes_from=v("ct_nodes_from"))
+        if source is None:
+            return None
+        write = v("ct_write_hostfile")
+        out = Path(write).expanduser().absolute() if write else None
+        if source == "hostfile":
+            if v("ct_slots") is not None:
+                raise nodelist_mod.NodeListError(
+                    "--slots is for node lists without slot counts (Slurm, SkyPilot, MPI); the "
+                    "hostfile's slots= are what DeepSpeed uses")
+            try:
+                parse = hostfile_mod.load_hostfile(settings.hostfile)
+            except hostfile_mod.HostfileError as exc:
+                raise pytest.UsageError(str(exc)) from None
+            where = (f"hostfile {settings.hostfile}"
+                     + nodelist_mod.env_note(source, environ))
+            if out is not None and parse.hosts:
+                nodelist_mod.write_hostfile(out, "".join(f"{h.name} slots={h.slots}\n"
+                                                         for h in parse.hosts))
+                where += f", checked lines written to {out}"
+            return settings, parse, where
+        if out is None:
+            xml = getattr(config.option, "xmlpath", None)
+            base = (Path(xml).parent if xml else Path(config.invocation_params.dir) / "reports")
+            out = base.absolute() / "hostfile"
+        got = nodelist_mod.resolve(source, mpi_hostfile=v("ct_mpi_hostfile"), slots=v("ct_slots"),
+                                   environ=environ, out=out)
+    except nodelist_mod.NodeListError as exc:
+        raise pytest.UsageError(str(exc)) from None
+    settings = dataclasses.replace(settings, hostfile=got.hostfile,
+                                   hostfile_source=got.nodes.source)
+    return settings, got.parse, got.description + nodelist_mod.env_note(source, environ)
+
+
+def _add_site_checks(config: pytest.Config, settings: Settings) -> None:
+    """--site-checks: the user's own test files (cluster_host, testinfra) run with the checklist."""
+    from cluster_tests.core.site import site_paths
+
+    for raw in site_paths(settings.value("ct_site_checks")):
+        path = Path(raw).expanduser()
+        if not path.is_absolute():
+            path = Path(config.invocation_params.dir) / path
+        if not path.exists():
+            raise pytest.UsageError(f"--site-checks {raw}: no such file or directory")
+        if str(path) not in config.args:
+            config.args.append(str(path))
+
+
+class _SummaryPlugin:
+    """Feeds the run's reports to the Recorder and prints the cluster summary.  Registered per
+    run (an object, not module state), only when there is a cluster to summarize."""
+
+    def __init__(self, recorder: Recorder) -> None:
+        self.recorder = recorder
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        self.recorder.add(report)
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo):
+        """Mask secret values in what every reporter (terminal, JUnit, JSON, HTML) will show."""
+        report = yield
+        cluster = _cluster(item.config)
+        if cluster is None:
+            return report
+        secrets = cluster.secrets()
+        self.recorder.secrets |= secrets
+        if not secrets:
+            return report
+        if report.longrepr is not None:
+            text = report.longreprtext
+            masked = mask(text, secrets)
+            if masked != text:
+                report.longrepr = masked
+        report.sections = [(title, mask(body, secrets)) for title, body in report.sections]
+        report.user_properties = [(k, mask(str(v), secrets)) for k, v in report.user_properties]
+        return report
+
+    def pytest_terminal_summary(self, terminalreporter, config: pytest.Config) -> None:
+        cluster = _cluster(config)
+        if cluster is None or not self.recorder.outcomes:
+            return
+        extra = list(config.stash.get(SUMMARY_EXTRA_KEY, []))
+        from cluster_tests.measure.allreduce import summary_lines as collective_lines
+
+        if not collective_lines(config):
+            # the collective section prints its own table when its fixtures ran in this process;
+            # else (the xdist controller) the table comes from the recorded properties, here
+            extra += self.recorder.render_bandwidth()
+        lines = self.recorder.summary_lines(node_facts(config), extra=extra)
+        if lines:
+            terminalreporter.section("cluster summary")
+            for line in lines:
+                terminalreporter.line(line)
+        for name, key in (("JSON summary", JSON_PATH_KEY), ("HTML report", HTML_PATH_KEY)):
+            path = config.stash.get(key, None)
+            if path is not None:
+                terminalreporter.line(f"{name}: {path}")
+        script = config.stash.get(FIXES_KEY, None)
+        if script is not None and script[1] + script[2]:
+            shown = script[0]
+            try:
+                shown = script[0].relative_to(Path(config.invocation_params.dir))
+            except ValueError:
+                pass
+            manual = f" ({script[2]} of its {script[1] + script[2]} blocks need a person)" if script[2] else ""
+            terminalreporter.line(f"review and run {shown}{manual}, then pytest --lf")
+
+
+class _XdistPlugin:
+    """pytest-xdist: the worker processes share probe results through a directory the controller
+    makes (Cluster.shared_dir: the first worker that needs a probe runs it, the others read it);
+    each worker sends its node facts and counters back, and the controller, which alone writes
+    the summary, JSON and HTML, merges them.  The checks are distributed by file (one section per
+    worker at a time), so that the whole-cluster phases (port matrix, shared-storage matrix,
+    all-reduce, training) run once, not once per worker."""
+
+    def __init__(self, config: pytest.Config, cluster: Cluster) -> None:
+        self.config = config
+        self.cluster = cluster
+        self.shared: str | None = None
+
+    @classmethod
+    def setup(cls, config: pytest.Config, cluster: Cluster) -> None:
+        workerinput = getattr(config, "workerinput", None)
+        if workerinput is not None:
+            if workerinput.get("ct_shared_dir"):
+                cluster.shared_dir = Path(workerinput["ct_shared_dir"])
+        elif getattr(config.option, "dist", "no") in ("load", "worksteal", "loadgroup"):
+            config.option.dist = "loadfile"
+        config.stash[WORKERS_KEY] = {"stats": {}, "logged_in": set(), "facts": {}, "workers": 0}
+        config.pluginmanager.register(cls(config, cluster), "cluster_tests_xdist")
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_configure_node(self, node) -> None:  # controller, once per worker
+        if self.shared is None:
+            self.shared = tempfile.mkdtemp(prefix="cluster-tests-xdist-")
+        node.workerinput["ct_shared_dir"] = self.shared
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_testnodedown(self, node, error) -> None:  # controller, once per worker
+        got = getattr(node, "workeroutput", {}).get("ct_cluster") or {}
+        merged = self.config.stash[WORKERS_KEY]
+        merged["workers"] += 1
+        for k, v in got.get("stats", {}).items():
+            merged["stats"][k] = merged["stats"].get(k, 0) + v
+        merged["logged_in"] |= set(got.get("logged_in", []))
+        for name, row in got.get("facts", {}).items():
+            merged["facts"].setdefault(name, {}).update(row)
+
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        if hasattr(self.config, "workeroutput"):  # a worker: hand what it did to the controller
+            self.config.workeroutput["ct_cluster"] = {
+                "stats": dict(self.cluster.stats), "logged_in": sorted(self.cluster.logged_in),
+                "facts": self.cluster.node_table()}
+
+    def pytest_unconfigure(self) -> None:
+        if self.shared is not None:
+            shutil.rmtree(self.shared, ignore_errors=True)
+
+
+def node_facts(config: pytest.Config) -> dict[str, dict[str, str]]:
+    """Per-node facts learnt by this process and (under xdist) by every worker."""
+    cluster = _cluster(config)
+    facts: dict[str, dict[str, str]] = {}
+    for name, row in config.stash.get(WORKERS_KEY, {}).get("facts", {}).items():
+        facts[name] = dict(row)
+    for name, row in (cluster.node_table() if cluster else {}).items():
+        facts.setdefault(name, {}).update(row)
+    return {n: facts[n] for n in (cluster.names if cluster else []) if n in facts}
+
+
+def _remote_counts(config: pytest.Config, cluster: Cluster) -> dict[str, object]:
+    """SSH logins and probes of this run, all processes together (for the JSON meta)."""
+    workers = config.stash.get(WORKERS_KEY, {"stats": {}, "logged_in": set(), "workers": 0})
+    stats = {k: v + workers["stats"].get(k, 0) for k, v in cluster.stats.items()}
+    return {**stats, "logged_in": sorted(cluster.logged_in | workers["logged_in"]),
+            "xdist_workers": workers["workers"]}
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    config = session.config
+    cluster = _cluster(config)
+    recorder = config.stash.get(RECORDER_KEY, None)
+    if cluster is None or recorder is None or hasattr(config, "workerinput"):
+        return
+    path = Path(config.invocation_params.dir) / "reports" / "summary.json"
+    if config.option.xmlpath:
+        path = Path(config.option.xmlpath).with_name("summary.json")
+    meta = {
+        "hostfile": str(cluster.settings.hostfile),
+        "node_source": config.stash.get(SOURCE_KEY, ""),
+        "nodes": len(cluster.nodes),
+        "rank0": cluster.rank0.name if cluster.nodes else None,
+        "exitstatus": int(session.exitstatus),
+    }
+    selection = pairs_mod.selection(cluster)
+    if selection is not None:
+        meta["pairs"] = selection.meta(len(cluster.nodes))
+    meta.update(_remote_counts(config, cluster))
+    facts = node_facts(config)
+    try:
+        recorder.write_json(path, facts, meta)
+        config.stash[JSON_PATH_KEY] = path
+    except OSError:
+        pass
+    fixes_path = path.with_name(fixes_mod.SCRIPT_NAME)
+    s = cluster.settings
+    ssh = fixes_mod.ssh_prefix(s.ssh_config, s.ssh_user, s.timeout_connect, s.accept_new_host_keys)
+    try:
+        n_cmd, n_manual = fixes_mod.write(fixes_path, recorder.outcomes.values(), ssh,
+                                          " ".join(["pytest", *config.invocation_params.args]))
+        config.stash[FIXES_KEY] = (fixes_path, n_cmd, n_manual)
+    except OSError:
+        pass
+    from cluster_tests.report import html as html_report
+
+    html = cluster.settings.value("ct_html_report")
+    html_path = Path(html).expanduser() if html else path.with_name("cluster_report.html")
+    try:
+        config.stash[HTML_PATH_KEY] = html_report.write(html_path, recorder, facts, meta)
+    except OSError as exc:
+        config.stash[SUMMARY_EXTRA_KEY] = [*config.stash.get(SUMMARY_EXTRA_KEY, []),
+                                           f"HTML report not written: {exc}"]
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    cluster = config.stash.get(CLUSTER_KEY, None)
+    if cluster is not None:
+        cluster.close()
+
+
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    cluster = config.stash.get(CLUSTER_KEY, None)
+    if cluster is None:
+        return []
+    s = cluster.settings
+    names = ", ".join(cluster.names[:8]) + (", ..." if len(cluster.names) > 8 else "")
+    return [
+        f"cluster: {len(cluster.nodes)} nodes from {config.stash.get(SOURCE_KEY, s.hostfile)} "
+        f"({names}); rank 0: "
+        f"{cluster.rank0.name if cluster.nodes else '-'}",
+        f"cluster: ssh config {s.ssh_config or '(none)'}, remote python {s.remote_python}, "
+        f"connect timeout {s.timeout_connect:g}s, fanout {s.fanout}",
+        *([f"cluster: {sel.describe(len(cluster.nodes))} (--pairs)"]
+          if (sel := pairs_mod.selection(cluster)) is not None else []),
+    ]
+
+
+def _cluster(config: pytest.Config) -> Cluster | None:
+    return config.stash.get(CLUSTER_KEY, None)
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "cluster" not in metafunc.fixturenames:
+        return  # not a check (e.g. the project's own tests, which may have a `node` of their own)
+    cluster = _cluster(metafunc.config)
+    names = cluster.names if cluster else []
+    if "node" in metafunc.fixturenames:
+        metafunc.parametrize("node", names, ids=names)
+    if "pair" in metafunc.fixturenames:
+        sel = pairs_mod.selection(cluster) if cluster else None
+        pairs = list(sel.pairs) if sel is not None else [(a, b) for a in names for b in names]
+        metafunc.parametrize("pair", pairs, ids=[f"{a}->{b}" for a, b in pairs])
+    if "launch_site" in metafunc.fixturenames:
+        sites = [LAUNCHER, *names[:1]]
+        metafunc.parametrize("launch_site", sites, ids=sites)
+    if "rank0_node" in metafunc.fixturenames:
+        # checks about the rank-0 node alone (H3): its name in the id
+        metafunc.parametrize("rank0_node", names[:1], ids=names[:1])
+    if "rendezvous_leg" in metafunc.fixturenames:
+        # F2: every node to the rank-0 node's rendezvous port, both ends in the id
+        legs = [(n, names[0]) for n in names] if names else []
+        metafunc.parametrize("rendezvous_leg", legs, ids=[f"{a}->{b}" for a, b in legs])
+    if "pdsh_leg" in metafunc.fixturenames:
+        # S5: from each launch site (the launcher, the rank-0 node) to every node, so that a
+        # node that pdsh cannot reach is red under its own name, not the site's
+        legs = [(site, t) for site in [LAUNCHER, *names[:1]] for t in names]
+        metafunc.parametrize("pdsh_leg", legs, ids=[f"{a}->{b}" for a, b in legs])
+
+
+def _params(item: pytest.Item) -> dict:
+    """The item's cluster parameters; an empty parameter set (a hostfile with no valid host)
+    leaves pytest's NOTSET in place of a node or pair, which is no parameter at all."""
+    params = getattr(getattr(item, "callspec", None), "params", {})
+    return {k: v for k, v in params.items() if isinstance(v, (str, tuple))}
+
+
+def _touched_nodes(item: pytest.Item) -> list[str]:
+    params = _params(item)
+    touched: list[str] = []
+    for one in ("node", "rank0_node"):
+        if one in params:
+            touched.append(params[one])
+    if "pair" in params:
+        touched.extend(params["pair"])
+    if "launch_site" in params and params["launch_site"] != LAUNCHER:
+        touched.append(params["launch_site"])
+    for legs in ("pdsh_leg", "rendezvous_leg"):
+        if legs in params:
+            touched.extend(n for n in params[legs] if n != LAUNCHER)
+    return touched
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    checks = [i for i in items if "cluster" in getattr(i, "fixturenames", ())]
+    if checks and _cluster(config) is None:
+        raise pytest.UsageError(
+            "no hostfile: pass --hostfile PATH (a DeepSpeed hostfile, 'host slots=N' per line), "
+            "or set CLUSTER_TESTS_HOSTFILE; or --mpi-hostfile PATH, or run inside a Slurm "
+            "allocation (SLURM_JOB_NODELIST) or a SkyPilot cluster (SKYPILOT_NODE_IPS)"
+        )
+    # Run the checklist in its own order (H, S, N, F, E, A, D, C, T), not alphabetically: the
+    # quick checks that explain later failures come first, the long phases last.
+    order = list(MARKERS)
+
+    def section(item: pytest.Item) -> int:
+        marks = [m.name for m in item.iter_markers() if m.name in MARKERS]
+        return order.index(marks[0]) if marks else len(order)
+
+    if checks:
+        position = {id(item): i for i, item in enumerate(items)}
+        is_check = {id(item) for item in checks}
+        items.sort(key=lambda i: (section(i) if id(i) in is_check else -1, position[id(i)]))
+    if checks and _cluster(config).settings.value("ct_quick"):
+        slow = [i for i in checks if i.get_closest_marker("collective") or i.get_closest_marker("training")]
+        if slow:
+            config.hook.pytest_deselected(items=slow)
+            gone = {id(i) for i in slow}
+            items[:] = [i for i in items if id(i) not in gone]
+            checks = [i for i in checks if id(i) not in gone]
+    for item in checks:
+        params = _params(item)
+        if not _cluster(config).nodes and item.name != "test_hostfile_syntax":
+            item.add_marker(pytest.mark.skip(
+                reason="the hostfile names no host DeepSpeed would launch on: see "
+                       "test_hostfile_syntax"), append=False)
+        if "cluster_host" in getattr(item, "fixturenames", ()):
+            item.user_properties.append(("site_check", "testinfra"))
+        if "node" in params or "rank0_node" in params:
+            item.user_properties.append(("node", params.get("node") or params["rank0_node"]))
+        if "pair" in params:
+            item.user_properties.append(("pair", "->".join(params["pair"])))
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    cluster = _cluster(session.config)
+    if cluster is None:
+        return
+    touched: list[str] = []
+    for item in session.items:
+        touched.extend(_touched_nodes(item))
+    # which sources each pair check will run from, so that a session-wide pair probe (S4's
+    # ssh_pairs) can start every source at once instead of one source per test, in turn
+    sources: dict[str, list[str]] = {}
+    for item in session.items:
+        pair = _params(item).get("pair")
+        if pair is not None:
+            sources.setdefault(getattr(item, "originalname", item.name), []).append(pair[0])
+    sources = {k: list(dict.fromkeys(v)) for k, v in sources.items()}
+    cluster.memo(pairs_mod.SOURCES_KEY, lambda: sources)
+    if not hasattr(session.config, "workerinput"):
+        reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+        cluster.progress_sink = progress_writer(reporter, session.config.option.verbose)
+    markers = {m.name for item in session.items for m in item.iter_markers()}
+    cluster.prefetch(touched, node_probes(cluster.settings, markers))
+
+
+def pytest_itemcollected(item: pytest.Item) -> None:
+    """`-k "node1->node2"`: pair ids get a keyword that pytest's -k grammar can spell."""
+    if "->" in item.name:
+        item.extra_keyword_matches.add(keyword_form(item.name))
+
+
+@pytest.fixture(scope="session")
+def cluster(pytestconfig: pytest.Config) -> Cluster:
+    c = _cluster(pytestconfig)
+    if c is None:
+        pytest.fail("no hostfile given (--hostfile)", pytrace=False)
+    return c
+
+
+@pytest.fixture(scope="session")
+def settings(pytestconfig: pytest.Config) -> Settings:
+    return pytestconfig.stash[SETTINGS_KEY]
+
+
+@pytest.fixture(scope="session")
+def hostfile(pytestconfig: pytest.Config, cluster: Cluster) -> hostfile_mod.HostfileParse:
+    """The parsed hostfile: hosts in DeepSpeed's order, per-line findings, DeepSpeed's verdict."""
+    return pytestconfig.stash[PARSE_KEY]  # type: ignore[return-value]
+
+
+@pytest.fixture(scope="session")
+def nodes(cluster: Cluster) -> list[Node]:
+    return list(cluster.nodes)
+
+
+@pytest.fixture
+def cluster_host(cluster: Cluster, node: str):
+    """A pytest-testinfra host for each node of the hostfile (test ids: the node names), for a
+    site's own checks::
+
+        def test_nccl(cluster_host):
+            assert cluster_host.package("libnccl2").version.startswith("2.21")
+
+        def test_output_mount(cluster_host):
+            assert cluster_host.mount_point("/mnt/output").exists
+
+    Commands go through the run's own SSH session to the node (same ssh config, user and strict
+    known_hosts as every check; never testinfra's WarningPolicy), each with the
+    --timeout-command deadline. Results join the cluster summary, JUnit and `-k node3`. Put
+    the file next to the hostfile and pass --site-checks FILE (or give its path to pytest)."""
+    from cluster_tests.core.site import host_for
+
+    cluster.require(node)
+    return host_for(cluster, node)
+
+
+@pytest.hookimpl(specname="pytest_terminal_summary")
+def pytest_terminal_summary_collective(terminalreporter, config: pytest.Config) -> None:
+    """C1/C2: the all-reduce bandwidth tables, when a collective check ran (its own hookimpl,
+    beside any other summary part)."""
+    from cluster_tests.measure.allreduce import summary_lines
+
+    lines = summary_lines(config)
+    if lines:
+        terminalreporter.write_sep("=", "all-reduce bandwidth (C1/C2)")
+        for line in lines:
+            terminalreporter.write_line(line)

@@ -1,0 +1,194 @@
+"""The launch rehearsal over SSH (CHECKLIST E5): what `deepspeed --hostfile` runs on every node,
+run from the rank-0 node through the real pdsh, with an import check in place of the training.
+
+Once per session:
+
+1. On the rank-0 node (through our SSH session, a non-interactive shell like the one the user's
+   `deepspeed` would inherit from a script): `command -v deepspeed`, the interpreter its `#!`
+   line names (DeepSpeed's ``sys.executable``), and, from that interpreter in the launch
+   directory (``--launch-dir``, default the home directory), DeepSpeed's own export rules
+   (``EXPORT_ENVS``, the accelerator's ``export_envs()``, ``EXCLUDE_ENVS``), its environment and
+   the ``.deepspeed_env`` files it reads (envprobe.py, section ``launch``).
+2. Here: the exports exactly as DeepSpeed's runner computes them (launchenv.py).
+3. On the rank-0 node: ``pdsh -S -f 1024 -t C -u D -w <the launch's hosts> "export ...; " "cd
+   <dir>;" <interpreter> -u -c <rehearse.py>`` with ``PDSH_RCMD_TYPE=ssh``, the same line the
+   launch sends, except that ``-m deepspeed.launcher.launch ...`` becomes the import check.
+   pdsh's ``-u`` ends a leg that hangs, so that one node cannot hold up the others' verdicts.
+4. Each node's verdict from its own lines of pdsh's output (launchenv.judge_leg).
+
+Nothing is left running: the check is a handful of imports, pdsh kills a leg at its deadline,
+and the pdsh process itself runs under the session's `timeout` and run tag.
+"""
+
+from __future__ import annotations
+
+import base64
+import shlex
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from cluster_tests.core.cluster import Cluster, ProbeError, remote_script
+from cluster_tests.judge import hostfile as hf
+from cluster_tests.judge import launch as le
+
+MEMO_KEY = ("rehearsal", "result")
+SCRIPT = "envprobe.py"
+TEST_ID = "test_launch_rehearsal"
+
+
+@dataclass
+class Rehearsal:
+    site: str
+    launch_dir: str = ""
+    python: str = ""
+    accelerator: str | None = None
+    hosts: list[str] = field(default_factory=list)
+    exports: dict[str, str] = field(default_factory=dict)
+    line: str = ""  # what each node's shell ran (the check's code abbreviated)
+    #: the launch cannot even start: (kind, text) where kind is "fail" (on the rank-0 node, the
+    #: others skip citing it) or "skip" (every node skips: the cause is another test's)
+    site_problem: tuple[str, str] | None = None
+    legs: dict[str, le.Leg] = field(default_factory=dict)
+    seconds: float = 0.0
+    deepspeed_version: str | None = None
+
+    def leg(self, node: str) -> le.Leg:
+        site_id = f"{TEST_ID}[{self.site}]"
+        if self.site_problem is not None:
+            kind, text = self.site_problem
+            if kind == "skip":
+                return le.Leg("skip", text)
+            if node == self.site:
+                return le.Leg("fail", text)
+            return le.Leg("skip", f"the launch cannot start on {self.site}: see {site_id}")
+        if node not in self.legs:
+            return le.Leg("skip", f"{node} is not in the launch (--launch-include/--launch-exclude)")
+        return self.legs[node]
+
+
+def launch_hosts(cluster: Cluster) -> list[str]:
+    """The hosts pdsh gets (`-w`): the hostfile's, after the launch's include/exclude filter."""
+    s = cluster.settings
+    if not s.include and not s.exclude:
+        return list(cluster.names)
+    pool = {n.name: n.slots for n in cluster.nodes}
+    try:
+        active = hf.parse_resource_filter(pool, include=s.include, exclude=s.exclude)
+    except hf.ResourceFilterError:
+        return list(cluster.names)  # H5 reports the filter; rehearse every node meanwhile
+    return [n for n in cluster.names if n in active]
+
+
+def rehearse(cluster: Cluster) -> Rehearsal:
+    return cluster.memo(MEMO_KEY, lambda: _rehearse(cluster))
+
+
+def _code_word() -> str:
+    b64 = base64.b64encode(remote_script("rehearse.py")).decode()
+    return f"'import base64;exec(base64.b64decode(\"{b64}\"))'"
+
+
+def _rehearse(cluster: Cluster) -> Rehearsal:
+    start = time.monotonic()
+    site = cluster.rank0.name
+    r = Rehearsal(site=site)
+    err = cluster.login_error(site)
+    if err is not None:
+        r.site_problem = ("skip", f"{site} (rank 0, where deepspeed starts) unreachable "
+                                  f"({err.cause.value}): see test_login[{site}]")
+        return r
+    timeout = cluster.settings.timeout_command
+    try:
+        plan = cluster.probe(site, "launch", script=SCRIPT,
+                             launch_dir=cluster.settings.value("ct_launch_dir"),
+                             import_timeout=max(60.0, timeout),
+                             timeout=max(60.0, timeout) + 30)
+    except ProbeError as exc:
+        r.site_problem = ("fail", str(exc))
+        return r
+    r.launch_dir = plan["launch_dir"]
+    problem = _site_problem(site, plan)
+    if problem is not None:
+        r.site_problem = problem
+        return r
+    facts: dict[str, Any] = plan["facts"]
+    # DeepSpeed writes `cd {os.path.abspath('.')}`: the launch directory as its process sees it
+    r.launch_dir = facts.get("cwd") or r.launch_dir
+    r.python = facts["executable"]
+    r.accelerator = facts.get("accelerator")
+    r.deepspeed_version = facts.get("deepspeed")
+    rules = le.LaunchRules(
+        export_prefixes=tuple(facts.get("EXPORT_ENVS") or le.EXPORT_ENVS)
+        + tuple(facts.get("export_envs") or ()),
+        exclude_envs={k: tuple(v) for k, v in (facts.get("EXCLUDE_ENVS") or {}).items()},
+    )
+    try:
+        r.exports = le.launch_exports(facts["env"], facts["cwd"],
+                                      [tuple(f) for f in facts.get("env_files") or []], rules)
+    except le.EnvFileCrash as exc:
+        r.site_problem = ("fail", f"{site}: `deepspeed --hostfile` would stop on {site} before "
+                                  f"starting any rank: {exc}\n  fix, on {site}: delete that line or "
+                                  f"write NAME=value (see test_deepspeed_env[{site}])")
+        return r
+    bad = le.export_problems(r.exports)
+    if bad:
+        r.site_problem = ("fail", f"{site}: the exports deepspeed sends to every node (from "
+                                  f"{site}'s environment and .deepspeed_env) break every node's "
+                                  f"shell:\n  - " + "\n  - ".join(bad)
+                                  + f"\n  fix, on {site}: correct those lines of .deepspeed_env "
+                                  f"(see test_deepspeed_env[{site}])")
+        return r
+    r.hosts = launch_hosts(cluster)
+    words = le.remote_words(r.exports, r.launch_dir, r.python, ["-u", "-c", _code_word()])
+    r.line = le.remote_line(words[:-1] + ["'<import check>'"])
+    connect = cluster.settings.timeout_connect
+    deadline = max(60.0, timeout)
+    argv = le.pdsh_argv(r.hosts, connect_timeout=int(connect), command_timeout=int(deadline))
+    ssh_args = f"-o BatchMode=yes -o ConnectTimeout={int(connect)}"
+    command = (f"cd {shlex.quote(r.launch_dir)} && PDSH_RCMD_TYPE=ssh "
+               f"PDSH_SSH_ARGS_APPEND=\"$PDSH_SSH_ARGS_APPEND {ssh_args}\" "
+               + shlex.join([*argv, *words]))
+    res = cluster.run(site, command, timeout=connect + deadline + 30)
+    outputs = le.split_pdsh_output(res.stdout + "\n" + res.stderr, r.hosts)
+    replay_line = le.remote_line(words[:-2] + ["-c", "\"import deepspeed.launcher.launch\""])
+    for node in r.hosts:
+        r.legs[node] = le.judge_leg(node, outputs[node], site=site, python=r.python,
+                                    launch_dir=r.launch_dir, deadline=deadline,
+                                    replay=f"ssh {node} {shlex.quote(replay_line)}",
+                                    exports=r.exports)
+    r.seconds = time.monotonic() - start
+    return r
+
+
+def _site_problem(site: str, plan: dict[str, Any]) -> tuple[str, str] | None:
+    where = f"{site} (rank 0, where `deepspeed --hostfile` starts)"
+    if not plan.get("deepspeed"):
+        return ("skip", f"{where} has no `deepspeed` on the PATH of a non-interactive shell "
+                        f"({plan.get('path')}): see test_required_env[{site}]")
+    if not plan.get("pdsh"):
+        return ("skip", f"{where} has no pdsh: see test_pdsh_installed[{site}]")
+    if not plan.get("launch_dir_ok"):
+        return ("fail", f"{where}: the launch directory {plan['launch_dir']} does not exist there."
+                        f"\n  fix: create it, or pass the directory you start deepspeed in as "
+                        f"--launch-dir")
+    if not plan.get("interpreter"):
+        return ("fail", f"{where}: cannot tell which interpreter {plan['deepspeed']} runs (its "
+                        f"first line: {plan.get('shebang')!r}).\n  fix, on {site}: reinstall "
+                        f"deepspeed (pip install --force-reinstall deepspeed)")
+    if plan.get("facts_error") or "facts" not in plan:
+        return ("fail", f"{where}: {plan.get('interpreter')} (the interpreter of "
+                        f"{plan['deepspeed']}) cannot run DeepSpeed's launcher in "
+                        f"{plan['launch_dir']}:\n    "
+                        + str(plan.get("facts_error")).replace("\n", "\n    ")
+                        + f"\n  fix, on {site}: repair that environment (pip install deepspeed "
+                        f"with {plan.get('interpreter')})")
+    facts = plan["facts"]
+    if facts.get("error"):
+        return ("fail", f"{where}: DeepSpeed's launcher does not import with "
+                        f"{facts.get('executable')} in {plan['launch_dir']}:\n    "
+                        + facts["error"].strip().splitlines()[-1]
+                        + f"\n  fix, on {site}: repair that environment ({facts.get('executable')} "
+                        f"-m pip install deepspeed), or remove what shadows it in "
+                        f"{plan['launch_dir']}")
+    return None

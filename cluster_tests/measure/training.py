@@ -1,0 +1,735 @@
+"""Training smoke over SSH (checklist T1, T2): ship the job, start it as a user would, watch it,
+and leave nothing behind.
+
+Scratch. The job (``node/train_smoke.py``) travels through the SSH session (stdin)
+to ``/tmp/ct-train-<session>-<run>/`` on every node that runs it, at the same path everywhere:
+DeepSpeed's pdsh leg runs ``cd <launch dir>; python -u -m deepspeed.launcher.launch ... <script>``
+on every node (PITFALLS 10). The directory is removed afterwards. T2 also gets the hostfile
+copied there on the rank-0 node.
+
+T1, each node alone, started on that node over SSH::
+
+    cd D && exec timeout -s KILL <deadline+grace> python3 -u -m deepspeed.launcher.runner \\
+        --hostfile /nonexistent/ct-no-hostfile --num_gpus <slots> --master_port P [ARGS] \\
+        D/train_smoke.py --steps S --deadline T --zero-stage Z --dist-timeout X --run-id ID
+
+T2, all nodes, started on the rank-0 node over SSH, so that the real runner -> pdsh -> ssh ->
+launch.py -> torch.distributed path runs::
+
+    cd D && exec timeout -s KILL ... python3 -u -m deepspeed.launcher.runner --hostfile D/hostfile \\
+        --master_addr <rank 0> --master_port P [--include|--exclude S] [ARGS] D/train_smoke.py ...
+
+(``python3`` is ``--remote-python``; ARGS is ``--deepspeed-args``.)
+
+Deadlines. Each rank has a watchdog (``--deadline``, ``--training-deadline``); the launcher is
+SIGKILLed by ``timeout`` after the deadline plus a grace for pdsh, ssh and imports. The output is
+read while it arrives, and the launch is stopped as soon as it shows a cause (an ssh leg refused,
+a module missing, a rank's error) instead of waiting for the others to time out in rendezvous
+(PITFALLS 8).
+
+Cleanup. On every path (pass, failure, deadline, Ctrl-C: the session fixture's finalizer),
+every node involved runs ``pkill -KILL -f ct-train-<session>-<run>/``: every process of a run
+(launcher, pdsh, its ssh legs, the remote shells, launch.py, the ranks) has that unique path in
+its command line, and no other process has. DeepSpeed's own kill command (``pkill -f "python -u
+-m deepspeed.launcher.launch"`` on every node, sent when its runner gets SIGINT or SIGTERM) would
+kill every DeepSpeed launch on those nodes, other people's included, so the runner only ever
+gets SIGKILL here.
+
+Environment. The ranks see what the real launch gives them: the node's non-interactive shell
+(``~/.bashrc``) and, for T2, what DeepSpeed exports (``PYTHON*``, the rank-0 node's
+``~/.deepspeed_env``). One addition: ``DS_ACCELERATOR``, when set where pytest runs, is passed
+on (T1: on the command line; T2: to the runner, and to every rank through a ``.deepspeed_env``
+in the launch directory, which DeepSpeed reads after ``~/.deepspeed_env``), so that a CPU-only
+trial cluster can be checked with ``DS_ACCELERATOR=cpu pytest ...``. DeepSpeed does not forward
+that variable by itself: a real launch needs it in ``~/.deepspeed_env`` on the rank-0 node or in
+every node's ``~/.bashrc``. (DeepSpeed 0.19 falls back to its CPU accelerator when it detects
+none, so CPU nodes also train without it.) The simulated cluster sets ``DS_ACCELERATOR=cpu`` in
+its nodes' own ``~/.bashrc`` (fixtures/sim.py); nothing of ours sets it for a real run. Whatever
+sets it, a rank that trains on another accelerator than its node has (A1: a GPU node on
+DeepSpeed's CPU accelerator, e.g. after DeepSpeed's fallback when CUDA is unusable) makes T1/T2
+red, naming the node and the likely cause (:func:`accelerator_problems`).
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import re
+import shlex
+import threading
+import time
+import uuid
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from cluster_tests.core.cluster import Cluster, remote_script
+from cluster_tests.core.settings import Settings
+from cluster_tests.judge import hostfile as hf
+from cluster_tests.judge import training as tr
+
+SCRATCH = "/tmp"
+RUN_PREFIX = "ct-train-"
+SCRIPT_NAME = "train_smoke.py"
+LAUNCH_MARK = "CT_LAUNCH"
+STOP_MARK = "CT_LAUNCH_STOPPED"
+#: Variables of the pytest process passed on to the ranks (see the module docstring).
+FORWARD_ENV = ("DS_ACCELERATOR",)
+#: Diagnoses that do not stop a launch that is still running (they are normal mid-run, or
+#: warnings that precede the real error).
+_NOT_FATAL = frozenset({"rank-not-started", "rank-not-done", "hostfile-missing", "rendezvous-timeout"})
+#: Launcher arguments the suite sets itself.
+_OWN_LAUNCHER_ARGS = frozenset(
+    {"-H", "--hostfile", "-i", "--include", "-e", "--exclude", "--master_addr", "--master_port",
+     "--num_gpus", "--num_accelerators", "--num_nodes", "--no_ssh", "--no_python", "--module"}
+)
+_MAX_LOG = 16 * 1024 * 1024
+
+
+class ConfigError(ValueError):
+    """An option of the training checks has a value they cannot use."""
+
+
+class SetupError(RuntimeError):
+    """The job could not be put in place on a node (before any launch)."""
+
+
+@dataclass(frozen=True)
+class TrainingConfig:
+    steps: int
+    deadline: float
+    zero_stage: int
+    launcher_args: tuple[str, ...]
+    include: str
+    exclude: str
+    master_port: int
+    master_addr: str | None
+    python: str
+    forward_env: tuple[tuple[str, str], ...]
+    min_drop: float = tr.DEFAULT_MIN_DROP
+
+    @property
+    def grace(self) -> float:
+        """Time on top of the ranks' deadline for the launcher, pdsh, ssh and the imports."""
+        return max(20.0, 0.25 * self.deadline)
+
+    @property
+    def limit(self) -> int:
+        """Seconds after which the launcher is killed."""
+        return int(self.deadline + self.grace + 0.999)
+
+    @property
+    def dist_timeout(self) -> float:
+        """torch.distributed timeout: within the deadline, so that a rendezvous that cannot
+        complete ends with torch's own error (which names what it waited for)."""
+        return max(10.0, min(60.0, self.deadline / 2))
+
+    def job_args(self, run_id: str) -> list[str]:
+        return [
+            "--steps", str(self.steps), "--deadline", f"{self.deadline:g}",
+            "--zero-stage", str(self.zero_stage), "--dist-timeout", f"{self.dist_timeout:g}",
+            "--run-id", run_id,
+        ]
+
+    def describe(self) -> str:
+        return f"{self.steps} steps, ZeRO stage {self.zero_stage}, deadline {self.deadline:g} s"
+
+
+def config_from_settings(settings: Settings, environ: dict[str, str] | None = None) -> TrainingConfig:
+    """The training options, checked (ConfigError names the option and what is wrong)."""
+    environ = dict(os.environ if environ is None else environ)
+    value = settings.value
+    try:
+        zero = int(value("ct_zero_stage"))
+    except (TypeError, ValueError):
+        zero = -1
+    if zero not in (0, 1, 2, 3):
+        raise ConfigError(f"--zero-stage must be 0, 1, 2 or 3, got {value('ct_zero_stage')!r}")
+    raw_args = value("ct_deepspeed_args") or ""
+    try:
+        launcher_args = tuple(shlex.split(raw_args))
+    except ValueError as exc:
+        raise ConfigError(f"--deepspeed-args {raw_args!r}: {exc}") from None
+    own = [a for a in launcher_args if a.split("=", 1)[0] in _OWN_LAUNCHER_ARGS]
+    if own:
+        raise ConfigError(
+            f"--deepspeed-args must not set {', '.join(own)}: the suite sets it (use "
+            f"--launch-include/--launch-exclude, --master-addr, --master-port)"
+        )
+    return TrainingConfig(
+        steps=int(value("ct_training_steps")),
+        deadline=float(value("ct_training_deadline")),
+        zero_stage=zero,
+        launcher_args=launcher_args,
+        include=settings.include,
+        exclude=settings.exclude,
+        master_port=settings.master_port,
+        master_addr=settings.master_addr,
+        python=settings.remote_python,
+        forward_env=tuple((k, environ[k]) for k in FORWARD_ENV if environ.get(k)),
+    )
+
+
+# --------------------------------------------------------------------------- one launch
+
+
+@dataclass
+class Launch:
+    """One run of the job (T1 on one node, or T2) and what came of it."""
+
+    name: str  # "T1-node2", "T2"
+    node: str  # where it was started
+    nodes: list[str]  # every node it runs on
+    expected_ranks: int
+    command: str
+    text: str = ""
+    exit_status: int | None = None
+    seconds: float = 0.0
+    timed_out: bool = False
+    stopped: str | None = None  # the diagnosis kind that made us stop it early
+    setup_error: str | None = None
+    result: tr.SmokeResult | None = None
+    diagnoses: list[tr.Diagnosis] = field(default_factory=list)
+    leftovers: dict[str, str] = field(default_factory=dict)  # node -> processes cleanup missed
+    log_path: Path | None = None
+    accel_problems: list[str] = field(default_factory=list)  # ranks not on their node's accelerator
+
+    @property
+    def ok(self) -> bool:
+        return (
+            self.setup_error is None
+            and self.exit_status == 0
+            and not self.timed_out
+            and self.stopped is None
+            and self.result is not None
+            and self.result.ok
+            and not self.accel_problems
+        )
+
+
+@dataclass
+class _Streamed:
+    text: str
+    exit_status: int | None
+    seconds: float
+    timed_out: bool
+    stopped: str | None
+
+
+def _stream(
+    cluster: Cluster,
+    node: str,
+    command: str,
+    *,
+    limit: float,
+    should_stop: Callable[[str], str | None],
+    cancelled: Callable[[], bool] = lambda: False,
+    stop_grace: float = 3.0,
+) -> _Streamed:
+    """Run ``command`` (a shell line) on ``node`` and read stdout+stderr as they arrive.
+
+    ``should_stop(text so far)`` returning a reason ends the reading ``stop_grace`` seconds
+    later (to catch the other nodes' lines); so do ``cancelled()`` and ``limit`` (+10 s). The
+    command is left running then: the caller's cleanup kills it. It also dies on the node at
+    ``limit`` + 5 s (``timeout -k``), whatever happens to this side.
+    """
+    cluster.login(node)
+    client = cluster.pool.connection(node).connect()
+    transport = client.get_transport()
+    if transport is None or not transport.is_active():
+        raise SetupError(f"{node}: the ssh session closed")
+    chan = transport.open_session(timeout=cluster.settings.timeout_connect)
+    wrapped = f"timeout -k 2 {int(limit) + 5} sh -c {shlex.quote(command)}"
+    start = time.monotonic()
+    buf = bytearray()
+    stopped: str | None = None
+    stop_at: float | None = None
+    checked, last_check = 0, 0.0
+    timed_out = False
+    try:
+        chan.set_combine_stderr(True)
+        chan.settimeout(0.2)
+        chan.exec_command(wrapped)
+        chan.shutdown_write()
+        while True:
+            got = False
+            while chan.recv_ready():
+                chunk = chan.recv(65536)
+                if not chunk:
+                    break
+                if len(buf) < _MAX_LOG:
+                    buf += chunk
+                got = True
+            if chan.exit_status_ready() and not chan.recv_ready():
+                break
+            now = time.monotonic()
+            if stop_at is None and len(buf) != checked and now - last_check >= 0.25:
+                checked, last_check = len(buf), now
+                stopped = should_stop(buf.decode("utf-8", "replace"))
+                if stopped is None and cancelled():
+                    stopped = "cancelled"
+                if stopped is not None:
+                    stop_at = now + (0.0 if stopped == "cancelled" else stop_grace)
+            if stop_at is None and cancelled():
+                stopped, stop_at = "cancelled", now
+            if stop_at is not None and now >= stop_at:
+                break
+            if now - start > limit + 10:
+                timed_out = True
+                break
+            if not got:
+                time.sleep(0.05)
+        status = chan.recv_exit_status() if chan.exit_status_ready() else None
+    finally:
+        chan.close()
+    seconds = time.monotonic() - start
+    # 137: `timeout -s KILL` fired; -1: the channel reported a signal instead of a status.
+    if status in (124, 137, -1) and seconds >= limit - 1:
+        timed_out = True
+    if stopped is not None and status is not None and stop_at is not None:
+        # It ended on its own within the grace: keep the reason only if it failed.
+        stopped = stopped if status != 0 else None
+    return _Streamed(buf.decode("utf-8", "replace"), status, seconds, timed_out, stopped)
+
+
+def _safe(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", name)
+
+
+def _ere(text: str) -> str:
+    """``text`` as a POSIX extended regex (for pkill -f) matching itself literally."""
+    return re.sub(r"[^A-Za-z0-9_/-]", lambda m: "\\" + m.group(), text)
+
+
+# --------------------------------------------------------------------------- the session
+
+
+class TrainingRuns:
+    """The T1 and T2 runs of one pytest session (each at most once), and their cleanup."""
+
+    def __init__(self, cluster: Cluster, config: TrainingConfig, log_dir: Path | None) -> None:
+        self.cluster = cluster
+        self.config = config
+        self.log_dir = log_dir
+        self.session_id = uuid.uuid4().hex[:10]
+        self._lock = threading.Lock()
+        self._touched: set[str] = set()
+        self._prefetched = False
+        self._closing = threading.Event()
+
+    # -- what runs where ----------------------------------------------------------------
+    def active(self) -> OrderedDict[str, list[int]]:
+        """Hosts and slots the launch uses, after --launch-include/--launch-exclude, in hostfile
+        order (DeepSpeed's resource filter; raises hf.ResourceFilterError)."""
+        hosts = {n.name: n.slots for n in self.cluster.nodes}
+        return hf.parse_resource_filter(hosts, self.config.include, self.config.exclude)
+
+    def slots(self, node: str) -> int:
+        """The ranks T1 starts on ``node``: its slots left by the filter (hostfile slots when the
+        filter itself is bad: T2 reports that)."""
+        try:
+            return len(self.active().get(node, []))
+        except hf.ResourceFilterError:
+            return self.cluster.node(node).slots
+
+    def local_include(self, node: str) -> str | None:
+        """``localhost:<ids>`` when the launch's filter leaves ``node`` other slot ids than
+        0..K-1 (else None: ``--num_gpus K`` is the same devices)."""
+        try:
+            ids = list(self.active().get(node, []))
+        except hf.ResourceFilterError:
+            return None
+        if not ids or ids == list(range(len(ids))):
+            return None
+        return "localhost:" + ",".join(map(str, ids))
+
+    def run_dir(self, label: str) -> str:
+        return f"{SCRATCH}/{RUN_PREFIX}{self.session_id}-{label}"
+
+    def _pattern(self, label: str | None) -> tuple[str, str]:
+        """(pkill -f regex, rm glob) of one run, or of every run of this session."""
+        if label is None:
+            base = f"{RUN_PREFIX}{self.session_id}-"
+            return _ere(base), f"{SCRATCH}/{base}*"
+        d = self.run_dir(label)
+        return _ere(d.rsplit("/", 1)[1] + "/"), d
+
+    # -- T1 -------------------------------------------------------------------------------
+    def prefetch_single_nodes(self, nodes: Iterable[str]) -> None:
+        """Start T1 on all ``nodes`` at once, in the background (once per session)."""
+        nodes = [n for n in dict.fromkeys(nodes) if self.slots(n) > 0]
+        with self._lock:
+            if self._prefetched or not nodes:
+                return
+            self._prefetched = True
+
+        def run() -> None:
+            self.cluster.pool.map(self.single_node, nodes)
+
+        threading.Thread(target=run, name="ct-training-T1", daemon=True).start()
+
+    def single_node(self, node: str) -> Launch:
+        """T1 on ``node`` (run once per session; every caller gets the same Launch)."""
+        return self.cluster.memo(("training", "T1", node), lambda: self._single_node(node))
+
+    def _single_node(self, node: str) -> Launch:
+        cfg = self.config
+        label = f"t1-{_safe(node)}"
+        d = self.run_dir(label)
+        slots = self.slots(node)
+        argv = tr.single_node_argv(
+            cfg.python, f"{d}/{SCRIPT_NAME}", slots, cfg.master_port,
+            cfg.job_args(f"{self.session_id}-{label}"), cfg.launcher_args,
+            include=self.local_include(node),
+        )
+        launch = Launch(f"T1-{node}", node, [node], slots, self._command(d, argv))
+        try:
+            self._stage(node, d, {SCRIPT_NAME: remote_script(SCRIPT_NAME)})
+            self._launch(launch, hosts=[node])
+        except Exception as exc:  # noqa: BLE001 - ssh/setup failures become the result
+            launch.setup_error = str(exc) or type(exc).__name__
+        finally:
+            launch.leftovers = self._cleanup([node], label)
+            self._finish(launch, hosts=[node])
+        return launch
+
+    # -- T2 -------------------------------------------------------------------------------
+    def multi_node(self) -> Launch:
+        """T2 from the rank-0 node through ``deepspeed --hostfile`` (once per session)."""
+        return self.cluster.memo(("training", "T2"), self._multi_node)
+
+    def _multi_node(self) -> Launch:
+        cfg = self.config
+        active = self.active()
+        nodes = list(active)
+        rank0 = nodes[0]
+        label = "t2"
+        d = self.run_dir(label)
+        argv = tr.multi_node_argv(
+            cfg.python, f"{d}/hostfile", cfg.master_addr or rank0, cfg.master_port,
+            f"{d}/{SCRIPT_NAME}", include=cfg.include or None, exclude=cfg.exclude or None,
+            extra=cfg.job_args(f"{self.session_id}-{label}"), launcher_args=cfg.launcher_args,
+        )
+        expected = sum(len(s) for s in active.values())
+        launch = Launch("T2", rank0, nodes, expected, self._command(d, argv))
+        involved = list(dict.fromkeys([rank0, *nodes]))
+        try:
+            script = remote_script(SCRIPT_NAME)
+            errors = [
+                e for e in self.cluster.pool.map(
+                    lambda n: self._stage(n, d, {SCRIPT_NAME: script}), involved
+                ) if isinstance(e, BaseException)
+            ]
+            if errors:
+                raise SetupError("; ".join(str(e) for e in errors))
+            files = {"hostfile": Path(self.cluster.settings.hostfile).read_bytes()}
+            if cfg.forward_env:
+                files[".deepspeed_env"] = "".join(f"{k}={v}\n" for k, v in cfg.forward_env).encode()
+            self._stage(rank0, d, files)
+            self._launch(launch, hosts=self.cluster.names)
+        except Exception as exc:  # noqa: BLE001 - ssh/setup failures become the result
+            launch.setup_error = str(exc) or type(exc).__name__
+        finally:
+            launch.leftovers = self._cleanup(involved, label)
+            self._finish(launch, hosts=self.cluster.names)
+        return launch
+
+    # -- mechanics ------------------------------------------------------------------------
+    def _command(self, run_dir: str, argv: Sequence[str]) -> str:
+        q = shlex.quote
+        env = [f"{k}={v}" for k, v in self.config.forward_env]
+        return (
+            f"cd {q(run_dir)} && echo {LAUNCH_MARK} node=$(hostname) "
+            f"python=$(command -v {q(self.config.python)} || echo not-found) && "
+            f"exec timeout -s KILL {self.config.limit} "
+            + (shlex.join(["env", *env]) + " " if env else "")
+            + shlex.join(argv)
+        )
+
+    def _stage(self, node: str, run_dir: str, files: dict[str, bytes]) -> None:
+        if self._closing.is_set():
+            raise SetupError("the test session is ending")
+        with self._lock:
+            self._touched.add(node)
+        for name, data in files.items():
+            path = f"{run_dir}/{name}"
+            tmp = f"{run_dir}/.{name}.part"
+            res = self.cluster.run(
+                node,
+                f"umask 022 && mkdir -p {shlex.quote(run_dir)} && cat > {shlex.quote(tmp)}.$$ "
+                f"&& mv -f {shlex.quote(tmp)}.$$ {shlex.quote(path)}",
+                stdin=data,
+                timeout=self.cluster.settings.timeout_connect + 30,
+            )
+            if not res.ok:
+                raise SetupError(f"{node}: cannot write {path}:\n{res.evidence(800)}")
+
+    def _launch(self, launch: Launch, hosts: Sequence[str]) -> None:
+        if self._closing.is_set():
+            raise SetupError("the test session is ending")
+        known = list(hosts)
+
+        def should_stop(text: str) -> str | None:
+            for d in tr.diagnose(text, hosts=known):
+                if d.kind not in _NOT_FATAL:
+                    return d.kind
+            return None
+
+        s = _stream(
+            self.cluster, launch.node, launch.command, limit=self.config.limit,
+            should_stop=should_stop, cancelled=self._closing.is_set,
+        )
+        launch.text, launch.exit_status, launch.seconds = s.text, s.exit_status, s.seconds
+        launch.timed_out, launch.stopped = s.timed_out, s.stopped
+
+    def _cleanup(self, nodes: Sequence[str], label: str | None) -> dict[str, str]:
+        """Kill the run's processes and remove its directory on every node; returns what is
+        still running afterwards, per node (normally nothing)."""
+        pattern, glob = self._pattern(label)
+        # The pattern arrives on stdin, so that no command line of the cleanup itself matches.
+        script = (
+            'read p; read d; pkill -KILL -f -- "$p"; i=0; '
+            'while pgrep -f -- "$p" >/dev/null && [ $i -lt 25 ]; do sleep 0.2; i=$((i+1)); done; '
+            'rm -rf -- $d; pgrep -af -- "$p"; true'
+        )
+
+        def one(node: str) -> str:
+            if self.cluster.login_error(node) is not None:
+                return ""
+            res = self.cluster.run(node, script, stdin=f"{pattern}\n{glob}\n".encode(), timeout=30)
+            return res.stdout.strip() if res.ok else f"(cleanup failed: {res.evidence(300)})"
+
+        left = self.cluster.pool.map(one, nodes)
+        return {
+            n: (str(r) if isinstance(r, BaseException) else r)
+            for n, r in zip(nodes, left)
+            if (isinstance(r, BaseException) or r)
+        }
+
+    def _finish(self, launch: Launch, hosts: Sequence[str]) -> None:
+        text = launch.text
+        if launch.timed_out:
+            text += (
+                f"\n{tr.LAUNCH_TIMEOUT_MARK} the launch exceeded {self.config.limit} s "
+                f"(deadline {self.config.deadline:g} s + grace) and was killed\n"
+            )
+        launch.result = tr.parse_output(text, launch.expected_ranks, self.config.min_drop)
+        launch.result.launch = tr.LaunchInfo(
+            argv=[launch.command], returncode=launch.exit_status, pgid=0,
+            elapsed_s=launch.seconds, timed_out=launch.timed_out,
+        )
+        launch.diagnoses = tr.diagnose(text, expected_ranks=launch.expected_ranks, hosts=hosts)
+        launch.accel_problems = accelerator_problems(
+            launch.result, self._inventories(launch.nodes), dict(self.config.forward_env)
+        )
+        if self.log_dir is not None:
+            launch.log_path = self._write_log(launch)
+
+    def _write_log(self, launch: Launch) -> Path | None:
+        try:
+            self.log_dir.mkdir(parents=True, exist_ok=True)  # type: ignore[union-attr]
+            path = self.log_dir / f"{_safe(launch.name)}.log"  # type: ignore[operator]
+            stamp = datetime.datetime.now().isoformat(timespec="seconds")
+            nodes = ", ".join(launch.nodes)
+            lines = [
+                f"# {launch.name}: started on {launch.node} ({stamp}); nodes {nodes}; "
+                + f"{launch.expected_ranks} ranks; {self.config.describe()}",
+                f"# command on {launch.node}: {launch.command}",
+                f"# exit status {launch.exit_status}, {launch.seconds:.1f} s, timed out: "
+                + f"{launch.timed_out}, stopped early: {launch.stopped or 'no'}",
+            ]
+            if launch.setup_error:
+                lines.append(f"# setup error: {launch.setup_error}")
+            lines += ["# ---- output ----", launch.text.rstrip("\n"), "# ---- verdict ----"]
+            lines.append("ok" if launch.ok else (launch.result.summary() if launch.result else "-"))
+            lines += [str(d) for d in launch.diagnoses]
+            lines.append("# ---- cleanup ----")
+            lines += [f"{n}: still running: {v}" for n, v in launch.leftovers.items()] or ["nothing left"]
+            path.write_text("\n".join(lines) + "\n")
+            return path
+        except OSError:
+            return None
+
+    def _inventories(self, nodes: Sequence[str]) -> dict[str, tuple[str, str]]:
+        """A1's view of ``nodes`` (kind, description); nodes A1 cannot look at are left out."""
+        from cluster_tests.judge import accelerator as accel
+
+        out: dict[str, tuple[str, str]] = {}
+        for node in nodes:
+            try:
+                inv = accel.inventory(self.cluster, node)
+            except Exception:  # noqa: BLE001, S112 - A1 reports why
+                continue
+            out[node] = (inv.kind, inv.describe())
+        return out
+
+    def close(self) -> None:
+        """End of session: stop what still runs and clean every node this session touched."""
+        self._closing.set()
+        with self._lock:
+            touched = sorted(self._touched)
+        if touched:
+            self._cleanup(touched, None)
+
+
+# --------------------------------------------------------------------------- accelerators
+
+#: DeepSpeed's accelerator name on a node with these accelerators (A1's kinds).
+EXPECTED_ACCELERATOR = {"nvidia": "cuda", "ascend": "npu", "cpu": "cpu"}
+
+
+def accelerator_problems(
+    result: tr.SmokeResult | None,
+    inventories: dict[str, tuple[str, str]],
+    forwarded: dict[str, str] | None = None,
+) -> list[str]:
+    """Ranks that trained on another accelerator than their node has (A1): a GPU node whose job
+    ran on DeepSpeed's CPU accelerator (DS_ACCELERATOR=cpu from somewhere, or DeepSpeed's
+    fallback when CUDA is unusable) trains, and proves nothing about the launch."""
+    if result is None:
+        return []
+    forwarded = forwarded or {}
+    by_key: dict[tuple[str, str, str], list[int]] = {}
+    for r, rr in sorted(result.ranks.items()):
+        start = rr.start or {}
+        host = rr.host or start.get("host")
+        got = start.get("accelerator")
+        if not host or not got or host not in inventories:
+            continue
+        kind, what = inventories[host]
+        want = EXPECTED_ACCELERATOR.get(kind)
+        if want is None or got == want:
+            continue
+        if forwarded.get("DS_ACCELERATOR"):
+            why = (f"DS_ACCELERATOR={forwarded['DS_ACCELERATOR']} was passed on from pytest's "
+                   f"environment: unset it where pytest runs")
+        elif start.get("ds_accelerator_env"):
+            why = (f"DS_ACCELERATOR={start['ds_accelerator_env']} is set for the ranks on "
+                   f"{host} (~/.bashrc or ~/.deepspeed_env): remove it")
+        elif want == "cuda":
+            why = ("DeepSpeed fell back to its CPU accelerator: torch.cuda is not usable from the "
+                   "remote Python (a CPU-only torch build, or a driver the CUDA runtime cannot "
+                   "use; see test_accelerators)")
+        else:
+            why = ("DeepSpeed did not find torch_npu: CANN's set_env.sh is probably sourced only "
+                   "in interactive shells (put it in ~/.bashrc above any early return), or "
+                   "torch_npu is not installed in the remote Python")
+        by_key.setdefault((host, f"{got} ({start.get('backend')})", f"{what}; {why}"), []).append(r)
+    return [
+        f"{host}: rank{'s' if len(ranks) > 1 else ''} {','.join(map(str, ranks))} trained on "
+        f"{got}, but {host} has {why}"
+        for (host, got, why), ranks in by_key.items()
+    ]
+
+
+# --------------------------------------------------------------------------- messages
+
+_SSH_KINDS = frozenset(
+    {"ssh-publickey", "ssh-hostkey", "ssh-resolve", "ssh-refused", "ssh-timeout", "ssh-exit",
+     "launcher-ssh-check"}
+)
+
+
+def _rel(path: Path | None) -> str:
+    if path is None:
+        return "(not saved)"
+    try:
+        return os.path.relpath(path)
+    except ValueError:
+        return str(path)
+
+
+def _python_line(text: str) -> str | None:
+    for line in text.splitlines():
+        if line.startswith(LAUNCH_MARK):
+            return line.strip()
+    return None
+
+
+def _explain_diag(d: tr.Diagnosis, launch: Launch, multi: bool) -> str:
+    node = d.node or launch.node
+    head = f"{node}: {d.cause}"
+    hint = d.hint
+    if multi and d.kind in _SSH_KINDS:
+        src = launch.node
+        head = f"{src} -> {node}: {d.cause} (pdsh's ssh leg from the rank-0 node)"
+        if d.kind == "ssh-publickey":
+            hint = (
+                f"on {node}: append {src}'s public key ({src}:~/.ssh/id_*.pub) to "
+                f"~/.ssh/authorized_keys (ssh-copy-id {node}, run on {src}); modes: chmod 700 "
+                f"~/.ssh; chmod 600 ~/.ssh/authorized_keys"
+            )
+        elif d.kind == "ssh-hostkey":
+            hint = f"on {src}: ssh-keyscan -H {node} >> ~/.ssh/known_hosts (compare the fingerprint)"
+        hint += f"; see test_ssh_trust[{src}->{node}]"
+    evidence = list(d.evidence)
+    if d.kind in ("no-deepspeed", "no-torch", "no-module", "command-not-found") and not multi:
+        line = _python_line(launch.text)
+        if line:
+            evidence.insert(0, line)
+    ev = "".join(f"\n    {e[:300]}" for e in evidence)
+    return f"  {head}{ev}\n  fix: {hint}"
+
+
+def explain(launch: Launch, config: TrainingConfig) -> str:
+    """The failure message of a launch: where, the causes with their log lines, the fix, the
+    consequences in one line, and where the full log is."""
+    multi = launch.name == "T2"
+    if multi:
+        what = (
+            f"T2: the training smoke job failed through `deepspeed --hostfile` started on "
+            f"{launch.node} ({launch.expected_ranks} ranks on {', '.join(launch.nodes)}; "
+            f"{config.describe()})"
+        )
+    else:
+        what = (
+            f"{launch.node}: the training smoke job failed on {launch.node} alone "
+            f"({launch.expected_ranks} rank{'s' if launch.expected_ranks != 1 else ''}; "
+            f"{config.describe()})"
+        )
+    if launch.setup_error:
+        how = f"before it started: {launch.setup_error}"
+    elif launch.stopped:
+        how = f"stopped after {launch.seconds:.1f} s, as soon as the log showed the cause"
+        if multi:
+            how += " (the other ranks would have waited in rendezvous)"
+    elif launch.timed_out:
+        how = f"killed at its deadline after {launch.seconds:.1f} s"
+    else:
+        how = f"exit status {launch.exit_status} after {launch.seconds:.1f} s"
+    parts = [f"{what}, {how}:"]
+    roots, rest = tr.root_causes(launch.diagnoses)
+    for d in roots[:6]:
+        parts.append(_explain_diag(d, launch, multi))
+    if rest:
+        by_cause: dict[str, list[str]] = {}
+        for d in rest:
+            nodes = by_cause.setdefault(d.cause, [])
+            where = d.node or ("" if multi else launch.node)
+            if where and where not in nodes:
+                nodes.append(where)
+        then = "; ".join(
+            f"{cause} ({', '.join(nodes)})" if nodes else cause
+            for cause, nodes in list(by_cause.items())[:4]
+        )
+        parts.append(f"  then: {then}")
+    if not roots and launch.result is not None and not launch.setup_error:
+        parts += [f"  {p}" for p in launch.result.problems()]
+    parts += [f"  {p}" for p in launch.accel_problems]
+    parts.append(f"  full log: {_rel(launch.log_path)}")
+    return "\n".join(parts)
+
+
+def short_cause(launch: Launch) -> str:
+    """One line: the first root cause of a failed launch (for T2's skip message)."""
+    if launch.setup_error:
+        return launch.setup_error.splitlines()[0][:200]
+    roots, _ = tr.root_causes(launch.diagnoses)
+    if roots:
+        return roots[0].cause
+    if launch.result is not None and launch.result.problems():
+        return launch.result.problems()[0]
+    if launch.accel_problems:
+        return launch.accel_problems[0]
+    return f"exit status {launch.exit_status}"

@@ -1,0 +1,313 @@
+"""The HTML report: one self-contained page (inline CSS and SVG, no scripts, nothing fetched)
+that shows the run as pictures: the N×N matrices as heatmaps (SSH trust, TCP latency, pairwise
+all-reduce bandwidth), C1's bandwidth against message size, the node table and the failures
+with their fixes.
+
+Everything comes from the Recorder (the tests' outcomes and properties) and the node facts the
+summary uses, so the page is the same whether the run was one process or many (pytest-xdist).
+The geometry is computed here; `templates/report.html.j2` only lays it out.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from cluster_tests.report.summary import Outcome, Recorder, node_columns
+
+TEMPLATE = "report.html.j2"
+
+OK, BAD, SKIP, NONE, SELF = "#2e9e4f", "#d73027", "#bdbdbd", "#f4f4f4", "#e3e3e3"
+OUTCOME_FILL = {"passed": OK, "failed": BAD, "error": BAD, "skipped": SKIP}
+OUTCOME_MARK = {"passed": "✓", "failed": "✗", "error": "E", "skipped": "s"}
+
+CELL = 44  # px per heatmap cell
+LABEL = 90  # px for the row labels and the column labels
+
+
+@dataclass
+class Cell:
+    x: int
+    y: int
+    fill: str
+    text: str
+    title: str
+    cls: str  # "cell passed", "cell failed", "cell value", "cell none"
+    source: str
+    target: str
+    dark: bool = False  # white text on a dark fill
+
+
+@dataclass
+class Heatmap:
+    id: str
+    title: str
+    caption: str
+    names: list[str]
+    cells: list[Cell] = field(default_factory=list)
+    legend: list[tuple[str, str]] = field(default_factory=list)  # (fill, label)
+
+    @property
+    def width(self) -> int:
+        return LABEL + CELL * len(self.names) + 10
+
+    @property
+    def height(self) -> int:
+        return LABEL + CELL * len(self.names) + 10
+
+    @property
+    def cell_size(self) -> int:
+        return CELL
+
+    @property
+    def label(self) -> int:
+        return LABEL
+
+
+def _grid(names: list[str], keys: Iterable[tuple[str, str]],
+          fill: Callable[[str, str], tuple[str, str, str, str] | None], **kw: Any) -> Heatmap:
+    """A heatmap with a cell (a, b) = fill(a, b) = (color, text, title, class) for each pair of
+    `keys` that fill has data for; the rest of the grid is one "not run" background, so that
+    the page grows with the pairs checked (2N with --pairs ring), not with N x N."""
+    index = {n: i for i, n in enumerate(names)}
+    hm = Heatmap(names=names, **kw)
+    for a, b in sorted({k for k in keys if k[0] in index and k[1] in index},
+                       key=lambda k: (index[k[0]], index[k[1]])):
+        got = fill(a, b)
+        if got is None:
+            continue
+        color, text, title, cls = got
+        hm.cells.append(Cell(LABEL + index[b] * CELL, LABEL + index[a] * CELL, color, text, title,
+                             f"cell {cls}", a, b, dark=_dark(color)))
+    return hm
+
+
+def _dark(color: str) -> bool:
+    r, g, b = (int(color[i:i + 2], 16) for i in (1, 3, 5))
+    return 0.299 * r + 0.587 * g + 0.114 * b < 140
+
+
+def _mix(lo: str, hi: str, t: float) -> str:
+    t = min(1.0, max(0.0, t))
+    a = [int(lo[i:i + 2], 16) for i in (1, 3, 5)]
+    b = [int(hi[i:i + 2], 16) for i in (1, 3, 5)]
+    return "#" + "".join(f"{round(x + (y - x) * t):02x}" for x, y in zip(a, b))
+
+
+def _names(rec: Recorder, pairs: Any) -> list[str]:
+    used = {n for p in pairs for n in p}
+    return [n for n in rec.nodes if n in used]
+
+
+def trust_heatmap(rec: Recorder) -> Heatmap | None:
+    cells = rec.matrix("test_ssh_trust")
+    if not cells:
+        return None
+
+    def fill(a: str, b: str) -> tuple[str, str, str, str] | None:
+        o = cells.get((a, b))
+        if o is None:
+            return None
+        title = f"{a} -> {b}: {o.outcome}" + (f": {o.headline}" if o.headline else "")
+        return OUTCOME_FILL.get(o.outcome, SKIP), OUTCOME_MARK.get(o.outcome, "?"), title, o.outcome
+
+    return _grid(_names(rec, cells), cells, fill, id="heatmap-ssh", title="SSH trust (S4)",
+                 caption="row: from, column: to; passwordless ssh with strict host keys",
+                 legend=[(OK, "passed"), (BAD, "failed"), (SKIP, "skipped"), (NONE, "not run")])
+
+
+def latency_heatmap(rec: Recorder) -> Heatmap | None:
+    outcomes = {o.pair: o for o in rec.by_function("test_reachable") if o.pair}
+    if not outcomes:
+        return None
+    rtt = rec.latency()
+    off = [v for (a, b), v in rtt.items() if a != b] or list(rtt.values()) or [1.0]
+    lo, hi = min(off), max(off)
+    lo_c, hi_c = "#eef4fb", "#2c5d98"
+
+    def fill(a: str, b: str) -> tuple[str, str, str, str] | None:
+        o = outcomes.get((a, b))
+        if o is None:
+            return None
+        if o.outcome in ("failed", "error"):
+            return BAD, "✗", f"{a} -> {b}: {o.headline}", "failed"
+        v = rtt.get((a, b))
+        if v is None:
+            return SKIP, "-", f"{a} -> {b}: no RTT ({o.outcome})", o.outcome
+        title = f"{a} -> {b}: TCP handshake {v:.3f} ms"
+        if a == b:  # loopback: not a link, kept off the colour scale
+            return SELF, f"{v:.2g}", title + " (loopback)", "value self"
+        t = 0.5 if hi == lo else (v - lo) / (hi - lo)
+        return _mix(lo_c, hi_c, t), f"{v:.2g}", title, "value"
+
+    return _grid(_names(rec, outcomes), outcomes, fill, id="heatmap-latency", title="Latency (F1)",
+                 caption="median TCP handshake round trip, ms (row: from, column: to)",
+                 legend=[(lo_c, f"{lo:.3g} ms"), (hi_c, f"{hi:.3g} ms"), (SELF, "loopback"),
+                         (BAD, "unreachable")])
+
+
+def bandwidth_heatmap(rec: Recorder) -> Heatmap | None:
+    outcomes = {o.pair: o for o in rec.by_function("test_allreduce_pair") if o.pair}
+    if not outcomes:
+        return None
+    bw = rec.pair_bandwidth()
+    values = list(bw.values()) or [1.0]
+    lo, hi = min(values), max(values)
+    lo_c, hi_c = "#c7e9c0", "#1f6f3b"
+
+    def fill(a: str, b: str) -> tuple[str, str, str, str] | None:
+        key = (a, b) if (a, b) in outcomes else (b, a)
+        o = outcomes.get(key)
+        if o is None:
+            return None
+        v = bw.get(key)
+        if o.outcome in ("failed", "error"):
+            text = f"{v:.2g}" if v is not None else "✗"
+            return BAD, text, f"{a} <-> {b}: {o.headline}", "failed"
+        if v is None:
+            return SKIP, "-", f"{a} <-> {b}: {o.outcome}", o.outcome
+        t = 0.5 if hi == lo else (v - lo) / (hi - lo)
+        return _mix(lo_c, hi_c, t), f"{v:.2g}", f"{a} <-> {b}: busbw {v:.4f} GB/s", "value"
+
+    return _grid(_names(rec, outcomes), [*outcomes, *((b, a) for a, b in outcomes)], fill,
+                 id="heatmap-bandwidth",
+                 title="Pairwise all-reduce bandwidth (C2)",
+                 caption="busbw in GB/s at the largest size, one rank per node (symmetric)",
+                 legend=[(lo_c, f"{lo:.3g} GB/s"), (hi_c, f"{hi:.3g} GB/s"), (BAD, "failed or slow")])
+
+
+# -- C1: bandwidth against message size ---------------------------------------------------------
+
+@dataclass
+class Plot:
+    width: int = 680
+    height: int = 320
+    left: int = 70
+    right: int = 20
+    top: int = 20
+    bottom: int = 50
+    series: list[dict[str, Any]] = field(default_factory=list)  # name, color, points, path
+    xticks: list[tuple[float, str]] = field(default_factory=list)
+    yticks: list[tuple[float, str]] = field(default_factory=list)
+    caption: str = ""
+
+    @property
+    def x0(self) -> int:
+        return self.left
+
+    @property
+    def x1(self) -> int:
+        return self.width - self.right
+
+    @property
+    def y0(self) -> int:
+        return self.height - self.bottom
+
+    @property
+    def y1(self) -> int:
+        return self.top
+
+
+def _size_label(nbytes: float) -> str:
+    for suffix, unit in (("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10)):
+        if nbytes >= unit:
+            return f"{nbytes / unit:g}{suffix}"
+    return f"{nbytes:g}"
+
+
+def _nice_step(span: float, ticks: int = 5) -> float:
+    raw = span / ticks
+    mag = 10 ** math.floor(math.log10(raw)) if raw > 0 else 1.0
+    return next(m * mag for m in (1, 2, 2.5, 5, 10) if m * mag >= raw)
+
+
+def bandwidth_plot(rec: Recorder) -> Plot | None:
+    rows = [r for r in rec.allreduce_sizes() if r.get("size_bytes", 0) > 0]
+    if not rows:
+        return None
+    plot = Plot()
+    props = rec.by_function("test_allreduce")[0].properties
+    plot.caption = (f"all-reduce over {props.get('world_size', '?')} ranks, backend "
+                    f"{props.get('backend', '?')}: bandwidth (GB/s) against message size (bytes, log scale)")
+    xs = [math.log2(r["size_bytes"]) for r in rows]
+    xmin, xmax = min(xs), max(xs)
+    if xmax == xmin:
+        xmin, xmax = xmin - 1, xmax + 1
+    ymax = max([r.get("busbw_GBps", 0) for r in rows] + [r.get("algbw_GBps", 0) for r in rows]) or 1.0
+    step = _nice_step(ymax * 1.05)
+    ytop = step * math.ceil(ymax * 1.05 / step)
+
+    def px(x: float) -> float:
+        return plot.x0 + (x - xmin) / (xmax - xmin) * (plot.x1 - plot.x0)
+
+    def py(y: float) -> float:
+        return plot.y0 - y / ytop * (plot.y0 - plot.y1)
+
+    plot.xticks = [(px(x), _size_label(r["size_bytes"])) for x, r in zip(xs, rows)]
+    plot.yticks = [(py(i * step), f"{i * step:g}") for i in range(int(round(ytop / step)) + 1)]
+    for name, key, color in (("busbw", "busbw_GBps", "#1f6f3b"), ("algbw", "algbw_GBps", "#2c5d98")):
+        pts = [(px(x), py(r[key]), r) for x, r in zip(xs, rows) if key in r]
+        if not pts:
+            continue
+        plot.series.append({
+            "name": name, "color": color,
+            "path": " ".join(f"{x:.1f},{y:.1f}" for x, y, _ in pts),
+            "points": [{"x": round(x, 1), "y": round(y, 1),
+                        "title": f"{name} {r[key]:.4f} GB/s at {_size_label(r['size_bytes'])}B"
+                                 + (f", {r['time_us']:.1f} us" if "time_us" in r else "")}
+                       for x, y, r in pts],
+        })
+    return plot
+
+
+# -- the page -----------------------------------------------------------------------------------
+
+def _failure(o: Outcome) -> dict[str, Any]:
+    where = o.node or ("->".join(o.pair) if o.pair else "")
+    return {"id": o.test_id, "module": o.module, "outcome": o.outcome, "where": where,
+            "headline": o.headline, "message": o.message, "fixes": o.fixes}
+
+
+def context(rec: Recorder, facts: dict[str, dict[str, str]], meta: dict[str, Any]) -> dict[str, Any]:
+    columns, same = node_columns(facts) if facts else (["node"], {})
+    failures = [_failure(o) for o in rec.outcomes.values() if o.outcome in ("failed", "error")]
+    counts = rec.counts()
+    heatmaps = [h for h in (trust_heatmap(rec), latency_heatmap(rec), bandwidth_heatmap(rec)) if h]
+    return {
+        "title": f"cluster report: {len(rec.nodes)} nodes",
+        "generated": time.strftime("%Y-%m-%d %H:%M:%S %Z", time.localtime()),
+        "meta": meta,
+        "counts": counts,
+        "verdict": "red" if counts.get("failed") or counts.get("error") else "green",
+        "nodes": rec.nodes,
+        "columns": columns,
+        "rows": [[n] + [facts.get(n, {}).get(c, "") for c in columns[1:]] for n in rec.nodes if n in facts],
+        "same": same,
+        "heatmaps": heatmaps,
+        "none_fill": NONE,
+        "plot": bandwidth_plot(rec),
+        "sizes": rec.allreduce_sizes(),
+        "failures": failures,
+        "fixes": rec.fixes(),
+        "skipped": [o for o in rec.outcomes.values() if o.outcome == "skipped"],
+    }
+
+
+def render(rec: Recorder, facts: dict[str, dict[str, str]], meta: dict[str, Any]) -> str:
+    import jinja2  # here, not at import: only the run that writes a report needs it
+
+    env = jinja2.Environment(
+        loader=jinja2.PackageLoader("cluster_tests.report", "templates"),
+        autoescape=True, trim_blocks=True, lstrip_blocks=True, undefined=jinja2.StrictUndefined,
+    )
+    return env.get_template(TEMPLATE).render(**context(rec, facts, meta))
+
+
+def write(path: Path, rec: Recorder, facts: dict[str, dict[str, str]], meta: dict[str, Any]) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(render(rec, facts, meta), encoding="utf-8")
+    return path
