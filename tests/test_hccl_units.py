@@ -6,15 +6,15 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import toolparsers as tp
 
 from cluster_tests.judge import collective as C
-from cluster_tests.judge import parsers as p
 
 SAMPLES = Path(__file__).parent / "data" / "samples"
 
 
 def test_hccl_algbw_in_gigabytes_and_busbw_by_the_nccl_tests_formula() -> None:
-    result = p.parse_hccl_test((SAMPLES / "hccl-test-all-reduce-8npu.txt").read_text())
+    result = tp.parse_hccl_test((SAMPLES / "hccl-test-all-reduce-8npu.txt").read_text())
     for row in result.rows:
         assert row.avg_time_us is not None
         # our own figure for the same size and time (collective.algbw_gbps, 1 GB = 1e9 B)
@@ -25,4 +25,4 @@ def test_hccl_algbw_in_gigabytes_and_busbw_by_the_nccl_tests_formula() -> None:
     last = result.rows[-1]
     assert last.algbw_GBps == pytest.approx(25.515, rel=1e-3)  # printed 23.76245 "GB/s"
     assert last.busbw_GBps(8) == pytest.approx(25.515 * 1.75, rel=1e-3)
-    assert p.HcclRow(8, None, None, None).busbw_GBps(8) is None
+    assert tp.HcclRow(8, None, None, None).busbw_GBps(8) is None

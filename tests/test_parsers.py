@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Callable
 
 import pytest
+import toolparsers as tp
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -71,7 +72,7 @@ def test_nvidia_smi_L_truncated_uuid() -> None:
 
 
 def test_nvidia_smi_query_csv_units_become_numbers() -> None:
-    rows = p.parse_nvidia_smi_query_csv(sample("nvidia-smi-query-gpu-csv-2gpu.txt"))
+    rows = tp.parse_nvidia_smi_query_csv(sample("nvidia-smi-query-gpu-csv-2gpu.txt"))
     assert len(rows) == 2
     assert rows[0] == {
         "index": "0",
@@ -88,7 +89,7 @@ def test_nvidia_smi_query_csv_units_become_numbers() -> None:
 
 def test_nvidia_smi_query_csv_noheader_nounits_and_na() -> None:
     text = "0, 24564, [N/A]\n1, 24570, [Not Supported]\n"
-    rows = p.parse_nvidia_smi_query_csv(
+    rows = tp.parse_nvidia_smi_query_csv(
         text, fields=["index", "memory.total [MiB]", "power.draw [W]"]
     )
     assert rows == [
@@ -99,14 +100,14 @@ def test_nvidia_smi_query_csv_noheader_nounits_and_na() -> None:
 
 def test_nvidia_smi_query_csv_skips_short_rows() -> None:
     text = sample("nvidia-smi-query-gpu-csv-2gpu.txt")
-    assert len(p.parse_nvidia_smi_query_csv(text[: text.index("GPU-fbe2")])) == 1
+    assert len(tp.parse_nvidia_smi_query_csv(text[: text.index("GPU-fbe2")])) == 1
 
 
 # ------------------------------------------------------------------ topology matrices
 
 
 def test_nvidia_smi_topo_h100() -> None:
-    topo = p.parse_nvidia_smi_topo(sample("nvidia-smi-topo-m-h100-8gpu.txt"))
+    topo = tp.parse_nvidia_smi_topo(sample("nvidia-smi-topo-m-h100-8gpu.txt"))
     assert topo.devices == [f"GPU{i}" for i in range(8)]
     assert topo.warnings == []
     for a in topo.devices:
@@ -117,14 +118,14 @@ def test_nvidia_smi_topo_h100() -> None:
 
 
 def test_nvidia_smi_topo_2gpu_nvlink() -> None:
-    topo = p.parse_nvidia_smi_topo(sample("nvidia-smi-topo-m-2gpu-nvlink.txt"))
+    topo = tp.parse_nvidia_smi_topo(sample("nvidia-smi-topo-m-2gpu-nvlink.txt"))
     assert topo.devices == ["GPU0", "GPU1"]
     assert topo.link("GPU0", "GPU1") == topo.link("GPU1", "GPU0") == "NV2"
     assert topo.affinity["GPU1"] == {"CPU Affinity": "0-23", "NUMA Affinity": "N/A"}
 
 
 def test_nvidia_smi_topo_legend_alone_is_ignored() -> None:
-    topo = p.parse_nvidia_smi_topo(sample("nvidia-smi-topo-m-legend.txt"))
+    topo = tp.parse_nvidia_smi_topo(sample("nvidia-smi-topo-m-legend.txt"))
     assert topo.devices == [] and topo.links == {}
 
 
@@ -137,7 +138,7 @@ def test_nvidia_smi_topo_with_legend_tabs_and_nics() -> None:
         "NIC0\tPXB\tSYS\t X \n"
         "\n" + sample("nvidia-smi-topo-m-legend.txt") + "\nNIC Legend:\n\n  NIC0: mlx5_0\n"
     )
-    topo = p.parse_nvidia_smi_topo(text)
+    topo = tp.parse_nvidia_smi_topo(text)
     assert topo.devices == ["GPU0", "GPU1", "NIC0"]
     assert topo.link("GPU0", "NIC0") == "PXB"
     assert topo.link("NIC0", "GPU1") == "SYS"
@@ -147,7 +148,7 @@ def test_nvidia_smi_topo_with_legend_tabs_and_nics() -> None:
 
 
 def test_npu_smi_topo_910b() -> None:
-    topo = p.parse_npu_smi_topo(sample("npu-smi-info-t-topo-910b.txt"))
+    topo = tp.parse_npu_smi_topo(sample("npu-smi-info-t-topo-910b.txt"))
     assert topo.devices == [f"NPU{i}" for i in range(8)]
     assert topo.warnings == []
     assert topo.link("NPU0", "NPU0") == "X"
@@ -271,7 +272,7 @@ def test_npu_smi_info_cut_head_starts_with_chip_row() -> None:
 
 
 def test_topo_header_without_indent() -> None:
-    topo = p.parse_nvidia_smi_topo(sample("nvidia-smi-topo-m-2gpu-nvlink.txt").lstrip())
+    topo = tp.parse_nvidia_smi_topo(sample("nvidia-smi-topo-m-2gpu-nvlink.txt").lstrip())
     assert topo.link("GPU1", "GPU0") == "NV2"
 
 
@@ -292,15 +293,15 @@ def test_npu_smi_info_l_count_mismatch_is_a_warning() -> None:
 
 
 def test_npu_smi_info_m_mapping() -> None:
-    rows = p.parse_npu_smi_info_m(sample("npu-smi-info-m-910a.txt"))
+    rows = tp.parse_npu_smi_info_m(sample("npu-smi-info-m-910a.txt"))
     assert len(rows) == 8
-    assert rows[0] == p.NpuChipMapping(0, 0, 0, "Ascend 910A")
-    assert rows[7] == p.NpuChipMapping(7, 0, 7, "Ascend 910A")
-    assert p.parse_npu_smi_info_m("3   1   -   Mcu\n") == [p.NpuChipMapping(3, 1, None, "Mcu")]
+    assert rows[0] == tp.NpuChipMapping(0, 0, 0, "Ascend 910A")
+    assert rows[7] == tp.NpuChipMapping(7, 0, 7, "Ascend 910A")
+    assert tp.parse_npu_smi_info_m("3   1   -   Mcu\n") == [tp.NpuChipMapping(3, 1, None, "Mcu")]
 
 
 def test_npu_smi_board() -> None:
-    board = p.parse_npu_smi_board(sample("npu-smi-info-t-board-910b.txt"))
+    board = tp.parse_npu_smi_board(sample("npu-smi-info-t-board-910b.txt"))
     assert board["NPU ID"] == "0"
     assert board["Product Name"] == "IT21HMDC_Bin5"
     assert board["Software Version"] == "25.5.1"
@@ -348,7 +349,7 @@ def test_hccn_tool_link_stat() -> None:
     values = p.parse_hccn_tool(text)
     assert values["current time"] == "Wed Jun  7 10:08:28 2023"
     assert values["link up count"] == "2"
-    stat = p.parse_hccn_link_stat(text)
+    stat = tp.parse_hccn_link_stat(text)
     assert stat.device == 0
     assert stat.link_up_count == 2
     assert stat.changes == [
@@ -367,29 +368,29 @@ NCCL_SAMPLES = {
 
 
 def test_nccl_tests_1node() -> None:
-    result = p.parse_nccl_tests(sample("nccl-tests-all-reduce-perf-1node-8gpu.txt"))
+    result = tp.parse_nccl_tests(sample("nccl-tests-all-reduce-perf-1node-8gpu.txt"))
     assert result.warnings == []
     assert result.params["nGpus"] == "8"
     assert result.params["maxBytes"] == "10737418240"
     assert result.params["warmup iters"] == "5"
     assert result.nranks == 8
     assert result.hosts == ["inst-ks8ls-comp"]
-    device5 = p.NcclDevice(5, 0, 944, "inst-ks8ls-comp", 5, "0x92", "NVIDIA A100-SXM4-40GB")
+    device5 = tp.NcclDevice(5, 0, 944, "inst-ks8ls-comp", 5, "0x92", "NVIDIA A100-SXM4-40GB")
     assert result.devices[5] == device5
     assert len(result.rows) == 28
     assert result.rows[0].size_bytes == 64
     assert result.rows[-1].size_bytes == 8589934592
     last = result.rows[-1]
     assert (last.type, last.redop, last.root) == ("float", "sum", -1)
-    assert last.out_of_place == p.NcclTiming(63929.0, 134.37, 235.14, 0)
-    assert last.in_place == p.NcclTiming(63911.0, 134.40, 235.21, 0)
+    assert last.out_of_place == tp.NcclTiming(63929.0, 134.37, 235.14, 0)
+    assert last.in_place == tp.NcclTiming(63911.0, 134.40, 235.21, 0)
     assert result.avg_busbw == 81.112
     assert result.out_of_bounds == 0 and result.out_of_bounds_ok is True
     assert result.total_wrong == 0
 
 
 def test_nccl_tests_2node() -> None:
-    result = p.parse_nccl_tests(sample("nccl-tests-all-reduce-perf-2node-16gpu.txt"))
+    result = tp.parse_nccl_tests(sample("nccl-tests-all-reduce-perf-2node-16gpu.txt"))
     assert result.warnings == []
     # Quirk: the header says nGpus 1 (one GPU per process), yet 16 ranks ran on two hosts.
     assert result.params["nGpus"] == "1"
@@ -398,14 +399,14 @@ def test_nccl_tests_2node() -> None:
     assert [d.device for d in result.devices] == list(range(8)) * 2
     (row,) = result.rows
     assert row.size_bytes == 10737418240 and row.count == 2684354560
-    assert row.out_of_place == p.NcclTiming(90330.0, 118.87, 222.88, 0)
+    assert row.out_of_place == tp.NcclTiming(90330.0, 118.87, 222.88, 0)
     assert row.in_place.busbw == 218.96
     assert result.avg_busbw == 220.921
 
 
 @pytest.mark.parametrize(("name", "nranks"), NCCL_SAMPLES.items())
 def test_nccl_busbw_is_algbw_times_factor(name: str, nranks: int) -> None:
-    result = p.parse_nccl_tests(sample(name))
+    result = tp.parse_nccl_tests(sample(name))
     assert result.nranks == nranks
     factor = p.busbw_factor("all_reduce_perf", result.nranks)
     # algbw and busbw are each printed rounded to 0.01.
@@ -418,7 +419,7 @@ def test_nccl_busbw_is_algbw_times_factor(name: str, nranks: int) -> None:
 
 @pytest.mark.parametrize("name", NCCL_SAMPLES)
 def test_nccl_algbw_is_size_over_time(name: str) -> None:
-    for row in p.parse_nccl_tests(sample(name)).rows:
+    for row in tp.parse_nccl_tests(sample(name)).rows:
         for timing in (row.out_of_place, row.in_place):
             assert timing.time_us is not None and timing.algbw is not None
             expected = p.algbw(row.size_bytes, timing.time_us * 1e-6)
@@ -428,7 +429,7 @@ def test_nccl_algbw_is_size_over_time(name: str) -> None:
 
 @pytest.mark.parametrize("name", NCCL_SAMPLES)
 def test_nccl_avg_busbw_is_mean_of_both_columns(name: str) -> None:
-    result = p.parse_nccl_tests(sample(name))
+    result = tp.parse_nccl_tests(sample(name))
     busbws = [t.busbw for r in result.rows for t in (r.out_of_place, r.in_place)]
     assert result.avg_busbw == pytest.approx(sum(busbws) / len(busbws), abs=0.01)
 
@@ -445,14 +446,14 @@ def test_nccl_tests_na_columns_and_older_header() -> None:
         "     2097152        524288   float\n"
         "# Avg bus bandwidth    : 20.765\n"
     )
-    result = p.parse_nccl_tests(text)
+    result = tp.parse_nccl_tests(text)
     assert [(d.rank, d.group, d.host) for d in result.devices] == [
         (0, None, "node-a"),
         (1, None, "node-a"),
     ]
     (row,) = result.rows
     assert (row.redop, row.root) == ("sum", None)
-    assert row.out_of_place == p.NcclTiming(50.0, 20.97, 20.97, None)
+    assert row.out_of_place == tp.NcclTiming(50.0, 20.97, 20.97, None)
     assert len(result.warnings) == 1 and "2097152" in result.warnings[0]
     assert result.avg_busbw == 20.765
     assert result.version == "2.13.8"
@@ -489,7 +490,7 @@ def test_busbw_factor_and_algbw_reject_nonsense() -> None:
 
 
 def test_hccl_test_all_reduce_8npu() -> None:
-    result = p.parse_hccl_test(sample("hccl-test-all-reduce-8npu.txt"))
+    result = tp.parse_hccl_test(sample("hccl-test-all-reduce-8npu.txt"))
     assert result.warnings == [] and result.errors == [] and result.error is None
     assert result.params == {
         "minbytes": 8192,
@@ -498,14 +499,14 @@ def test_hccl_test_all_reduce_8npu() -> None:
         "warmup_iters": 5,
     }
     assert len(result.rows) == 14
-    assert result.rows[0] == p.HcclRow(8192, 764.55, 0.00998, "success")
-    assert result.rows[-1] == p.HcclRow(67108864, 2630.20, 23.76245, "success")
+    assert result.rows[0] == tp.HcclRow(8192, 764.55, 0.00998, "success")
+    assert result.rows[-1] == tp.HcclRow(67108864, 2630.20, 23.76245, "success")
     assert result.ok
 
 
 def test_hccl_test_bandwidth_is_gibibytes_per_second() -> None:
     """Quirk: hccl_test's "GB/s" is bytes / time / 2**30 (GiB/s), unlike nccl-tests' 1e9."""
-    for row in p.parse_hccl_test(sample("hccl-test-all-reduce-8npu.txt")).rows:
+    for row in tp.parse_hccl_test(sample("hccl-test-all-reduce-8npu.txt")).rows:
         assert row.avg_time_us is not None
         gib = row.data_size_bytes / (row.avg_time_us * 1e-6) / 2**30
         assert gib == pytest.approx(row.alg_bandwidth_gbs, rel=1e-3)
@@ -514,18 +515,18 @@ def test_hccl_test_bandwidth_is_gibibytes_per_second() -> None:
 def test_hccl_test_aveg_time_spelling_and_failed_check() -> None:
     text = sample("hccl-test-all-reduce-8npu.txt").replace("avg_time(us):", "aveg_time(us):")
     text = text.replace("23.76245        | success", "23.76245        | failed")
-    result = p.parse_hccl_test(text)
+    result = tp.parse_hccl_test(text)
     assert len(result.rows) == 14 and result.warnings == []
     assert result.rows[3].avg_time_us == 900.00
     assert not result.rows[-1].ok and not result.ok
 
 
 def test_hccl_test_retcode_error() -> None:
-    result = p.parse_hccl_test(sample("hccl-test-retcode7-error.txt"))
+    result = tp.parse_hccl_test(sample("hccl-test-retcode7-error.txt"))
     assert result.rows == [] and not result.ok
     assert result.params["maxbytes"] == 2147483648
     assert len(result.errors) == 4
-    assert result.error == p.HcclError(
+    assert result.error == tp.HcclError(
         retcode=7,
         message="This is an error in init_hcclComm.",
         location="./common/src/hccl_test_common.cc:538",
@@ -537,26 +538,26 @@ def test_hccl_test_retcode_error() -> None:
 
 PARSERS = [
     p.parse_nvidia_smi_L,
-    p.parse_nvidia_smi_query_csv,
-    p.parse_nvidia_smi_topo,
-    p.parse_npu_smi_topo,
+    tp.parse_nvidia_smi_query_csv,
+    tp.parse_nvidia_smi_topo,
+    tp.parse_npu_smi_topo,
     p.parse_npu_smi_info,
     p.parse_npu_smi_info_l,
-    p.parse_npu_smi_info_m,
-    p.parse_npu_smi_board,
+    tp.parse_npu_smi_info_m,
+    tp.parse_npu_smi_board,
     p.parse_hccn_tool,
     p.hccn_link_up,
-    p.parse_hccn_link_stat,
-    p.parse_nccl_tests,
-    p.parse_hccl_test,
+    tp.parse_hccn_link_stat,
+    tp.parse_nccl_tests,
+    tp.parse_hccl_test,
     p.parse_key_values,
 ]
 ALL_SAMPLES = sorted(f.name for f in SAMPLES.glob("*.txt"))
 
 EMPTY_RESULTS = {
     p.parse_npu_smi_info: p.NpuSmiInfo(),
-    p.parse_nccl_tests: p.NcclTestsResult(),
-    p.parse_hccl_test: p.HcclTestResult(),
+    tp.parse_nccl_tests: tp.NcclTestsResult(),
+    tp.parse_hccl_test: tp.HcclTestResult(),
     p.parse_npu_smi_info_l: p.NpuSmiList(),
 }
 
