@@ -21,7 +21,6 @@ from cluster_tests.judge.hostfile import (
     ResourceFilterError,
     deepspeed_parse_lines,
     load_hostfile,
-    master_addr_check,
     parse_hostfile_text,
     parse_resource_filter,
     split_lines,
@@ -333,17 +332,6 @@ def test_filter_errors_name_the_culprit(include: str, exclude: str, words: str) 
 
 
 # --------------------------------------------------------------------------- H3
-
-
-def test_master_is_first_host_of_file_and_of_filter() -> None:
-    parsed = parse_hostfile_text("node2 slots=8\nnode1 slots=8\n")
-    assert master_addr_check(parsed, None) == "node2"
-    assert master_addr_check(parsed.resources, "10.0.0.2") == "node2"
-    assert master_addr_check(parsed.hosts, None) == "node2"
-    filtered = parse_resource_filter(parsed.resources, exclude="node2")
-    assert master_addr_check(filtered, None) == "node1"
-    with pytest.raises(HostfileError, match="no rank-0 node"):
-        master_addr_check(parse_resource_filter(parsed.resources, exclude="node1@node2"), "x")
 
 
 # --------------------------------------------------------------------------- H1 lint

@@ -41,7 +41,6 @@ __all__ = [
     "ResourceFilterError",
     "deepspeed_parse_lines",
     "load_hostfile",
-    "master_addr_check",
     "parse_hostfile_text",
     "parse_resource_filter",
     "split_lines",
@@ -771,25 +770,3 @@ def _slot_range(slots: Sequence[int]) -> str:
     return ", ".join(str(s) for s in slots)
 
 
-def master_addr_check(
-    hosts: HostfileParse | Mapping[str, object] | Sequence[Host],
-    master_addr: str | None = None,
-) -> str:
-    """Return the host that must serve as rank 0 / ``--master_addr`` (CHECKLIST H3).
-
-    DeepSpeed takes the first host of the (filtered) hostfile: it runs its ssh check on it
-    and, without ``--master_addr``, uses the first address that ``hostname -I`` prints there.
-    When ``master_addr`` is given it must be this host or one of its addresses; comparing
-    addresses is left to the caller (it needs the network). Raises HostfileError when there
-    is no host at all.
-    """
-    if isinstance(hosts, HostfileParse):
-        names = [h.name for h in hosts.hosts]
-    elif isinstance(hosts, Mapping):
-        names = list(hosts)
-    else:
-        names = [h.name for h in hosts]
-    if not names:
-        given = f" (--master_addr {master_addr})" if master_addr else ""
-        raise HostfileError(f"no hosts left to run on, so there is no rank-0 node{given}")
-    return names[0]
