@@ -43,7 +43,8 @@ test: setup
 	$(PY) -m pytest tests -p no:cacheprovider -q -x --timeout=900
 
 lint: setup
-	$(VENV)/bin/ruff check cluster_tests fixtures tests
+	$(VENV)/bin/ruff check cluster_tests fixtures tests bench
+	$(VENV)/bin/mypy
 
 sim-up: setup
 	$(PY) -m fixtures.sim up --nodes $(NODES) --state $(STATE)

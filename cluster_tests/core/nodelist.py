@@ -469,9 +469,9 @@ def parse_mpi_hostfile(text: str, path: str = "<mpi hostfile>", slots: int | Non
                     "DeepSpeed needs slots=N (or pass --slots N)", f"{host} slots=<N>")
                 continue
             count = slots
-        for k, f in enumerate(findings[line_start:], line_start):  # warnings: the line to write
-            if f.severity == hf.WARNING:
-                findings[k] = dataclasses.replace(f, fixed_line=f"{host} slots={count}")
+        for at, found in enumerate(findings[line_start:], line_start):  # warnings: the line to write
+            if found.severity == hf.WARNING:
+                findings[at] = dataclasses.replace(found, fixed_line=f"{host} slots={count}")
         if max_slots is not None and max_slots < count:
             add(lineno, col0, hf.WARNING, "M1-max-slots",
                 f"max_slots={max_slots} is below slots={count}; DeepSpeed ignores max_slots and "

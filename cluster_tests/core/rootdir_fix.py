@@ -13,6 +13,7 @@ is guarded: if the internals are not what we expect, nothing is changed.
 from __future__ import annotations
 
 import inspect
+from typing import Any
 
 import pytest
 
@@ -27,7 +28,7 @@ def repair(config: pytest.Config, args: list[str]) -> None:
     if not all(hasattr(config, a) for a in needed):
         return
     params = inspect.signature(determine_setup).parameters
-    kwargs = {
+    kwargs: dict[str, Any] = {
         "inifile": getattr(ns, "inifilename", None),
         "override_ini": getattr(ns, "override_ini", None),
         "args": list(getattr(ns, "file_or_dir", []) or []),
@@ -44,11 +45,11 @@ def repair(config: pytest.Config, args: list[str]) -> None:
     if rootpath == config.rootpath and inipath == config.inipath:
         return
     old_root, old_ini = config.rootpath, config.inipath
-    config._rootpath = rootpath  # type: ignore[attr-defined]
-    config._inipath = inipath  # type: ignore[attr-defined]
-    config._inicfg = inicfg  # type: ignore[attr-defined]
-    config._inicache.clear()  # type: ignore[attr-defined]
-    extra = getattr(config._parser, "extra_info", None)  # type: ignore[attr-defined]
+    config._rootpath = rootpath
+    config._inipath = inipath
+    config._inicfg = inicfg
+    config._inicache.clear()
+    extra = getattr(getattr(config, "_parser", None), "extra_info", None)
     if isinstance(extra, dict):
         extra["rootdir"] = str(rootpath)
         extra["inifile"] = str(inipath)

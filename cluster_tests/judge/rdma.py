@@ -230,7 +230,7 @@ def compare_ports(node: str, mine: list[Port], peers: Mapping[str, list[Port]],
             faster = {n: q for n, q in others.items() if q.up and q.rate_gbps is not None
                       and q.rate_gbps > p.rate_gbps}
             if faster:
-                best = max(q.rate_gbps for q in faster.values())
+                best = max(q.rate_gbps for q in faster.values() if q.rate_gbps is not None)
                 problems.append(f"{p.describe()} runs at {p.rate_gbps:g} Gb/s, below the "
                                 f"{best:g} Gb/s of the same port on {_names(sorted(faster))}")
     return problems

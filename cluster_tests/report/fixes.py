@@ -53,7 +53,7 @@ class Fix:
 
 
 _OFFERED: contextvars.ContextVar[list[Fix] | None] = contextvars.ContextVar("ct_fixes", default=None)
-OFFERED_KEY = pytest.StashKey[list]()
+OFFERED_KEY = pytest.StashKey[list["Fix"]]()
 
 
 def offer(*fixes: Fix) -> None:
@@ -241,7 +241,8 @@ class Collector:
         report = yield
         if report.when != "call" or not report.failed:
             return report
-        got: list[Fix] = list(item.stash.get(OFFERED_KEY, []))
+        offered: list[Fix] = item.stash.get(OFFERED_KEY, [])
+        got = list(offered)
         cluster = getattr(item, "funcargs", {}).get("cluster")
         if cluster is not None:
             params = getattr(getattr(item, "callspec", None), "params", {})
