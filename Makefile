@@ -7,7 +7,7 @@ STATE ?= .sim/demo
 NODES ?= 4
 APT_PACKAGES := openssh-server openssh-client pdsh iptables iproute2 iperf3 procps psmisc iputils-ping chromium
 # DS_ACCELERATOR=cpu belongs to the simulated cluster only: its nodes' ~/.bashrc sets it
-# (fixtures/sim.py) and the project's tests set it where they start DeepSpeed themselves.
+# (fixtures/sim/files.py) and the project's tests set it where they start DeepSpeed themselves.
 
 .PHONY: setup apt venv demo test test-fast lint clean sim-up sim-down
 

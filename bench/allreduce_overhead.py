@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """What does the C1 harness cost? Harness vs a bare torch.distributed loop vs iperf3, on the sim.
 
-Not a test: a measurement to quote. On a simulated 3-node cluster (fixtures/sim.py, one rank per
+Not a test: a measurement to quote. On a simulated 3-node cluster (fixtures/sim/, one rank per
 node, gloo over the sim's bridge) it alternates, ``--repeat`` times:
 
 * the harness: ``pytest -m collective -k test_allreduce`` over SSH, results read back from

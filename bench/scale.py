@@ -2,7 +2,7 @@
 """Speed and scale on the sim: the checklist against what a user would otherwise do by hand.
 
 Not a test: a measurement to quote (README "Speed and scale").  For each cluster size N it
-brings up a simulated cluster (fixtures/sim.py, one network namespace + real sshd per node)
+brings up a simulated cluster (fixtures/sim/, one network namespace + real sshd per node)
 and, in the same run, alternates `--repeat` times:
 
 * suite: the whole checklist without collectives and training,

@@ -1,6 +1,6 @@
 """Fixtures of the project's own tests.
 
-`sim` is one healthy 3-node simulated cluster for the whole test session (fixtures/sim.py);
+`sim` is one healthy 3-node simulated cluster for the whole test session (fixtures/sim/);
 every test that injects faults gets it through `healthy_sim`, which undoes that test's faults
 afterwards (`sim.restore()`), so the next test starts from a healthy cluster again.
 """

@@ -1,4 +1,4 @@
-"""Self-tests of the simulated cluster (fixtures/sim.py).
+"""Self-tests of the simulated cluster (the package fixtures/sim/).
 
 Run as root from the repository root:
     .venv/bin/python -m pytest tests/test_sim.py -p no:cacheprovider
