@@ -49,3 +49,38 @@ def test_deepspeed_env_lint_and_differences_masked(healthy_sim):
     assert "test_env_agrees[node1]" in result.passed
     everything = result.output + "".join(result.messages.values())
     assert "hf_secret123" not in everything and "knode2" not in everything
+
+
+def test_tmpdir_red_only_where_the_tools_really_fail(healthy_sim):
+    """E6: TMPDIR naming no directory (node2) is a warning, because the tools fall back, which
+    is measured here; a temporary directory with 64 MiB free (node3) is red."""
+    healthy_sim.append_bashrc("node2", "export TMPDIR=/nonexistent/ct-tmp\n")
+    gcc = healthy_sim.ssh("node2", "echo 'int main(void){return 0;}' | gcc -x c - -o /dev/null")
+    assert gcc.returncode == 0, gcc.stderr  # gcc (DeepSpeed's op builds) falls back to /tmp
+    py = healthy_sim.ssh("node2", "python3 -c 'import tempfile; print(tempfile.gettempdir())'")
+    assert py.stdout.strip() == "/tmp"
+    healthy_sim.resize_shm("node3", "64m")
+    healthy_sim.append_bashrc("node3", "export TMPDIR=/dev/shm\n")
+    fill = healthy_sim.ssh("node3", "python3 -c 'import tempfile; f = tempfile.TemporaryFile(); "
+                                    "f.write(bytes(100 << 20)); f.flush()'")
+    assert fill.returncode != 0 and "No space left on device" in fill.stderr, fill.stderr
+    result = run_suite(healthy_sim, "-k", "test_tmpdir")
+    assert result.failed == {"test_tmpdir[node3]"}, result.describe()
+    assert {"test_tmpdir[node1]", "test_tmpdir[node2]"} <= result.passed
+    assert "node2: TMPDIR=/nonexistent/ct-tmp (from ~/.bashrc line" in result.output
+    assert "does not exist: Python, gcc and bash fall back to /tmp" in result.output
+    msg = result.message("test_tmpdir[node3]")
+    assert "node3: /dev/shm, the temporary directory here, has" in msg
+    assert "MiB free, below 1024 MiB" in msg
+    assert result.properties["test_tmpdir[node1]"]["tmpdir"].startswith("/tmp (")
+
+
+def test_tmpdir_exported_by_the_launch_is_judged_on_every_node(healthy_sim):
+    """E6: .deepspeed_env on the rank-0 node exports TMPDIR to every rank; node2's /dev/shm is
+    small, so there the launch's TMPDIR is red, elsewhere green."""
+    healthy_sim.set_env_file("node1", ".deepspeed_env", "TMPDIR=/dev/shm\n")
+    healthy_sim.resize_shm("node2", "64m")
+    result = run_suite(healthy_sim, "-k", "test_tmpdir")
+    assert result.failed == {"test_tmpdir[node2]"}, result.describe()
+    assert "node2: /dev/shm, the temporary directory here, has" in result.message("test_tmpdir[node2]")
+    assert result.properties["test_tmpdir[node3]"]["tmpdir"].startswith("/dev/shm (")

@@ -79,3 +79,51 @@ def test_differing_uses_majority_then_rank0():
     assert ec.differing(table, "n2", prefer="n1") == ["B"]  # x/y/unset tie: n1's value wins
     text = ec.side_by_side(table, ["A"], mark="n3")
     assert "n3 <" in text and "(unset)" not in text
+
+
+# -- E6: the temporary directory --------------------------------------------------------------
+
+def _dir(path: str, **kw) -> dict:
+    return {"path": path, "exists": True, "is_dir": True, "writable": True,
+            "free_bytes": 50 << 30, **kw}
+
+
+def test_tmpdir_healthy_and_unset_are_fine():
+    assert ec.judge_tmpdir({"TMPDIR": None, "effective": _dir("/tmp")}) == ec.TmpVerdict([], [])
+    assert ec.judge_tmpdir({"TMPDIR": "/scratch", "tmpdir": _dir("/scratch"),
+                            "effective": _dir("/scratch")}) == ec.TmpVerdict([], [])
+
+
+def test_tmpdir_missing_is_a_warning_naming_the_line_and_the_fallback():
+    facts = {"TMPDIR": "/scratch/job7", "from_launch": False,
+             "tmpdir": {"path": "/scratch/job7", "exists": False, "is_dir": False},
+             "effective": _dir("/tmp")}
+    v = ec.judge_tmpdir(facts, "# rc\nexport PATH=/x:$PATH\nexport TMPDIR=/scratch/job7\n")
+    assert v.problems == []
+    [msg] = v.warnings
+    assert msg.startswith("TMPDIR=/scratch/job7 (from ~/.bashrc line 3) does not exist: Python, "
+                          "gcc and bash fall back to /tmp")
+
+
+def test_tmpdir_from_the_launch_not_a_dir_not_writable_are_warnings():
+    base = {"TMPDIR": "/t", "from_launch": True, "effective": _dir("/tmp")}
+    v = ec.judge_tmpdir({**base, "tmpdir": _dir("/t", is_dir=False)})
+    assert v.problems == [] and "(from the launch's .deepspeed_env) is not a directory" in v.warnings[0]
+    v = ec.judge_tmpdir({**base, "tmpdir": _dir("/t", writable=False, error="PermissionError: x")})
+    assert "is not writable (PermissionError: x)" in v.warnings[0]
+
+
+def test_tmpdir_red_where_the_tools_really_write():
+    small = {"TMPDIR": None, "effective": _dir("/tmp", free_bytes=300 << 20)}
+    [msg] = ec.judge_tmpdir(small).problems
+    assert "/tmp, the temporary directory here, has 300 MiB free, below 1024 MiB" in msg
+    assert "du -xsh /tmp/*" in msg
+    assert ec.judge_tmpdir(small, min_free_mb=256).problems == []
+    assert ec.judge_tmpdir({**small, "effective": _dir("/tmp", free_bytes=1 << 30)}).problems == []
+    full = {"TMPDIR": None, "effective": _dir("/tmp", writable=False,
+                                              error="OSError: No space left on device")}
+    [msg] = ec.judge_tmpdir(full).problems
+    assert "/tmp, the temporary directory here, takes no file: OSError: No space left" in msg
+    [msg] = ec.judge_tmpdir({"TMPDIR": None, "effective_error":
+                             "[Errno 2] No usable temporary directory found in ['/tmp']"}).problems
+    assert msg.startswith("Python finds no usable temporary directory: [Errno 2] No usable")

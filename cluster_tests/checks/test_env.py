@@ -1,8 +1,8 @@
-"""E. Environment (CHECKLIST E1-E5): what a NON-interactive ssh shell (pdsh's) gets on every
+"""E. Environment (CHECKLIST E1-E6): what a NON-interactive ssh shell (pdsh's) gets on every
 node: the variables and tools the launch needs, the same communication settings and versions
-everywhere, on Ascend the HCCL settings and NPU links, and (E5) a rehearsal of the launch's own
+everywhere, on Ascend the HCCL settings and NPU links, (E5) a rehearsal of the launch's own
 per-node step: from the rank-0 node, through pdsh, DeepSpeed's exports, `cd` and interpreter,
-importing what the launch imports."""
+importing what the launch imports, and (E6) the temporary directory the ranks' tools write to."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import pytest
 from cluster_tests.core.cluster import Cluster, ProbeError
 from cluster_tests.judge import accelerator as accel
 from cluster_tests.judge import env as ec
-from cluster_tests.judge import parsers
+from cluster_tests.judge import parsers, rdma
 from cluster_tests.measure import rehearsal
 
 pytestmark = pytest.mark.env
@@ -274,3 +274,20 @@ def test_launch_rehearsal(cluster: Cluster, node: str, record_property) -> None:
     if leg.kind == "fail":
         pytest.fail(leg.text + (f"\n  each node ran: {r.line}" if r.line else "")
                     + (f"\n  fix: {leg.fix}" if leg.fix else ""), pytrace=False)
+
+
+def test_tmpdir(cluster: Cluster, node: str, record_property) -> None:
+    """E6: the temporary directory the ranks' tools really write to (TMPDIR as the launch gives
+    it where usable, else the fallback Python, gcc and bash all settle on) takes a file and has
+    room; an unusable TMPDIR is a warning."""
+    exported = rehearsal.rehearse(cluster).exports.get("TMPDIR")
+    launch_value = ec.unquote_export(exported) if exported is not None else None
+    facts = _probe(cluster, node, "tmpdir", tmpdir=launch_value)
+    eff = facts.get("effective") or {}
+    if eff:
+        record_property("tmpdir", f"{eff.get('path')} ({rdma.fmt_bytes(eff.get('free_bytes'))} free)")
+    verdict = ec.judge_tmpdir(facts, _envfiles(cluster, node).get("bashrc"))
+    for text in verdict.warnings:
+        warnings.warn(EnvWarning(f"{node}: {text}"), stacklevel=1)
+    if verdict.problems:
+        pytest.fail(f"{node}: " + f"\n{node}: ".join(verdict.problems), pytrace=False)

@@ -1,4 +1,4 @@
-"""Environment checks' logic (CHECKLIST E1-E4): pure functions, tested in tests/test_envcheck.py.
+"""Environment checks' logic (CHECKLIST E1-E6): pure functions, tested in tests/test_envcheck.py.
 
 * `.deepspeed_env` is linted the way DeepSpeed 0.19's runner reads it: it looks in `~` and in
   the directory deepspeed runs in (`DEEPSPEED_ENVIRONMENT_PATHS = [expanduser("~"), "."]`, the
@@ -143,6 +143,68 @@ def export_line(bashrc: str | None, name: str) -> int | None:
         if pat.search(line):
             return n
     return None
+
+
+# -- the temporary directory (E6) ----------------------------------------------------------------
+
+#: E6: free space the launch's temporary directory needs: the first JIT op build (gcc's and
+#: nvcc's temporaries), Triton's and torch.compile's caches put hundreds of MiB there.
+TMP_MIN_FREE_MB = 1024
+_TMP_USERS = "gcc's and nvcc's temporaries (DeepSpeed's op builds), Triton and torch.compile"
+
+
+def _mib(n: float) -> str:
+    return f"{n / (1 << 20):.0f} MiB" if n < (1 << 30) else f"{n / (1 << 30):.1f} GiB"
+
+
+@dataclass(frozen=True)
+class TmpVerdict:
+    problems: list[str]
+    warnings: list[str]
+
+
+def judge_tmpdir(facts: Mapping[str, object], bashrc: str | None = None,
+                 min_free_mb: float = TMP_MIN_FREE_MB) -> TmpVerdict:
+    """E6 from envprobe's `tmpdir` section. Red: the directory the tools really end up in
+    (Python's tempfile, gcc and bash all take TMPDIR when it is a writable directory, else fall
+    back to /tmp, /var/tmp...) takes no file or has too little room, or there is none at all.
+    A TMPDIR that is missing or unwritable is only a warning: those tools fall back quietly
+    (measured on the simulated cluster: gcc compiles, `tempfile.gettempdir()` is /tmp), while
+    `mktemp` and scripts that use "$TMPDIR" literally fail."""
+    problems: list[str] = []
+    warnings: list[str] = []
+    value = facts.get("TMPDIR")
+    tmp = facts.get("tmpdir")
+    eff = facts.get("effective")
+    if value and isinstance(tmp, Mapping) and not (tmp.get("is_dir") and tmp.get("writable")):
+        launch = bool(facts.get("from_launch"))
+        line = None if launch else export_line(bashrc, "TMPDIR")
+        where = ("the launch's .deepspeed_env" if launch else
+                 f"~/.bashrc line {line}" if line else "this shell")
+        what = ("does not exist" if not tmp.get("exists") else "is not a directory"
+                if not tmp.get("is_dir") else f"is not writable ({tmp.get('error')})")
+        fallback = eff.get("path") if isinstance(eff, Mapping) else "the next candidate"
+        warnings.append(f"TMPDIR={value} (from {where}) {what}: Python, gcc and bash fall back "
+                        f"to {fallback}, `mktemp` and scripts using \"$TMPDIR\" fail; create "
+                        f"it or drop the setting")
+    if facts.get("effective_error"):
+        problems.append(f"Python finds no usable temporary directory: {facts['effective_error']}"
+                        f"\n  fix: free or remount /tmp, or point TMPDIR at a writable local disk")
+        return TmpVerdict(problems, warnings)
+    if not isinstance(eff, Mapping):
+        return TmpVerdict(problems, warnings)
+    path = eff.get("path")
+    free = eff.get("free_bytes")
+    if not eff.get("writable"):
+        problems.append(f"{path}, the temporary directory here, takes no file: {eff.get('error')}"
+                        f"; {_TMP_USERS} write there\n  fix: free space in {path} or repair its "
+                        f"mount and mode (chmod 1777 {path}), or point TMPDIR at a local disk")
+    elif isinstance(free, (int, float)) and free < min_free_mb * (1 << 20):
+        problems.append(f"{path}, the temporary directory here, has {_mib(free)} free, below "
+                        f"{min_free_mb:g} MiB: {_TMP_USERS} write there (\"No space left on "
+                        f"device\")\n  fix: free space (du -xsh {path}/* | sort -h | tail), or "
+                        f"point TMPDIR at a larger local disk")
+    return TmpVerdict(problems, warnings)
 
 
 # -- what the launch's interpreter imports (E3) -------------------------------------------------

@@ -1,4 +1,4 @@
-"""Node-side environment probe (CHECKLIST E1-E4, A1): files the launch reads, versions, devices.
+"""Node-side environment probe (CHECKLIST E1-E6, A1): files the launch reads, versions, devices.
 
 Same protocol as probe.py: argv[1] is JSON {"sections": [...], ...}; one line
 `CT_PROBE_JSON:{section: data}` on stdout.  Runs in the non-interactive ssh shell pdsh gets.
@@ -12,6 +12,8 @@ Sections:
   launch    (rank-0 node) how `deepspeed` would start here: the interpreter its entry point runs,
             and, from that interpreter in the launch directory, DeepSpeed's own export rules, the
             accelerator it picks, its environment and the `.deepspeed_env` files it reads
+  tmpdir    TMPDIR as the ranks get it, the directory Python's tempfile settles on, and for each:
+            exists, a file really created there, free space
 """
 
 import glob
@@ -21,6 +23,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 
 MARK = "CT_PROBE_JSON:"
 
@@ -253,12 +256,57 @@ def section_launch(params):
     return out
 
 
+def _try_dir(path):
+    """Is `path` a directory this user can create a file in (really: one is written and
+    removed), and how much is free there."""
+    info = {"path": path, "is_dir": os.path.isdir(path), "exists": os.path.exists(path)}
+    if not info["is_dir"]:
+        return info
+    try:
+        fd, name = tempfile.mkstemp(prefix=".ct_tmpdir_", dir=path)
+        try:
+            os.write(fd, b"\0" * 4096)
+        finally:
+            os.close(fd)
+            os.unlink(name)
+        info["writable"] = True
+    except OSError as exc:
+        info["writable"] = False
+        info["error"] = "%s: %s" % (type(exc).__name__, exc.strerror or exc)
+    try:
+        st = os.statvfs(path)
+        info["free_bytes"] = st.f_bavail * st.f_frsize
+    except OSError:
+        pass
+    return info
+
+
+def section_tmpdir(params):
+    """E6: gcc and ninja (DeepSpeed's op builds), nvcc, Triton and torch.compile write their
+    temporary files to TMPDIR when it is set; Python's tempfile skips an unusable TMPDIR and
+    settles on /tmp (or the next candidate). `tmpdir` in params: the value the launch exports
+    (from .deepspeed_env), which then replaces this shell's."""
+    given = params.get("tmpdir")
+    value = given if given is not None else os.environ.get("TMPDIR")
+    out = {"TMPDIR": value, "from_launch": given is not None}
+    if value:
+        out["tmpdir"] = _try_dir(value)
+        os.environ["TMPDIR"] = value
+    tempfile.tempdir = None
+    try:
+        out["effective"] = _try_dir(tempfile.gettempdir())
+    except OSError as exc:  # FileNotFoundError: "No usable temporary directory found in ..."
+        out["effective_error"] = str(exc)
+    return out
+
+
 SECTIONS = {
     "envfiles": section_envfiles,
     "versions": section_versions,
     "devices": section_devices,
     "ascend": section_ascend,
     "launch": section_launch,
+    "tmpdir": section_tmpdir,
 }
 
 
