@@ -86,6 +86,8 @@ def _choice(*choices: str) -> Callable[[str], str]:
 
 
 # --- the sections ------------------------------------------------------------------------------
+# (Declarations only: the section classes are alike in shape, as the rows of a table are;
+# `duplicates` pairs some of them.)
 
 
 @dataclass(frozen=True)
