@@ -219,10 +219,7 @@ def _record(state_dir: str) -> None:
     cluster_mod.Pool = RealPool  # type: ignore[misc]
     cluster_mod.resolve_target = resolve_target  # type: ignore[assignment]
     names = ["node1", "node2", "node3"]
-    s = Settings(hostfile=None, hostfile_source="-", ssh_config=f"{state_dir}/ssh_config", ssh_user=None,
-                 remote_python="python3", master_port=29500, master_addr=None, output_dir=None,
-                 timeout_connect=10, timeout_command=60, fanout=32, include="", exclude="",
-                 accept_new_host_keys=False, slow_login=2, slow_resolve=0.5, values={})
+    s = Settings(hostfile=None, hostfile_source="-", ssh_config=f"{state_dir}/ssh_config")
     c = Cluster.create(s, [Node(n, 1, i) for i, n in enumerate(names, 1)])
     n, out = "node2", {}
     try:

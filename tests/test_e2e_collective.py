@@ -303,12 +303,13 @@ def test_pair_results_are_keyed_in_hostfile_order(monkeypatch):
     results must still be found under the test's hostfile-ordered pair."""
     from types import SimpleNamespace
 
+    from cluster_tests.core.settings import CollectiveSettings, Settings
     from cluster_tests.judge import collective as C
     from cluster_tests.measure import allreduce as R
 
     names = ["node1", "node2", "node3", "node4"]
     assert any(names.index(a) > names.index(b) for rnd in C.circle_schedule(names) for a, b in rnd)
-    settings = SimpleNamespace(value=lambda k: {"ct_backend": "gloo"}.get(k), master_port=29500)
+    settings = Settings(collective=CollectiveSettings(backend="gloo"), master_port=29500)
     pool = SimpleNamespace(map=lambda fn, items: [fn(i) for i in items])
     cluster = SimpleNamespace(names=names, settings=settings, pool=pool, login_error=lambda n: None)
     monkeypatch.setattr(R, "worker_options", lambda *a, **k: None)

@@ -12,11 +12,11 @@ import signal
 import subprocess
 import sys
 import time
-from types import SimpleNamespace
 
 import pytest
 from suite import REPO, run_suite
 
+from cluster_tests.core.settings import Settings, TrainingSettings
 from cluster_tests.judge import training as tr
 from cluster_tests.measure import training as trr
 
@@ -34,23 +34,21 @@ LIMIT = DEADLINE + 20
 
 
 def _settings(**values):
-    base = {"ct_zero_stage": 0, "ct_deepspeed_args": "", "ct_training_steps": 10,
-            "ct_training_deadline": 30.0}
+    base = {"zero_stage": 0, "deepspeed_args": "", "steps": 10, "deadline": 30.0}
     base.update(values)
-    return SimpleNamespace(value=base.__getitem__, include="", exclude="", master_port=29500,
-                           master_addr=None, remote_python="python3")
+    return Settings(training=TrainingSettings(**base))
 
 
 def test_config_checks_its_options():
-    cfg = trr.config_from_settings(_settings(ct_deepspeed_args="--ssh_port 2222"), environ={})
+    cfg = trr.config_from_settings(_settings(deepspeed_args="--ssh_port 2222"), environ={})
     assert cfg.launcher_args == ("--ssh_port", "2222") and cfg.forward_env == ()
     assert cfg.dist_timeout == 15 and cfg.limit == 50
     with pytest.raises(trr.ConfigError, match="--zero-stage must be 0, 1, 2 or 3"):
-        trr.config_from_settings(_settings(ct_zero_stage="4"), environ={})
+        trr.config_from_settings(_settings(zero_stage=4), environ={})
     with pytest.raises(trr.ConfigError, match="must not set --include"):
-        trr.config_from_settings(_settings(ct_deepspeed_args="--include=node1"), environ={})
+        trr.config_from_settings(_settings(deepspeed_args="--include=node1"), environ={})
     with pytest.raises(trr.ConfigError, match="--deepspeed-args"):
-        trr.config_from_settings(_settings(ct_deepspeed_args="'unclosed"), environ={})
+        trr.config_from_settings(_settings(deepspeed_args="'unclosed"), environ={})
     fwd = trr.config_from_settings(_settings(), environ={"DS_ACCELERATOR": "cpu", "X": "1"})
     assert fwd.forward_env == (("DS_ACCELERATOR", "cpu"),)
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import importlib.util
 from types import SimpleNamespace
 
+from cluster_tests.core.settings import Settings, TrainingSettings
 from cluster_tests.judge import training as tr
 from cluster_tests.measure import training as trr
 
@@ -75,10 +76,8 @@ def test_a_gpu_node_training_on_cpu_is_red_with_the_likely_cause() -> None:
 
 
 def test_the_launch_is_not_ok_and_explains_the_accelerator() -> None:
-    cfg = trr.config_from_settings(SimpleNamespace(
-        value={"ct_zero_stage": 0, "ct_deepspeed_args": "", "ct_training_steps": 10,
-               "ct_training_deadline": 30.0}.__getitem__, include="", exclude="",
-        master_port=29500, master_addr=None, remote_python="python3"), environ={})
+    cfg = trr.config_from_settings(Settings(training=TrainingSettings(steps=10, deadline=30.0)),
+                                   environ={})
     launch = trr.Launch("T1-node2", "node2", ["node2"], 1, "cmd", exit_status=0)
     launch.result = SimpleNamespace(ok=True, problems=lambda: [])  # type: ignore[assignment]
     assert launch.ok

@@ -48,7 +48,7 @@ def allreduce_run(cluster: Cluster, pytestconfig: pytest.Config) -> R.RemoteRun:
     """C1's run, once per session; kept in config.stash for the terminal summary."""
     run = cluster.memo(("collective", "cluster"), lambda: R.run_cluster(cluster))
     R.stash(pytestconfig)["cluster"] = run
-    path = cluster.settings.value("ct_busbw_record")
+    path = cluster.settings.collective.busbw_record
     if path and run.report.rows:
         Path(path).expanduser().write_text(json.dumps(R.record(run), indent=2) + "\n")
     return run
@@ -60,7 +60,7 @@ def pair_runs(cluster: Cluster, pytestconfig: pytest.Config) -> dict:
     runs = cluster.memo(("collective", "pairs"), lambda: R.run_pairs(cluster))
     measured = {p: r.report.rows[-1].busbw_GBps for p, r in runs.items()
                 if isinstance(r, R.RemoteRun) and r.report.ok and r.report.rows}
-    ratio = float(cluster.settings.value("ct_pair_slow_ratio"))
+    ratio = cluster.settings.collective.pair_slow_ratio
     slow = C.flag_slow_pairs(measured, ratio=ratio, reference="upper_median")
     R.stash(pytestconfig).update(pairs=runs, slow=slow)
     return {"runs": runs, "slow": slow}
@@ -153,7 +153,7 @@ def test_allreduce_busbw(allreduce_run: R.RemoteRun, cluster: Cluster, record_pr
     if R.accelerator_problems(cluster, allreduce_run):
         pytest.skip("no bandwidth to judge: the ranks did not run the launch's backend "
                     "(see test_allreduce)")
-    baseline_path = cluster.settings.value("ct_busbw_baseline")
+    baseline_path = cluster.settings.collective.busbw_baseline
     baseline = None
     if baseline_path:
         try:
@@ -161,8 +161,8 @@ def test_allreduce_busbw(allreduce_run: R.RemoteRun, cluster: Cluster, record_pr
         except (OSError, ValueError) as exc:
             pytest.fail(f"--busbw-baseline {baseline_path}: cannot read it: {exc}\n  fix: write "
                         f"one with --busbw-record {baseline_path} on a healthy run", pytrace=False)
-    verdict = C.judge_busbw(rep.rows, cluster.settings.value("ct_min_busbw"), baseline,
-                            float(cluster.settings.value("ct_busbw_tolerance")), rep.stopped)
+    verdict = C.judge_busbw(rep.rows, cluster.settings.collective.min_busbw, baseline,
+                            cluster.settings.collective.busbw_tolerance, rep.stopped)
     record_property("busbw_verdict", verdict.message)
     if not verdict.judged:
         pytest.skip(verdict.message)

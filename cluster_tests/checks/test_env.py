@@ -37,11 +37,11 @@ def _probe(cluster: Cluster, node: str, section: str, **params: Any) -> dict[str
 
 
 def _envfiles(cluster: Cluster, node: str) -> dict[str, Any]:
-    return _probe(cluster, node, "envfiles", launch_dir=cluster.settings.value("ct_launch_dir"))
+    return _probe(cluster, node, "envfiles", launch_dir=cluster.settings.env.launch_dir)
 
 
 def _required(cluster: Cluster) -> list[str]:
-    raw = cluster.settings.value("ct_required_env") or ""
+    raw = cluster.settings.env.required_env
     return [v.strip() for v in raw.split(",") if v.strip()]
 
 
@@ -91,7 +91,7 @@ def _launch_overlay(cluster: Cluster) -> dict[str, str]:
     rank0 = cluster.rank0.name
     try:
         files = cluster.probe(rank0, "envfiles", script=SCRIPT,
-                              launch_dir=cluster.settings.value("ct_launch_dir"))
+                              launch_dir=cluster.settings.env.launch_dir)
     except ProbeError:
         return {}
     out: dict[str, str] = {}

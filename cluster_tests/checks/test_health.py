@@ -158,7 +158,7 @@ def test_memlock(cluster: Cluster, node: str, record_property) -> None:
     soft, hard = lim["memlock_soft_kb"], lim["memlock_hard_kb"]
     record_property("memlock", f"{rdma.fmt_kb(soft)} (hard {rdma.fmt_kb(hard)})")
     ports, _ = _ports(cluster, node)
-    minimum = cluster.settings.value("ct_min_memlock_kb") or rdma.UNLIMITED
+    minimum = cluster.settings.health.min_memlock_kb or rdma.UNLIMITED
     wrong = rdma.judge_memlock(soft, hard, bool(ports) and not _ib_disabled(cluster, node), minimum)
     if wrong is None:
         return
@@ -201,7 +201,7 @@ def test_dev_shm(cluster: Cluster, node: str, record_property) -> None:
     """R6: /dev/shm has room for the node's local ranks (slots x --shm-per-rank-mb)."""
     shm = _section(cluster, node, "fabric")["shm"]
     slots = cluster.node(node).slots
-    per_rank = float(cluster.settings.value("ct_shm_per_rank_mb") or rdma.SHM_PER_RANK_MB)
+    per_rank = cluster.settings.health.shm_per_rank_mb
     record_property("dev_shm", f"{rdma.fmt_bytes(shm.get('avail_bytes'))} free of "
                                f"{rdma.fmt_bytes(shm.get('total_bytes'))}")
     wrong = rdma.judge_shm(shm, slots, per_rank)

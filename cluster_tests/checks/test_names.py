@@ -123,7 +123,7 @@ def test_resolve_fast(cluster: Cluster, pair: tuple[str, str], record_property) 
     a, b = pair
     res = cluster.base(a)["resolve"][b]
     record_property("resolve_seconds", round(res["seconds"], 4))
-    limit = cluster.settings.slow_resolve
+    limit = cluster.settings.names.slow_resolve
     if res["seconds"] > limit:
         pytest.fail(f"{a}: resolving {b} took {res['seconds']:.2f} s (limit {limit:g} s, --slow-resolve): "
                     f"DNS is slow or failing over.\n  fix, on {a}: put '{b}' in /etc/hosts, or fix the resolver "

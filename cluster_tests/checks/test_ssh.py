@@ -298,7 +298,7 @@ def test_login_time(cluster: Cluster, node: str, record_property) -> None:
     cluster.require(node)
     seconds = cluster.pool.connection(node).login_seconds or 0.0
     record_property("login_seconds", round(seconds, 3))
-    limit = cluster.settings.slow_login
+    limit = cluster.settings.ssh.slow_login
     if seconds > limit:
         pytest.fail(
             f"{node}: SSH login took {seconds:.1f} s (limit {limit:g} s, --slow-login). The usual causes: "

@@ -17,7 +17,7 @@ SCRIPT = "storeprobe.py"
 
 
 def _output_dir(cluster: Cluster) -> str:
-    path = cluster.settings.output_dir
+    path = cluster.settings.storage.output_dir
     if not path:
         pytest.skip("no --output-dir given (the checkpoint directory every node must share)")
     return path
@@ -50,7 +50,7 @@ def test_output_dir(cluster: Cluster, node: str, record_property) -> None:
                     f"  fix, on {node}: chown/chmod it for the login user, or remount it read-write",
                     pytrace=False)
     free_gb = (info["free_bytes"] or 0) / 1e9
-    need = float(cluster.settings.value("ct_min_free_gb"))
+    need = cluster.settings.storage.min_free_gb
     record_property("free_gb", f"{free_gb:.1f}")
     record_property("mount", _mount(info))
     if info["free_bytes"] is not None and free_gb < need:

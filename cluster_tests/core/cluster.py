@@ -60,11 +60,11 @@ def node_probes(settings: Settings, markers: Iterable[str]) -> tuple[NodeProbe, 
     if "network" in markers:
         probes.append(("netprobe.py", "firewall", {}))
     if "env" in markers:
-        probes.append(("envprobe.py", "envfiles", {"launch_dir": settings.value("ct_launch_dir")}))
+        probes.append(("envprobe.py", "envfiles", {"launch_dir": settings.env.launch_dir}))
     if "health" in markers:
         probes += [("healthprobe.py", "fabric", {}), ("healthprobe.py", "accel", {})]
-    if "storage" in markers and settings.output_dir:
-        probes.append(("storeprobe.py", "dir", {"path": settings.output_dir}))
+    if "storage" in markers and settings.storage.output_dir:
+        probes.append(("storeprobe.py", "dir", {"path": settings.storage.output_dir}))
     return tuple(probes)
 
 

@@ -84,7 +84,7 @@ def pytest_configure(config: pytest.Config) -> None:
         # A backstop: every remote action has its own deadline, but no check may hang a run.
         config.option.timeout = 900
     settings = read_settings(config)
-    if settings.value("ct_quick"):
+    if settings.quick:
         # --quick: a fast pre-flight (the collective and training checks are deselected)
         settings = dataclasses.replace(settings, timeout_connect=min(settings.timeout_connect, 5.0),
                                        timeout_command=min(settings.timeout_command, 30.0))
@@ -102,7 +102,7 @@ def pytest_configure(config: pytest.Config) -> None:
     nodes = [Node(h.name, h.slots, h.lineno) for h in parse.hosts]
     config.stash[CLUSTER_KEY] = cluster = Cluster.create(settings, nodes)
     # --pairs: chosen once, before collection; the probes ask it which targets to reach
-    spec = pairs_mod.parse_spec(settings.value("ct_pairs") or "auto")
+    spec = pairs_mod.parse_spec(settings.pairs)
     cluster.memo(pairs_mod.MEMO_KEY, lambda: pairs_mod.Selection.make(cluster.names, spec))
     config.stash[RECORDER_KEY] = recorder = Recorder([n.name for n in nodes])
     config.pluginmanager.register(_SummaryPlugin(recorder), "cluster_tests_summary")
@@ -125,19 +125,19 @@ def _node_list(config: pytest.Config, settings: Settings
     """The run's nodes (cluster_tests.core.nodelist): a DeepSpeed --hostfile as before, or a Slurm
     allocation, an MPI hostfile or SkyPilot, written out as the DeepSpeed hostfile that the run
     checks (and T2 launches with). Returns (settings with that hostfile, parse, where from)."""
-    v = settings.value
+    v = settings.nodelist
     environ = os.environ
     try:
         source = nodelist_mod.choose_source(
             hostfile=str(settings.hostfile) if settings.hostfile else None,
-            hostfile_from=settings.hostfile_source, mpi_hostfile=v("ct_mpi_hostfile"),
-            environ=environ, nodes_from=v("ct_nodes_from"))
+            hostfile_from=settings.hostfile_source, mpi_hostfile=v.mpi_hostfile,
+            environ=environ, nodes_from=v.nodes_from)
         if source is None:
             return None
-        write = v("ct_write_hostfile")
+        write = v.write_hostfile
         out = Path(write).expanduser().absolute() if write else None
         if source == "hostfile":
-            if v("ct_slots") is not None:
+            if v.slots is not None:
                 raise nodelist_mod.NodeListError(
                     "--slots is for node lists without slot counts (Slurm, SkyPilot, MPI); the "
                     "hostfile's slots= are what DeepSpeed uses")
@@ -156,7 +156,7 @@ def _node_list(config: pytest.Config, settings: Settings
             xml = getattr(config.option, "xmlpath", None)
             base = (Path(xml).parent if xml else Path(config.invocation_params.dir) / "reports")
             out = base.absolute() / "hostfile"
-        got = nodelist_mod.resolve(source, mpi_hostfile=v("ct_mpi_hostfile"), slots=v("ct_slots"),
+        got = nodelist_mod.resolve(source, mpi_hostfile=v.mpi_hostfile, slots=v.slots,
                                    environ=environ, out=out)
     except nodelist_mod.NodeListError as exc:
         raise pytest.UsageError(str(exc)) from None
@@ -169,7 +169,7 @@ def _add_site_checks(config: pytest.Config, settings: Settings) -> None:
     """--site-checks: the user's own test files (cluster_host, testinfra) run with the checklist."""
     from cluster_tests.core.site import site_paths
 
-    for raw in site_paths(settings.value("ct_site_checks")):
+    for raw in site_paths(settings.site_checks):
         path = Path(raw).expanduser()
         if not path.is_absolute():
             path = Path(config.invocation_params.dir) / path
@@ -348,7 +348,7 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         pass
     from cluster_tests.report import html as html_report
 
-    html = cluster.settings.value("ct_html_report")
+    html = cluster.settings.html_report
     html_path = Path(html).expanduser() if html else path.with_name("cluster_report.html")
     try:
         config.stash[HTML_PATH_KEY] = html_report.write(html_path, recorder, facts, meta)
@@ -455,7 +455,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         position = {id(item): i for i, item in enumerate(items)}
         is_check = {id(item) for item in checks}
         items.sort(key=lambda i: (section(i) if id(i) in is_check else -1, position[id(i)]))
-    if checks and _cluster(config).settings.value("ct_quick"):
+    if checks and _cluster(config).settings.quick:
         slow = [i for i in checks if i.get_closest_marker("collective") or i.get_closest_marker("training")]
         if slow:
             config.hook.pytest_deselected(items=slow)

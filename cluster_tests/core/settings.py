@@ -1,4 +1,10 @@
-"""Options of the suite: one table, read from the command line, the environment or the ini file.
+"""Options of the suite: one declaration each, grouped by checklist section, read from the command
+line, the environment or the ini file into frozen dataclasses (`settings.network.port_timeout`).
+
+An option is a dataclass field declared with `option(flag, help, default, type)`: its ini key
+(`cluster_<name>`), environment variable (`CLUSTER_TESTS_<NAME>`) and `config.option` dest
+(`ct_<name>`) follow from the flag.  The run-wide options are the fields of `Settings` itself;
+each section's are the fields of its own dataclass, reached as `settings.<section>.<field>`.
 
 Precedence, highest first: command line, environment variable, ini (pytest.ini / pyproject
 `[tool.pytest.ini_options]`), built-in default.  Every bad value is reported as a usage error that
@@ -7,8 +13,10 @@ names where it came from.
 
 from __future__ import annotations
 
+import dataclasses
 import os
-from dataclasses import dataclass
+from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
@@ -27,27 +35,35 @@ class Option:
     help: str
     default: Any = None
     type: Callable[[str], Any] = str
+    #: the flag belongs to another plugin (testinfra's --ssh-config): only added when it is absent
+    foreign: bool = False
 
 
-def _positive_float(value: str) -> float:
-    f = float(value)
-    if f <= 0:
-        raise ValueError("must be > 0")
-    return f
+def option(flag: str, help: str, default: Any = None, type: Callable[[str], Any] = str, *,
+           dest: str | None = None, foreign: bool = False) -> Any:
+    """A settings field that is an option of the suite (see the module docstring)."""
+    name = flag.lstrip("-").replace("-", "_")
+    opt = Option(flag, dest or f"ct_{name}", f"cluster_{name}", f"CLUSTER_TESTS_{name.upper()}",
+                 help, default, type, foreign)
+    return field(default=default, metadata={"option": opt})
 
 
-def _port(value: str) -> int:
-    p = int(value)
-    if not 1 <= p <= 65535:
-        raise ValueError("must be a TCP port, 1-65535")
-    return p
+def _checked(convert: Callable[[str], Any], ok: Callable[[Any], bool], message: str
+             ) -> Callable[[str], Any]:
+    """An option type: `convert`, then ValueError(message) unless `ok`."""
+
+    def parse(value: str) -> Any:
+        x = convert(value)
+        if not ok(x):
+            raise ValueError(message)
+        return x
+
+    return parse
 
 
-def _positive_int(value: str) -> int:
-    i = int(value)
-    if i < 1:
-        raise ValueError("must be >= 1")
-    return i
+_positive_float = _checked(float, lambda f: f > 0, "must be > 0")
+_port = _checked(int, lambda p: 1 <= p <= 65535, "must be a TCP port, 1-65535")
+_positive_int = _checked(int, lambda i: i >= 1, "must be >= 1")
 
 
 def _flag(value: str) -> bool:
@@ -59,194 +75,293 @@ def _flag(value: str) -> bool:
     raise ValueError("must be true or false")
 
 
-OPTIONS = [
-    Option("--hostfile", "ct_hostfile", "cluster_hostfile", "CLUSTER_TESTS_HOSTFILE",
-           "DeepSpeed hostfile ('host slots=N' lines) naming the nodes to check"),
-    Option("--ssh-user", "ct_ssh_user", "cluster_ssh_user", "CLUSTER_TESTS_SSH_USER",
-           "user to log in as on every node (default: the ssh config's User, else the local user)"),
-    Option("--remote-python", "ct_remote_python", "cluster_remote_python", "CLUSTER_TESTS_REMOTE_PYTHON",
-           "Python interpreter on the nodes, as a non-interactive ssh shell finds it", "python3"),
-    Option("--master-port", "ct_master_port", "cluster_master_port", "CLUSTER_TESTS_MASTER_PORT",
-           "rendezvous port the launch will use (deepspeed --master_port)", 29500, _port),
-    Option("--master-addr", "ct_master_addr", "cluster_master_addr", "CLUSTER_TESTS_MASTER_ADDR",
-           "--master_addr the launch will use, if given (must be the first host)"),
-    Option("--output-dir", "ct_output_dir", "cluster_output_dir", "CLUSTER_TESTS_OUTPUT_DIR",
-           "checkpoint/output directory that every node must see, shared"),
-    Option("--timeout-connect", "ct_timeout_connect", "cluster_timeout_connect", "CLUSTER_TESTS_TIMEOUT_CONNECT",
-           "seconds to wait for a TCP connect / SSH login", 10.0, _positive_float),
-    Option("--timeout-command", "ct_timeout_command", "cluster_timeout_command", "CLUSTER_TESTS_TIMEOUT_COMMAND",
-           "seconds any one remote command may run", 60.0, _positive_float),
-    Option("--fanout", "ct_fanout", "cluster_fanout", "CLUSTER_TESTS_FANOUT",
-           "how many nodes the launcher talks to at once, and how many targets one node probes at once",
-           32, _positive_int),
-    Option("--launch-include", "ct_include", "cluster_launch_include", "CLUSTER_TESTS_LAUNCH_INCLUDE",
-           "the --include spec the launch will use (host:0,1@host2)", ""),
-    Option("--launch-exclude", "ct_exclude", "cluster_launch_exclude", "CLUSTER_TESTS_LAUNCH_EXCLUDE",
-           "the --exclude spec the launch will use", ""),
-    Option("--accept-new-host-keys", "ct_accept_new", "cluster_accept_new_host_keys",
-           "CLUSTER_TESTS_ACCEPT_NEW_HOST_KEYS",
-           "accept (and record) host keys of nodes not yet in known_hosts; a changed key is always refused",
-           False, _flag),
-    Option("--slow-login", "ct_slow_login", "cluster_slow_login", "CLUSTER_TESTS_SLOW_LOGIN",
-           "seconds above which an SSH login counts as slow (reverse DNS, GSSAPI)", 2.0, _positive_float),
-    Option("--slow-resolve", "ct_slow_resolve", "cluster_slow_resolve", "CLUSTER_TESTS_SLOW_RESOLVE",
-           "seconds above which resolving one name counts as slow", 0.5, _positive_float),
-    Option("--port-timeout", "ct_port_timeout", "cluster_port_timeout", "CLUSTER_TESTS_PORT_TIMEOUT",
-           "seconds one TCP connect between nodes may take before the port counts as dropped (F2/F3)",
-           3.0, _positive_float),
-    Option("--probe-ports", "ct_probe_ports", "cluster_probe_ports", "CLUSTER_TESTS_PROBE_PORTS",
-           "how many ephemeral high ports each node opens for the port matrix (F3)", 2, _positive_int),
-    Option("--rtt-samples", "ct_rtt_samples", "cluster_rtt_samples", "CLUSTER_TESTS_RTT_SAMPLES",
-           "TCP handshakes timed per pair for RTT and jitter (F1)", 5, _positive_int),
-    Option("--required-env", "ct_required_env", "cluster_required_env", "CLUSTER_TESTS_REQUIRED_ENV",
-           "comma-separated variables a non-interactive ssh shell must have on every node (E1)", ""),
-    Option("--launch-dir", "ct_launch_dir", "cluster_launch_dir", "CLUSTER_TESTS_LAUNCH_DIR",
-           "directory deepspeed will be started in (where it also reads .deepspeed_env; default: home)"),
-    Option("--min-free-gb", "ct_min_free_gb", "cluster_min_free_gb", "CLUSTER_TESTS_MIN_FREE_GB",
-           "free space the output directory needs on every node, in GB (D1)", 10.0, _positive_float),
-]
+def _choice(*choices: str) -> Callable[[str], str]:
+    def parse(value: str) -> str:
+        v = value.strip().lower()
+        if v not in choices:
+            raise ValueError(f"must be one of {', '.join(choices)}")
+        return v
 
-# Scale: which ordered node pairs the pair checks run over (cluster_tests.core.pairs).
-OPTIONS += [
-    Option("--pairs", "ct_pairs", "cluster_pairs", "CLUSTER_TESTS_PAIRS",
-           "node pairs the pair checks cover: all, ring (each node to both ring neighbours), "
-           "sample:K[:SEED] (the ring plus K random pairs), or auto "
-           f"(all up to {_pairs.AUTO_ALL_MAX} nodes, ring beyond)", "auto", _pairs.normalize),
-]
-
-# C. Collective (all-reduce through torch.distributed); parsers in cluster_tests.judge.collective.
-OPTIONS += [
-    Option("--backend", "ct_backend", "cluster_backend", "CLUSTER_TESTS_BACKEND",
-           "torch.distributed backend of the all-reduce checks: auto (CUDA -> nccl, torch_npu -> "
-           "hccl, else gloo; gloo on a node with /dev/nvidia* or /dev/davinci* is an error), "
-           "nccl, hccl or gloo", "auto", _coll.parse_backend),
-    Option("--sizes", "ct_sizes", "cluster_sizes", "CLUSTER_TESTS_SIZES",
-           "all-reduce message sizes in bytes, K/M/G = 2^10/2^20/2^30 (default: 1K..4G x4 with an "
-           "accelerator, 1K..16M x4 on CPU)", None, _coll.parse_sizes_option),
-    Option("--iters", "ct_iters", "cluster_iters", "CLUSTER_TESTS_ITERS",
-           "timed all-reduce calls per size", 20, _positive_int),
-    Option("--warmup", "ct_warmup", "cluster_warmup", "CLUSTER_TESTS_WARMUP",
-           "untimed all-reduce calls per size before timing", 5, _coll.parse_count),
-    Option("--min-busbw", "ct_min_busbw", "cluster_min_busbw", "CLUSTER_TESTS_MIN_BUSBW",
-           "lowest acceptable all-reduce busbw at the largest size, GB/s (1 GB = 1e9 B)", None,
-           _positive_float),
-    Option("--busbw-baseline", "ct_busbw_baseline", "cluster_busbw_baseline",
-           "CLUSTER_TESTS_BUSBW_BASELINE",
-           "JSON of a previous run (written by --busbw-record) that busbw must keep up with"),
-    Option("--busbw-tolerance", "ct_busbw_tolerance", "cluster_busbw_tolerance",
-           "CLUSTER_TESTS_BUSBW_TOLERANCE",
-           "how far below the baseline busbw may fall, as a fraction", 0.2, _coll.parse_fraction),
-    Option("--busbw-record", "ct_busbw_record", "cluster_busbw_record", "CLUSTER_TESTS_BUSBW_RECORD",
-           "write this run's all-reduce results as JSON to this file (a future --busbw-baseline)"),
-    Option("--collective-connect-timeout", "ct_coll_connect_timeout", "cluster_collective_connect_timeout",
-           "CLUSTER_TESTS_COLLECTIVE_CONNECT_TIMEOUT",
-           "seconds for every rank to reach the rendezvous store and join", 20.0, _positive_float),
-    Option("--collective-init-timeout", "ct_coll_init_timeout", "cluster_collective_init_timeout",
-           "CLUSTER_TESTS_COLLECTIVE_INIT_TIMEOUT",
-           "seconds for communicator init (init_process_group + a first tiny all-reduce)", 30.0,
-           _positive_float),
-    Option("--collective-op-timeout", "ct_coll_op_timeout", "cluster_collective_op_timeout",
-           "CLUSTER_TESTS_COLLECTIVE_OP_TIMEOUT",
-           "seconds for the whole all-reduce size sweep", 120.0, _positive_float),
-    Option("--collective-size-seconds", "ct_coll_size_seconds", "cluster_collective_size_seconds",
-           "CLUSTER_TESTS_COLLECTIVE_SIZE_SECONDS",
-           "seconds at most per message size: on a slow link fewer timed calls (at least one), and "
-           "a size whose single call takes longer ends the sweep (C1's busbw check then fails)",
-           10.0, _positive_float),
-    Option("--pair-slow-ratio", "ct_pair_slow_ratio", "cluster_pair_slow_ratio",
-           "CLUSTER_TESTS_PAIR_SLOW_RATIO",
-           "a node pair is slow below this fraction of the typical good pair's busbw (C2)", 0.5,
-           _coll.parse_fraction),
-]
-
-# T. Training smoke (T1, T2); used by cluster_tests.measure.training.
-OPTIONS += [
-    Option("--training-steps", "ct_training_steps", "cluster_training_steps",
-           "CLUSTER_TESTS_TRAINING_STEPS", "optimizer steps of the training smoke job (T1, T2)",
-           20, _positive_int),
-    Option("--training-deadline", "ct_training_deadline", "cluster_training_deadline",
-           "CLUSTER_TESTS_TRAINING_DEADLINE",
-           "seconds one training smoke job may run (each rank's watchdog; the launch gets a grace "
-           "on top for pdsh, ssh and imports)", 300.0, _positive_float),
-    Option("--zero-stage", "ct_zero_stage", "cluster_zero_stage", "CLUSTER_TESTS_ZERO_STAGE",
-           "DeepSpeed ZeRO stage of the training smoke job, 0-3", 0, int),
-    Option("--deepspeed-args", "ct_deepspeed_args", "cluster_deepspeed_args",
-           "CLUSTER_TESTS_DEEPSPEED_ARGS",
-           "extra deepspeed launcher arguments for T1/T2, one shell-quoted string, given as "
-           "--deepspeed-args='--ssh_port 2222' (not --include/--exclude: see --launch-include)", ""),
-]
-
-# Reports and run modes; used by cluster_tests.core.plugin / html_report.
-OPTIONS += [
-    Option("--html-report", "ct_html_report", "cluster_html_report", "CLUSTER_TESTS_HTML_REPORT",
-           "where to write the self-contained HTML report (default: cluster_report.html beside "
-           "the JUnit file, reports/ by default)"),
-    Option("--quick", "ct_quick", "cluster_quick", "CLUSTER_TESTS_QUICK",
-           "fast pre-flight: deselect the collective and training checks, connect timeout at most "
-           "5 s and remote commands at most 30 s", False, _flag),
-]
-
-# R. RDMA, limits and device health; judged in cluster_tests.judge.rdma / gpuhealth.
-OPTIONS += [
-    Option("--shm-per-rank-mb", "ct_shm_per_rank_mb", "cluster_shm_per_rank_mb",
-           "CLUSTER_TESTS_SHM_PER_RANK_MB",
-           "free /dev/shm each local rank needs, MiB (R6; NVIDIA's containers use --shm-size=1g "
-           "for 8 GPUs)", 128.0, _positive_float),
-    Option("--min-memlock-kb", "ct_min_memlock_kb", "cluster_min_memlock_kb",
-           "CLUSTER_TESTS_MIN_MEMLOCK_KB",
-           "lowest acceptable max locked memory (ulimit -l, KB) on nodes with RDMA devices "
-           "(R4; default: unlimited, as RDMA stacks ask)", None, _positive_int),
-]
-
-# Node-list sources besides --hostfile, and the checked hostfile; used by cluster_tests.core.nodelist.
-OPTIONS += [
-    Option("--mpi-hostfile", "ct_mpi_hostfile", "cluster_mpi_hostfile", "CLUSTER_TESTS_MPI_HOSTFILE",
-           "take the nodes from an Open MPI ('host slots=N') or MPICH/Intel MPI ('host:N') hostfile"),
-    Option("--nodes-from", "ct_nodes_from", "cluster_nodes_from", "CLUSTER_TESTS_NODES_FROM",
-           "take the nodes from this environment when both are set: slurm (SLURM_JOB_NODELIST) or "
-           "skypilot (SKYPILOT_NODE_IPS); without --hostfile either one is used by itself",
-           None, lambda v: _choice(v, ("slurm", "skypilot"))),
-    Option("--slots", "ct_slots", "cluster_slots", "CLUSTER_TESTS_SLOTS",
-           "slots per node for node lists that carry none (Slurm, SkyPilot, MPI lines without a "
-           "count); overrides SLURM_GPUS_ON_NODE / SKYPILOT_NUM_GPUS_PER_NODE", None, _positive_int),
-    Option("--write-hostfile", "ct_write_hostfile", "cluster_write_hostfile",
-           "CLUSTER_TESTS_WRITE_HOSTFILE",
-           "write the DeepSpeed hostfile this run checked (rank 0 first) to this path, for the "
-           "launch (default for Slurm/MPI/SkyPilot lists: hostfile beside the JUnit report)"),
-]
-
-# Site checks (pytest-testinfra), see cluster_tests.core.site.
-OPTIONS += [
-    Option("--site-checks", "ct_site_checks", "cluster_site_checks", "CLUSTER_TESTS_SITE_CHECKS",
-           "comma-separated test files or directories of your own site checks (using the "
-           "cluster_host fixture), run with the checklist"),
-]
+    return parse
 
 
-def _choice(value: str, choices: tuple[str, ...]) -> str:
-    v = value.strip().lower()
-    if v not in choices:
-        raise ValueError(f"must be one of {', '.join(choices)}")
-    return v
+# --- the sections ------------------------------------------------------------------------------
+# (Declarations only: the section classes are alike in shape, as the rows of a table are;
+# `duplicates` pairs some of them.)
 
 
-# testinfra (a required dependency, itself a pytest plugin) already defines --ssh-config with the
-# meaning of `ssh -F`; defining it again is an argparse conflict (PITFALLS 2), so we read its value.
-SSH_CONFIG = Option("--ssh-config", "ssh_config", "cluster_ssh_config", "CLUSTER_TESTS_SSH_CONFIG",
-                    "ssh config file, like ssh -F (default ~/.ssh/config)", "~/.ssh/config")
+@dataclass(frozen=True)
+class NodeListSettings:
+    """H: the node-list sources besides --hostfile (cluster_tests.core.nodelist)."""
+
+    mpi_hostfile: str | None = option(
+        "--mpi-hostfile",
+        "take the nodes from an Open MPI ('host slots=N') or MPICH/Intel MPI ('host:N') hostfile")
+    nodes_from: str | None = option(
+        "--nodes-from",
+        "take the nodes from this environment when both are set: slurm (SLURM_JOB_NODELIST) or "
+        "skypilot (SKYPILOT_NODE_IPS); without --hostfile either one is used by itself",
+        None, _choice("slurm", "skypilot"))
+    slots: int | None = option(
+        "--slots",
+        "slots per node for node lists that carry none (Slurm, SkyPilot, MPI lines without a "
+        "count); overrides SLURM_GPUS_ON_NODE / SKYPILOT_NUM_GPUS_PER_NODE", None, _positive_int)
+    write_hostfile: str | None = option(
+        "--write-hostfile",
+        "write the DeepSpeed hostfile this run checked (rank 0 first) to this path, for the "
+        "launch (default for Slurm/MPI/SkyPilot lists: hostfile beside the JUnit report)")
+
+
+@dataclass(frozen=True)
+class SshSettings:
+    """S."""
+
+    slow_login: float = option(
+        "--slow-login", "seconds above which an SSH login counts as slow (reverse DNS, GSSAPI)",
+        2.0, _positive_float)
+
+
+@dataclass(frozen=True)
+class NamesSettings:
+    """N."""
+
+    slow_resolve: float = option(
+        "--slow-resolve", "seconds above which resolving one name counts as slow", 0.5,
+        _positive_float)
+
+
+@dataclass(frozen=True)
+class NetworkSettings:
+    """F (cluster_tests.judge.network)."""
+
+    port_timeout: float = option(
+        "--port-timeout",
+        "seconds one TCP connect between nodes may take before the port counts as dropped (F2/F3)",
+        3.0, _positive_float)
+    probe_ports: int = option(
+        "--probe-ports", "how many ephemeral high ports each node opens for the port matrix (F3)",
+        2, _positive_int)
+    rtt_samples: int = option(
+        "--rtt-samples", "TCP handshakes timed per pair for RTT and jitter (F1)", 5, _positive_int)
+
+
+@dataclass(frozen=True)
+class EnvSettings:
+    """E."""
+
+    required_env: str = option(
+        "--required-env",
+        "comma-separated variables a non-interactive ssh shell must have on every node (E1)", "")
+    launch_dir: str | None = option(
+        "--launch-dir",
+        "directory deepspeed will be started in (where it also reads .deepspeed_env; default: home)")
+
+
+@dataclass(frozen=True)
+class HealthSettings:
+    """R: RDMA, limits and device health (cluster_tests.judge.rdma / gpuhealth)."""
+
+    shm_per_rank_mb: float = option(
+        "--shm-per-rank-mb",
+        "free /dev/shm each local rank needs, MiB (R6; NVIDIA's containers use --shm-size=1g "
+        "for 8 GPUs)", 128.0, _positive_float)
+    min_memlock_kb: int | None = option(
+        "--min-memlock-kb",
+        "lowest acceptable max locked memory (ulimit -l, KB) on nodes with RDMA devices "
+        "(R4; default: unlimited, as RDMA stacks ask)", None, _positive_int)
+
+
+@dataclass(frozen=True)
+class StorageSettings:
+    """D."""
+
+    output_dir: str | None = option(
+        "--output-dir", "checkpoint/output directory that every node must see, shared")
+    min_free_gb: float = option(
+        "--min-free-gb", "free space the output directory needs on every node, in GB (D1)", 10.0,
+        _positive_float)
+
+
+@dataclass(frozen=True)
+class CollectiveSettings:
+    """C: all-reduce through torch.distributed; option types in cluster_tests.judge.collective."""
+
+    backend: str = option(
+        "--backend",
+        "torch.distributed backend of the all-reduce checks: auto (CUDA -> nccl, torch_npu -> "
+        "hccl, else gloo; gloo on a node with /dev/nvidia* or /dev/davinci* is an error), "
+        "nccl, hccl or gloo", "auto", _coll.parse_backend)
+    sizes: str | None = option(
+        "--sizes",
+        "all-reduce message sizes in bytes, K/M/G = 2^10/2^20/2^30 (default: 1K..4G x4 with an "
+        "accelerator, 1K..16M x4 on CPU)", None, _coll.parse_sizes_option)
+    iters: int = option("--iters", "timed all-reduce calls per size", 20, _positive_int)
+    warmup: int = option(
+        "--warmup", "untimed all-reduce calls per size before timing", 5, _coll.parse_count)
+    min_busbw: float | None = option(
+        "--min-busbw",
+        "lowest acceptable all-reduce busbw at the largest size, GB/s (1 GB = 1e9 B)", None,
+        _positive_float)
+    busbw_baseline: str | None = option(
+        "--busbw-baseline",
+        "JSON of a previous run (written by --busbw-record) that busbw must keep up with")
+    busbw_tolerance: float = option(
+        "--busbw-tolerance", "how far below the baseline busbw may fall, as a fraction", 0.2,
+        _coll.parse_fraction)
+    busbw_record: str | None = option(
+        "--busbw-record",
+        "write this run's all-reduce results as JSON to this file (a future --busbw-baseline)")
+    connect_timeout: float = option(
+        "--collective-connect-timeout",
+        "seconds for every rank to reach the rendezvous store and join", 20.0, _positive_float)
+    init_timeout: float = option(
+        "--collective-init-timeout",
+        "seconds for communicator init (init_process_group + a first tiny all-reduce)", 30.0,
+        _positive_float)
+    op_timeout: float = option(
+        "--collective-op-timeout", "seconds for the whole all-reduce size sweep", 120.0,
+        _positive_float)
+    size_seconds: float = option(
+        "--collective-size-seconds",
+        "seconds at most per message size: on a slow link fewer timed calls (at least one), and "
+        "a size whose single call takes longer ends the sweep (C1's busbw check then fails)",
+        10.0, _positive_float)
+    pair_slow_ratio: float = option(
+        "--pair-slow-ratio",
+        "a node pair is slow below this fraction of the typical good pair's busbw (C2)", 0.5,
+        _coll.parse_fraction)
+
+
+@dataclass(frozen=True)
+class TrainingSettings:
+    """T1, T2 (cluster_tests.measure.training, which checks zero_stage and deepspeed_args)."""
+
+    steps: int = option(
+        "--training-steps", "optimizer steps of the training smoke job (T1, T2)", 20,
+        _positive_int)
+    deadline: float = option(
+        "--training-deadline",
+        "seconds one training smoke job may run (each rank's watchdog; the launch gets a grace "
+        "on top for pdsh, ssh and imports)", 300.0, _positive_float)
+    zero_stage: int = option(
+        "--zero-stage", "DeepSpeed ZeRO stage of the training smoke job, 0-3", 0, int)
+    deepspeed_args: str = option(
+        "--deepspeed-args",
+        "extra deepspeed launcher arguments for T1/T2, one shell-quoted string, given as "
+        "--deepspeed-args='--ssh_port 2222' (not --include/--exclude: see --launch-include)", "")
+
+
+DEFAULT_SSH_CONFIG = "~/.ssh/config"
+
+
+def _section(cls: type) -> Any:
+    return field(default_factory=cls, metadata={"section": cls})
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Every option of a run: the run-wide ones as fields, each section's in its own dataclass
+    (change one with dataclasses.replace)."""
+
+    hostfile: Path | None = option(
+        "--hostfile", "DeepSpeed hostfile ('host slots=N' lines) naming the nodes to check")
+    #: where the node list came from: the flag/variable/ini key, or a node-list source's name
+    hostfile_source: str = "default"
+    # testinfra (a required dependency, itself a pytest plugin) already defines --ssh-config with
+    # the meaning of `ssh -F`; defining it again is an argparse conflict (PITFALLS 2), so we read
+    # its value.
+    ssh_config: str | None = option(
+        "--ssh-config", "ssh config file, like ssh -F (default ~/.ssh/config)", DEFAULT_SSH_CONFIG,
+        dest="ssh_config", foreign=True)
+    ssh_user: str | None = option(
+        "--ssh-user",
+        "user to log in as on every node (default: the ssh config's User, else the local user)")
+    remote_python: str = option(
+        "--remote-python", "Python interpreter on the nodes, as a non-interactive ssh shell finds it",
+        "python3")
+    master_port: int = option(
+        "--master-port", "rendezvous port the launch will use (deepspeed --master_port)", 29500,
+        _port)
+    master_addr: str | None = option(
+        "--master-addr", "--master_addr the launch will use, if given (must be the first host)")
+    timeout_connect: float = option(
+        "--timeout-connect", "seconds to wait for a TCP connect / SSH login", 10.0, _positive_float)
+    timeout_command: float = option(
+        "--timeout-command", "seconds any one remote command may run", 60.0, _positive_float)
+    fanout: int = option(
+        "--fanout",
+        "how many nodes the launcher talks to at once, and how many targets one node probes at once",
+        32, _positive_int)
+    include: str = option(
+        "--launch-include", "the --include spec the launch will use (host:0,1@host2)", "",
+        dest="ct_include")
+    exclude: str = option(
+        "--launch-exclude", "the --exclude spec the launch will use", "", dest="ct_exclude")
+    accept_new_host_keys: bool = option(
+        "--accept-new-host-keys",
+        "accept (and record) host keys of nodes not yet in known_hosts; a changed key is always "
+        "refused", False, _flag)
+    # Scale: which ordered node pairs the pair checks run over (cluster_tests.core.pairs).
+    pairs: str = option(
+        "--pairs",
+        "node pairs the pair checks cover: all, ring (each node to both ring neighbours), "
+        "sample:K[:SEED] (the ring plus K random pairs), or auto "
+        f"(all up to {_pairs.AUTO_ALL_MAX} nodes, ring beyond)", "auto", _pairs.normalize)
+    # Reports and run modes (cluster_tests.core.plugin, cluster_tests.core.site).
+    html_report: str | None = option(
+        "--html-report",
+        "where to write the self-contained HTML report (default: cluster_report.html beside "
+        "the JUnit file, reports/ by default)")
+    quick: bool = option(
+        "--quick",
+        "fast pre-flight: deselect the collective and training checks, connect timeout at most "
+        "5 s and remote commands at most 30 s", False, _flag)
+    site_checks: str | None = option(
+        "--site-checks",
+        "comma-separated test files or directories of your own site checks (using the "
+        "cluster_host fixture), run with the checklist")
+
+    nodelist: NodeListSettings = _section(NodeListSettings)
+    ssh: SshSettings = _section(SshSettings)
+    names: NamesSettings = _section(NamesSettings)
+    network: NetworkSettings = _section(NetworkSettings)
+    env: EnvSettings = _section(EnvSettings)
+    health: HealthSettings = _section(HealthSettings)
+    storage: StorageSettings = _section(StorageSettings)
+    collective: CollectiveSettings = _section(CollectiveSettings)
+    training: TrainingSettings = _section(TrainingSettings)
+
+
+def _fields(cls: type) -> Iterator[tuple[str, Option]]:
+    for f in dataclasses.fields(cls):
+        if "option" in f.metadata:
+            yield f.name, f.metadata["option"]
+
+
+def _sections() -> Iterator[tuple[str | None, type]]:
+    """(attribute on Settings or None for the run-wide options, dataclass), in --help order."""
+    yield None, Settings
+    for f in dataclasses.fields(Settings):
+        if "section" in f.metadata:
+            yield f.name, f.metadata["section"]
+
+
+#: every option, run-wide first, then by section
+OPTIONS = [opt for _, cls in _sections() for _, opt in _fields(cls)]
 
 
 def add_options(parser: pytest.Parser, have_ssh_config_flag: bool) -> None:
     group = parser.getgroup("cluster_tests", "cluster pre-launch checks")
-    options = OPTIONS if have_ssh_config_flag else [*OPTIONS, SSH_CONFIG]
-    for opt in options:
+    for opt in OPTIONS:
+        if opt.foreign and have_ssh_config_flag:
+            continue
         if opt.type is _flag:
             group.addoption(opt.flag, dest=opt.dest, action="store_const", const="true", default=None,
                             help=f"{opt.help} [env {opt.env}, ini {opt.ini}]")
         else:
             group.addoption(opt.flag, dest=opt.dest, default=None,
                             help=f"{opt.help} [env {opt.env}, ini {opt.ini}; default {opt.default}]")
-    for opt in [*OPTIONS, SSH_CONFIG]:
+    for opt in OPTIONS:
         parser.addini(opt.ini, opt.help, default=None)
 
 
@@ -266,71 +381,38 @@ def _read(config: pytest.Config, opt: Option) -> tuple[Any, str]:
     return opt.default, "default"
 
 
-@dataclass(frozen=True)
-class Settings:
-    hostfile: Path | None
-    hostfile_source: str
-    ssh_config: str | None
-    ssh_user: str | None
-    remote_python: str
-    master_port: int
-    master_addr: str | None
-    output_dir: str | None
-    timeout_connect: float
-    timeout_command: float
-    fanout: int
-    include: str
-    exclude: str
-    accept_new_host_keys: bool
-    slow_login: float
-    slow_resolve: float
-    values: dict[str, Any]  # every option by its dest, for options without a field of their own
-
-    def value(self, dest: str) -> Any:
-        """An option's value by its dest (e.g. "ct_min_busbw")."""
-        return self.values[dest]
+def _parse(config: pytest.Config, opt: Option) -> tuple[Any, str]:
+    raw, source = _read(config, opt)
+    if raw is None or source == "default" or opt.type is str:
+        return raw, source
+    try:
+        return opt.type(str(raw)), source
+    except ValueError as exc:
+        raise pytest.UsageError(f"{source}: bad value {raw!r}: {exc}") from None
 
 
 def read_settings(config: pytest.Config) -> Settings:
-    values: dict[str, Any] = {}
-    for opt in [*OPTIONS, SSH_CONFIG]:
-        raw, source = _read(config, opt)
-        if raw is None or source == "default" or opt.type is str:
-            values[opt.dest] = raw
+    run: dict[str, Any] = {}
+    for section, cls in _sections():
+        values = {}
+        for name, opt in _fields(cls):
+            values[name], source = _parse(config, opt)
+            if name == "hostfile" and cls is Settings:
+                values["hostfile_source"] = source
+        if section is None:
+            run.update(values)
         else:
-            try:
-                values[opt.dest] = opt.type(str(raw))
-            except ValueError as exc:
-                raise pytest.UsageError(f"{source}: bad value {raw!r}: {exc}") from None
-        if opt.dest == "ct_hostfile":
-            values["hostfile_source"] = source
-    hostfile = values["ct_hostfile"]
-    ssh_config = values["ssh_config"]
-    ssh_config_path = str(Path(ssh_config).expanduser()) if ssh_config else None
-    if ssh_config and values["ssh_config"] != SSH_CONFIG.default and not Path(ssh_config_path).is_file():
+            run[section] = cls(**values)
+    hostfile = run["hostfile"]
+    run["hostfile"] = Path(hostfile).expanduser().absolute() if hostfile else None
+    ssh_config = run["ssh_config"]
+    run["ssh_config"] = str(Path(ssh_config).expanduser()) if ssh_config else None
+    if ssh_config and ssh_config != DEFAULT_SSH_CONFIG and not Path(run["ssh_config"]).is_file():
         raise pytest.UsageError(f"--ssh-config {ssh_config}: no such file")
-    output_dir = values["ct_output_dir"]
+    output_dir = run["storage"].output_dir
     if output_dir and not str(output_dir).startswith(("/", "~")):
         raise pytest.UsageError(
             f"--output-dir {output_dir}: give an absolute path, as the nodes see it (a relative "
             f"path would be read from each node's home directory)"
         )
-    return Settings(
-        hostfile=Path(hostfile).expanduser().absolute() if hostfile else None,
-        hostfile_source=values["hostfile_source"],
-        ssh_config=ssh_config_path,
-        ssh_user=values["ct_ssh_user"],
-        remote_python=values["ct_remote_python"],
-        master_port=values["ct_master_port"],
-        master_addr=values["ct_master_addr"],
-        output_dir=values["ct_output_dir"],
-        timeout_connect=values["ct_timeout_connect"],
-        timeout_command=values["ct_timeout_command"],
-        fanout=values["ct_fanout"],
-        include=values["ct_include"] or "",
-        exclude=values["ct_exclude"] or "",
-        accept_new_host_keys=bool(values["ct_accept_new"]),
-        slow_login=values["ct_slow_login"],
-        slow_resolve=values["ct_slow_resolve"],
-        values=values,
-    )
+    return Settings(**run)

@@ -48,7 +48,7 @@ class PortMatrix:
 
 
 def port_timeout(cluster: Cluster) -> float:
-    return float(cluster.settings.value("ct_port_timeout") or 3.0)
+    return cluster.settings.network.port_timeout
 
 
 def port_matrix(cluster: Cluster) -> PortMatrix:
@@ -64,7 +64,7 @@ def measure(cluster: Cluster) -> PortMatrix:
     up = [n for n in names if cluster.login_error(n) is None]
     timeout = port_timeout(cluster)
     fanout = cluster.settings.fanout
-    count = int(cluster.settings.value("ct_probe_ports") or 2)
+    count = cluster.settings.network.probe_ports
     widest = max([len(pairs.targets_of(cluster, n)) + 1 for n in up] or [1])
     rounds = math.ceil(min(len(names), widest) * (count + 1) / fanout) + 1
     connect_budget = rounds * timeout * 2 + 10
@@ -99,7 +99,7 @@ def measure(cluster: Cluster) -> PortMatrix:
             return cluster.probe(node, "connect", script=SCRIPT, token=matrix.token,
                                  targets=[t for t in targets if t["name"] in mine],
                                  port_timeout=timeout, fanout=fanout,
-                                 samples=int(cluster.settings.value("ct_rtt_samples") or 5),
+                                 samples=cluster.settings.network.rtt_samples,
                                  timeout=connect_budget + 10)
 
         for node, res in zip(up, cluster.pool.map(connect, up)):

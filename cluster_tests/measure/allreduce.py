@@ -318,23 +318,23 @@ def run_allreduce(cluster: Cluster, ranks: Sequence[C.Rank], *, master_addr: str
 
 
 def worker_options(cluster: Cluster, backend: str, sizes: Sequence[int]) -> C.WorkerOptions:
-    v = cluster.settings.value
+    c = cluster.settings.collective
     return C.WorkerOptions(
         sizes=list(sizes), backend=backend,
-        warmup=int(v("ct_warmup")), iters=int(v("ct_iters")),
-        connect_timeout=float(v("ct_coll_connect_timeout")),
-        init_timeout=float(v("ct_coll_init_timeout")),
-        op_timeout=float(v("ct_coll_op_timeout")),
-        size_seconds=float(v("ct_coll_size_seconds")))
+        warmup=c.warmup, iters=c.iters,
+        connect_timeout=c.connect_timeout,
+        init_timeout=c.init_timeout,
+        op_timeout=c.op_timeout,
+        size_seconds=c.size_seconds)
 
 
 def chosen_sizes(cluster: Cluster) -> list[int]:
     """--sizes, else nccl-tests-like defaults for the accelerator the rank-0 node seems to have
     (nvidia-smi/npu-smi on its PATH), else the shorter CPU (gloo) sweep."""
-    sizes = cluster.settings.value("ct_sizes")
+    sizes = cluster.settings.collective.sizes
     if sizes:
         return C.parse_sizes(sizes) if isinstance(sizes, str) else list(sizes)
-    backend = cluster.settings.value("ct_backend") or "auto"
+    backend = cluster.settings.collective.backend
     if backend == "auto":
         try:
             which = cluster.probe(cluster.rank0.name, "base").get("which", {})
@@ -372,7 +372,7 @@ def run_cluster(cluster: Cluster) -> RemoteRun:
                     pytrace=False)
     layout = launch_layout(cluster)
     ranks = C.assign_ranks([(host, len(ids)) for host, ids in layout])
-    backend = cluster.settings.value("ct_backend") or "auto"
+    backend = cluster.settings.collective.backend
     options = worker_options(cluster, backend, chosen_sizes(cluster))
     master = layout[0][0] if layout else cluster.rank0.name
     return run_allreduce(cluster, ranks, master_addr=master_address(cluster, master, cluster.names),
@@ -400,7 +400,7 @@ def run_pairs(cluster: Cluster) -> dict[tuple[str, str], RemoteRun | BaseExcepti
     (:func:`launch_layout`: one rail per GPU on multi-rail nodes), at the largest size only;
     pairs are scheduled in circle rounds of disjoint pairs, each round's pairs at once, with the
     rendezvous on alternating sides (:func:`pair_master`)."""
-    backend = cluster.settings.value("ct_backend") or "auto"
+    backend = cluster.settings.collective.backend
     options = worker_options(cluster, backend, chosen_sizes(cluster)[-1:])
     env = worker_env(_launcher_env())
     exports_word = launch_exports_word(cluster)

@@ -101,7 +101,7 @@ def _rehearse(cluster: Cluster) -> Rehearsal:
     timeout = cluster.settings.timeout_command
     try:
         plan = cluster.probe(site, "launch", script=SCRIPT,
-                             launch_dir=cluster.settings.value("ct_launch_dir"),
+                             launch_dir=cluster.settings.env.launch_dir,
                              import_timeout=max(60.0, timeout),
                              timeout=max(60.0, timeout) + 30)
     except ProbeError as exc:

@@ -139,14 +139,14 @@ class TrainingConfig:
 def config_from_settings(settings: Settings, environ: dict[str, str] | None = None) -> TrainingConfig:
     """The training options, checked (ConfigError names the option and what is wrong)."""
     environ = dict(os.environ if environ is None else environ)
-    value = settings.value
+    t = settings.training
     try:
-        zero = int(value("ct_zero_stage"))
+        zero = int(t.zero_stage)
     except (TypeError, ValueError):
         zero = -1
     if zero not in (0, 1, 2, 3):
-        raise ConfigError(f"--zero-stage must be 0, 1, 2 or 3, got {value('ct_zero_stage')!r}")
-    raw_args = value("ct_deepspeed_args") or ""
+        raise ConfigError(f"--zero-stage must be 0, 1, 2 or 3, got {t.zero_stage!r}")
+    raw_args = t.deepspeed_args
     try:
         launcher_args = tuple(shlex.split(raw_args))
     except ValueError as exc:
@@ -158,8 +158,8 @@ def config_from_settings(settings: Settings, environ: dict[str, str] | None = No
             f"--launch-include/--launch-exclude, --master-addr, --master-port)"
         )
     return TrainingConfig(
-        steps=int(value("ct_training_steps")),
-        deadline=float(value("ct_training_deadline")),
+        steps=t.steps,
+        deadline=t.deadline,
         zero_stage=zero,
         launcher_args=launcher_args,
         include=settings.include,
