@@ -1,6 +1,7 @@
 """A fake transport for big-cluster benchmarks: a pytest plugin, loaded with `-p fake_transport`
-(bench/ on PYTHONPATH), that replaces cluster_tests' SSH Pool/Connection with an in-process
-fake answering every probe at once with synthetic facts of a healthy cluster.
+(bench/ on PYTHONPATH), that gives the run's Cluster an in-process `Transport` (the protocol in
+cluster_tests.core.transport) in place of the SSH Pool, answering every probe at once with
+synthetic facts of a healthy cluster.
 
 What is left to measure is what pytest and the suite cost by themselves: collection,
 parametrization, fixtures, the memo, the thread pool, reports (terminal, JUnit, JSON summary)
@@ -25,13 +26,26 @@ import re
 import sys
 import threading
 import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 
 from cluster_tests.core import cluster as cluster_mod
-from cluster_tests.core.transport import CommandResult, Pool, SSHTarget
+from cluster_tests.core.plugin import CLUSTER_KEY
+from cluster_tests.core.transport import (
+    CommandResult,
+    Feed,
+    NodeSession,
+    SSHTarget,
+    Streamed,
+    Transport,
+    fan_out,
+)
+
+T = TypeVar("T")
+R = TypeVar("R")
 
 FACTS_PATH = Path(__file__).with_name("fake_facts.json")
 PROBE_MARK = cluster_mod.PROBE_MARK
@@ -126,15 +140,13 @@ def answer(node: str, script: str, section: str, params: dict[str, Any]) -> Any:
     return {"error": f"fake transport: no facts for {key}"}
 
 
-class FakeConnection:
-    """Answers at once; logs in at once; never touches the network."""
+class FakeSession:
+    """One node's `NodeSession`: logs in at once, answers at once, never touches the network."""
 
-    def __init__(self, target: SSHTarget, ssh_config: str | None = None, tag: str | None = None) -> None:
+    def __init__(self, target: SSHTarget, tag: str) -> None:
         self.target = target
-        self.ssh_config = ssh_config
-        self.tag = tag or "ct-run-fake"
+        self.tag = tag
         self.login_seconds: float | None = None
-        self.closing = threading.Event()
         self._connected = False
 
     def connect(self) -> object:
@@ -147,7 +159,8 @@ class FakeConnection:
     def connected(self) -> bool:
         return self._connected
 
-    def run(self, argv, *, timeout: float = 30.0, stdin: bytes | None = None, **_: object) -> CommandResult:
+    def run(self, argv: Sequence[str] | str, *, timeout: float = 30.0, stdin: bytes | None = None,
+            max_output: int = 8 * 1024 * 1024) -> CommandResult:
         self.connect()
         start = time.monotonic()
         STATS["commands"] += 1
@@ -163,6 +176,17 @@ class FakeConnection:
         return CommandResult(node=node, command=command, exit_status=0, stdout=stdout, stderr="",
                              duration=time.monotonic() - start)
 
+    def stream(self, argv: Sequence[str] | str, *, stdin: bytes | Feed | None = None,
+               on_chunk: Callable[[bytes, bool], None] = lambda data, is_stderr: None,
+               should_stop: Callable[[], bool] = lambda: False, timeout: float = 30.0,
+               kill_after: int = 2, wait: float | None = None,
+               combine_stderr: bool = False) -> Streamed:
+        data = stdin.data if isinstance(stdin, Feed) else stdin
+        res = self.run(argv, timeout=timeout, stdin=data)
+        if res.stdout:
+            on_chunk(res.stdout.encode(), False)
+        return Streamed(res.command, res.exit_status, res.duration)
+
     def end_leftovers(self, timeout: float = 5.0) -> None:
         return None
 
@@ -170,24 +194,50 @@ class FakeConnection:
         self._connected = False
 
 
-class FakePool(Pool):
-    def connection(self, node: str):  # type: ignore[override]
+class FakeTransport:
+    """The `Transport` of a fake cluster: node i of `names` at address(i), logged in as root."""
+
+    def __init__(self, names: Iterable[str], fanout: int = 32, tag: str = "ct-run-fake") -> None:
+        # an IP address as HostName: the launcher's own lookups (N2) never wait for a DNS server
+        self.targets: Mapping[str, SSHTarget] = {
+            n: SSHTarget(alias=n, hostname=address(n), user="root") for n in names}
+        self.fanout = fanout
+        self.tag = tag
+        self._sessions: dict[str, FakeSession] = {}
+        self._lock = threading.Lock()
+
+    def connection(self, node: str) -> NodeSession:
         with self._lock:
-            conn = self._conns.get(node)
-            if conn is None:
-                conn = self._conns[node] = FakeConnection(self.targets[node], self.ssh_config, self.tag)
-            return conn
+            if node not in self._sessions:
+                self._sessions[node] = FakeSession(self.targets[node], self.tag)
+            return self._sessions[node]
+
+    def run(self, node: str, argv: Sequence[str] | str, **kw: Any) -> CommandResult:
+        return self.connection(node).run(argv, **kw)
+
+    def stream(self, node: str, argv: Sequence[str] | str, **kw: Any) -> Streamed:
+        return self.connection(node).stream(argv, **kw)
+
+    def map(self, fn: Callable[[T], R], items: Iterable[T]) -> list[R | BaseException]:
+        return fan_out(fn, items, self.fanout)
+
+    def end_leftovers(self) -> None:
+        return None
+
+    def close(self) -> None:
+        with self._lock:
+            for s in self._sessions.values():
+                s.close()
 
 
-def _fake_resolve_target(alias: str, ssh_config=None, **kw: object) -> SSHTarget:
-    # an IP address as HostName: the launcher's own lookups (N2) never wait for a DNS server
-    return SSHTarget(alias=alias, hostname=address(alias), user="root")
+def pytest_configure(config: pytest.Config) -> None:
+    """After the suite's own pytest_configure (tryfirst) made the Cluster, before collection
+    (and so before any login or probe): swap its transport for the fake."""
+    cluster = config.stash.get(CLUSTER_KEY, None)
+    if cluster is not None:
+        transport: Transport = FakeTransport(cluster.names, cluster.settings.fanout)
+        cluster.pool = transport
 
-
-# Installed when the plugin module is imported (-p), before the suite's pytest_configure makes
-# the Cluster: Cluster.create looks both names up in cluster_tests.core.cluster at call time.
-cluster_mod.Pool = FakePool  # type: ignore[misc]
-cluster_mod.resolve_target = _fake_resolve_target  # type: ignore[assignment]
 
 # Checks that run a real tool on the launcher against the nodes (pdsh to fake hosts) cannot
 # run here: deselected, and counted in the terminal summary.
@@ -213,11 +263,6 @@ def _record(state_dir: str) -> None:
     sys.path.insert(0, str(repo))
     from cluster_tests.core.cluster import Cluster, Node
     from cluster_tests.core.settings import Settings
-    from cluster_tests.core.transport import Pool as RealPool
-    from cluster_tests.core.transport import resolve_target
-
-    cluster_mod.Pool = RealPool  # type: ignore[misc]
-    cluster_mod.resolve_target = resolve_target  # type: ignore[assignment]
     names = ["node1", "node2", "node3"]
     s = Settings(hostfile=None, hostfile_source="-", ssh_config=f"{state_dir}/ssh_config")
     c = Cluster.create(s, [Node(n, 1, i) for i, n in enumerate(names, 1)])

@@ -28,6 +28,7 @@ from cluster_tests.core.transport import (
     CommandResult,
     ConnectError,
     Pool,
+    Transport,
     resolve_target,
     wait_result,
 )
@@ -96,7 +97,8 @@ class Node:
 class Cluster:
     settings: Settings
     nodes: list[Node]
-    pool: Pool
+    #: the remote layer: `Pool` (SSH), or any other `Transport` (bench/fake_transport.py)
+    pool: Transport
     _memo: dict[tuple[str, ...], Future[Any]] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     #: what this process did remotely: logins, probes run, probes read from the shared cache

@@ -13,6 +13,7 @@ cannot be reached, and what fixes it, instead of printing a paramiko traceback.
 from __future__ import annotations
 
 import base64
+import contextlib
 import enum
 import errno
 import hashlib
@@ -27,7 +28,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, TypeVar
+from typing import Any, Callable, Protocol, TypeVar
 
 import paramiko
 
@@ -177,6 +178,42 @@ class CommandResult:
         return text
 
 
+@dataclass
+class Streamed:
+    """How a streamed command ended (its output went to `on_chunk`).  `exit_status` is None
+    when reading ended before the command did (`stopped` or `timed_out`)."""
+
+    command: str
+    exit_status: int | None
+    seconds: float
+    timed_out: bool = False  # the local deadline passed first
+    stopped: bool = False  # should_stop() said so first
+
+
+class Feed:
+    """Standard input for `stream` that stays open until `close()` (the command then reads
+    end of file): for a remote process that must stop when we say so, or when we die."""
+
+    def __init__(self, data: bytes = b"") -> None:
+        self.data = data
+        self._closed = threading.Event()
+
+    def close(self) -> None:
+        self._closed.set()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed.is_set()
+
+
+def _never() -> bool:
+    return False
+
+
+def _discard(data: bytes, is_stderr: bool) -> None:
+    return None
+
+
 def sha256_fingerprint(key: paramiko.PKey) -> str:
     """The fingerprint as OpenSSH prints it (`ssh-keygen -lf`): SHA256:<base64, no padding>."""
     digest = hashlib.sha256(key.asbytes()).digest()
@@ -281,6 +318,74 @@ def new_run_tag() -> str:
     return f"ct-run-{uuid.uuid4().hex[:12]}"
 
 
+def fan_out(fn: Callable[[T], R], items: Iterable[T], fanout: int) -> list[R | BaseException]:
+    """Apply `fn` to every item in parallel (at most `fanout` at once); exceptions are returned."""
+    items = list(items)
+    if not items:
+        return []
+
+    def guarded(item: T) -> R | BaseException:
+        try:
+            return fn(item)
+        except Exception as exc:  # noqa: BLE001 - handed back to the caller
+            return exc
+
+    ex = ThreadPoolExecutor(max_workers=max(1, min(fanout, len(items))))
+    try:
+        futures = [ex.submit(guarded, item) for item in items]
+        return [wait_result(f) for f in futures]
+    finally:
+        # on Ctrl-C do not wait here for commands in flight: end_leftovers() ends them
+        ex.shutdown(wait=False, cancel_futures=True)
+
+
+class NodeSession(Protocol):
+    """One node's session, as the rest of the code uses it (`Connection`, or a fake)."""
+
+    target: SSHTarget
+    tag: str
+    login_seconds: float | None
+
+    @property
+    def connected(self) -> bool: ...
+
+    def connect(self) -> Any:
+        """Log in (once); raises ConnectError.  Returns the client (paramiko's, for testinfra)."""
+        ...
+
+    def run(self, argv: Sequence[str] | str, *, timeout: float = ..., stdin: bytes | None = ...,
+            max_output: int = ...) -> CommandResult: ...
+
+    def stream(self, argv: Sequence[str] | str, *, stdin: bytes | Feed | None = ...,
+               on_chunk: Callable[[bytes, bool], None] = ..., should_stop: Callable[[], bool] = ...,
+               timeout: float = ..., kill_after: int = ..., wait: float | None = ...,
+               combine_stderr: bool = ...) -> Streamed: ...
+
+    def end_leftovers(self, timeout: float = ...) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class Transport(Protocol):
+    """What the cluster, the checks and the measurements use of the remote layer: `Pool`, or
+    the fake in bench/fake_transport.py.  Every command a transport runs carries `tag`."""
+
+    targets: Mapping[str, SSHTarget]
+    tag: str
+
+    def connection(self, node: str) -> NodeSession: ...
+
+    def run(self, node: str, argv: Sequence[str] | str, **kw: Any) -> CommandResult: ...
+
+    def stream(self, node: str, argv: Sequence[str] | str, **kw: Any) -> Streamed: ...
+
+    def map(self, fn: Callable[[T], R], items: Iterable[T]) -> list[R | BaseException]: ...
+
+    def end_leftovers(self) -> None: ...
+
+    def close(self) -> None: ...
+
+
 class Connection:
     """One lazily opened SSH session to one node, shared by every test that needs the node."""
 
@@ -342,55 +447,53 @@ class Connection:
                 passphrase=None,
             )
         except paramiko.BadHostKeyException as exc:
-            client.close()
-            raise ConnectError(
-                t,
+            raise self._refused(
+                client,
                 Cause.HOSTKEY_CHANGED,
                 f"the key offered by {t.hostname} ({exc.key.get_name()} {sha256_fingerprint(exc.key)}) "
                 f"differs from the one in known_hosts: the host was reinstalled, or someone is in between",
-                _hint(t, Cause.HOSTKEY_CHANGED, self.ssh_config),
             ) from None
         except paramiko.BadAuthenticationType as exc:
-            client.close()
             if "publickey" not in (exc.allowed_types or []):
-                raise ConnectError(
-                    t,
+                raise self._refused(
+                    client,
                     Cause.AUTH,
                     f"sshd on {t.hostname} does not accept public keys at all (it offers only: "
                     f"{', '.join(exc.allowed_types) or 'nothing'}): PubkeyAuthentication is off",
                     f"on {t.alias}: set 'PubkeyAuthentication yes' in /etc/ssh/sshd_config; systemctl reload ssh",
                 ) from None
-            raise ConnectError(t, Cause.AUTH, str(exc), _hint(t, Cause.AUTH, self.ssh_config)) from None
+            raise self._refused(client, Cause.AUTH, str(exc)) from None
         except paramiko.AuthenticationException as exc:
-            client.close()
-            raise ConnectError(
-                t,
+            raise self._refused(
+                client,
                 Cause.AUTH,
                 f"{t.user or _local_user()}@{t.hostname} refused our key(s) "
                 f"{', '.join(key_files) or '(default keys / agent)'}: {exc}",
-                _hint(t, Cause.AUTH, self.ssh_config),
             ) from None
         except paramiko.SSHException as exc:
-            client.close()
             msg = str(exc)
             if "not in known_hosts" in msg:
-                raise ConnectError(
-                    t,
+                raise self._refused(
+                    client,
                     Cause.HOSTKEY_UNKNOWN,
                     f"{t.hostname} is not in {', '.join(t.known_hosts_files)} (strict host key checking)",
-                    _hint(t, Cause.HOSTKEY_UNKNOWN, self.ssh_config),
                 ) from None
             cause = Cause.TIMEOUT if "timeout" in msg.lower() or "banner" in msg.lower() else Cause.PROTOCOL
-            raise ConnectError(t, cause, msg, _hint(t, cause, self.ssh_config)) from None
+            raise self._refused(client, cause, msg) from None
         except OSError as exc:
-            client.close()
             cause = _classify_socket_error(exc)
-            raise ConnectError(t, cause, f"{t.destination}: {exc}", _hint(t, cause, self.ssh_config)) from None
+            raise self._refused(client, cause, f"{t.destination}: {exc}") from None
         self.login_seconds = time.monotonic() - start
         transport = client.get_transport()
         if transport is not None:
             transport.set_keepalive(15)
         return client
+
+    def _refused(self, client: paramiko.SSHClient, cause: Cause, detail: str,
+                 hint: str | None = None) -> ConnectError:
+        """Close the half-open client; the error to raise (the hint for `cause` unless given)."""
+        client.close()
+        return ConnectError(self.target, cause, detail, hint or _hint(self.target, cause, self.ssh_config))
 
     def run(
         self,
@@ -401,59 +504,102 @@ class Connection:
         max_output: int = 8 * 1024 * 1024,
     ) -> CommandResult:
         """Run a command on the node; it is killed there (``timeout -k``) and here at `timeout`."""
+        out, err = bytearray(), bytearray()
+
+        def keep(data: bytes, is_stderr: bool) -> None:
+            buf = err if is_stderr else out
+            if len(buf) < max_output:
+                buf += data
+
+        s = self.stream(argv, stdin=stdin, on_chunk=keep, should_stop=self.closing.is_set,
+                        timeout=timeout)
+        timed_out = s.timed_out or s.stopped
+        status = -1 if timed_out or s.exit_status is None else s.exit_status
+        if status == TIMEOUT_EXIT:
+            timed_out = True
+        return CommandResult(
+            node=self.target.alias,
+            command=s.command,
+            exit_status=status,
+            stdout=out.decode("utf-8", "replace"),
+            stderr=err.decode("utf-8", "replace"),
+            duration=s.seconds,
+            timed_out=timed_out,
+        )
+
+    def stream(
+        self,
+        argv: Sequence[str] | str,
+        *,
+        stdin: bytes | Feed | None = None,
+        on_chunk: Callable[[bytes, bool], None] = _discard,
+        should_stop: Callable[[], bool] = _never,
+        timeout: float = 30.0,
+        kill_after: int = 2,
+        wait: float | None = None,
+        combine_stderr: bool = False,
+    ) -> Streamed:
+        """Run a command on the node and hand its output to ``on_chunk(data, is_stderr)`` as it
+        arrives: the one loop that reads remote output.
+
+        The command runs under ``timeout -k kill_after T`` on the node (T: `timeout` in whole
+        seconds, at least 1), so it dies there at its deadline whatever happens here, with the
+        run tag as its shell's $0 (`end_leftovers` finds it by that).  Standard input gets
+        `stdin` and is closed at once, or, for a `Feed`, when the feed is closed.  Reading ends
+        when the command ends, when ``should_stop()`` is true (`stopped`), or `wait` seconds
+        after the start (default `timeout` + 3; `timed_out`); the channel is closed then, and a
+        command still running is left to its remote deadline and to the caller's cleanup.
+        """
         client = self.connect()
         command = quote_argv(argv)
         remote_deadline = max(1, int(timeout))
         # `timeout` ends the command (and its process group) at the deadline on the node; the
         # run tag, as the shell's $0, marks it as ours for `end_leftovers`.
-        wrapped = f"timeout -k 2 {remote_deadline} sh -c {shlex.quote(command)} {self.tag}"
+        wrapped = f"timeout -k {kill_after} {remote_deadline} sh -c {shlex.quote(command)} {self.tag}"
         start = time.monotonic()
+        deadline = start + (timeout + 3 if wait is None else wait)
         transport = client.get_transport()
         if transport is None or not transport.is_active():
             raise ConnectError(self.target, Cause.PROTOCOL, "session closed", _hint(self.target, Cause.PROTOCOL, self.ssh_config))
         chan = transport.open_session(timeout=self.target.connect_timeout)
+        feed = stdin if isinstance(stdin, Feed) else None
+        timed_out = stopped = False
         try:
+            if combine_stderr:
+                chan.set_combine_stderr(True)
             chan.settimeout(0.2)
             chan.exec_command(wrapped)
-            if stdin is not None:
-                chan.sendall(stdin)
-            chan.shutdown_write()
-            out, err = bytearray(), bytearray()
-            deadline = start + timeout + 3
-            timed_out = False
+            data = feed.data if feed is not None else stdin
+            if data:
+                chan.sendall(data)
+            if feed is None:
+                chan.shutdown_write()
             while True:
                 progressed = False
                 while chan.recv_ready():
-                    chunk = chan.recv(65536)
-                    if len(out) < max_output:
-                        out += chunk
+                    on_chunk(chan.recv(65536), False)
                     progressed = True
                 while chan.recv_stderr_ready():
-                    chunk = chan.recv_stderr(65536)
-                    if len(err) < max_output:
-                        err += chunk
+                    on_chunk(chan.recv_stderr(65536), True)
                     progressed = True
                 if chan.exit_status_ready() and not chan.recv_ready() and not chan.recv_stderr_ready():
                     break
-                if time.monotonic() > deadline or self.closing.is_set():
+                if feed is not None and feed.closed:
+                    feed = None
+                    with contextlib.suppress(OSError, EOFError):
+                        chan.shutdown_write()
+                if should_stop():
+                    stopped = True
+                    break
+                if time.monotonic() > deadline:
                     timed_out = True
                     break
                 if not progressed:
                     time.sleep(0.01)
-            status = chan.recv_exit_status() if not timed_out else -1
+            status = chan.recv_exit_status() if chan.exit_status_ready() else None
         finally:
             chan.close()
-        if status == TIMEOUT_EXIT:
-            timed_out = True
-        return CommandResult(
-            node=self.target.alias,
-            command=command,
-            exit_status=status,
-            stdout=out.decode("utf-8", "replace"),
-            stderr=err.decode("utf-8", "replace"),
-            duration=time.monotonic() - start,
-            timed_out=timed_out,
-        )
+        return Streamed(command, status, time.monotonic() - start, timed_out, stopped)
 
     @property
     def connected(self) -> bool:
@@ -513,28 +659,15 @@ class Pool:
                 conn = self._conns[node] = Connection(self.targets[node], self.ssh_config, self.tag)
             return conn
 
-    def run(self, node: str, argv: Sequence[str] | str, **kw: object) -> CommandResult:
-        return self.connection(node).run(argv, **kw)  # type: ignore[arg-type]
+    def run(self, node: str, argv: Sequence[str] | str, **kw: Any) -> CommandResult:
+        return self.connection(node).run(argv, **kw)
+
+    def stream(self, node: str, argv: Sequence[str] | str, **kw: Any) -> Streamed:
+        return self.connection(node).stream(argv, **kw)
 
     def map(self, fn: Callable[[T], R], items: Iterable[T]) -> list[R | BaseException]:
         """Apply `fn` to every item in parallel (at most `fanout` at once); exceptions are returned."""
-        items = list(items)
-        if not items:
-            return []
-
-        def guarded(item: T) -> R | BaseException:
-            try:
-                return fn(item)
-            except Exception as exc:  # noqa: BLE001 - handed back to the caller
-                return exc
-
-        ex = ThreadPoolExecutor(max_workers=max(1, min(self.fanout, len(items))))
-        try:
-            futures = [ex.submit(guarded, item) for item in items]
-            return [wait_result(f) for f in futures]
-        finally:
-            # on Ctrl-C do not wait here for commands in flight: end_leftovers() ends them
-            ex.shutdown(wait=False, cancel_futures=True)
+        return fan_out(fn, items, self.fanout)
 
     def end_leftovers(self) -> None:
         """Stop waiting for commands, and on every node logged in to, end whatever this run

@@ -42,7 +42,7 @@ import pytest
 
 from cluster_tests.core import pairs as pairs_mod
 from cluster_tests.core.cluster import Cluster, remote_script
-from cluster_tests.core.transport import Cause, ConnectError, quote_argv
+from cluster_tests.core.transport import Feed, quote_argv
 from cluster_tests.judge import collective as C
 from cluster_tests.judge import network as nc
 
@@ -87,69 +87,85 @@ class _NodeChannel:
         # the session's run tag (if the remote layer has one) marks the supervisor as ours
         exports = str(spec.pop("exports_word", "") or "")
         spec = {**spec, "tag": getattr(conn, "tag", None)}
-        # the launch's own exports first, as the node's shell runs them in the real launch
-        self.command = exports + quote_argv(["timeout", "-k", "5", str(timeout_s), python, "-u",
-                                             "-c", BOOTSTRAP, "--supervise", json.dumps(spec)])
+        # the launch's own exports first, as the node's shell runs them in the real launch;
+        # the transport adds `timeout -k 5 T` around it
+        self.command = exports + quote_argv([python, "-u", "-c", BOOTSTRAP, "--supervise",
+                                             json.dumps(spec)])
         cluster.login(node)
-        transport = conn.connect().get_transport()
-        if transport is None or not transport.is_active():
-            raise ConnectError(cluster.pool.targets[node], Cause.PROTOCOL, "session closed",
-                               f"run: ssh {node} true")
-        self.chan = transport.open_session(timeout=cluster.settings.timeout_connect)
-        self.chan.exec_command(self.command)
         source = remote_script("allreduce.py")
-        self.chan.sendall(str(len(source)).encode() + b"\n" + source)
         # stdin stays open: closing it is how we tell the supervisor to kill its workers
-        threading.Thread(target=self._read_stdout, args=(inbox,), daemon=True,
-                         name=f"allreduce-{node}").start()
-        threading.Thread(target=self._read_stderr, daemon=True,
-                         name=f"allreduce-{node}-err").start()
+        self.stdin = Feed(str(len(source)).encode() + b"\n" + source)
+        self._abandon = threading.Event()
+        self._lines = {False: bytearray(), True: bytearray()}
+        self._inbox = inbox
+        self._started = threading.Event()
+        self._start_error: BaseException | None = None
+        self._reader = threading.Thread(target=self._read, args=(cluster, timeout_s), daemon=True,
+                                        name=f"allreduce-{node}")
+        self._reader.start()
+        while not self._started.wait(0.2):  # short waits: Ctrl-C (see transport.wait_result)
+            continue
+        if self._start_error is not None:
+            raise self._start_error
 
-    def _read_stdout(self, inbox: queue.Queue) -> None:
+    def _read(self, cluster: Cluster, timeout_s: int) -> None:
+        def opened() -> bool:
+            self._started.set()  # the command is on its way: the constructor may return
+            return self._abandon.is_set()
+
         try:
-            for raw in self.chan.makefile("rb"):
-                line = raw.decode(errors="replace").strip()
-                try:
-                    event = json.loads(line)
-                except ValueError:
-                    if line:
-                        self.text.append(line)
-                    continue
-                if not isinstance(event, dict):
-                    continue
-                if event.get("event") == "workers":
-                    self.pids = {int(r): int(p) for r, p in event.get("pids", {}).items()}
-                elif event.get("event") == "reaped":
-                    self.reaped.set()
-                inbox.put((self.node, event))
-        except OSError:
-            pass
+            s = cluster.pool.stream(self.node, self.command, stdin=self.stdin,
+                                    on_chunk=self._chunk, should_stop=opened,
+                                    timeout=timeout_s, kill_after=5, wait=timeout_s + 10)
+            self.exit_status = s.exit_status
+        except BaseException as exc:  # noqa: BLE001 - the constructor raises it
+            if not self._started.is_set():
+                self._start_error = exc
         finally:
-            if self.chan.exit_status_ready():
-                self.exit_status = self.chan.recv_exit_status()
+            for is_stderr, rest in self._lines.items():
+                if rest:
+                    self._line(bytes(rest), is_stderr)
+            self._started.set()
             self.ended.set()
-            inbox.put((self.node, None))
+            if self._start_error is None:  # a channel that never started is not counted
+                self._inbox.put((self.node, None))
 
-    def _read_stderr(self) -> None:
+    def _chunk(self, data: bytes, is_stderr: bool) -> None:
+        buf = self._lines[is_stderr]
+        buf += data
+        *lines, rest = bytes(buf).split(b"\n")
+        buf[:] = rest
+        for raw in lines:
+            self._line(raw, is_stderr)
+
+    def _line(self, raw: bytes, is_stderr: bool) -> None:
+        if is_stderr:
+            self.stderr.append(raw.decode(errors="replace").rstrip())
+            return
+        line = raw.decode(errors="replace").strip()
         try:
-            for raw in self.chan.makefile_stderr("rb"):
-                self.stderr.append(raw.decode(errors="replace").rstrip())
-        except OSError:
-            pass
+            event = json.loads(line)
+        except ValueError:
+            if line:
+                self.text.append(line)
+            return
+        if not isinstance(event, dict):
+            return
+        if event.get("event") == "workers":
+            self.pids = {int(r): int(p) for r, p in event.get("pids", {}).items()}
+        elif event.get("event") == "reaped":
+            self.reaped.set()
+        self._inbox.put((self.node, event))
 
     def stop(self) -> bool:
         """Close the supervisor's stdin (it kills its workers), wait for its word, close.
         True when the node confirmed that every worker is gone."""
         if not self.ended.is_set():
-            try:
-                self.chan.shutdown_write()
-            except (OSError, EOFError):
-                pass
+            self.stdin.close()
             self.reaped.wait(REAP_S)
             self.ended.wait(1.0)
-        if self.exit_status is None and self.chan.exit_status_ready():
-            self.exit_status = self.chan.recv_exit_status()
-        self.chan.close()
+        self._abandon.set()
+        self._reader.join(1.0)
         # A supervisor that ended on its own said "reaped" first; one that never started a
         # worker has nothing to reap; one that `timeout` killed took its process group along.
         return (self.reaped.is_set() or (self.ended.is_set() and not self.pids)

@@ -66,6 +66,7 @@ from pathlib import Path
 
 from cluster_tests.core.cluster import Cluster, remote_script
 from cluster_tests.core.settings import Settings
+from cluster_tests.core.transport import ConnectError
 from cluster_tests.judge import hostfile as hf
 from cluster_tests.judge import training as tr
 
@@ -235,55 +236,35 @@ def _stream(
     ``limit`` + 5 s (``timeout -k``), whatever happens to this side.
     """
     cluster.login(node)
-    client = cluster.pool.connection(node).connect()
-    transport = client.get_transport()
-    if transport is None or not transport.is_active():
-        raise SetupError(f"{node}: the ssh session closed")
-    chan = transport.open_session(timeout=cluster.settings.timeout_connect)
-    wrapped = f"timeout -k 2 {int(limit) + 5} sh -c {shlex.quote(command)}"
-    start = time.monotonic()
     buf = bytearray()
     stopped: str | None = None
     stop_at: float | None = None
     checked, last_check = 0, 0.0
-    timed_out = False
+
+    def keep(chunk: bytes, is_stderr: bool) -> None:
+        if len(buf) < _MAX_LOG:
+            buf.extend(chunk)
+
+    def stop_now() -> bool:
+        nonlocal stopped, stop_at, checked, last_check
+        now = time.monotonic()
+        if stop_at is None and len(buf) != checked and now - last_check >= 0.25:
+            checked, last_check = len(buf), now
+            stopped = should_stop(buf.decode("utf-8", "replace"))
+            if stopped is None and cancelled():
+                stopped = "cancelled"
+            if stopped is not None:
+                stop_at = now + (0.0 if stopped == "cancelled" else stop_grace)
+        if stop_at is None and cancelled():
+            stopped, stop_at = "cancelled", now
+        return stop_at is not None and now >= stop_at
+
     try:
-        chan.set_combine_stderr(True)
-        chan.settimeout(0.2)
-        chan.exec_command(wrapped)
-        chan.shutdown_write()
-        while True:
-            got = False
-            while chan.recv_ready():
-                chunk = chan.recv(65536)
-                if not chunk:
-                    break
-                if len(buf) < _MAX_LOG:
-                    buf += chunk
-                got = True
-            if chan.exit_status_ready() and not chan.recv_ready():
-                break
-            now = time.monotonic()
-            if stop_at is None and len(buf) != checked and now - last_check >= 0.25:
-                checked, last_check = len(buf), now
-                stopped = should_stop(buf.decode("utf-8", "replace"))
-                if stopped is None and cancelled():
-                    stopped = "cancelled"
-                if stopped is not None:
-                    stop_at = now + (0.0 if stopped == "cancelled" else stop_grace)
-            if stop_at is None and cancelled():
-                stopped, stop_at = "cancelled", now
-            if stop_at is not None and now >= stop_at:
-                break
-            if now - start > limit + 10:
-                timed_out = True
-                break
-            if not got:
-                time.sleep(0.05)
-        status = chan.recv_exit_status() if chan.exit_status_ready() else None
-    finally:
-        chan.close()
-    seconds = time.monotonic() - start
+        s = cluster.pool.stream(node, command, on_chunk=keep, should_stop=stop_now,
+                                timeout=int(limit) + 5, wait=limit + 10, combine_stderr=True)
+    except ConnectError:
+        raise SetupError(f"{node}: the ssh session closed") from None
+    status, seconds, timed_out = s.exit_status, s.seconds, s.timed_out
     # 137: `timeout -s KILL` fired; -1: the channel reported a signal instead of a status.
     if status in (124, 137, -1) and seconds >= limit - 1:
         timed_out = True
