@@ -13,7 +13,6 @@ cannot be reached, and what fixes it, instead of printing a paramiko traceback.
 from __future__ import annotations
 
 import base64
-import enum
 import errno
 import hashlib
 import os
@@ -31,24 +30,13 @@ from typing import Callable, TypeVar
 
 import paramiko
 
+from cluster_tests.judge.sshfail import Cause  # noqa: F401  (one vocabulary)
+
 T = TypeVar("T")
 R = TypeVar("R")
 
 # Exit status that coreutils `timeout` uses when it had to kill the command.
 TIMEOUT_EXIT = 124
-
-
-class Cause(str, enum.Enum):
-    """Why a connection to a node failed, as a person would name it."""
-
-    DNS = "name not resolved"
-    REFUSED = "connection refused"
-    TIMEOUT = "connection timed out"
-    UNREACHABLE = "network unreachable"
-    HOSTKEY_UNKNOWN = "host key unknown"
-    HOSTKEY_CHANGED = "host key changed"
-    AUTH = "public key refused"
-    PROTOCOL = "ssh protocol error"
 
 
 @dataclass(frozen=True)
