@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import base64
 import contextlib
-import enum
 import errno
 import hashlib
 import os
@@ -32,24 +31,13 @@ from typing import Any, Callable, Protocol, TypeVar
 
 import paramiko
 
+from cluster_tests.judge.sshfail import Cause  # noqa: F401  (one vocabulary)
+
 T = TypeVar("T")
 R = TypeVar("R")
 
 # Exit status that coreutils `timeout` uses when it had to kill the command.
 TIMEOUT_EXIT = 124
-
-
-class Cause(str, enum.Enum):
-    """Why a connection to a node failed, as a person would name it."""
-
-    DNS = "name not resolved"
-    REFUSED = "connection refused"
-    TIMEOUT = "connection timed out"
-    UNREACHABLE = "network unreachable"
-    HOSTKEY_UNKNOWN = "host key unknown"
-    HOSTKEY_CHANGED = "host key changed"
-    AUTH = "public key refused"
-    PROTOCOL = "ssh protocol error"
 
 
 @dataclass(frozen=True)

@@ -5,13 +5,11 @@ Pure functions over the facts that the probe gathers, so that each rule is unit-
 
 from __future__ import annotations
 
-import re
 import shlex
 from dataclasses import dataclass, field
 
+from cluster_tests.judge import sshfail
 from cluster_tests.report import fixes as fx
-
-GUIDE_MODES = {"authorized_keys": 0o600, "ssh_dir": 0o700}
 
 
 @dataclass
@@ -109,38 +107,9 @@ def parse_sshd_T(text: str) -> dict[str, str]:
 # -- why did `ssh a b true` fail? ----------------------------------------------------------
 
 
-@dataclass
-class PairFailure:
-    cause: str
-    detail: str
-    fix: str
-
-
-_KEYTYPE = re.compile(r"No (\S+) host key is known for (\S+)")
-
-
 def classify_ssh_failure(stderr: str, rc: int) -> str:
-    s = stderr
-    if "Could not resolve hostname" in s or "Name or service not known" in s:
-        return "name not resolved"
-    if "REMOTE HOST IDENTIFICATION HAS CHANGED" in s or "Host key for" in s and "has changed" in s:
-        return "host key changed"
-    if "Host key verification failed" in s or "host key is known" in s:
-        return "host key unknown"
-    denied = re.search(r"Permission denied \(([^)]*)\)", s)
-    if denied and "publickey" not in denied.group(1).split(","):
-        return "public keys not accepted"
-    if denied or "Too many authentication failures" in s:
-        return "public key refused"
-    if "Connection refused" in s:
-        return "connection refused"
-    if "timed out" in s or "Connection timed out" in s or rc == 124:
-        return "connection timed out"
-    if "No route to host" in s or "Network is unreachable" in s:
-        return "network unreachable"
-    if "command not found" in s and rc == 127:
-        return "ssh not installed"
-    return "ssh failed"
+    """The cause's words (judge/sshfail.py's vocabulary) for an OpenSSH client's stderr."""
+    return sshfail.classify(stderr, rc).value
 
 
 def public_keys(pubkey_texts: dict[str, str | None]) -> list[str]:

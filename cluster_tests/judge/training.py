@@ -46,6 +46,7 @@ from pathlib import Path
 from typing import Any
 
 from cluster_tests import node
+from cluster_tests.judge.sshfail import Cause
 
 TAG = "CT_SMOKE"
 SCRIPT_PATH = node.script("train_smoke.py")
@@ -446,6 +447,7 @@ class _Rule:
     cause: str
     hint: str
     host_group: str | None = None  # named group in pattern naming the node, if any
+    ssh_cause: Cause | None = None  # where this rule sits in judge/sshfail.py's vocabulary
 
 
 def _r(p: str) -> re.Pattern[str]:
@@ -461,6 +463,7 @@ _RULES: list[_Rule] = [
         "append the launcher user's ~/.ssh/id_*.pub to that node's ~/.ssh/authorized_keys; "
         "check modes: chmod 700 ~/.ssh; chmod 600 ~/.ssh/authorized_keys (sshd StrictModes), "
         "and PubkeyAuthentication/PermitRootLogin in sshd_config",
+        ssh_cause=Cause.AUTH,
     ),
     _Rule(
         "ssh-hostkey",
@@ -468,6 +471,7 @@ _RULES: list[_Rule] = [
         "ssh host key unknown or changed (strict host key checking)",
         "on the launching node: ssh-keyscan -H <node> >> ~/.ssh/known_hosts "
         "(or ssh-keygen -R <node> first if the key changed), then ssh <node> true",
+        ssh_cause=Cause.HOSTKEY_UNKNOWN,
     ),
     _Rule(
         "ssh-resolve",
@@ -476,6 +480,7 @@ _RULES: list[_Rule] = [
         "add the node to /etc/hosts (same line on every node) or DNS, or use its IP in the "
         "hostfile",
         "h",
+        ssh_cause=Cause.DNS,
     ),
     _Rule(
         "ssh-refused",
@@ -484,6 +489,7 @@ _RULES: list[_Rule] = [
         "start sshd on the node (systemctl start ssh) or give the port (--ssh_port / "
         "~/.ssh/config Port)",
         "h",
+        ssh_cause=Cause.REFUSED,
     ),
     _Rule(
         "ssh-timeout",
@@ -495,6 +501,7 @@ _RULES: list[_Rule] = [
         "check the node is up and reachable (ping), and the firewall allows tcp/22 from the "
         "launching node",
         "h",
+        ssh_cause=Cause.TIMEOUT,
     ),
     _Rule(
         "ssh-exit",
@@ -503,6 +510,7 @@ _RULES: list[_Rule] = [
         "wait in rendezvous",
         "fix the ssh error shown for that node (ssh -o BatchMode=yes <node> true from the "
         "rank-0 node), then rerun",
+        ssh_cause=Cause.FAILED,
     ),
     _Rule(
         "no-deepspeed",

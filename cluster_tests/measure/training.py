@@ -74,7 +74,6 @@ SCRATCH = "/tmp"
 RUN_PREFIX = "ct-train-"
 SCRIPT_NAME = "train_smoke.py"
 LAUNCH_MARK = "CT_LAUNCH"
-STOP_MARK = "CT_LAUNCH_STOPPED"
 #: Variables of the pytest process passed on to the ranks (see the module docstring).
 FORWARD_ENV = ("DS_ACCELERATOR",)
 #: Diagnoses that do not stop a launch that is still running (they are normal mid-run, or
