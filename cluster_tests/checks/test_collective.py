@@ -22,12 +22,17 @@ import json
 import os
 import statistics
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from cluster_tests.core.cluster import Cluster
+from cluster_tests.core.memokey import MemoKey
 from cluster_tests.judge import collective as C
 from cluster_tests.measure import allreduce as R
+
+CLUSTER_RUN: MemoKey[Any] = MemoKey("collective", "cluster")
+PAIR_RUNS: MemoKey[Any] = MemoKey("collective", "pairs")
 
 pytestmark = pytest.mark.collective
 
@@ -46,7 +51,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 @pytest.fixture(scope="session")
 def allreduce_run(cluster: Cluster, pytestconfig: pytest.Config) -> R.RemoteRun:
     """C1's run, once per session; kept in config.stash for the terminal summary."""
-    run = cluster.memo(("collective", "cluster"), lambda: R.run_cluster(cluster))
+    run = cluster.memo(CLUSTER_RUN, lambda: R.run_cluster(cluster))
     R.stash(pytestconfig)["cluster"] = run
     path = cluster.settings.collective.busbw_record
     if path and run.report.rows:
@@ -57,7 +62,7 @@ def allreduce_run(cluster: Cluster, pytestconfig: pytest.Config) -> R.RemoteRun:
 @pytest.fixture(scope="session")
 def pair_runs(cluster: Cluster, pytestconfig: pytest.Config) -> dict:
     """C2's runs (every pair, circle rounds), once per session, plus the slow-pair analysis."""
-    runs = cluster.memo(("collective", "pairs"), lambda: R.run_pairs(cluster))
+    runs = cluster.memo(PAIR_RUNS, lambda: R.run_pairs(cluster))
     measured = {p: r.report.rows[-1].busbw_GBps for p, r in runs.items()
                 if isinstance(r, R.RemoteRun) and r.report.ok and r.report.rows}
     ratio = cluster.settings.collective.pair_slow_ratio

@@ -12,10 +12,14 @@ from typing import Any
 import pytest
 
 from cluster_tests.core.cluster import Cluster, ProbeError
+from cluster_tests.core.memokey import MemoKey
 from cluster_tests.judge import accelerator as accel
 from cluster_tests.judge import env as ec
 from cluster_tests.judge import parsers, rdma
 from cluster_tests.measure import rehearsal
+
+COMM_TABLE: MemoKey[Any] = MemoKey("envcheck", "comm_table")
+VERSIONS: MemoKey[Any] = MemoKey("envcheck", "versions")
 
 pytestmark = pytest.mark.env
 
@@ -114,7 +118,7 @@ def _comm_table(cluster: Cluster) -> dict[str, dict[str, str | None]]:
                 continue
             table[n] = {**ec.comm_vars(facts["env"]), **overlay}
         return table
-    return cluster.memo(("envcheck", "comm_table"), compute)
+    return cluster.memo(COMM_TABLE, compute)
 
 
 def test_env_agrees(cluster: Cluster, node: str) -> None:
@@ -163,7 +167,7 @@ def _versions(cluster: Cluster) -> dict[str, dict[str, Any]]:
         got = cluster.pool.map(lambda n: cluster.probe(n, "versions", script=SCRIPT,
                                                        timeout=max(120, cluster.settings.timeout_command)), up)
         return {n: v for n, v in zip(up, got) if not isinstance(v, BaseException)}
-    return cluster.memo(("envcheck", "versions"), compute)
+    return cluster.memo(VERSIONS, compute)
 
 
 def _imported(cluster: Cluster) -> dict[str, dict[str, Any]]:

@@ -13,7 +13,11 @@ from typing import Any
 import pytest
 
 from cluster_tests.core.cluster import Cluster, ProbeError
+from cluster_tests.core.memokey import MemoKey
 from cluster_tests.judge import gpuhealth, rdma
+
+PORTS: MemoKey[Any] = MemoKey("health", "ports")
+NPU: MemoKey[Any] = MemoKey("health", "npu")
 
 pytestmark = pytest.mark.health
 
@@ -31,7 +35,7 @@ def _section(cluster: Cluster, node: str, section: str) -> dict[str, Any]:
 
 
 def _ports(cluster: Cluster, node: str) -> tuple[list[rdma.Port], str]:
-    return cluster.memo(("health", "ports", node), lambda: rdma.ports_from_probe(
+    return cluster.memo(PORTS(node), lambda: rdma.ports_from_probe(
         cluster.probe(node, "fabric", script="healthprobe.py")["rdma"]))
 
 
@@ -277,7 +281,7 @@ def _npu_verdict(cluster: Cluster, node: str):
     def compute():
         raw = cluster.probe(node, "accel", script="healthprobe.py")
         return gpuhealth.judge_npu(raw) if "npu_smi_info_l" in raw else None
-    return cluster.memo(("health", "npu", node), compute)
+    return cluster.memo(NPU(node), compute)
 
 
 def test_npu_health(cluster: Cluster, node: str, record_property) -> None:

@@ -6,12 +6,17 @@ from __future__ import annotations
 
 import warnings
 from collections import Counter
+from typing import Any
 
 import pytest
 
 from cluster_tests.core.cluster import Cluster, ProbeError
+from cluster_tests.core.memokey import MemoKey
 from cluster_tests.judge import network as nc
 from cluster_tests.judge.netfacts import parse_interfaces, route_device
+
+RTT_BASELINE: MemoKey[Any] = MemoKey("netcheck", "rtt_baseline")
+MTUS: MemoKey[Any] = MemoKey("netcheck", "mtus")
 
 pytestmark = pytest.mark.network
 
@@ -84,7 +89,7 @@ def _rtt_baseline(cluster: Cluster) -> list[float]:
         m = nc.port_matrix(cluster)
         return [s.median_ms for x, row in m.results.items() for y, e in row.items()
                 if x != y and (s := nc.rtt_stats(e["rtt_ms"])) is not None]
-    return cluster.memo(("netcheck", "rtt_baseline"), compute)
+    return cluster.memo(RTT_BASELINE, compute)
 
 
 def test_high_ports(cluster: Cluster, pair: tuple[str, str], record_property) -> None:
@@ -383,7 +388,7 @@ def _mtus(cluster: Cluster) -> dict[str, tuple[str, int | None]]:
             if dev is not None:
                 out[n] = (dev, _ifaces(cluster, n).get(dev).mtu if dev in _ifaces(cluster, n) else None)
         return out
-    return cluster.memo(("netcheck", "mtus"), compute)
+    return cluster.memo(MTUS, compute)
 
 
 def test_mtu(cluster: Cluster, node: str, record_property) -> None:

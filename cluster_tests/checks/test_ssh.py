@@ -8,15 +8,20 @@ import shutil
 import subprocess
 import threading
 import warnings
+from typing import Any
 
 import pytest
 
 from cluster_tests.core import pairs
 from cluster_tests.core.cluster import Cluster, ProbeError
+from cluster_tests.core.memokey import MemoKey
 from cluster_tests.core.plugin import LAUNCHER
 from cluster_tests.judge import launch as launchenv
 from cluster_tests.judge import ssh as sshcheck
 from cluster_tests.report import fixes as fx
+
+PAIRS_ALL: MemoKey[Any] = MemoKey("ssh", "pairs_all")
+PDSH: MemoKey[Any] = MemoKey("pdsh")
 
 pytestmark = pytest.mark.ssh
 
@@ -98,7 +103,7 @@ def _pairs_from(cluster: Cluster, source: str) -> dict:
     need at once (bounded by --fanout), so the sources overlap instead of taking turns."""
     sources = pairs.collected_sources(cluster, "test_ssh_trust")
     if source in sources and len(sources) > 1:
-        cluster.memo(("ssh", "pairs_all"), lambda: cluster.pool.map(
+        cluster.memo(PAIRS_ALL, lambda: cluster.pool.map(
             lambda s: cluster.login_error(s) is None and _probe_pairs(cluster, s), sources))
     return _probe_pairs(cluster, source)
 
@@ -240,13 +245,13 @@ def _pdsh_run(cluster: Cluster, site: str) -> tuple[int, str, str | None] | str:
     for other in (LAUNCHER, cluster.names[0]):
         if other != site and cluster.cached(("pdsh", other)) is None:
             threading.Thread(target=_quiet_pdsh, args=(cluster, other), daemon=True).start()
-    return cluster.memo(("pdsh", site), lambda: _pdsh(cluster, site))
+    return cluster.memo(PDSH(site), lambda: _pdsh(cluster, site))
 
 
 def _quiet_pdsh(cluster: Cluster, site: str) -> None:
     """Start `site`'s pdsh run in the memo; its own tests report the outcome."""
     try:
-        cluster.memo(("pdsh", site), lambda: _pdsh(cluster, site))
+        cluster.memo(PDSH(site), lambda: _pdsh(cluster, site))
     except BaseException:  # noqa: BLE001 - stored in the memo, re-raised to that site's tests
         pass
 

@@ -10,6 +10,9 @@ from typing import Any
 import pytest
 
 from cluster_tests.core.cluster import Cluster, ProbeError
+from cluster_tests.core.memokey import MemoKey
+
+SHARE_MATRIX: MemoKey[Any] = MemoKey("storage", "share_matrix")
 
 pytestmark = pytest.mark.storage
 
@@ -105,7 +108,7 @@ def _share_matrix(cluster: Cluster, path: str) -> ShareMatrix:
 
             m.removes = dict(zip(written, cluster.pool.map(remove, written)))
         return m
-    return cluster.memo(("storage", "share_matrix", path), compute)
+    return cluster.memo(SHARE_MATRIX(path), compute)
 
 
 def test_output_shared(cluster: Cluster, pair: tuple[str, str]) -> None:

@@ -18,11 +18,12 @@ from collections.abc import Iterable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, TypeVar
 
 import pytest
 
 from cluster_tests import node
+from cluster_tests.core.memokey import MemoKey
 from cluster_tests.core.settings import Settings
 from cluster_tests.core.transport import (
     CommandResult,
@@ -86,6 +87,8 @@ class ProbeError(Exception):
         super().__init__(message)
 
 
+T = TypeVar("T")
+
 @dataclass(frozen=True)
 class Node:
     name: str
@@ -139,7 +142,7 @@ class Cluster:
         raise KeyError(name)
 
     # -- the memo ---------------------------------------------------------------------------
-    def memo(self, key: tuple[str, ...], compute: Callable[[], Any]) -> Any:
+    def memo(self, key: MemoKey[T], compute: Callable[[], T]) -> T:
         """Compute `key` once for the whole session, even when many threads ask at once."""
         with self._lock:
             fut = self._memo.get(key)
@@ -154,7 +157,7 @@ class Cluster:
                 fut.set_exception(exc)
         return wait_result(fut)
 
-    def cached(self, key: tuple[str, ...]) -> Any:
+    def cached(self, key: MemoKey[T]) -> T | None:
         """A memo entry that is already computed (None otherwise); never computes or waits."""
         with self._lock:
             fut = self._memo.get(key)
@@ -210,7 +213,7 @@ class Cluster:
             conn.connect()
             return conn.login_seconds or 0.0
 
-        return self.memo(("login", node), do)
+        return self.memo(MemoKey("login", node), do)
 
     def login_error(self, node: str) -> ConnectError | None:
         try:
@@ -288,7 +291,7 @@ class Cluster:
         `script` names a file in `cluster_tests/node/` that follows probe.py's protocol:
         argv[1] is JSON {"sections": [...], **params}; it prints `CT_PROBE_JSON:{section: data}`.
         """
-        key = ("probe", node, script, section, json.dumps(params, sort_keys=True))
+        key: MemoKey[Any] = MemoKey("probe", node, script, section, json.dumps(params, sort_keys=True))
         if self.shared_dir is None:
             return self.memo(key, lambda: self._counted_probe(node, section, params, script))
         return self.memo(key, lambda: self._shared_probe(key, node, section, params, script))

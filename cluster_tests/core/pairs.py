@@ -29,9 +29,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from cluster_tests.core.memokey import MemoKey
+
 AUTO_ALL_MAX = 32  # "auto": all pairs up to this many nodes (32*32 = 1024 pairs), ring beyond
-MEMO_KEY = ("pairs", "selection")
-SOURCES_KEY = ("pairs", "collected_sources")  # {test function name: sources of its collected pairs}
+MEMO_KEY: MemoKey[Any] = MemoKey("pairs", "selection")
+SOURCES_KEY: MemoKey[dict[str, list[str]]] = MemoKey("pairs", "collected_sources")  # {test function name: sources of its collected pairs}
 
 
 @dataclass(frozen=True)

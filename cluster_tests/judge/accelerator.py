@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+from cluster_tests.core.memokey import MemoKey
 from cluster_tests.judge import parsers
+
+INVENTORY: MemoKey[Any] = MemoKey("inventory")
 
 if TYPE_CHECKING:  # the pure parts (from_probe) import without the SSH layer (bench/gpu_check.py)
     from cluster_tests.core.cluster import Cluster
@@ -58,4 +61,4 @@ def from_probe(raw: dict) -> Inventory:
 
 
 def inventory(cluster: Cluster, node: str) -> Inventory:
-    return cluster.memo(("inventory", node), lambda: from_probe(cluster.probe(node, "accelerators")))
+    return cluster.memo(INVENTORY(node), lambda: from_probe(cluster.probe(node, "accelerators")))

@@ -24,7 +24,10 @@ from typing import Any
 
 from cluster_tests.core import pairs
 from cluster_tests.core.cluster import Cluster, ProbeError
+from cluster_tests.core.memokey import MemoKey
 from cluster_tests.judge.netfacts import Interface
+
+PORT_MATRIX: MemoKey[Any] = MemoKey("netcheck", "port_matrix")
 
 SCRIPT = "netprobe.py"
 SOCKET_IFNAME_VARS = ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME", "HCCL_SOCKET_IFNAME")
@@ -53,7 +56,7 @@ def port_timeout(cluster: Cluster) -> float:
 
 def port_matrix(cluster: Cluster) -> PortMatrix:
     """The whole matrix, measured once for the session."""
-    return cluster.memo(("netcheck", "port_matrix"), lambda: measure(cluster))
+    return cluster.memo(PORT_MATRIX, lambda: measure(cluster))
 
 
 def measure(cluster: Cluster) -> PortMatrix:

@@ -496,7 +496,10 @@ def involved_nodes(run: RemoteRun) -> list[str]:
 
 def _memo_result(cluster: Cluster, key: tuple[str, ...]) -> Any:
     """A finished session-memo entry, without computing it (None if absent or failed)."""
-    fut = getattr(cluster, "_memo", {}).get(key)
+    cached = getattr(cluster, "cached", None)
+    if cached is not None:
+        return cached(key)
+    fut = getattr(cluster, "_memo", {}).get(key)  # a stand-in cluster without `cached`
     if fut is None or not fut.done() or fut.exception() is not None:
         return None
     return fut.result()

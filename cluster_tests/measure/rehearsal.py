@@ -29,10 +29,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cluster_tests.core.cluster import Cluster, ProbeError, remote_script
+from cluster_tests.core.memokey import MemoKey
 from cluster_tests.judge import hostfile as hf
 from cluster_tests.judge import launch as le
 
-MEMO_KEY = ("rehearsal", "result")
+MEMO_KEY: MemoKey[Any] = MemoKey("rehearsal", "result")
 SCRIPT = "envprobe.py"
 TEST_ID = "test_launch_rehearsal"
 

@@ -63,12 +63,17 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from cluster_tests.core.cluster import Cluster, remote_script
+from cluster_tests.core.memokey import MemoKey
 from cluster_tests.core.settings import Settings
 from cluster_tests.core.transport import ConnectError
 from cluster_tests.judge import hostfile as hf
 from cluster_tests.judge import training as tr
+
+T1_RUN: MemoKey[Any] = MemoKey("training", "T1")
+T2_RUN: MemoKey[Any] = MemoKey("training", "T2")
 
 SCRATCH = "/tmp"
 RUN_PREFIX = "ct-train-"
@@ -351,7 +356,7 @@ class TrainingRuns:
 
     def single_node(self, node: str) -> Launch:
         """T1 on ``node`` (run once per session; every caller gets the same Launch)."""
-        return self.cluster.memo(("training", "T1", node), lambda: self._single_node(node))
+        return self.cluster.memo(T1_RUN(node), lambda: self._single_node(node))
 
     def _single_node(self, node: str) -> Launch:
         cfg = self.config
@@ -377,7 +382,7 @@ class TrainingRuns:
     # -- T2 -------------------------------------------------------------------------------
     def multi_node(self) -> Launch:
         """T2 from the rank-0 node through ``deepspeed --hostfile`` (once per session)."""
-        return self.cluster.memo(("training", "T2"), self._multi_node)
+        return self.cluster.memo(T2_RUN, self._multi_node)
 
     def _multi_node(self) -> Launch:
         cfg = self.config

@@ -1,0 +1,24 @@
+"""Typed keys for the session memo (`Cluster.memo`, `Cluster.cached`).
+
+A key is declared once, as a module constant, by the module that produces the fact:
+``MTUS: MemoKey[dict[str, tuple[str, int]]] = MemoKey("netcheck", "mtus")``; a key with a
+per-node (or per-path) part is made by calling it: ``PORTS(node)``.  A key is a tuple, so it
+hashes and compares like the bare tuple it replaces.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Generic, TypeVar
+
+T = TypeVar("T")
+
+
+class MemoKey(tuple, Generic[T]):  # type: ignore[type-arg]
+    """A memo key whose value has type `T`."""
+
+    def __new__(cls, *parts: str) -> MemoKey[T]:
+        return super().__new__(cls, parts)
+
+    def __call__(self, *more: Any) -> MemoKey[T]:
+        """This key narrowed by `more` (a node name, a path)."""
+        return MemoKey(*self, *more)
