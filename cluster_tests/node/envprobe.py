@@ -22,8 +22,9 @@ import shutil
 import subprocess
 import sys
 
+
 def run(argv, timeout=10.0):
-    return run_quiet(argv, timeout, 100000, 10000)
+    return run_quiet(argv, timeout, 100000, 10000)  # noqa: F821 (prelude.py)
 
 
 def read_text(path, limit=256 * 1024):
@@ -250,4 +251,4 @@ SECTIONS = {
 
 
 if __name__ == "__main__":
-    probe_main(SECTIONS)
+    probe_main(SECTIONS)  # noqa: F821 (prelude.py)

@@ -17,16 +17,14 @@ elsewhere, and the project's simulated cluster, which has no RDMA hardware).
 """
 
 import glob
-import json
 import os
 import re
 import resource
 import shutil
-import subprocess
-import sys
+
 
 def run(argv, timeout=15.0):
-    return run_quiet(argv, timeout, 400000, 10000)
+    return run_quiet(argv, timeout, 400000, 10000)  # noqa: F821 (prelude.py)
 
 
 def read(path, limit=65536):
@@ -206,4 +204,4 @@ SECTIONS = {"fabric": section_fabric, "accel": section_accel}
 
 
 if __name__ == "__main__":
-    probe_main(SECTIONS, ["fabric"])
+    probe_main(SECTIONS, ["fabric"])  # noqa: F821 (prelude.py)

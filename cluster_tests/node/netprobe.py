@@ -17,14 +17,11 @@ Sections:
 """
 
 import errno
-import json
 import os
 import select
 import shutil
 import signal
 import socket
-import subprocess
-import sys
 import threading
 import time
 
@@ -32,7 +29,7 @@ GREETING = b"CT-LISTENER "
 
 
 def run(argv, timeout=10.0):
-    return run_quiet(argv, timeout, 200000, 20000)
+    return run_quiet(argv, timeout, 200000, 20000)  # noqa: F821 (prelude.py)
 
 
 # -- listen ------------------------------------------------------------------------------------
@@ -284,4 +281,4 @@ SECTIONS = {
 
 
 if __name__ == "__main__":
-    probe_main(SECTIONS)
+    probe_main(SECTIONS)  # noqa: F821 (prelude.py)

@@ -9,19 +9,18 @@ Output: one line `CT_PROBE_JSON:{...}` on stdout (a chatty ~/.bashrc may print o
 """
 
 import grp
-import json
 import os
 import pwd
 import shutil
 import socket
 import stat
-import subprocess
 import sys
 import threading
 import time
 
+
 def run(argv, timeout=10.0, env=None):
-    return run_command(argv, timeout, 200000, 20000, env)
+    return run_command(argv, timeout, 200000, 20000, env)  # noqa: F821 (prelude.py)
 
 
 def stat_path(path):
@@ -247,4 +246,4 @@ SECTIONS = {
 
 
 if __name__ == "__main__":
-    probe_main(SECTIONS, ["base"])
+    probe_main(SECTIONS, ["base"])  # noqa: F821 (prelude.py)

@@ -11,10 +11,9 @@ Sections:
   remove  remove this node's token file (only ours: the name carries the session id)
 """
 
-import json
 import os
-import sys
 import tempfile
+
 
 def _mount_of(path):
     """(mount point, fs type, source) of the mount holding `path`, from mountinfo."""
@@ -101,4 +100,4 @@ SECTIONS = {"dir": section_dir, "write": section_write, "read": section_read,
 
 
 if __name__ == "__main__":
-    probe_main(SECTIONS)
+    probe_main(SECTIONS)  # noqa: F821 (prelude.py)
