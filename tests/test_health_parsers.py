@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import ttar
 
+from cluster_tests import node
 from cluster_tests.judge import gpuhealth, nccllog, rdma
 
 SAMPLES = Path(__file__).resolve().parent / "data" / "samples"
@@ -22,9 +23,10 @@ def sample(name: str) -> str:
 
 
 def _probe_module():
-    spec = importlib.util.spec_from_file_location("healthprobe", PROBE)
+    """healthprobe.py as it runs on a node: the prelude followed by the script."""
+    spec = importlib.util.spec_from_loader("healthprobe", loader=None)
     mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    exec(compile(node.source("healthprobe.py"), str(PROBE), "exec"), mod.__dict__)
     return mod
 
 

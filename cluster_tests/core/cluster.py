@@ -71,7 +71,7 @@ def node_probes(settings: Settings, markers: Iterable[str]) -> tuple[NodeProbe, 
 
 
 def remote_script(name: str) -> bytes:
-    return node.script(name).read_bytes()
+    return node.source(name)
 
 
 def _secret_values(env: Any) -> set[str]:

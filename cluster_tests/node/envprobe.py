@@ -25,21 +25,9 @@ import subprocess
 import sys
 import tempfile
 
-MARK = "CT_PROBE_JSON:"
-
 
 def run(argv, timeout=10.0):
-    try:
-        proc = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=timeout,
-                              check=False)
-        return {"rc": proc.returncode, "out": proc.stdout.decode("utf-8", "replace")[-100000:],
-                "err": proc.stderr.decode("utf-8", "replace")[-10000:]}
-    except FileNotFoundError:
-        return {"rc": 127, "out": "", "err": "%s: command not found" % argv[0]}
-    except subprocess.TimeoutExpired:
-        return {"rc": 124, "out": "", "err": "timed out after %ss" % timeout}
-    except OSError as exc:
-        return {"rc": 126, "out": "", "err": str(exc)}
+    return run_quiet(argv, timeout, 100000, 10000)  # noqa: F821 (prelude.py)
 
 
 def read_text(path, limit=256 * 1024):
@@ -310,21 +298,5 @@ SECTIONS = {
 }
 
 
-def main():
-    params = json.loads(sys.argv[1]) if len(sys.argv) > 1 else {}
-    result = {}
-    for name in params.get("sections", []):
-        fn = SECTIONS.get(name)
-        if fn is None:
-            result[name] = {"error": "unknown section"}
-            continue
-        try:
-            result[name] = fn(params)
-        except Exception as exc:  # report, never crash: the launcher needs the rest
-            result[name] = {"error": "%s: %s" % (type(exc).__name__, exc)}
-    sys.stdout.write("\n" + MARK + json.dumps(result) + "\n")
-    sys.stdout.flush()
-
-
 if __name__ == "__main__":
-    main()
+    probe_main(SECTIONS)  # noqa: F821 (prelude.py)

@@ -17,29 +17,14 @@ elsewhere, and the project's simulated cluster, which has no RDMA hardware).
 """
 
 import glob
-import json
 import os
 import re
 import resource
 import shutil
-import subprocess
-import sys
-
-MARK = "CT_PROBE_JSON:"
 
 
 def run(argv, timeout=15.0):
-    try:
-        proc = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=timeout,
-                              check=False)
-        return {"rc": proc.returncode, "out": proc.stdout.decode("utf-8", "replace")[-400000:],
-                "err": proc.stderr.decode("utf-8", "replace")[-10000:]}
-    except FileNotFoundError:
-        return {"rc": 127, "out": "", "err": "%s: command not found" % argv[0]}
-    except subprocess.TimeoutExpired:
-        return {"rc": 124, "out": "", "err": "timed out after %ss" % timeout}
-    except OSError as exc:
-        return {"rc": 126, "out": "", "err": str(exc)}
+    return run_quiet(argv, timeout, 400000, 10000)  # noqa: F821 (prelude.py)
 
 
 def read(path, limit=65536):
@@ -218,21 +203,5 @@ def section_accel(params):
 SECTIONS = {"fabric": section_fabric, "accel": section_accel}
 
 
-def main():
-    params = json.loads(sys.argv[1]) if len(sys.argv) > 1 else {}
-    result = {}
-    for name in params.get("sections", ["fabric"]):
-        fn = SECTIONS.get(name)
-        if fn is None:
-            result[name] = {"error": "unknown section"}
-            continue
-        try:
-            result[name] = fn(params)
-        except Exception as exc:  # report, never crash: the launcher needs the rest
-            result[name] = {"error": "%s: %s" % (type(exc).__name__, exc)}
-    sys.stdout.write("\n" + MARK + json.dumps(result) + "\n")
-    sys.stdout.flush()
-
-
 if __name__ == "__main__":
-    main()
+    probe_main(SECTIONS, ["fabric"])  # noqa: F821 (prelude.py)

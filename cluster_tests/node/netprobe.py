@@ -17,33 +17,19 @@ Sections:
 """
 
 import errno
-import json
 import os
 import select
 import shutil
 import signal
 import socket
-import subprocess
-import sys
 import threading
 import time
 
-MARK = "CT_PROBE_JSON:"
 GREETING = b"CT-LISTENER "
 
 
 def run(argv, timeout=10.0):
-    try:
-        proc = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=timeout,
-                              check=False)
-        return {"rc": proc.returncode, "out": proc.stdout.decode("utf-8", "replace")[-200000:],
-                "err": proc.stderr.decode("utf-8", "replace")[-20000:]}
-    except FileNotFoundError:
-        return {"rc": 127, "out": "", "err": "%s: command not found" % argv[0]}
-    except subprocess.TimeoutExpired:
-        return {"rc": 124, "out": "", "err": "timed out after %ss" % timeout}
-    except OSError as exc:
-        return {"rc": 126, "out": "", "err": str(exc)}
+    return run_quiet(argv, timeout, 200000, 20000)  # noqa: F821 (prelude.py)
 
 
 # -- listen ------------------------------------------------------------------------------------
@@ -294,21 +280,5 @@ SECTIONS = {
 }
 
 
-def main():
-    params = json.loads(sys.argv[1]) if len(sys.argv) > 1 else {}
-    result = {}
-    for name in params.get("sections", []):
-        fn = SECTIONS.get(name)
-        if fn is None:
-            result[name] = {"error": "unknown section"}
-            continue
-        try:
-            result[name] = fn(params)
-        except Exception as exc:  # report, never crash: the launcher needs the rest
-            result[name] = {"error": "%s: %s" % (type(exc).__name__, exc)}
-    sys.stdout.write("\n" + MARK + json.dumps(result) + "\n")
-    sys.stdout.flush()
-
-
 if __name__ == "__main__":
-    main()
+    probe_main(SECTIONS)  # noqa: F821 (prelude.py)

@@ -9,43 +9,18 @@ Output: one line `CT_PROBE_JSON:{...}` on stdout (a chatty ~/.bashrc may print o
 """
 
 import grp
-import json
 import os
 import pwd
 import shutil
 import socket
 import stat
-import subprocess
 import sys
 import threading
 import time
 
-MARK = "CT_PROBE_JSON:"
-
 
 def run(argv, timeout=10.0, env=None):
-    start = time.monotonic()
-    try:
-        proc = subprocess.run(
-            argv,
-            check=False,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            timeout=timeout,
-            env=env,
-        )
-        return {
-            "rc": proc.returncode,
-            "out": proc.stdout.decode("utf-8", "replace")[-200000:],
-            "err": proc.stderr.decode("utf-8", "replace")[-20000:],
-            "seconds": time.monotonic() - start,
-        }
-    except FileNotFoundError:
-        return {"rc": 127, "out": "", "err": "%s: command not found" % argv[0], "seconds": 0.0}
-    except subprocess.TimeoutExpired:
-        return {"rc": 124, "out": "", "err": "timed out after %ss" % timeout, "seconds": timeout}
-    except OSError as exc:
-        return {"rc": 126, "out": "", "err": str(exc), "seconds": 0.0}
+    return run_command(argv, timeout, 200000, 20000, env)  # noqa: F821 (prelude.py)
 
 
 def stat_path(path):
@@ -270,21 +245,5 @@ SECTIONS = {
 }
 
 
-def main():
-    params = json.loads(sys.argv[1]) if len(sys.argv) > 1 else {}
-    result = {}
-    for name in params.get("sections", ["base"]):
-        fn = SECTIONS.get(name)
-        if fn is None:
-            result[name] = {"error": "unknown section"}
-            continue
-        try:
-            result[name] = fn(params)
-        except Exception as exc:  # report, never crash: the launcher needs the rest
-            result[name] = {"error": "%s: %s" % (type(exc).__name__, exc)}
-    sys.stdout.write("\n" + MARK + json.dumps(result) + "\n")
-    sys.stdout.flush()
-
-
 if __name__ == "__main__":
-    main()
+    probe_main(SECTIONS, ["base"])  # noqa: F821 (prelude.py)

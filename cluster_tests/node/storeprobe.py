@@ -11,12 +11,8 @@ Sections:
   remove  remove this node's token file (only ours: the name carries the session id)
 """
 
-import json
 import os
-import sys
 import tempfile
-
-MARK = "CT_PROBE_JSON:"
 
 
 def _mount_of(path):
@@ -103,21 +99,5 @@ SECTIONS = {"dir": section_dir, "write": section_write, "read": section_read,
             "remove": section_remove}
 
 
-def main():
-    params = json.loads(sys.argv[1]) if len(sys.argv) > 1 else {}
-    result = {}
-    for name in params.get("sections", []):
-        fn = SECTIONS.get(name)
-        if fn is None:
-            result[name] = {"error": "unknown section"}
-            continue
-        try:
-            result[name] = fn(params)
-        except Exception as exc:  # report, never crash: the launcher needs the rest
-            result[name] = {"error": "%s: %s" % (type(exc).__name__, exc)}
-    sys.stdout.write("\n" + MARK + json.dumps(result) + "\n")
-    sys.stdout.flush()
-
-
 if __name__ == "__main__":
-    main()
+    probe_main(SECTIONS)  # noqa: F821 (prelude.py)

@@ -1,0 +1,57 @@
+"""The prelude shared by the probe-family node-side scripts: cluster_tests.node.source() sends
+this text followed by the script, so the script runs alone (Python 3.6+, standard library only)
+but never repeats these helpers.
+
+Used by: probe.py, envprobe.py, netprobe.py, healthprobe.py, storeprobe.py.
+Not used by allreduce.py, train_smoke.py, rehearse.py: they share nothing with it (no JSON
+sections, no capped commands) and are sent as they are.
+
+A script must not define any name defined here (tests/test_node_prelude.py checks it)."""
+import json
+import subprocess
+import sys
+import time
+
+MARK = "CT_PROBE_JSON:"
+
+
+def run_command(argv, timeout, out_cap, err_cap, env=None):
+    """Run argv with a timeout; keep the last out_cap/err_cap characters of stdout/stderr."""
+    start = time.monotonic()
+    try:
+        proc = subprocess.run(argv, check=False, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              timeout=timeout, env=env)
+        return {"rc": proc.returncode, "out": proc.stdout.decode("utf-8", "replace")[-out_cap:],
+                "err": proc.stderr.decode("utf-8", "replace")[-err_cap:],
+                "seconds": time.monotonic() - start}
+    except FileNotFoundError:
+        return {"rc": 127, "out": "", "err": "%s: command not found" % argv[0], "seconds": 0.0}
+    except subprocess.TimeoutExpired:
+        return {"rc": 124, "out": "", "err": "timed out after %ss" % timeout, "seconds": timeout}
+    except OSError as exc:
+        return {"rc": 126, "out": "", "err": str(exc), "seconds": 0.0}
+
+
+def run_quiet(argv, timeout, out_cap, err_cap):
+    """run_command without the "seconds" entry (what most probes report)."""
+    result = run_command(argv, timeout, out_cap, err_cap)
+    del result["seconds"]
+    return result
+
+
+def probe_main(sections, default=()):
+    """The probe protocol: argv[1] is JSON {"sections": [...], ...}; each section's facts (or
+    {"error": ...}) are printed as one JSON line after MARK."""
+    params = json.loads(sys.argv[1]) if len(sys.argv) > 1 else {}
+    result = {}
+    for name in params.get("sections", list(default)):
+        fn = sections.get(name)
+        if fn is None:
+            result[name] = {"error": "unknown section"}
+            continue
+        try:
+            result[name] = fn(params)
+        except Exception as exc:  # report, never crash: the launcher needs the rest
+            result[name] = {"error": "%s: %s" % (type(exc).__name__, exc)}
+    sys.stdout.write("\n" + MARK + json.dumps(result) + "\n")
+    sys.stdout.flush()
