@@ -65,7 +65,7 @@ def test_name_consistent(cluster: Cluster, node: str) -> None:
         views[viewer] = tuple(facts["resolve"][node]["addrs"])
     target = cluster.pool.targets[node].hostname
     try:
-        launcher_view = tuple(dict.fromkeys(i[4][0] for i in socket.getaddrinfo(target, None, socket.AF_INET)))
+        launcher_view = tuple(dict.fromkeys(str(i[4][0]) for i in socket.getaddrinfo(target, None, socket.AF_INET)))
     except socket.gaierror:
         launcher_view = ()
     views["launcher"] = launcher_view

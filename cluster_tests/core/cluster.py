@@ -18,7 +18,7 @@ from collections.abc import Iterable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, TypeVar
+from typing import Any, Callable, TypeVar, overload
 
 import pytest
 
@@ -157,7 +157,11 @@ class Cluster:
                 fut.set_exception(exc)
         return wait_result(fut)
 
-    def cached(self, key: MemoKey[T]) -> T | None:
+    @overload
+    def cached(self, key: MemoKey[T]) -> T | None: ...
+    @overload
+    def cached(self, key: tuple[Any, ...]) -> Any: ...
+    def cached(self, key: tuple[Any, ...]) -> Any:
         """A memo entry that is already computed (None otherwise); never computes or waits."""
         with self._lock:
             fut = self._memo.get(key)
@@ -187,7 +191,7 @@ class Cluster:
             inv = self.cached(("inventory", name))
             if inv is not None:
                 row["accelerators"] = inv.describe()
-            rdma_ports = (self.cached(("health", "ports", name)) or ([], ""))[0]  # test_health
+            rdma_ports: list[Any] = (self.cached(("health", "ports", name)) or ([], ""))[0]  # test_health
             if rdma_ports:
                 row["rdma"] = f"{sum(p.up for p in rdma_ports)}/{len(rdma_ports)} ports active"
             mtus = self.cached(("netcheck", "mtus")) or {}

@@ -13,7 +13,7 @@ from typing import Any, Generic, TypeVar
 T = TypeVar("T")
 
 
-class MemoKey(tuple, Generic[T]):  # type: ignore[type-arg]
+class MemoKey(tuple, Generic[T]):
     """A memo key whose value has type `T`."""
 
     def __new__(cls, *parts: str) -> MemoKey[T]:

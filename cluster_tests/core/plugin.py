@@ -13,6 +13,7 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -36,9 +37,9 @@ HTML_PATH_KEY = pytest.StashKey[Path]()
 #: reports/fixes.sh of this run, and how many command / manual blocks it has
 FIXES_KEY = pytest.StashKey[tuple]()
 # What the xdist workers did and learnt (node facts, logins, probes), merged on the controller.
-WORKERS_KEY = pytest.StashKey[dict]()
+WORKERS_KEY = pytest.StashKey[dict[str, Any]]()
 # Lines that other sections (e.g. the bandwidth table) add to the terminal summary.
-SUMMARY_EXTRA_KEY = pytest.StashKey[list]()
+SUMMARY_EXTRA_KEY = pytest.StashKey[list[Any]]()
 
 MARKERS = {
     "hostfile": "H - the hostfile parses as DeepSpeed parses it, and fits the cluster",
@@ -142,7 +143,7 @@ def _node_list(config: pytest.Config, settings: Settings
                     "--slots is for node lists without slot counts (Slurm, SkyPilot, MPI); the "
                     "hostfile's slots= are what DeepSpeed uses")
             try:
-                parse = hostfile_mod.load_hostfile(settings.hostfile)
+                parse = hostfile_mod.load_hostfile(str(settings.hostfile))
             except hostfile_mod.HostfileError as exc:
                 raise pytest.UsageError(str(exc)) from None
             where = (f"hostfile {settings.hostfile}"
@@ -213,7 +214,8 @@ class _SummaryPlugin:
         cluster = _cluster(config)
         if cluster is None or not self.recorder.outcomes:
             return
-        extra = list(config.stash.get(SUMMARY_EXTRA_KEY, []))
+        got_extra: list[Any] = config.stash.get(SUMMARY_EXTRA_KEY, [])
+        extra = list(got_extra)
         from cluster_tests.measure.allreduce import summary_lines as collective_lines
 
         if not collective_lines(config):
@@ -305,7 +307,8 @@ def node_facts(config: pytest.Config) -> dict[str, dict[str, str]]:
 
 def _remote_counts(config: pytest.Config, cluster: Cluster) -> dict[str, object]:
     """SSH logins and probes of this run, all processes together (for the JSON meta)."""
-    workers = config.stash.get(WORKERS_KEY, {"stats": {}, "logged_in": set(), "workers": 0})
+    workers: dict[str, Any] = config.stash.get(
+        WORKERS_KEY, {"stats": {}, "logged_in": set(), "workers": 0})
     stats = {k: v + workers["stats"].get(k, 0) for k, v in cluster.stats.items()}
     return {**stats, "logged_in": sorted(cluster.logged_in | workers["logged_in"]),
             "xdist_workers": workers["workers"]}
@@ -384,6 +387,13 @@ def _cluster(config: pytest.Config) -> Cluster | None:
     return config.stash.get(CLUSTER_KEY, None)
 
 
+def _the_cluster(config: pytest.Config) -> Cluster:
+    """The run's cluster where the caller knows there is one (a hostfile was given)."""
+    cluster = _cluster(config)
+    assert cluster is not None
+    return cluster
+
+
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "cluster" not in metafunc.fixturenames:
         return  # not a check (e.g. the project's own tests, which may have a `node` of their own)
@@ -455,7 +465,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         position = {id(item): i for i, item in enumerate(items)}
         is_check = {id(item) for item in checks}
         items.sort(key=lambda i: (section(i) if id(i) in is_check else -1, position[id(i)]))
-    if checks and _cluster(config).settings.quick:
+    if checks and _the_cluster(config).settings.quick:
         slow = [i for i in checks if i.get_closest_marker("collective") or i.get_closest_marker("training")]
         if slow:
             config.hook.pytest_deselected(items=slow)
@@ -464,7 +474,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             checks = [i for i in checks if id(i) not in gone]
     for item in checks:
         params = _params(item)
-        if not _cluster(config).nodes and item.name != "test_hostfile_syntax":
+        if not _the_cluster(config).nodes and item.name != "test_hostfile_syntax":
             item.add_marker(pytest.mark.skip(
                 reason="the hostfile names no host DeepSpeed would launch on: see "
                        "test_hostfile_syntax"), append=False)

@@ -41,7 +41,7 @@ class ClusterBackend(ParamikoBackend):
         super().__init__(node, ssh_config=cluster.settings.ssh_config,
                          timeout=int(target.connect_timeout), sudo=sudo, sudo_user=sudo_user)
 
-    @property  # type: ignore[override]
+    @property
     def client(self):  # noqa: ANN201 - paramiko.SSHClient
         """Our connection's client: logged in once with strict host keys (never WarningPolicy)."""
         self.cluster.require(self.node)

@@ -76,7 +76,7 @@ def resolve_target(
     accept_new_host_keys: bool = False,
 ) -> SSHTarget:
     """Resolve `alias` through the ssh config file, as OpenSSH would (the subset that matters)."""
-    cfg: dict[str, object] = {}
+    cfg: dict[str, Any] = {}
     if ssh_config is not None and Path(ssh_config).expanduser().is_file():
         cfg = dict(paramiko.SSHConfig.from_path(str(Path(ssh_config).expanduser())).lookup(alias))
     hostname = str(cfg.get("hostname", alias))
@@ -216,7 +216,7 @@ def quote_argv(argv: Sequence[str] | str) -> str:
 
 
 class _StrictPolicy(paramiko.MissingHostKeyPolicy):
-    def missing_host_key(self, client, hostname, key):  # type: ignore[no-untyped-def]
+    def missing_host_key(self, client, hostname, key):
         raise paramiko.SSHException(f"host key for {hostname} is not in known_hosts")
 
 
@@ -227,7 +227,7 @@ class _AcceptNewPolicy(paramiko.MissingHostKeyPolicy):
     def __init__(self, known_hosts_file: str) -> None:
         self.known_hosts_file = known_hosts_file
 
-    def missing_host_key(self, client, hostname, key):  # type: ignore[no-untyped-def]
+    def missing_host_key(self, client, hostname, key):
         client.get_host_keys().add(hostname, key.get_name(), key)
         try:
             path = Path(self.known_hosts_file)

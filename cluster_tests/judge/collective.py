@@ -645,7 +645,8 @@ def judge_busbw(rows: Sequence[SizeRow], min_busbw: float | None = None,
     if stopped is not None:
         return BusbwVerdict(False, True, f"{stopped.describe()}; busbw {top.busbw_GBps:.4f} GB/s "
                             f"at {format_size(top.size_bytes)}B, the largest size measured")
-    problems, notes = [], []
+    problems: list[str] = []
+    notes: list[str] = []
     where = f"busbw {top.busbw_GBps:.3f} GB/s at {format_size(top.size_bytes)}B"
     if min_busbw is not None:
         (problems if top.busbw_GBps < min_busbw else notes).append(

@@ -16,6 +16,7 @@ import re
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 SECRET_WORDS = ("KEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL")
 COMM_PREFIXES = ("NCCL_", "HCCL_", "GLOO_")
@@ -222,7 +223,8 @@ def import_findings(packages: Mapping[str, Mapping[str, object]]) -> list[str]:
         installed = f"the installed distribution says {meta} ({where})" if meta else \
             "no installed distribution of it"
         if file is None:
-            paths = ", ".join(map(str, p.get("paths") or [])) or "?"
+            listed: Any = p.get("paths") or []
+            paths = ", ".join(str(x) for x in listed) or "?"
             out.append(f"{name} imports as an empty namespace package from {paths}: a directory "
                        f"left behind (a half-removed install?), not the package; {installed}")
             continue

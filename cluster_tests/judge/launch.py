@@ -267,7 +267,7 @@ def _fix_for_import(error: str, node: str, site: str, python: str,
     file = stray.get("file")
     if stray.get("imported") and (file is None or stray.get("version") is None
                                   or stray.get("owned") is False):
-        where = os.path.dirname(str(file)) if file else ", ".join(map(str, stray.get("paths") or []))
+        where = os.path.dirname(str(file)) if file else ", ".join(str(x) for x in stray.get("paths") or [])  # type: ignore[attr-defined]
         return (f"on {node}: remove or rename {where}: it shadows the installed {top} on the "
                 f"launch's sys.path (see test_versions[{node}])")
     if m:

@@ -408,7 +408,7 @@ class TrainingRuns:
             ]
             if errors:
                 raise SetupError("; ".join(str(e) for e in errors))
-            files = {"hostfile": Path(self.cluster.settings.hostfile).read_bytes()}
+            files = {"hostfile": Path(str(self.cluster.settings.hostfile)).read_bytes()}
             if cfg.forward_env:
                 files[".deepspeed_env"] = "".join(f"{k}={v}\n" for k, v in cfg.forward_env).encode()
             self._stage(rank0, d, files)

@@ -106,7 +106,7 @@ class Recorder:
             outcome=outcome,
             message=mask(message, self.secrets),
             node=props.get("node"),
-            pair=pair,  # type: ignore[arg-type]
+            pair=pair,
             seconds=report.duration,
             properties={k: v for k, v in props.items() if k not in ("node", "pair")},
         )
