@@ -47,3 +47,27 @@ def test_probe_runs_from_combined_source(name: str) -> None:
     line = proc.stdout.decode().strip().splitlines()[-1]
     assert line.startswith(PROBE_MARK)
     assert json.loads(line[len(PROBE_MARK):]) == {"no-such-section": {"error": "unknown section"}}
+
+
+@pytest.mark.parametrize("name", sorted(node.PRELUDED))
+def test_combined_source_defines_every_name(name: str, tmp_path) -> None:
+    """The scripts use the prelude's names unseen (ruff ignores F821 in them): what is sent,
+    prelude and script together, must define every name it uses."""
+    path = tmp_path / name
+    path.write_bytes(node.source(name))
+    proc = subprocess.run([sys.executable, "-m", "ruff", "check", "--isolated", "--select", "F821",
+                           "--output-format", "concise", str(path)],
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_a_section_is_a_function_named_after_it(tmp_path) -> None:
+    """probe_main finds `section_<name>` in the script's globals: no table to keep in step."""
+    script = node.source("storeprobe.py").replace(
+        b'\nif __name__ == "__main__":', b'\ndef section_extra(params):\n    return params["x"]\n\n'
+        b'\nif __name__ == "__main__":')
+    args = json.dumps({"sections": ["extra", "dir"], "x": 7, "path": str(tmp_path)})
+    proc = subprocess.run([sys.executable, "-", args], input=script, capture_output=True,
+                          timeout=60, check=True)
+    got = json.loads(proc.stdout.decode().strip().splitlines()[-1][len(PROBE_MARK):])
+    assert got["extra"] == 7 and got["dir"].get("error") is None

@@ -5,10 +5,26 @@ from __future__ import annotations
 
 import pytest
 
-from cluster_tests.core.cluster import Cluster, ProbeError
+from cluster_tests.core import nodetable
+from cluster_tests.core.cluster import Cluster, NodeProbe, ProbeError
+from cluster_tests.core.nodetable import NodeColumn
+from cluster_tests.core.settings import Settings
 from cluster_tests.judge import accelerator as accel
 
 pytestmark = pytest.mark.accelerator
+
+
+def node_probes(settings: Settings) -> list[NodeProbe]:
+    """The probes this section's tests ask of every node they touch (`Cluster.prefetch`)."""
+    return [("probe.py", "accelerators", {})]
+
+
+def _accelerators_column(cluster: Cluster, node: str) -> str | None:
+    inv = cluster.cached(accel.INVENTORY(node))
+    return inv.describe() if inv is not None else None
+
+
+nodetable.declare(NodeColumn("accelerators", _accelerators_column, rank=4))
 
 
 def test_accelerators(cluster: Cluster, node: str, record_property) -> None:

@@ -11,8 +11,11 @@ from typing import Any
 
 import pytest
 
-from cluster_tests.core.cluster import Cluster, ProbeError
+from cluster_tests.core import nodetable
+from cluster_tests.core.cluster import Cluster, NodeProbe, ProbeError
 from cluster_tests.core.memokey import MemoKey
+from cluster_tests.core.nodetable import NodeColumn
+from cluster_tests.core.settings import Settings
 from cluster_tests.judge import accelerator as accel
 from cluster_tests.judge import env as ec
 from cluster_tests.judge import parsers, rdma
@@ -23,9 +26,28 @@ VERSIONS: MemoKey[Any] = MemoKey("envcheck", "versions")
 
 pytestmark = pytest.mark.env
 
+
+def node_probes(settings: Settings) -> list[NodeProbe]:
+    """The probes this section's tests ask of every node they touch (`Cluster.prefetch`)."""
+    return [(SCRIPT, "envfiles", {"launch_dir": settings.env.launch_dir})]
+
 SCRIPT = "envprobe.py"
+#: E3's versions: compared across nodes, and node-table columns shown where they differ
 VERSION_KEYS = ("python", "torch", "cuda", "nccl", "deepspeed", "torch_npu", "cann",
                 "nvidia_driver", "ascend_driver")
+#: the node table's order of the versions that have one (the rest follow by name)
+_VERSION_RANKS = {"python": 6, "torch": 7, "deepspeed": 8}
+
+
+def _version_column(key: str) -> NodeColumn:
+    def read(cluster: Cluster, node: str) -> str | None:
+        value = ((cluster.cached(VERSIONS) or {}).get(node) or {}).get(key)
+        return str(value) if value else None
+
+    return NodeColumn(key, read, rank=_VERSION_RANKS.get(key, nodetable.LAST), varying_only=True)
+
+
+nodetable.declare(*(_version_column(k) for k in VERSION_KEYS))
 
 
 class EnvWarning(UserWarning):

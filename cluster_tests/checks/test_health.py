@@ -12,14 +12,30 @@ from typing import Any
 
 import pytest
 
-from cluster_tests.core.cluster import Cluster, ProbeError
+from cluster_tests.core import nodetable
+from cluster_tests.core.cluster import Cluster, NodeProbe, ProbeError
 from cluster_tests.core.memokey import MemoKey
+from cluster_tests.core.nodetable import NodeColumn
+from cluster_tests.core.settings import Settings
 from cluster_tests.judge import gpuhealth, rdma
 
 PORTS: MemoKey[Any] = MemoKey("health", "ports")
 NPU: MemoKey[Any] = MemoKey("health", "npu")
 
 pytestmark = pytest.mark.health
+
+
+def node_probes(settings: Settings) -> list[NodeProbe]:
+    """The probes this section's tests ask of every node they touch (`Cluster.prefetch`)."""
+    return [("healthprobe.py", "fabric", {}), ("healthprobe.py", "accel", {})]
+
+
+def _rdma_column(cluster: Cluster, node: str) -> str | None:
+    ports: list[Any] = (cluster.cached(PORTS(node)) or ([], ""))[0]
+    return f"{sum(p.up for p in ports)}/{len(ports)} ports active" if ports else None
+
+
+nodetable.declare(NodeColumn("rdma", _rdma_column))
 
 
 class HealthWarning(UserWarning):
@@ -232,15 +248,22 @@ def _no_accelerator(cluster: Cluster, node: str) -> str:
     return ""
 
 
-def test_gpu_health(cluster: Cluster, node: str, record_property) -> None:
-    """R7: every NVIDIA GPU is healthy beyond being listed: ECC, row remapping, throttling,
-    PCIe width, NVLink, fabric manager, Xid errors (per device, with index and bus id)."""
+def _accel_facts(cluster: Cluster, node: str, key: str, what: str) -> dict[str, Any]:
+    """The node's `accel` probe, or a skip when the node has no accelerator or not this kind
+    (`key` absent): "no {what} not on the non-interactive PATH)"."""
     cpu = _no_accelerator(cluster, node)
     if cpu:
         pytest.skip(cpu)
     raw = _section(cluster, node, "accel")
-    if "nvidia_smi_q" not in raw:
-        pytest.skip(f"{node}: no NVIDIA GPU (nvidia-smi not on the non-interactive PATH)")
+    if key not in raw:
+        pytest.skip(f"{node}: no {what} not on the non-interactive PATH)")
+    return raw
+
+
+def test_gpu_health(cluster: Cluster, node: str, record_property) -> None:
+    """R7: every NVIDIA GPU is healthy beyond being listed: ECC, row remapping, throttling,
+    PCIe width, NVLink, fabric manager, Xid errors (per device, with index and bus id)."""
+    raw = _accel_facts(cluster, node, "nvidia_smi_q", "NVIDIA GPU (nvidia-smi")
     problems, notes, count = gpuhealth.judge_nvidia(raw)
     record_property("gpu_health", f"{count} GPU(s), {len(problems)} problem(s)")
     for note in notes:
@@ -287,12 +310,7 @@ def _npu_verdict(cluster: Cluster, node: str):
 def test_npu_health(cluster: Cluster, node: str, record_property) -> None:
     """R8: every Ascend NPU's health, RoCE port (net health, link) and device IP (set, one per
     NPU, no clash across nodes), and the TLS switch the same on every node."""
-    cpu = _no_accelerator(cluster, node)
-    if cpu:
-        pytest.skip(cpu)
-    raw = _section(cluster, node, "accel")
-    if "npu_smi_info_l" not in raw:
-        pytest.skip(f"{node}: no Ascend NPU (npu-smi not on the non-interactive PATH)")
+    raw = _accel_facts(cluster, node, "npu_smi_info_l", "Ascend NPU (npu-smi")
     problems, notes, ips, tls = _npu_verdict(cluster, node)
     problems, notes = list(problems), list(notes)  # the memo's lists stay as they are
     record_property("npu_device_ips", ", ".join(f"{d}={ip}" for d, ip in ips.items()) or "none")

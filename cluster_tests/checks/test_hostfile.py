@@ -6,12 +6,18 @@ import warnings
 
 import pytest
 
-from cluster_tests.core.cluster import Cluster
+from cluster_tests.core.cluster import Cluster, NodeProbe
+from cluster_tests.core.settings import Settings
 from cluster_tests.judge import accelerator as accel
 from cluster_tests.judge import hostfile as hf
 from cluster_tests.judge.netfacts import all_ips, is_ip, is_loopback, parse_interfaces
 
 pytestmark = pytest.mark.hostfile
+
+
+def node_probes(settings: Settings) -> list[NodeProbe]:
+    """The probes this section's tests ask of every node they touch (`Cluster.prefetch`)."""
+    return [("probe.py", "accelerators", {})]
 
 
 class HostfileWarning(UserWarning):

@@ -10,8 +10,11 @@ from typing import Any
 
 import pytest
 
-from cluster_tests.core.cluster import Cluster, ProbeError
+from cluster_tests.core import nodetable
+from cluster_tests.core.cluster import Cluster, NodeProbe, ProbeError
 from cluster_tests.core.memokey import MemoKey
+from cluster_tests.core.nodetable import NodeColumn
+from cluster_tests.core.settings import Settings
 from cluster_tests.judge import network as nc
 from cluster_tests.judge.netfacts import parse_interfaces, route_device
 
@@ -19,6 +22,22 @@ RTT_BASELINE: MemoKey[Any] = MemoKey("netcheck", "rtt_baseline")
 MTUS: MemoKey[Any] = MemoKey("netcheck", "mtus")
 
 pytestmark = pytest.mark.network
+
+
+def node_probes(settings: Settings) -> list[NodeProbe]:
+    """The probes this section's tests ask of every node they touch (`Cluster.prefetch`)."""
+    return [("netprobe.py", "firewall", {})]
+
+
+def _interface_column(cluster: Cluster, node: str) -> str | None:
+    mtus = cluster.cached(MTUS) or {}
+    if node not in mtus:
+        return None
+    dev, mtu = mtus[node]
+    return f"{dev} (mtu {mtu})"
+
+
+nodetable.declare(NodeColumn("interface", _interface_column, rank=5))
 
 
 class NetworkWarning(UserWarning):

@@ -13,9 +13,10 @@ from typing import Any
 import pytest
 
 from cluster_tests.core import pairs
-from cluster_tests.core.cluster import Cluster, ProbeError
+from cluster_tests.core.cluster import Cluster, NodeProbe, ProbeError
 from cluster_tests.core.memokey import MemoKey
 from cluster_tests.core.plugin import LAUNCHER
+from cluster_tests.core.settings import Settings
 from cluster_tests.judge import launch as launchenv
 from cluster_tests.judge import ssh as sshcheck
 from cluster_tests.report import fixes as fx
@@ -24,6 +25,11 @@ PAIRS_ALL: MemoKey[Any] = MemoKey("ssh", "pairs_all")
 PDSH: MemoKey[Any] = MemoKey("pdsh")
 
 pytestmark = pytest.mark.ssh
+
+
+def node_probes(settings: Settings) -> list[NodeProbe]:
+    """The probes this section's tests ask of every node they touch (`Cluster.prefetch`)."""
+    return [("probe.py", "sshd", {})]
 
 
 class SshWarning(UserWarning):

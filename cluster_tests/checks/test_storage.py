@@ -9,12 +9,18 @@ from typing import Any
 
 import pytest
 
-from cluster_tests.core.cluster import Cluster, ProbeError
+from cluster_tests.core.cluster import Cluster, NodeProbe, ProbeError
 from cluster_tests.core.memokey import MemoKey
+from cluster_tests.core.settings import Settings
 
 SHARE_MATRIX: MemoKey[Any] = MemoKey("storage", "share_matrix")
 
 pytestmark = pytest.mark.storage
+
+
+def node_probes(settings: Settings) -> list[NodeProbe]:
+    """The probes this section's tests ask of every node they touch (`Cluster.prefetch`)."""
+    return [(SCRIPT, "dir", {"path": settings.storage.output_dir})] if settings.storage.output_dir else []
 
 SCRIPT = "storeprobe.py"
 

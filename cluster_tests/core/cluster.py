@@ -23,7 +23,9 @@ from typing import Any, Callable, TypeVar, overload
 import pytest
 
 from cluster_tests import node
+from cluster_tests.core import nodetable
 from cluster_tests.core.memokey import MemoKey
+from cluster_tests.core.nodetable import NodeTable
 from cluster_tests.core.settings import Settings
 from cluster_tests.core.transport import (
     CommandResult,
@@ -36,10 +38,8 @@ from cluster_tests.core.transport import (
 from cluster_tests.report.summary import looks_secret
 
 PROBE_MARK = "CT_PROBE_JSON:"
-#: E3's version facts (test_env.VERSION_KEYS) shown in the node table; report.py keeps only
-#: those that differ across nodes in the terminal
-VERSION_FACTS = ("python", "torch", "cuda", "nccl", "deepspeed", "torch_npu", "cann",
-                 "nvidia_driver", "ascend_driver")
+#: a node's login (its seconds), per node: LOGIN(node)
+LOGIN: MemoKey[float] = MemoKey("login")
 # Runs the script that arrives on standard input as __main__, with the JSON parameters as argv[1].
 BOOTSTRAP = "import sys; exec(compile(sys.stdin.read(), '<cluster_tests>', 'exec'))"
 
@@ -49,25 +49,29 @@ NodeProbe = tuple[str, str, dict[str, Any]]
 BASE_ONLY: tuple[NodeProbe, ...] = (("probe.py", "base", {}),)
 
 
-def node_probes(settings: Settings, markers: Iterable[str]) -> tuple[NodeProbe, ...]:
-    """The per-node probes that the tests of these sections (markers) ask of every node they
-    touch, with the parameters the tests pass (a mismatch only costs a second command), for
-    `Cluster.prefetch`; base first."""
-    markers = set(markers)
+def node_probes(settings: Settings, sections: Iterable[Any]) -> tuple[NodeProbe, ...]:
+    """The per-node probes that the selected check modules (`sections`) ask of every node they
+    touch, for `Cluster.prefetch`: base first, then what each module declares in its
+    `node_probes(settings)`, with the parameters its tests pass (a mismatch only costs a second
+    command)."""
     probes: list[NodeProbe] = [("probe.py", "base", {})]
-    if "ssh" in markers:
-        probes.append(("probe.py", "sshd", {}))
-    if markers & {"hostfile", "accelerator"}:
-        probes.append(("probe.py", "accelerators", {}))
-    if "network" in markers:
-        probes.append(("netprobe.py", "firewall", {}))
-    if "env" in markers:
-        probes.append(("envprobe.py", "envfiles", {"launch_dir": settings.env.launch_dir}))
-    if "health" in markers:
-        probes += [("healthprobe.py", "fabric", {}), ("healthprobe.py", "accel", {})]
-    if "storage" in markers and settings.storage.output_dir:
-        probes.append(("storeprobe.py", "dir", {"path": settings.storage.output_dir}))
+    for module in sections:
+        declared: Callable[[Settings], list[NodeProbe]] | None = getattr(module, "node_probes", None)
+        for probe in declared(settings) if declared is not None else []:
+            if probe not in probes:
+                probes.append(probe)
     return tuple(probes)
+
+
+def probe_key(node: str, section: str, params: dict[str, Any] | None = None,
+              script: str = "probe.py") -> MemoKey[Any]:
+    """The memo key of `Cluster.probe(node, section, script=script, **params)`."""
+    return MemoKey("probe", node, script, section, json.dumps(params or {}, sort_keys=True))
+
+
+def base_key(node: str) -> MemoKey[dict[str, Any]]:
+    """The memo key of a node's base facts (`Cluster.base`), for readers of the memo."""
+    return probe_key(node, "base")
 
 
 def remote_script(name: str) -> bytes:
@@ -169,41 +173,27 @@ class Cluster:
             return None
         return fut.result()
 
-    def node_table(self) -> dict[str, dict[str, str]]:
-        """What the run learnt about each node, for the summary (from the memo only)."""
-        table: dict[str, dict[str, str]] = {}
+    def node_table(self) -> NodeTable:
+        """What the run learnt about each node it logged in to, for the reports (from the memo
+        only): the login and the base probe here, the sections' columns (`core/nodetable.py`)."""
+        rows: dict[str, dict[str, str]] = {}
         for name in self.names:
-            row: dict[str, str] = {}
             with self._lock:
-                login = self._memo.get(("login", name))
+                login = self._memo.get(LOGIN(name))
             if login is None or not login.done():
                 continue
             err = login.exception()
             cause = getattr(err, "cause", None)
-            row["reachable"] = "yes" if err is None else f"NO: {getattr(cause, 'value', err)}"
+            row = {"reachable": "yes" if err is None else f"NO: {getattr(cause, 'value', err)}"}
             if err is None:
                 row["login"] = f"{login.result():.2f}s"
             row["slots"] = str(self.node(name).slots)
-            base = self.cached(("probe", name, "probe.py", "base", json.dumps({}, sort_keys=True)))
+            base = self.cached(base_key(name))
             if base:
                 row["hostname"] = base.get("hostname", "")
                 row["python"] = base.get("python", {}).get("version", "")
-            inv = self.cached(("inventory", name))
-            if inv is not None:
-                row["accelerators"] = inv.describe()
-            rdma_ports: list[Any] = (self.cached(("health", "ports", name)) or ([], ""))[0]  # test_health
-            if rdma_ports:
-                row["rdma"] = f"{sum(p.up for p in rdma_ports)}/{len(rdma_ports)} ports active"
-            mtus = self.cached(("netcheck", "mtus")) or {}
-            if name in mtus:
-                dev, mtu = mtus[name]
-                row["interface"] = f"{dev} (mtu {mtu})"
-            versions = (self.cached(("envcheck", "versions")) or {}).get(name) or {}
-            for key in VERSION_FACTS:
-                if versions.get(key):
-                    row[key] = str(versions[key])
-            table[name] = row
-        return table
+            rows[name] = row
+        return nodetable.build(self, rows)
 
     # -- logins -----------------------------------------------------------------------------
     def login(self, node: str) -> float:
@@ -217,7 +207,7 @@ class Cluster:
             conn.connect()
             return conn.login_seconds or 0.0
 
-        return self.memo(MemoKey("login", node), do)
+        return self.memo(LOGIN(node), do)
 
     def login_error(self, node: str) -> ConnectError | None:
         try:
@@ -295,7 +285,7 @@ class Cluster:
         `script` names a file in `cluster_tests/node/` that follows probe.py's protocol:
         argv[1] is JSON {"sections": [...], **params}; it prints `CT_PROBE_JSON:{section: data}`.
         """
-        key: MemoKey[Any] = MemoKey("probe", node, script, section, json.dumps(params, sort_keys=True))
+        key = probe_key(node, section, params, script)
         if self.shared_dir is None:
             return self.memo(key, lambda: self._counted_probe(node, section, params, script))
         return self.memo(key, lambda: self._shared_probe(key, node, section, params, script))
@@ -394,7 +384,7 @@ class Cluster:
                 cache["\0launcher"] = _secret_values(os.environ)
             for name in self.names:
                 if name not in cache:
-                    base = self.cached(("probe", name, "probe.py", "base", "{}"))
+                    base = self.cached(base_key(name))
                     if base:
                         cache[name] = _secret_values(base.get("env", {}))
             self.__dict__["_secret_union"] = set().union(*cache.values())

@@ -21,6 +21,7 @@ from cluster_tests.core import nodelist as nodelist_mod
 from cluster_tests.core import pairs as pairs_mod
 from cluster_tests.core import rootdir_fix
 from cluster_tests.core.cluster import Cluster, Node, node_probes
+from cluster_tests.core.nodetable import NodeTable
 from cluster_tests.core.settings import Settings, add_options, read_settings
 from cluster_tests.judge import hostfile as hostfile_mod
 from cluster_tests.report import fixes as fixes_mod
@@ -263,7 +264,7 @@ class _XdistPlugin:
                 cluster.shared_dir = Path(workerinput["ct_shared_dir"])
         elif getattr(config.option, "dist", "no") in ("load", "worksteal", "loadgroup"):
             config.option.dist = "loadfile"
-        config.stash[WORKERS_KEY] = {"stats": {}, "logged_in": set(), "facts": {}, "workers": 0}
+        config.stash[WORKERS_KEY] = {"stats": {}, "logged_in": set(), "facts": NodeTable(), "workers": 0}
         config.pluginmanager.register(cls(config, cluster), "cluster_tests_xdist")
 
     @pytest.hookimpl(optionalhook=True)
@@ -280,29 +281,32 @@ class _XdistPlugin:
         for k, v in got.get("stats", {}).items():
             merged["stats"][k] = merged["stats"].get(k, 0) + v
         merged["logged_in"] |= set(got.get("logged_in", []))
-        for name, row in got.get("facts", {}).items():
-            merged["facts"].setdefault(name, {}).update(row)
+        merged["facts"].merge(got.get("facts", {}), {
+            k: (int(r), bool(v)) for k, (r, v) in got.get("columns", {}).items()})
 
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         if hasattr(self.config, "workeroutput"):  # a worker: hand what it did to the controller
+            table = self.cluster.node_table()
             self.config.workeroutput["ct_cluster"] = {
                 "stats": dict(self.cluster.stats), "logged_in": sorted(self.cluster.logged_in),
-                "facts": self.cluster.node_table()}
+                "facts": dict(table), "columns": table.layout}
 
     def pytest_unconfigure(self) -> None:
         if self.shared is not None:
             shutil.rmtree(self.shared, ignore_errors=True)
 
 
-def node_facts(config: pytest.Config) -> dict[str, dict[str, str]]:
-    """Per-node facts learnt by this process and (under xdist) by every worker."""
+def node_facts(config: pytest.Config) -> NodeTable:
+    """Per-node facts learnt by this process and (under xdist) by every worker, with the layout
+    of their columns (declared by the sections, in the workers too)."""
     cluster = _cluster(config)
-    facts: dict[str, dict[str, str]] = {}
-    for name, row in config.stash.get(WORKERS_KEY, {}).get("facts", {}).items():
-        facts[name] = dict(row)
-    for name, row in (cluster.node_table() if cluster else {}).items():
-        facts.setdefault(name, {}).update(row)
-    return {n: facts[n] for n in (cluster.names if cluster else []) if n in facts}
+    workers: NodeTable = config.stash.get(WORKERS_KEY, {}).get("facts", NodeTable())
+    facts = NodeTable({n: dict(r) for n, r in workers.items()}, workers.layout)
+    if cluster is not None:
+        mine = cluster.node_table()
+        facts.merge(mine, mine.layout)
+    names = cluster.names if cluster else []
+    return NodeTable({n: facts[n] for n in names if n in facts}, facts.layout)
 
 
 def _remote_counts(config: pytest.Config, cluster: Cluster) -> dict[str, object]:
@@ -505,8 +509,8 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     if not hasattr(session.config, "workerinput"):
         reporter = session.config.pluginmanager.get_plugin("terminalreporter")
         cluster.progress_sink = progress_writer(reporter, session.config.option.verbose)
-    markers = {m.name for item in session.items for m in item.iter_markers()}
-    cluster.prefetch(touched, node_probes(cluster.settings, markers))
+    modules = dict.fromkeys(getattr(item, "module", None) for item in session.items)
+    cluster.prefetch(touched, node_probes(cluster.settings, [m for m in modules if m is not None]))
 
 
 def pytest_itemcollected(item: pytest.Item) -> None:

@@ -556,37 +556,19 @@ def parse_hostfile_text(text: str, path: str = "<hostfile>") -> HostfileParse:
         if not ln.has_error and ln.host is not None and ln.slots is not None:
             result.hosts.append(Host(ln.host, ln.slots, ln.lineno))
 
-    if crlf:
-        first = crlf[0]
+    def line_ends(at: list[int], code: str, message: str) -> None:
+        """One warning for all the lines `at` with odd line ends, at the first of them."""
+        if not at:
+            return
+        first = at[0]
         content = raw_lines[first - 1][0]
         fixed = next((f.fixed_line for f in findings if f.line == first), content)
-        findings.append(
-            Finding(
-                path,
-                first,
-                len(content) + 1,
-                WARNING,
-                "H1-crlf",
-                f"Windows (CRLF) line ends on {len(crlf)} line(s), first here; "
-                "convert the file with dos2unix",
-                fixed,
-            )
-        )
-    if lone_cr:
-        first = lone_cr[0]
-        content = raw_lines[first - 1][0]
-        findings.append(
-            Finding(
-                path,
-                first,
-                len(content) + 1,
-                WARNING,
-                "H1-cr",
-                f"a bare carriage return (CR) ends {len(lone_cr)} line(s), first here; Python "
-                "splits lines there but most tools do not: use '\\n' line ends",
-                next((f.fixed_line for f in findings if f.line == first), content),
-            )
-        )
+        findings.append(Finding(path, first, len(content) + 1, WARNING, code, message, fixed))
+
+    line_ends(crlf, "H1-crlf", f"Windows (CRLF) line ends on {len(crlf)} line(s), first here; "
+              "convert the file with dos2unix")
+    line_ends(lone_cr, "H1-cr", f"a bare carriage return (CR) ends {len(lone_cr)} line(s), first "
+              "here; Python splits lines there but most tools do not: use '\\n' line ends")
     if result.entry_lines == 0:
         findings.append(
             Finding(

@@ -25,17 +25,12 @@ import subprocess
 import sys
 import tempfile
 
+#: how much of an environment file (.deepspeed_env, .bashrc) is read
+ENV_FILE_CAP = 256 * 1024
+
 
 def run(argv, timeout=10.0):
-    return run_quiet(argv, timeout, 100000, 10000)  # noqa: F821 (prelude.py)
-
-
-def read_text(path, limit=256 * 1024):
-    try:
-        with open(path, "rb") as fh:
-            return fh.read(limit).decode("utf-8", "replace")
-    except OSError:
-        return None
+    return run_quiet(argv, timeout, 100000, 10000)
 
 
 def section_envfiles(params):
@@ -48,9 +43,9 @@ def section_envfiles(params):
     files = {}
     for d in dirs:
         path = os.path.join(d, name)
-        files[path] = read_text(path) if os.path.isfile(path) else None
+        files[path] = read_text(path, ENV_FILE_CAP) if os.path.isfile(path) else None
     return {"home": home, "cwd": os.getcwd(), "ds_env_name": name, "deepspeed_env": files,
-            "bashrc": read_text(os.path.join(home, ".bashrc"))}
+            "bashrc": read_text(os.path.join(home, ".bashrc"), ENV_FILE_CAP)}
 
 
 def _dist_version(name):
@@ -288,15 +283,5 @@ def section_tmpdir(params):
     return out
 
 
-SECTIONS = {
-    "envfiles": section_envfiles,
-    "versions": section_versions,
-    "devices": section_devices,
-    "ascend": section_ascend,
-    "launch": section_launch,
-    "tmpdir": section_tmpdir,
-}
-
-
 if __name__ == "__main__":
-    probe_main(SECTIONS)  # noqa: F821 (prelude.py)
+    probe_main(globals())

@@ -24,7 +24,7 @@ import shutil
 
 
 def run(argv, timeout=15.0):
-    return run_quiet(argv, timeout, 400000, 10000)  # noqa: F821 (prelude.py)
+    return run_quiet(argv, timeout, 400000, 10000)
 
 
 def read(path, limit=65536):
@@ -200,8 +200,5 @@ def section_accel(params):
     return out
 
 
-SECTIONS = {"fabric": section_fabric, "accel": section_accel}
-
-
 if __name__ == "__main__":
-    probe_main(SECTIONS, ["fabric"])  # noqa: F821 (prelude.py)
+    probe_main(globals(), ["fabric"])

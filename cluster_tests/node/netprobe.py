@@ -29,7 +29,7 @@ GREETING = b"CT-LISTENER "
 
 
 def run(argv, timeout=10.0):
-    return run_quiet(argv, timeout, 200000, 20000)  # noqa: F821 (prelude.py)
+    return run_quiet(argv, timeout, 200000, 20000)
 
 
 # -- listen ------------------------------------------------------------------------------------
@@ -194,11 +194,7 @@ def section_connect(params):
         else:
             entry["master"] = res
 
-    threads = [threading.Thread(target=one, args=(j,)) for j in jobs]
-    for th in threads:
-        th.start()
-    for th in threads:
-        th.join()
+    in_parallel(one, jobs)
 
     def rtt(name):
         entry = out[name]
@@ -213,11 +209,7 @@ def section_connect(params):
                 # one plain connect to sshd (never a burst: sshd penalizes unauthenticated churn)
                 entry["ssh"] = _connect(entry["addr"], int(params.get("ssh_port", 22)), timeout, "")
 
-    threads = [threading.Thread(target=rtt, args=(n,)) for n in out]
-    for th in threads:
-        th.start()
-    for th in threads:
-        th.join()
+    in_parallel(rtt, out)
     return out
 
 
@@ -272,13 +264,5 @@ def section_firewall(params):
     return out
 
 
-SECTIONS = {
-    "listen": section_listen,
-    "connect": section_connect,
-    "stop": section_stop,
-    "firewall": section_firewall,
-}
-
-
 if __name__ == "__main__":
-    probe_main(SECTIONS)  # noqa: F821 (prelude.py)
+    probe_main(globals())

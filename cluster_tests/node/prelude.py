@@ -10,6 +10,7 @@ A script must not define any name defined here (tests/test_node_prelude.py check
 import json
 import subprocess
 import sys
+import threading
 import time
 
 MARK = "CT_PROBE_JSON:"
@@ -39,9 +40,30 @@ def run_quiet(argv, timeout, out_cap, err_cap):
     return result
 
 
-def probe_main(sections, default=()):
+def read_text(path, limit=1024 * 1024):
+    """The first `limit` bytes of a file as text (None when it cannot be read)."""
+    try:
+        with open(path, "rb") as fh:
+            return fh.read(limit).decode("utf-8", "replace")
+    except OSError:
+        return None
+
+
+def in_parallel(fn, items):
+    """fn(item) for every item, each in its own thread; returns when all are done."""
+    threads = [threading.Thread(target=fn, args=(item,)) for item in items]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+
+
+def probe_main(namespace, default=()):
     """The probe protocol: argv[1] is JSON {"sections": [...], ...}; each section's facts (or
-    {"error": ...}) are printed as one JSON line after MARK."""
+    {"error": ...}) are printed as one JSON line after MARK.  A section NAME is the script's
+    function `section_NAME(params)` (`namespace` is the script's globals())."""
+    sections = {k[len("section_"):]: v for k, v in namespace.items()
+                if k.startswith("section_") and callable(v)}
     params = json.loads(sys.argv[1]) if len(sys.argv) > 1 else {}
     result = {}
     for name in params.get("sections", list(default)):

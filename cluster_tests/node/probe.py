@@ -20,7 +20,7 @@ import time
 
 
 def run(argv, timeout=10.0, env=None):
-    return run_command(argv, timeout, 200000, 20000, env)  # noqa: F821 (prelude.py)
+    return run_command(argv, timeout, 200000, 20000, env)
 
 
 def stat_path(path):
@@ -62,14 +62,6 @@ def _group_private_to(gid, uid):
         if gr.gr_mem != [me.pw_name]:
             return False
     return members > 0
-
-
-def read_text(path, limit=1024 * 1024):
-    try:
-        with open(path, "rb") as fh:
-            return fh.read(limit).decode("utf-8", "replace")
-    except OSError:
-        return None
 
 
 def ssh_files(home):
@@ -210,11 +202,7 @@ def section_ssh_pairs(params):
             ]
             results[target] = run(argv, timeout=timeout + 10)
 
-    threads = [threading.Thread(target=one, args=(t,)) for t in targets]
-    for th in threads:
-        th.start()
-    for th in threads:
-        th.join()
+    in_parallel(one, targets)
     return results
 
 
@@ -236,14 +224,5 @@ def section_accelerators(params):
     return out
 
 
-SECTIONS = {
-    "accelerators": section_accelerators,
-    "base": section_base,
-    "sshd": section_sshd,
-    "ssh_pairs": section_ssh_pairs,
-    "routes": section_routes,
-}
-
-
 if __name__ == "__main__":
-    probe_main(SECTIONS, ["base"])  # noqa: F821 (prelude.py)
+    probe_main(globals(), ["base"])

@@ -95,9 +95,5 @@ def section_remove(params):
         return {"removed": False, "error": exc.strerror or str(exc)}
 
 
-SECTIONS = {"dir": section_dir, "write": section_write, "read": section_read,
-            "remove": section_remove}
-
-
 if __name__ == "__main__":
-    probe_main(SECTIONS)  # noqa: F821 (prelude.py)
+    probe_main(globals())

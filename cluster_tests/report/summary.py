@@ -17,6 +17,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from cluster_tests.core import nodetable
+from cluster_tests.core.nodetable import NodeTable
+
 SECRET_NAME = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL)", re.IGNORECASE)
 MASK = "****"
 
@@ -293,22 +296,13 @@ class Recorder:
         path.write_text(json.dumps(self.to_json(facts, meta), indent=2, default=str))
 
 
-_ORDER = ["reachable", "login", "hostname", "slots", "accelerators", "interface", "python", "torch",
-          "deepspeed"]
-#: node facts that are versions: shown per node only where they differ across nodes
-VERSION_COLUMNS = ("python", "torch", "cuda", "nccl", "deepspeed", "torch_npu", "cann",
-                   "nvidia_driver", "ascend_driver")
-
-
-def _column_order(name: str) -> tuple[int, str]:
-    return (_ORDER.index(name) if name in _ORDER else len(_ORDER), name)
-
-
 def node_columns(facts: dict[str, dict[str, str]]) -> tuple[list[str], dict[str, str]]:
-    """(columns of the node table, {version: value} equal on every node and so left out)."""
-    keys = sorted({k for f in facts.values() for k in f}, key=_column_order)
+    """(columns of the node table, {version: value} equal on every node and so left out), in the
+    layout the sections declared (`core/nodetable.py`; the facts' own where they carry one)."""
+    lay = facts.layout if isinstance(facts, NodeTable) else nodetable.layout()
+    keys = nodetable.column_order({k for f in facts.values() for k in f}, lay)
     same: dict[str, str] = {}
-    for k in [k for k in keys if k in VERSION_COLUMNS]:
+    for k in [k for k in keys if lay.get(k, (0, False))[1]]:
         values = {f.get(k, "") for f in facts.values()}
         if len(values) == 1 and len(facts) > 1:
             same[k] = values.pop()
