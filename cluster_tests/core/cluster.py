@@ -24,7 +24,7 @@ import pytest
 
 from cluster_tests import node
 from cluster_tests.core import nodetable
-from cluster_tests.core.memokey import MemoKey
+from cluster_tests.core.memokey import LOGIN, MemoKey, base_key, probe_key
 from cluster_tests.core.nodetable import NodeTable
 from cluster_tests.core.settings import Settings
 from cluster_tests.core.transport import (
@@ -38,8 +38,6 @@ from cluster_tests.core.transport import (
 from cluster_tests.report.summary import looks_secret
 
 PROBE_MARK = "CT_PROBE_JSON:"
-#: a node's login (its seconds), per node: LOGIN(node)
-LOGIN: MemoKey[float] = MemoKey("login")
 # Runs the script that arrives on standard input as __main__, with the JSON parameters as argv[1].
 BOOTSTRAP = "import sys; exec(compile(sys.stdin.read(), '<cluster_tests>', 'exec'))"
 
@@ -61,17 +59,6 @@ def node_probes(settings: Settings, sections: Iterable[Any]) -> tuple[NodeProbe,
             if probe not in probes:
                 probes.append(probe)
     return tuple(probes)
-
-
-def probe_key(node: str, section: str, params: dict[str, Any] | None = None,
-              script: str = "probe.py") -> MemoKey[Any]:
-    """The memo key of `Cluster.probe(node, section, script=script, **params)`."""
-    return MemoKey("probe", node, script, section, json.dumps(params or {}, sort_keys=True))
-
-
-def base_key(node: str) -> MemoKey[dict[str, Any]]:
-    """The memo key of a node's base facts (`Cluster.base`), for readers of the memo."""
-    return probe_key(node, "base")
 
 
 def remote_script(name: str) -> bytes:

@@ -8,6 +8,7 @@ hashes and compares like the bare tuple it replaces.
 
 from __future__ import annotations
 
+import json
 from typing import Any, Generic, TypeVar
 
 T = TypeVar("T")
@@ -22,3 +23,19 @@ class MemoKey(tuple, Generic[T]):
     def __call__(self, *more: Any) -> MemoKey[T]:
         """This key narrowed by `more` (a node name, a path)."""
         return MemoKey(*self, *more)
+
+
+# -- the keys of the core's own facts ----------------------------------------------------------
+#: a node's login (its seconds), per node: LOGIN(node)
+LOGIN: MemoKey[float] = MemoKey("login")
+
+
+def probe_key(node: str, section: str, params: dict[str, Any] | None = None,
+              script: str = "probe.py") -> MemoKey[Any]:
+    """The key of `Cluster.probe(node, section, script=script, **params)`."""
+    return MemoKey("probe", node, script, section, json.dumps(params or {}, sort_keys=True))
+
+
+def base_key(node: str) -> MemoKey[dict[str, Any]]:
+    """The key of a node's base facts (`Cluster.base`), for readers of the memo."""
+    return probe_key(node, "base")

@@ -27,6 +27,8 @@ from typing import Any, Callable
 
 import pytest
 
+from cluster_tests.core.memokey import base_key
+
 LAUNCHER = "launcher"
 PROPERTY = "fix_script"
 SCRIPT_NAME = "fixes.sh"
@@ -119,7 +121,7 @@ def hosts_entry_cmd(name: str, address: str, hosts: str = "/etc/hosts") -> str:
 
 def as_root(cluster: Any, node: str, command: str) -> str:
     """The command as root: as it is where the run logs in as root, else through `sudo -n`."""
-    base = cluster.cached(("probe", node, "probe.py", "base", "{}")) or {}
+    base = cluster.cached(base_key(node)) or {}
     if base.get("uid", 0) == 0:
         return command
     return f"sudo -n sh -c {q(command)}"
@@ -145,7 +147,7 @@ def _hostname_fix(cluster: Any, params: dict[str, Any]) -> list[Fix]:
     node = params.get("node")
     if node is None or is_ip(node) or cluster.login_error(node) is not None:
         return []
-    base = cluster.cached(("probe", node, "probe.py", "base", "{}")) or {}
+    base = cluster.cached(base_key(node)) or {}
     actual = base.get("hostname")
     cmds = []
     if actual and actual != node:
@@ -165,7 +167,7 @@ def own_addresses(cluster: Any, node: str) -> list[str]:
     """The node's non-loopback addresses, from the facts already probed (sorted)."""
     from cluster_tests.judge.netfacts import all_ips, is_loopback, parse_interfaces
 
-    base = cluster.cached(("probe", node, "probe.py", "base", "{}"))
+    base = cluster.cached(base_key(node))
     if not base:
         return []
     ips = all_ips(parse_interfaces(base["ip_link"], base["ip_addr"]))
@@ -179,7 +181,7 @@ def misresolved(cluster: Any, a: str, b: str) -> tuple[list[str], str] | None:
 
     if is_ip(b) or a == LAUNCHER:
         return None
-    base = cluster.cached(("probe", a, "probe.py", "base", "{}"))
+    base = cluster.cached(base_key(a))
     own = own_addresses(cluster, b)
     if not base or not own:
         return None
