@@ -23,6 +23,7 @@ from typing import Any, Callable, TypeVar, overload
 import pytest
 
 from cluster_tests import node
+from cluster_tests.core import testids as ids
 from cluster_tests.core.memokey import MemoKey
 from cluster_tests.core.settings import Settings
 from cluster_tests.core.transport import (
@@ -231,7 +232,7 @@ class Cluster:
         err = self.login_error(node)
         if err is not None:
             pytest.fail(
-                f"{node} unreachable ({err.cause.value}): see test_login[{node}]", pytrace=False
+                f"{node} unreachable ({err.cause.value}): see {ids.LOGIN.of(node)}", pytrace=False
             )
 
     def prefetch(self, nodes: Iterable[str], probes: Sequence[NodeProbe] = BASE_ONLY) -> None:
