@@ -26,6 +26,7 @@ from typing import Any
 
 import pytest
 
+from cluster_tests.core import testids as ids
 from cluster_tests.core.cluster import Cluster
 from cluster_tests.core.memokey import MemoKey
 from cluster_tests.judge import collective as C
@@ -134,8 +135,8 @@ def test_allreduce(allreduce_run: R.RemoteRun, cluster: Cluster, record_property
     if fallbacks:
         pytest.fail("all-reduce went over TCP sockets where RDMA is there:\n  "
                     + "\n  ".join(fallbacks)
-                    + "\n  fix: unset NCCL_IB_DISABLE / NCCL_NET=Socket; see test_ib_hca and "
-                      "test_memlock of those nodes; install rdma-core (libibverbs) where the "
+                    + f"\n  fix: unset NCCL_IB_DISABLE / NCCL_NET=Socket; see {ids.IB_HCA} and "
+                      f"{ids.MEMLOCK} of those nodes; install rdma-core (libibverbs) where the "
                       "ranks run; a container needs --device=/dev/infiniband and "
                       "--cap-add=IPC_LOCK", pytrace=False)
     _leftover_fail(run)
@@ -154,10 +155,10 @@ def test_allreduce_busbw(allreduce_run: R.RemoteRun, cluster: Cluster, record_pr
     """C1: busbw at the largest size against --min-busbw and/or --busbw-baseline."""
     rep = allreduce_run.report
     if not rep.ok:
-        pytest.skip(f"no bandwidth to judge: test_allreduce failed ({rep.verdict})")
+        pytest.skip(f"no bandwidth to judge: {ids.ALLREDUCE} failed ({rep.verdict})")
     if R.accelerator_problems(cluster, allreduce_run):
         pytest.skip("no bandwidth to judge: the ranks did not run the launch's backend "
-                    "(see test_allreduce)")
+                    f"(see {ids.ALLREDUCE})")
     baseline_path = cluster.settings.collective.busbw_baseline
     baseline = None
     if baseline_path:
@@ -173,7 +174,7 @@ def test_allreduce_busbw(allreduce_run: R.RemoteRun, cluster: Cluster, record_pr
         pytest.skip(verdict.message)
     if not verdict.ok:
         pytest.fail(f"all-reduce over {rep.world_size} ranks ({rep.backend}): {verdict.message}\n"
-                    f"  fix: run `-k test_allreduce_pair` to find the slow node or link; check "
+                    f"  fix: run `-k {ids.ALLREDUCE_PAIR}` to find the slow node or link; check "
                     f"the NIC speed and that {rep.backend} uses the fast interface "
                     f"(NCCL_SOCKET_IFNAME/GLOO_SOCKET_IFNAME)", pytrace=False)
 

@@ -6,6 +6,7 @@ import socket
 
 import pytest
 
+from cluster_tests.core import testids as ids
 from cluster_tests.core.cluster import Cluster
 from cluster_tests.judge.netfacts import all_ips, is_ip, is_loopback, parse_interfaces
 from cluster_tests.report import fixes as fx
@@ -34,7 +35,7 @@ def test_resolves(cluster: Cluster, pair: tuple[str, str]) -> None:
     facts_b = cluster.base_or_none(b)
     if facts_b is None:
         pytest.skip(f"{a} resolves {b} to {', '.join(res['addrs'])}; whether that is {b}'s address "
-                    f"is not known: {b} cannot be probed (see test_login[{b}])")
+                    f"is not known: {b} cannot be probed (see {ids.LOGIN.of(b)})")
     own = all_ips(parse_interfaces(facts_b["ip_link"], facts_b["ip_addr"]))
     # a node reaching itself by a loopback address is N3's question, not N1's
     wrong = [x for x in res["addrs"] if x not in own and not (a == b and is_loopback(x))
@@ -75,7 +76,7 @@ def test_name_consistent(cluster: Cluster, node: str) -> None:
     elsewhere = sorted(v for v in wrong if v in checked.get(node, ()))
     if wrong and len(elsewhere) == len(wrong):
         pytest.skip(f"{', '.join(elsewhere)} resolve(s) {node} elsewhere: see "
-                    + ", ".join(f"test_resolves[{v}->{node}]" for v in elsewhere))
+                    + ", ".join(ids.RESOLVES.of(v, node) for v in elsewhere))
     if wrong or len(distinct) > 1:
         table = "\n".join(f"    {v:>12} -> {', '.join(addrs) or '(unresolved)'}" for v, addrs in views.items())
         right = sorted(own)[0] if own else "<its address>"
@@ -96,7 +97,7 @@ def _checked_sources(cluster: Cluster) -> dict[str, set[str]]:
     from cluster_tests.core import pairs
 
     out: dict[str, set[str]] = {}
-    for a in pairs.collected_sources(cluster, "test_resolves"):
+    for a in pairs.collected_sources(cluster, ids.RESOLVES.name):
         for b in pairs.targets_of(cluster, a):
             out.setdefault(b, set()).add(a)
     return out

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from cluster_tests.core import nodetable
+from cluster_tests.core import testids as ids
 from cluster_tests.core.cluster import Cluster, NodeProbe, ProbeError
 from cluster_tests.core.memokey import MemoKey
 from cluster_tests.core.nodetable import NodeColumn
@@ -57,14 +58,14 @@ def _slice(cluster: Cluster, a: str, b: str) -> dict:
         pytest.fail(f"{a} -> {b}: no result in the port matrix", pytrace=False)
     if entry["addr"] is None:
         pytest.fail(f"{a} -> {b}: {a} cannot resolve {b} ({entry['resolve_error']}): "
-                    f"see test_resolves[{a}->{b}]", pytrace=False)
+                    f"see {ids.RESOLVES.of(a, b)}", pytrace=False)
     return entry
 
 
 def _firewall_evidence(cluster: Cluster, node: str) -> str:
     rules = _drop_rules(cluster, node)
     if rules is None:
-        return f"  (could not read {node}'s firewall rules: see test_firewall_rules[{node}])"
+        return f"  (could not read {node}'s firewall rules: see {ids.FIREWALL_RULES.of(node)})"
     if not rules:
         return f"  {node} shows no DROP/REJECT rule in iptables/nft INPUT (look for a firewall in between)"
     return f"  DROP/REJECT rules in {node}'s INPUT:\n    " + "\n    ".join(rules[:12])
@@ -80,7 +81,7 @@ def test_reachable(cluster: Cluster, pair: tuple[str, str], record_property) -> 
         if ssh.get("status") == "ok":
             warnings.warn(NetworkWarning(
                 f"{a} -> {b}: reaches {b}:22 but none of its high ports: RTT not measured "
-                f"(see test_high_ports[{a}->{b}])"), stacklevel=1)
+                f"(see {ids.HIGH_PORTS.of(a, b)})"), stacklevel=1)
             return
         m = nc.port_matrix(cluster)
         if nc.source_at_fault(m, a, b):
@@ -170,7 +171,7 @@ def test_master_port(cluster: Cluster, rendezvous_leg: tuple[str, str]) -> None:
     master = m.listeners[rank0].get("master") or {}
     if not master.get("free"):
         if node != rank0:
-            pytest.skip(f"port {port} is taken on {rank0}: see test_master_port[{rank0}->{rank0}]")
+            pytest.skip(f"port {port} is taken on {rank0}: see {ids.MASTER_PORT.of(rank0, rank0)}")
         owner = master.get("owner") or f"(run `ss -ltnp sport = :{port}` as root to see who)"
         pytest.fail(
             f"{rank0}: the rendezvous port {port} (--master_port) is already in use "
@@ -311,7 +312,7 @@ def test_socket_ifname(cluster: Cluster, node: str, record_property) -> None:
             fits = [n for n in others if _usable(spec, _ifaces(cluster, n))]
             if not fits and node != rank0:
                 pytest.skip(f"{var}={value}, exported by the launch from {rank0}, fits no node: "
-                            f"see test_socket_ifname[{rank0}]")
+                            f"see {ids.SOCKET_IFNAME.of(rank0)}")
             origin = (f" (exported to every rank by deepspeed from {rank0}'s environment or "
                       f"~/.deepspeed_env" + ("; it fits no node" if not fits else
                                              f"; it fits {', '.join(fits)}") + ")")
@@ -352,10 +353,10 @@ def test_socket_ifname_route(cluster: Cluster, pair: tuple[str, str]) -> None:
     if not matches:
         pytest.skip(f"{a}: no *_SOCKET_IFNAME set (the libraries pick the interface themselves)")
     if any(not names for names in matches.values()):
-        pytest.skip(f"{a}: a *_SOCKET_IFNAME matches no usable interface: see test_socket_ifname[{a}]")
+        pytest.skip(f"{a}: a *_SOCKET_IFNAME matches no usable interface: see {ids.SOCKET_IFNAME.of(a)}")
     addrs = cluster.base(a)["resolve"].get(b, {}).get("addrs") or []
     if not addrs:
-        pytest.skip(f"{a} cannot resolve {b}: see test_resolves[{a}->{b}]")
+        pytest.skip(f"{a} cannot resolve {b}: see {ids.RESOLVES.of(a, b)}")
     route = nc.routes(cluster, a).get(addrs[0]) or {}
     dev = route_device(route.get("out", "")) if route.get("rc") == 0 else None
     if dev is None:
@@ -415,7 +416,7 @@ def test_mtu(cluster: Cluster, node: str, record_property) -> None:
     cluster.require(node)
     mtus = _mtus(cluster)
     if node not in mtus:
-        pytest.skip(f"{node}: no interface found for the launch's traffic (see test_socket_ifname[{node}])")
+        pytest.skip(f"{node}: no interface found for the launch's traffic (see {ids.SOCKET_IFNAME.of(node)})")
     dev, mtu = mtus[node]
     record_property("interface", dev)
     record_property("mtu", str(mtu))

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from cluster_tests.core import pairs
+from cluster_tests.core import testids as ids
 from cluster_tests.core.cluster import Cluster, NodeProbe, ProbeError
 from cluster_tests.core.memokey import MemoKey
 from cluster_tests.core.plugin import LAUNCHER
@@ -107,7 +108,7 @@ def _pairs_from(cluster: Cluster, source: str) -> dict:
     """ssh from `source` to its targets in the selected pairs (--pairs), fanned out on `source`
     in one round trip (cached).  The first call starts every source the session's S4 tests
     need at once (bounded by --fanout), so the sources overlap instead of taking turns."""
-    sources = pairs.collected_sources(cluster, "test_ssh_trust")
+    sources = pairs.collected_sources(cluster, ids.SSH_TRUST.name)
     if source in sources and len(sources) > 1:
         cluster.memo(PAIRS_ALL, lambda: cluster.pool.map(
             lambda s: cluster.login_error(s) is None and _probe_pairs(cluster, s), sources))
@@ -163,10 +164,10 @@ def _pair_fix(cluster: Cluster, a: str, b: str, cause: str) -> str:
         fx.offer(fx.hosts_fix(cluster, a, b, wrong[1], wrong[0]))
         return (f"{a} resolves {b} to {', '.join(wrong[0])}, which is not one of {b}'s addresses: "
                 f"on {a}: make the /etc/hosts line read '{wrong[1]} {b}' (see "
-                f"test_name_consistent[{b}])")
+                f"{ids.NAME_CONSISTENT.of(b)})")
     if cause == "public key refused":
         if cluster.login_error(b) is not None:
-            return f"{b} refuses logins from the launcher too: see test_login[{b}]"
+            return f"{b} refuses logins from the launcher too: see {ids.LOGIN.of(b)}"
         fa, fb = cluster.base(a), cluster.base(b)
         own = _node_modes(cluster, a)
         if any(e.startswith("private key") for e in own.errors):
@@ -174,7 +175,7 @@ def _pair_fix(cluster: Cluster, a: str, b: str, cause: str) -> str:
             return f"{a} cannot use its own key (file modes): on {a}: " + "; ".join(own.fixes)
         sshd = _sshd_config(cluster, b)
         if sshd.get("pubkeyauthentication") == "no":
-            return f"sshd on {b} has PubkeyAuthentication no: see test_sshd_config[{b}]"
+            return f"sshd on {b} has PubkeyAuthentication no: see {ids.SSHD_CONFIG.of(b)}"
         verdict = sshcheck.strict_modes(fb["ssh"], fb["uid"], fb["user"], sshd.get("strictmodes", "yes") != "no")
         if any("authorized_keys" in e or ".ssh" in e or "home" in e or "owned" in e for e in verdict.errors):
             fx.offer(_modes_fix(b, verdict))
@@ -204,7 +205,7 @@ def _pair_fix(cluster: Cluster, a: str, b: str, cause: str) -> str:
                 f"otherwise find out who answers as {b}")
     if cause == "name not resolved":
         addr = cluster.pool.targets[b].hostname
-        return f"on {a}: add '{addr} {b}' to /etc/hosts (or fix DNS): see test_resolves[{a}->{b}]"
+        return f"on {a}: add '{addr} {b}' to /etc/hosts (or fix DNS): see {ids.RESOLVES.of(a, b)}"
     if cause == "connection refused":
         return f"sshd is not listening on {b}: on {b}: systemctl start ssh"
     if cause in ("connection timed out", "network unreachable"):
@@ -286,7 +287,7 @@ def test_pdsh(cluster: Cluster, pdsh_leg: tuple[str, str]) -> None:
         cluster.require(site)
     got = _pdsh_run(cluster, site)
     if isinstance(got, str):
-        pytest.skip(f"no pdsh on {site}: see test_pdsh_installed[{site}]")
+        pytest.skip(f"no pdsh on {site}: see {ids.PDSH_INSTALLED.of(site)}")
     rc, out, _ = got
     if rc == 124 and out == "pdsh timed out":
         pytest.fail(f"{site}: pdsh did not finish within its deadline", pytrace=False)
@@ -299,7 +300,7 @@ def test_pdsh(cluster: Cluster, pdsh_leg: tuple[str, str]) -> None:
                              if leg.exit_code is not None else [])) or "(nothing)"
     cause = sshcheck.classify_ssh_failure("\n".join(leg.lines + leg.pdsh_errors),
                                           leg.exit_code if leg.exit_code is not None else 255)
-    see = f"test_login[{target}]" if site == LAUNCHER else f"test_ssh_trust[{site}->{target}]"
+    see = ids.LOGIN.of(target) if site == LAUNCHER else ids.SSH_TRUST.of(site, target)
     pytest.fail(f"{site} -> {target}: pdsh's ssh leg failed ({cause}); this is how deepspeed "
                 f"starts the ranks on {target}:\n    {said}\n  fix: see {see}", pytrace=False)
 

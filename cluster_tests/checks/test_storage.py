@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from cluster_tests.core import testids as ids
 from cluster_tests.core.cluster import Cluster, NodeProbe, ProbeError
 from cluster_tests.core.memokey import MemoKey
 from cluster_tests.core.settings import Settings
@@ -124,7 +125,7 @@ def test_output_shared(cluster: Cluster, pair: tuple[str, str]) -> None:
     for n in dict.fromkeys(pair):
         info = _dir(cluster, n, path)
         if not info["is_dir"] or not info["writable"]:
-            pytest.skip(f"{path} is not a writable directory on {n}: see test_output_dir[{n}]")
+            pytest.skip(f"{path} is not a writable directory on {n}: see {ids.OUTPUT_DIR.of(n)}")
     m = _share_matrix(cluster, path)
     for n in dict.fromkeys(pair):
         if n in m.errors:

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from cluster_tests.core import testids as ids
 from cluster_tests.core.cluster import Cluster
 from cluster_tests.judge import hostfile as hf
 from cluster_tests.measure import training as trr
@@ -42,9 +43,9 @@ def training(cluster: Cluster, request: pytest.FixtureRequest):
     wanted: list[str] = []
     for item in request.session.items:
         name = getattr(item, "originalname", item.name)
-        if name == "test_train_single_node":
+        if name == ids.TRAIN_SINGLE_NODE.name:
             wanted.append(item.callspec.params["node"])  # type: ignore[attr-defined]
-        elif name == "test_train_multi_node":
+        elif name == ids.TRAIN_MULTI_NODE.name:
             try:
                 wanted.extend(runs.active())
             except hf.ResourceFilterError:
@@ -92,11 +93,11 @@ def test_train_multi_node(cluster: Cluster, training: trr.TrainingRuns, record_p
     for n in active:
         err = cluster.login_error(n)
         if err is not None:
-            failed.append(f"{n} (unreachable: {err.cause.value}; see test_login[{n}])")
+            failed.append(f"{n} (unreachable: {err.cause.value}; see {ids.LOGIN.of(n)})")
             continue
         t1 = training.single_node(n)
         if not t1.ok:
-            failed.append(f"{n} ({trr.short_cause(t1)}; see test_train_single_node[{n}])")
+            failed.append(f"{n} ({trr.short_cause(t1)}; see {ids.TRAIN_SINGLE_NODE.of(n)})")
     if failed:
         pytest.skip(
             "T2 needs every node to train alone first; T1 failed on " + "; ".join(failed)

@@ -24,6 +24,7 @@ import pytest
 
 from cluster_tests import node
 from cluster_tests.core import nodetable
+from cluster_tests.core import testids as ids
 from cluster_tests.core.memokey import LOGIN, MemoKey, base_key, probe_key
 from cluster_tests.core.nodetable import NodeTable
 from cluster_tests.core.settings import Settings
@@ -208,7 +209,7 @@ class Cluster:
         err = self.login_error(node)
         if err is not None:
             pytest.fail(
-                f"{node} unreachable ({err.cause.value}): see test_login[{node}]", pytrace=False
+                f"{node} unreachable ({err.cause.value}): see {ids.LOGIN.of(node)}", pytrace=False
             )
 
     def prefetch(self, nodes: Iterable[str], probes: Sequence[NodeProbe] = BASE_ONLY) -> None:

@@ -20,6 +20,7 @@ import pytest
 from cluster_tests.core import nodelist as nodelist_mod
 from cluster_tests.core import pairs as pairs_mod
 from cluster_tests.core import rootdir_fix
+from cluster_tests.core import testids as ids
 from cluster_tests.core.cluster import Cluster, Node, node_probes
 from cluster_tests.core.nodetable import NodeTable
 from cluster_tests.core.settings import Settings, add_options, read_settings
@@ -478,10 +479,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             checks = [i for i in checks if id(i) not in gone]
     for item in checks:
         params = _params(item)
-        if not _the_cluster(config).nodes and item.name != "test_hostfile_syntax":
+        if not _the_cluster(config).nodes and item.name != ids.HOSTFILE_SYNTAX.name:
             item.add_marker(pytest.mark.skip(
                 reason="the hostfile names no host DeepSpeed would launch on: see "
-                       "test_hostfile_syntax"), append=False)
+                       f"{ids.HOSTFILE_SYNTAX}"), append=False)
         if "cluster_host" in getattr(item, "fixturenames", ()):
             item.user_properties.append(("site_check", "testinfra"))
         if "node" in params or "rank0_node" in params:

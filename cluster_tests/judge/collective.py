@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Callable
 
 from cluster_tests import node
+from cluster_tests.core import testids as ids
 
 WORKER_SCRIPT = node.script("allreduce.py")
 
@@ -506,7 +507,7 @@ def backend_problems(report: CollectiveReport,
             wrong.setdefault((r.host, got, f"{what}: the launch runs {want}"), []).append(r.rank)
     for (host, got, why), ranks in wrong.items():
         out.append(f"{describe_ranks(ranks, report.ranks)} ran on {got}, but {host} has {why} "
-                   f"(A1, test_accelerators[{host}])")
+                   f"({ids.ACCELERATORS.item}, {ids.ACCELERATORS.of(host)})")
     used = sorted(set(report.backends.values()))
     if len(used) > 1:
         parts = "; ".join(

@@ -35,6 +35,8 @@ import shlex
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from cluster_tests.core import testids as ids
+
 #: DeepSpeed 0.19's constants (runner.py); the rehearsal reads the installed DeepSpeed's own
 #: values on the rank-0 node and falls back to these.
 EXPORT_ENVS: tuple[str, ...] = ("MLFLOW", "PYTHON", "MV2", "UCX")
@@ -269,14 +271,14 @@ def _fix_for_import(error: str, node: str, site: str, python: str,
                                   or stray.get("owned") is False):
         where = os.path.dirname(str(file)) if file else ", ".join(str(x) for x in stray.get("paths") or [])  # type: ignore[attr-defined]
         return (f"on {node}: remove or rename {where}: it shadows the installed {top} on the "
-                f"launch's sys.path (see test_versions[{node}])")
+                f"launch's sys.path (see {ids.VERSIONS.of(node)})")
     if m:
         return (f"on {node}: install {top} into {python} (the interpreter the launch runs on every "
                 f"node, as on {site}), e.g. `{python} -m pip install {top}==<the version on "
                 f"{site}>`; or, if a stray '{top}' directory or file on sys.path shadows it (see "
-                f"test_versions[{node}]), remove that")
+                f"{ids.VERSIONS.of(node)}), remove that")
     return (f"on {node}: repair the environment of {python} (compare `{python} -m pip list` with "
-            f"{site}'s; test_versions[{node}] shows what it imports from where)")
+            f"{site}'s; {ids.VERSIONS.of(node)} shows what it imports from where)")
 
 
 def judge_leg(node: str, out: HostOutput, *, site: str, python: str, launch_dir: str,
@@ -298,7 +300,7 @@ def judge_leg(node: str, out: HostOutput, *, site: str, python: str, launch_dir:
         ssh_said = any(_SSH_FAILURE.search(ln) for ln in out.lines)
         if out.exit_code == 255 and (ssh_said or not out.lines):
             return Leg("skip", f"{site} cannot reach {node} through pdsh's ssh: see "
-                       f"test_pdsh[{site}->{node}]")
+                       f"{ids.PDSH.of(site, node)}")
         text = "\n".join(out.lines)
         if (out.exit_code == 127 or f"{python}: No such file or directory" in text
                 or f"{python}: not found" in text):

@@ -41,6 +41,7 @@ from typing import Any
 import pytest
 
 from cluster_tests.core import pairs as pairs_mod
+from cluster_tests.core import testids as ids
 from cluster_tests.core.cluster import Cluster, remote_script
 from cluster_tests.core.transport import Feed, quote_argv
 from cluster_tests.judge import collective as C
@@ -465,7 +466,7 @@ def blocked_by_f3(cluster: Cluster, nodes: Sequence[str]) -> str | None:
     shown = "; ".join(
         f"{dst} takes no connection from {src} ("
         + ", ".join(f"{p} {s}" for p, s in nc.failed_ports(matrix.entry(src, dst)).items())
-        + f"; see test_high_ports[{src}->{dst}])" for src, dst in blocked[:4])
+        + f"; see {ids.HIGH_PORTS.of(src, dst)})" for src, dst in blocked[:4])
     more = f" (+{len(blocked) - 4} more)" if len(blocked) > 4 else ""
     return (f"not run: the network checks found that {shown}{more}: an all-reduce could only "
             f"wait out its rendezvous deadline (--collective-connect-timeout).\n  fix: open the "
@@ -475,7 +476,7 @@ def blocked_by_f3(cluster: Cluster, nodes: Sequence[str]) -> str | None:
 class NodeDown(Exception):
     def __init__(self, node: str) -> None:
         self.node = node
-        super().__init__(f"{node} unreachable: see test_login[{node}]")
+        super().__init__(f"{node} unreachable: see {ids.LOGIN.of(node)}")
 
 
 # --- explaining a failure --------------------------------------------------------------------
@@ -536,7 +537,7 @@ def _fix(run: RemoteRun, nodes: Sequence[str]) -> str:
         where = ", ".join(n for n in run.nodes if n in bad) or "the nodes"
         return (f"the accelerator did not come up on {where} (not a network problem): check "
                 f"`nvidia-smi` / `npu-smi info` there for a device in error or held by another "
-                f"process, and the driver's log (dmesg); see test_accelerators")
+                f"process, and the driver's log (dmesg); see {ids.ACCELERATORS}")
     if any(stage == "setup" for stage, _ in rep.failed.values()):
         return (f"on {', '.join(nodes) or 'the nodes'}: make the accelerator usable from the "
                 f"remote Python in a non-interactive shell (the rank errors above say what is "
@@ -556,19 +557,20 @@ def _fix(run: RemoteRun, nodes: Sequence[str]) -> str:
                 f"listens on ports 60000-60015 of every node (HCCL_IF_BASE_PORT moves them): "
                 f"open those ports between the NPU NICs of {who} and {run.master}, and check "
                 f"each NIC with `hccn_tool -i <id> -net_health -g`, `hccn_tool -i <id> -link -g` "
-                f"and `hccn_tool -i <id> -ip -g` (see test_env E4); HCCL_IF_IP / "
+                f"and `hccn_tool -i <id> -ip -g` (see {ids.ASCEND_ENV.module} "
+                f"{ids.ASCEND_ENV.item}); HCCL_IF_IP / "
                 f"HCCL_SOCKET_IFNAME choose the host interface of its rendezvous")
     if rep.verdict == "hang" and rep.stuck_stage == "init":
         return (f"communicator init opens its own connections between every pair of nodes on "
                 f"ephemeral high ports, on the interface the hostname resolves to: open high "
                 f"ports both ways on {who}, or set GLOO_SOCKET_IFNAME/NCCL_SOCKET_IFNAME to the "
-                f"cluster interface; `-k test_allreduce_pair` names the node whose pairs hang")
+                f"cluster interface; `-k {ids.ALLREDUCE_PAIR}` names the node whose pairs hang")
     if any(run.channel_exit.get(n) == 127 for n in nodes):
         return (f"the remote Python '{run.python}' was not found on "
                 f"{who} by a non-interactive ssh shell: pass --remote-python /path/to/python, or "
                 f"put it on PATH in ~/.bashrc above any early 'return'")
     if rep.verdict == "hang":
-        return f"a rank on {who} stalled mid-transfer: run `-k test_allreduce_pair` to find the slow node or link"
+        return f"a rank on {who} stalled mid-transfer: run `-k {ids.ALLREDUCE_PAIR}` to find the slow node or link"
     return f"read the rank errors above; on {who}: {run.options.backend} backend, torch install"
 
 

@@ -28,6 +28,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from cluster_tests.core import testids as ids
 from cluster_tests.core.cluster import Cluster, ProbeError, remote_script
 from cluster_tests.core.memokey import MemoKey
 from cluster_tests.judge import hostfile as hf
@@ -35,7 +36,6 @@ from cluster_tests.judge import launch as le
 
 MEMO_KEY: MemoKey[Any] = MemoKey("rehearsal", "result")
 SCRIPT = "envprobe.py"
-TEST_ID = "test_launch_rehearsal"
 
 
 @dataclass
@@ -55,7 +55,7 @@ class Rehearsal:
     deepspeed_version: str | None = None
 
     def leg(self, node: str) -> le.Leg:
-        site_id = f"{TEST_ID}[{self.site}]"
+        site_id = ids.LAUNCH_REHEARSAL.of(self.site)
         if self.site_problem is not None:
             kind, text = self.site_problem
             if kind == "skip":
@@ -97,7 +97,7 @@ def _rehearse(cluster: Cluster) -> Rehearsal:
     err = cluster.login_error(site)
     if err is not None:
         r.site_problem = ("skip", f"{site} (rank 0, where deepspeed starts) unreachable "
-                                  f"({err.cause.value}): see test_login[{site}]")
+                                  f"({err.cause.value}): see {ids.LOGIN.of(site)}")
         return r
     timeout = cluster.settings.timeout_command
     try:
@@ -130,7 +130,7 @@ def _rehearse(cluster: Cluster) -> Rehearsal:
     except le.EnvFileCrash as exc:
         r.site_problem = ("fail", f"{site}: `deepspeed --hostfile` would stop on {site} before "
                                   f"starting any rank: {exc}\n  fix, on {site}: delete that line or "
-                                  f"write NAME=value (see test_deepspeed_env[{site}])")
+                                  f"write NAME=value (see {ids.DEEPSPEED_ENV.of(site)})")
         return r
     bad = le.export_problems(r.exports)
     if bad:
@@ -138,7 +138,7 @@ def _rehearse(cluster: Cluster) -> Rehearsal:
                                   f"{site}'s environment and .deepspeed_env) break every node's "
                                   f"shell:\n  - " + "\n  - ".join(bad)
                                   + f"\n  fix, on {site}: correct those lines of .deepspeed_env "
-                                  f"(see test_deepspeed_env[{site}])")
+                                  f"(see {ids.DEEPSPEED_ENV.of(site)})")
         return r
     r.hosts = launch_hosts(cluster)
     words = le.remote_words(r.exports, r.launch_dir, r.python, ["-u", "-c", _code_word()])
@@ -166,9 +166,9 @@ def _site_problem(site: str, plan: dict[str, Any]) -> tuple[str, str] | None:
     where = f"{site} (rank 0, where `deepspeed --hostfile` starts)"
     if not plan.get("deepspeed"):
         return ("skip", f"{where} has no `deepspeed` on the PATH of a non-interactive shell "
-                        f"({plan.get('path')}): see test_required_env[{site}]")
+                        f"({plan.get('path')}): see {ids.REQUIRED_ENV.of(site)}")
     if not plan.get("pdsh"):
-        return ("skip", f"{where} has no pdsh: see test_pdsh_installed[{site}]")
+        return ("skip", f"{where} has no pdsh: see {ids.PDSH_INSTALLED.of(site)}")
     if not plan.get("launch_dir_ok"):
         return ("fail", f"{where}: the launch directory {plan['launch_dir']} does not exist there."
                         f"\n  fix: create it, or pass the directory you start deepspeed in as "

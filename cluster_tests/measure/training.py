@@ -65,6 +65,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from cluster_tests.core import testids as ids
 from cluster_tests.core.cluster import Cluster, remote_script
 from cluster_tests.core.memokey import MemoKey
 from cluster_tests.core.settings import Settings
@@ -595,7 +596,7 @@ def accelerator_problems(
         elif want == "cuda":
             why = ("DeepSpeed fell back to its CPU accelerator: torch.cuda is not usable from the "
                    "remote Python (a CPU-only torch build, or a driver the CUDA runtime cannot "
-                   "use; see test_accelerators)")
+                   f"use; see {ids.ACCELERATORS})")
         else:
             why = ("DeepSpeed did not find torch_npu: CANN's set_env.sh is probably sourced only "
                    "in interactive shells (put it in ~/.bashrc above any early return), or "
@@ -647,7 +648,7 @@ def _explain_diag(d: tr.Diagnosis, launch: Launch, multi: bool) -> str:
             )
         elif d.kind == "ssh-hostkey":
             hint = f"on {src}: ssh-keyscan -H {node} >> ~/.ssh/known_hosts (compare the fingerprint)"
-        hint += f"; see test_ssh_trust[{src}->{node}]"
+        hint += f"; see {ids.SSH_TRUST.of(src, node)}"
     evidence = list(d.evidence)
     if d.kind in ("no-deepspeed", "no-torch", "no-module", "command-not-found") and not multi:
         line = _python_line(launch.text)

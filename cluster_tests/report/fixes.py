@@ -27,15 +27,14 @@ from typing import Any, Callable
 
 import pytest
 
+from cluster_tests.core import testids as ids
 from cluster_tests.core.memokey import base_key
 
 LAUNCHER = "launcher"
 PROPERTY = "fix_script"
 SCRIPT_NAME = "fixes.sh"
 #: checklist order of the blocks (by the test module's section)
-SECTIONS = {"test_hostfile": "H", "test_ssh": "S", "test_names": "N", "test_network": "F",
-            "test_env": "E", "test_accelerator": "A", "test_health": "R", "test_storage": "D",
-            "test_collective": "C", "test_training": "T"}
+SECTIONS = {module: letter for letter, module in ids.MODULES.items()}
 ORDER = "HSNFEARDCT"
 
 
@@ -221,8 +220,8 @@ def _rank0_resolution_fix(cluster: Any, params: dict[str, Any]) -> list[Fix]:
 
 
 DERIVED: dict[str, Callable[[Any, dict[str, Any]], list[Fix]]] = {
-    "test_hostname_matches": _hostname_fix,
-    "test_master_port": _rank0_resolution_fix,
+    ids.HOSTNAME_MATCHES.name: _hostname_fix,
+    ids.MASTER_PORT.name: _rank0_resolution_fix,
 }
 
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from cluster_tests.core import testids as ids
 from cluster_tests.report.summary import Outcome, Recorder, node_columns
 
 TEMPLATE = "report.html.j2"
@@ -104,7 +105,7 @@ def _names(rec: Recorder, pairs: Any) -> list[str]:
 
 
 def trust_heatmap(rec: Recorder) -> Heatmap | None:
-    cells = rec.matrix("test_ssh_trust")
+    cells = rec.matrix(ids.SSH_TRUST.name)
     if not cells:
         return None
 
@@ -121,7 +122,7 @@ def trust_heatmap(rec: Recorder) -> Heatmap | None:
 
 
 def latency_heatmap(rec: Recorder) -> Heatmap | None:
-    outcomes = {o.pair: o for o in rec.by_function("test_reachable") if o.pair}
+    outcomes = {o.pair: o for o in rec.by_function(ids.REACHABLE.name) if o.pair}
     if not outcomes:
         return None
     rtt = rec.latency()
@@ -151,7 +152,7 @@ def latency_heatmap(rec: Recorder) -> Heatmap | None:
 
 
 def bandwidth_heatmap(rec: Recorder) -> Heatmap | None:
-    outcomes = {o.pair: o for o in rec.by_function("test_allreduce_pair") if o.pair}
+    outcomes = {o.pair: o for o in rec.by_function(ids.ALLREDUCE_PAIR.name) if o.pair}
     if not outcomes:
         return None
     bw = rec.pair_bandwidth()
@@ -230,7 +231,7 @@ def bandwidth_plot(rec: Recorder) -> Plot | None:
     if not rows:
         return None
     plot = Plot()
-    props = rec.by_function("test_allreduce")[0].properties
+    props = rec.by_function(ids.ALLREDUCE.name)[0].properties
     plot.caption = (f"all-reduce over {props.get('world_size', '?')} ranks, backend "
                     f"{props.get('backend', '?')}: bandwidth (GB/s) against message size (bytes, log scale)")
     xs = [math.log2(r["size_bytes"]) for r in rows]

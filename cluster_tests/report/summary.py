@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from cluster_tests.core import nodetable
+from cluster_tests.core import testids as ids
 from cluster_tests.core.nodetable import NodeTable
 
 SECRET_NAME = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL)", re.IGNORECASE)
@@ -118,7 +119,7 @@ class Recorder:
     def by_function(self, function: str) -> list[Outcome]:
         return [o for o in self.outcomes.values() if o.function == function]
 
-    def matrix(self, function: str = "test_ssh_trust") -> dict[tuple[str, str], Outcome]:
+    def matrix(self, function: str = ids.SSH_TRUST.name) -> dict[tuple[str, str], Outcome]:
         return {o.pair: o for o in self.by_function(function) if o.pair}
 
     def fixes(self) -> list[str]:
@@ -136,7 +137,7 @@ class Recorder:
         return out
 
     # -- rendering -----------------------------------------------------------------------------
-    def render_matrix(self, function: str = "test_ssh_trust", title: str = "SSH trust") -> list[str]:
+    def render_matrix(self, function: str = ids.SSH_TRUST.name, title: str = "SSH trust") -> list[str]:
         cells = self.matrix(function)
         if not cells:
             return []
@@ -172,17 +173,17 @@ class Recorder:
     # -- numbers from the tests' properties (available on the xdist controller too) ------------
     def latency(self) -> dict[tuple[str, str], float]:
         """F1: TCP handshake RTT in ms per ordered pair (test_reachable's `rtt_ms`)."""
-        return {o.pair: v for o in self.by_function("test_reachable")
+        return {o.pair: v for o in self.by_function(ids.REACHABLE.name)
                 if o.pair and (v := _number(o.properties.get("rtt_ms"))) is not None}
 
     def pair_bandwidth(self) -> dict[tuple[str, str], float]:
         """C2: busbw in GB/s per unordered node pair (test_allreduce_pair's `busbw_GBps`)."""
-        return {o.pair: v for o in self.by_function("test_allreduce_pair")
+        return {o.pair: v for o in self.by_function(ids.ALLREDUCE_PAIR.name)
                 if o.pair and (v := _number(o.properties.get("busbw_GBps"))) is not None}
 
     def allreduce_sizes(self) -> list[dict[str, float]]:
         """C1: one row per message size (size_bytes, time_us, algbw_GBps, busbw_GBps)."""
-        runs = self.by_function("test_allreduce")
+        runs = self.by_function(ids.ALLREDUCE.name)
         if not runs:
             return []
         props = runs[0].properties
@@ -203,14 +204,14 @@ class Recorder:
         lines: list[str] = []
         sizes = self.allreduce_sizes()
         if sizes:
-            props = self.by_function("test_allreduce")[0].properties
+            props = self.by_function(ids.ALLREDUCE.name)[0].properties
             lines.append(f"C1: all-reduce over {props.get('world_size', '?')} ranks "
                          f"({props.get('backend', '?')}), from the recorded properties:")
             lines.append(f"  {'size (B)':>12} {'time (us)':>12} {'algbw (GB/s)':>13} {'busbw (GB/s)':>13}")
             for r in sizes:
                 lines.append(f"  {int(r['size_bytes']):>12d} {r.get('time_us', 0):>12.2f} "
                              f"{r.get('algbw_GBps', 0):>13.4f} {r.get('busbw_GBps', 0):>13.4f}")
-        pairs = {o.pair: o for o in self.by_function("test_allreduce_pair") if o.pair}
+        pairs = {o.pair: o for o in self.by_function(ids.ALLREDUCE_PAIR.name) if o.pair}
         if pairs:
             bw = self.pair_bandwidth()
             lines.append("C2: busbw per node pair (GB/s):")
@@ -271,7 +272,7 @@ class Recorder:
 
     def to_json(self, facts: dict[str, dict[str, str]], meta: dict[str, Any]) -> dict[str, Any]:
         trust = {a: {b: o.outcome for (x, b), o in self.matrix().items() if x == a} for a in self.nodes}
-        c1 = self.by_function("test_allreduce")
+        c1 = self.by_function(ids.ALLREDUCE.name)
         return {
             "meta": {**meta, "started": self.started, "finished": time.time(),
                      "duration_s": round(time.time() - self.started, 3), "counts": self.counts()},

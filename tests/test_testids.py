@@ -1,0 +1,105 @@
+"""core/testids.py: the constants name real checks, and nothing spells a test name by hand.
+
+A report that selects results by "test_allreduce", a fix table keyed by "test_master_port" or a
+message that says "see test_login[node3]" goes stale silently when the check is renamed; through
+the constants of core/testids.py it cannot.  This file keeps that rule after every merge:
+
+(a) every constant names a test function of cluster_tests/checks/, in the module of its section,
+    whose docstring opens with the constant's checklist item ("S1: ...");
+(b) no string literal in cluster_tests/ (f-string parts included; docstrings, which explain, and
+    core/testids.py, which defines, excepted) contains a test name (`test_` and a word), the
+    check modules' own messages included.  Check module names (test_env, the section keys of
+    the fixes script) are no exception: they come from `testids.MODULES` too.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+import pytest
+
+from cluster_tests.core import testids as ids
+from cluster_tests.report import fixes
+
+PACKAGE = Path(__file__).resolve().parent.parent / "cluster_tests"
+CHECKS = PACKAGE / "checks"
+DEFINES = PACKAGE / "core" / "testids.py"
+TEST_NAME = re.compile(r"\btest_[a-z0-9_]+")
+
+CONSTANTS = {k: v for k, v in vars(ids).items() if isinstance(v, ids.TestId)}
+
+
+def _check_functions() -> dict[str, dict[str, str]]:
+    """{check module: {test function: its docstring}}, read with ast (nothing imported)."""
+    out: dict[str, dict[str, str]] = {}
+    for path in sorted(CHECKS.glob("test_*.py")):
+        tree = ast.parse(path.read_text(), str(path))
+        out[path.stem] = {n.name: ast.get_docstring(n) or "" for n in tree.body
+                          if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
+                          and n.name.startswith("test_")}
+    return out
+
+
+def _docstrings(tree: ast.AST) -> set[int]:
+    found = set()
+    for n in ast.walk(tree):
+        if isinstance(n, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            first = n.body[0] if n.body else None
+            if (isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant)
+                    and isinstance(first.value.value, str)):
+                found.add(id(first.value))
+    return found
+
+
+def test_id_forms() -> None:
+    assert str(ids.LOGIN) == "test_login" == ids.LOGIN.name
+    assert f"see {ids.LOGIN}" == "see test_login"
+    assert ids.LOGIN.of("node1") == "test_login[node1]"
+    assert ids.RESOLVES.of("node1", "node2") == "test_resolves[node1->node2]"
+    assert (ids.ASCEND_ENV.item, ids.ASCEND_ENV.section, ids.ASCEND_ENV.module) == ("E4", "E", "test_env")
+    assert ids.ALLREDUCE.section == "C"
+    with pytest.raises(AttributeError):
+        ids.LOGIN.name = "test_other"  # type: ignore[misc]
+
+
+def test_sections_are_the_check_modules() -> None:
+    """MODULES has one letter per check module, in checklist order, as the fixes script sorts."""
+    assert sorted(ids.MODULES.values()) == sorted(_check_functions())
+    assert "".join(ids.MODULES) == fixes.ORDER
+    assert fixes.SECTIONS == {m: s for s, m in ids.MODULES.items()}
+
+
+@pytest.mark.parametrize("const", sorted(CONSTANTS))
+def test_constant_names_a_check(const: str) -> None:
+    t = CONSTANTS[const]
+    assert const == t.name.removeprefix("test_").upper(), "a constant is named after its test"
+    functions = _check_functions()
+    where = [m for m, fns in functions.items() if t.name in fns]
+    assert where, f"{const}: no test function {t.name} in cluster_tests/checks/"
+    assert where == [t.module], f"{const}: {t.name} is in {where}, its section {t.section} is {t.module}"
+    doc = functions[t.module][t.name]
+    assert doc.startswith(f"{t.item}:"), (
+        f"{const}: item {t.item!r}, but {t.name}'s docstring opens {doc.split(':')[0]!r}")
+
+
+def _spelled_names() -> list[str]:
+    found = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        if path == DEFINES:
+            continue
+        tree = ast.parse(path.read_text(), str(path))
+        skip = _docstrings(tree)
+        for n in ast.walk(tree):
+            if isinstance(n, ast.Constant) and isinstance(n.value, str) and id(n) not in skip:
+                for name in TEST_NAME.findall(n.value):
+                    found.append(f"{path.relative_to(PACKAGE.parent)}:{n.lineno}: {name!r} in {n.value!r}")
+    return found
+
+
+def test_no_test_name_spelled_by_hand() -> None:
+    """Refer to a check through core/testids.py: `ids.LOGIN.name`, f"see {ids.LOGIN.of(node)}";
+    add a constant there for a check that has none."""
+    found = _spelled_names()
+    assert not found, "test names spelled as strings (use cluster_tests.core.testids):\n" + "\n".join(found)
