@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 import queue
+import re
 import signal
 import socket
 import statistics
@@ -137,11 +138,38 @@ def default_sizes(backend: str = "nccl") -> list[int]:
 # --- bandwidth formula (nccl-tests doc/PERFORMANCE.md) --------------------------------------
 
 
-def allreduce_busbw_factor(nranks: int) -> float:
-    """busbw / algbw for all-reduce: 2(n-1)/n. One rank gives 0, as nccl-tests prints."""
+_BUSBW = {
+    "allreduce": lambda n: 2 * (n - 1) / n,
+    "reducescatter": lambda n: (n - 1) / n,
+    "allgather": lambda n: (n - 1) / n,
+    "alltoall": lambda n: (n - 1) / n,
+    "gather": lambda n: (n - 1) / n,
+    "scatter": lambda n: (n - 1) / n,
+    "broadcast": lambda n: 1.0,
+    "reduce": lambda n: 1.0,
+    "sendrecv": lambda n: 1.0,
+}
+
+
+def busbw_factor(collective: str, nranks: int) -> float:
+    """busbw / algbw for ``collective`` on ``nranks`` ranks, as nccl-tests computes it (the one
+    definition; node/allreduce.py keeps a copy of the all-reduce factor, tested to agree).
+
+    ``collective`` may be spelled ``allreduce``, ``all_reduce``, ``AllReduce`` or
+    ``all_reduce_perf``. Raises ValueError for an unknown collective or ``nranks < 1``.
+    """
+    key = re.sub(r"[_\-\s]", "", collective.lower())
+    key = key.removesuffix("perf")
+    if key not in _BUSBW:
+        raise ValueError(f"unknown collective {collective!r}; known: {', '.join(sorted(_BUSBW))}")
     if nranks < 1:
         raise ValueError(f"nranks must be >= 1, got {nranks}")
-    return 2.0 * (nranks - 1) / nranks
+    return float(_BUSBW[key](nranks))
+
+
+def allreduce_busbw_factor(nranks: int) -> float:
+    """busbw / algbw for all-reduce: 2(n-1)/n. One rank gives 0, as nccl-tests prints."""
+    return busbw_factor("allreduce", nranks)
 
 
 def algbw_gbps(nbytes: int, time_us: float) -> float:
