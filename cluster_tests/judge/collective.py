@@ -610,12 +610,18 @@ def flag_slow_pairs(pair_busbw: Mapping[tuple[str, str], float],
     threshold = ratio * ref
     slow = sorted(((p, bw) for p, bw in pair_busbw.items() if bw < threshold),
                   key=lambda item: item[1])
-    counts = Counter(node for (a, b), _ in slow for node in (a, b))
-    suspect = None
+    suspect, counts = suspect_node(p for p, _ in slow)
+    return SlowPairs(median, threshold, slow, suspect, dict(counts), ref, reference)
+
+
+def suspect_node(pairs: Iterable[tuple[str, str]]) -> tuple[str | None, Counter[str]]:
+    """The node common to bad (slow or failing) pairs: in two of them at least and in strictly
+    more than any other node (else None: the links are suspect), with each node's count."""
+    counts = Counter(node for pair in pairs for node in pair)
     ranked = counts.most_common(2)
     if ranked and ranked[0][1] >= 2 and (len(ranked) == 1 or ranked[0][1] > ranked[1][1]):
-        suspect = ranked[0][0]
-    return SlowPairs(median, threshold, slow, suspect, dict(counts), ref, reference)
+        return ranked[0][0], counts
+    return None, counts
 
 
 def pair_id(pair: tuple[str, str]) -> str:
