@@ -308,13 +308,14 @@ def check_t1(deadline_s: float, out: Path) -> Row:
         return Row("T1 deepspeed on the GPU", "skip",
                    f"deepspeed not importable ({type(exc).__name__}: {exc}); carry it: "
                    f"bench/gpu_check.sh --wheels DIR (see bench/README.md)")
-    from cluster_tests.judge import training as tr
+    from cluster_tests.judge import traindiag as tdiag
+    from cluster_tests.measure import localtrain as local
 
     # `python -m deepspeed.launcher.runner`: the carried wheels are on PYTHONPATH, not PATH
-    result, text = tr.run_local_single_node(1, steps=20, deadline=deadline_s,
-                                            env={"NCCL_SOCKET_IFNAME": "lo"},
-                                            deepspeed=sys.executable,
-                                            launch_grace=min(60.0, deadline_s / 2))
+    result, text = local.run_local_single_node(1, steps=20, deadline=deadline_s,
+                                               env={"NCCL_SOCKET_IFNAME": "lo"},
+                                               deepspeed=sys.executable,
+                                               launch_grace=min(60.0, deadline_s / 2))
     (out / "T1.log").write_text(text)
     start = result.ranks.get(0).start if 0 in result.ranks else {}
     on = (f"accelerator {start.get('accelerator')}, {start.get('precision')}, "
@@ -324,7 +325,7 @@ def check_t1(deadline_s: float, out: Path) -> Row:
         return Row("T1 deepspeed on the GPU", "ok",
                    f"{on}; loss {r0.first_loss:.3g} -> {r0.last_loss:.3g}, "
                    f"{result.launch.elapsed_s:.0f} s" if result.launch else on)
-    causes = [str(d) for d in tr.diagnose(text, 1)][:2] or result.problems()[:2]
+    causes = [str(d) for d in tdiag.diagnose(text, 1)][:2] or result.problems()[:2]
     return Row("T1 deepspeed on the GPU", "FAIL", f"{on}; " + " | ".join(causes)[:300])
 
 

@@ -193,3 +193,9 @@ def test_visible_devices_and_the_fallback_hint(tmp_path: Path) -> None:
                            "libhccl.so)", "2.1.0", None)
     assert "8 Ascend NPU(s)" in hint and "set_env.sh" in hint and "libhccl.so" in hint
     assert W.fallback_hint({"nvidia": 0, "ascend": 0}, "x", "2", None) == ""
+
+
+@pytest.mark.parametrize("world", range(1, 17))
+def test_worker_busbw_factor_is_the_judges(world: int) -> None:
+    """node/allreduce.py keeps its own copy of the all-reduce busbw factor (it cannot import)."""
+    assert W.busbw_factor(world) == C.allreduce_busbw_factor(world)

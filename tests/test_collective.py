@@ -361,3 +361,20 @@ def test_flag_slow_pairs_names_the_slow_node() -> None:
     result = C.flag_slow_pairs(one_link)
     assert [p for p, _ in result.slow] == [("node1", "node2")]
     assert result.suspect is None  # a link, not a node
+
+
+def test_suspect_node_one_rule_for_slow_and_failing_pairs() -> None:
+    """C2's one suspect rule (flag_slow_pairs' suspect, and the failing pairs' note in the
+    check): in two bad pairs at least, and in strictly more than any other node."""
+    from cluster_tests.checks import test_collective as check
+
+    assert C.suspect_node([("a", "c"), ("b", "c")])[0] == "c"
+    assert C.suspect_node([("a", "b")])[0] is None  # one pair: a link
+    assert C.suspect_node([("a", "b"), ("c", "d")])[0] is None  # no node in common
+    assert C.suspect_node([("a", "b"), ("a", "c"), ("b", "c")])[0] is None  # a tie
+    assert C.suspect_node([("a", "b"), ("b", "c")])[1] == {"a": 1, "b": 2, "c": 1}
+    assert check._common_node([("n1", "n3"), ("n2", "n3")], "failing") == (
+        "\n  n3 is in 2 of 2 failing pairs: suspect n3 (its NIC, link, firewall or load)")
+    assert check._common_node([("n1", "n2"), ("n3", "n4")], "slow") == (
+        "\n  2 slow pair(s) with no node in common: suspect the link(s)")
+    assert check._common_node([("n1", "n2")], "slow") == ""

@@ -17,7 +17,8 @@ import pytest
 from suite import REPO, run_suite
 
 from cluster_tests.core.settings import Settings, TrainingSettings
-from cluster_tests.judge import training as tr
+from cluster_tests.judge import trainargv as targv
+from cluster_tests.judge import traindiag as tdiag
 from cluster_tests.measure import training as trr
 
 pytest.importorskip("deepspeed")
@@ -57,7 +58,7 @@ def test_command_is_sigkilled_at_the_limit_and_carries_the_run_dir():
     cfg = trr.config_from_settings(_settings(), environ={"DS_ACCELERATOR": "cpu"})
     runs = trr.TrainingRuns(None, cfg, None)  # type: ignore[arg-type]
     d = runs.run_dir("t1-node1")
-    argv = tr.single_node_argv("python3", f"{d}/train_smoke.py", 1, 29500, ["--run-id", "x y"])
+    argv = targv.single_node_argv("python3", f"{d}/train_smoke.py", 1, 29500, ["--run-id", "x y"])
     cmd = runs._command(d, argv)
     assert cmd.startswith(f"cd {d} && echo CT_LAUNCH")
     assert f"exec timeout -s KILL {cfg.limit} env DS_ACCELERATOR=cpu python3 -u -m " in cmd
@@ -79,8 +80,8 @@ def test_t2_message_names_the_pair_and_keeps_consequences_short():
     cfg = trr.config_from_settings(_settings(), environ={})
     launch = trr.Launch("T2", "node1", ["node1", "node2", "node3"], 3, "cmd", text=PDSH_PUBLICKEY,
                         exit_status=None, seconds=4.0, stopped="ssh-publickey")
-    launch.diagnoses = tr.diagnose(PDSH_PUBLICKEY, 3, ["node1", "node2", "node3"])
-    roots, rest = tr.root_causes(launch.diagnoses)
+    launch.diagnoses = tdiag.diagnose(PDSH_PUBLICKEY, 3, ["node1", "node2", "node3"])
+    roots, rest = tdiag.root_causes(launch.diagnoses)
     assert [d.kind for d in roots] == ["ssh-publickey"]
     assert "ssh-exit" in {d.kind for d in rest}  # the same node's ssh failure, said once
     msg = trr.explain(launch, cfg)
@@ -90,7 +91,7 @@ def test_t2_message_names_the_pair_and_keeps_consequences_short():
 
 
 def test_exit_code_of_a_remote_launch_is_not_called_an_ssh_failure():
-    diags = tr.diagnose("pdsh@node1: node2: ssh exited with exit code 4\n", hosts=["node1", "node2"])
+    diags = tdiag.diagnose("pdsh@node1: node2: ssh exited with exit code 4\n", hosts=["node1", "node2"])
     assert diags[0].kind == "ssh-exit" and "exited with code 4" in diags[0].cause
     assert "ssh leg" not in diags[0].cause
 

@@ -15,6 +15,7 @@ import toolparsers as tp
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from cluster_tests.judge import collective as C
 from cluster_tests.judge import parsers as p
 
 SAMPLES = Path(__file__).parent / "data" / "samples"
@@ -408,7 +409,7 @@ def test_nccl_tests_2node() -> None:
 def test_nccl_busbw_is_algbw_times_factor(name: str, nranks: int) -> None:
     result = tp.parse_nccl_tests(sample(name))
     assert result.nranks == nranks
-    factor = p.busbw_factor("all_reduce_perf", result.nranks)
+    factor = C.busbw_factor("all_reduce_perf", result.nranks)
     # algbw and busbw are each printed rounded to 0.01.
     tolerance = 0.005 * factor + 0.005 + 1e-9
     for row in result.rows:
@@ -473,14 +474,14 @@ def test_nccl_tests_na_columns_and_older_header() -> None:
     ],
 )
 def test_busbw_factor(collective: str, nranks: int, factor: float) -> None:
-    assert p.busbw_factor(collective, nranks) == pytest.approx(factor)
+    assert C.busbw_factor(collective, nranks) == pytest.approx(factor)
 
 
 def test_busbw_factor_and_algbw_reject_nonsense() -> None:
     with pytest.raises(ValueError, match="unknown collective"):
-        p.busbw_factor("allscramble", 8)
+        C.busbw_factor("allscramble", 8)
     with pytest.raises(ValueError, match="nranks"):
-        p.busbw_factor("allreduce", 0)
+        C.busbw_factor("allreduce", 0)
     with pytest.raises(ValueError, match="seconds"):
         p.algbw(1, 0)
     assert p.algbw(1e9, 0.5) == 2.0

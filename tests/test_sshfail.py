@@ -1,7 +1,7 @@
-"""One SSH-failure vocabulary: transport, S4/S5 and T2 name causes the same way."""
+"""One SSH-failure vocabulary: transport, S4/S5, the rehearsal (E5) and T2 name causes the same way."""
 
 from cluster_tests.core import transport
-from cluster_tests.judge import ssh, sshfail, training
+from cluster_tests.judge import launch, ssh, sshfail, traindiag
 
 
 def test_one_cause_enum():
@@ -16,6 +16,51 @@ def test_classify_words():
 
 
 def test_training_ssh_rules_mapped():
-    for rule in training._RULES:
+    for rule in traindiag._RULES:
         if rule.kind.startswith("ssh-"):
             assert isinstance(rule.ssh_cause, sshfail.Cause)
+
+
+def test_training_ssh_rules_are_the_vocabulary():
+    """T2's ssh rules are sshfail's pdsh-leg words, in their order, with their texts."""
+    words = [*sshfail.PDSH_LEG, sshfail.RUNNER_CHECK]
+    rules = [r for r in traindiag._RULES if r.ssh_cause is not None]
+    assert [(r.kind, r.pattern.pattern, r.cause, r.hint, r.host_group, r.ssh_cause) for r in rules] == [
+        (w.kind, w.pattern, w.says, w.fix, w.host_group, w.cause) for w in words
+    ]
+    assert traindiag.SSH_KINDS == {w.kind for w in words}
+    assert sshfail.leg_words("ssh-publickey") is sshfail.PDSH_LEG[0]
+    assert sshfail.leg_words("no-torch") is None
+
+
+def test_ssh_causes_of_a_pdsh_log_line():
+    """Each pdsh leg's words classify (S4/S5's classifier) as the cause T2 files them under,
+    except the hostkey rule, which covers both host-key causes."""
+    lines = {
+        "ssh-publickey": "node2: user@node2: Permission denied (publickey).",
+        "ssh-resolve": "node2: ssh: Could not resolve hostname node2: Name or service not known",
+        "ssh-refused": "node2: ssh: connect to host node2 port 22: Connection refused",
+        "ssh-timeout": "node2: ssh: connect to host node2 port 22: Connection timed out",
+    }
+    for w in sshfail.PDSH_LEG:
+        if w.kind in lines:
+            assert sshfail.classify(lines[w.kind], 255) is w.cause
+    diags = traindiag.diagnose("\n".join(lines.values()), hosts=["node1", "node2"])
+    assert [(d.kind, d.node) for d in diags] == [(k, "node2") for k in lines]
+
+
+def test_rehearsal_reads_ssh_failures_with_the_vocabulary():
+    assert launch._SSH_FAILURE is sshfail.PDSH_LEG_FAILED
+    assert sshfail.PDSH_LEG_FAILED.search("ssh: connect to host node2 port 22: Connection refused")
+    assert not sshfail.PDSH_LEG_FAILED.search("import deepspeed")
+
+
+def test_transport_hints_are_the_vocabulary():
+    target = transport.SSHTarget(alias="n2", hostname="10.0.0.2", port=2222, user="u",
+                                 identity_files=("/k/id",), known_hosts_files=("/kh",))
+    assert transport._hint(target, sshfail.Cause.REFUSED, None) == (
+        "start sshd on n2: systemctl start ssh (port 2222 refused the connection)")
+    assert transport._hint(target, sshfail.Cause.UNREACHABLE, None) == transport._hint(
+        target, sshfail.Cause.TIMEOUT, None)
+    assert transport._hint(target, sshfail.Cause.PROTOCOL, "/cfg") == "run: ssh -F /cfg -v n2 true"
+    assert transport._hint(target, sshfail.Cause.AUTH, "/cfg").startswith("ssh-copy-id -F /cfg -i /k/id.pub n2 ")

@@ -1,4 +1,4 @@
-"""Tests of cluster_tests.judge.training and node/train_smoke.py (checklist T1, T2).
+"""Tests of judge/trainargv, trainresult, traindiag, measure/localtrain and node/train_smoke.py (checklist T1, T2).
 
 Real runs use the deepspeed launcher on this machine, on CPU (DS_ACCELERATOR=cpu, gloo), with
 2 local ranks. Run: .venv/bin/python -m pytest tests/test_training.py -p no:cacheprovider -q
@@ -14,7 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from cluster_tests.judge import training as tr
+from cluster_tests.judge import trainargv as targv
+from cluster_tests.judge import traindiag as tdiag
+from cluster_tests.judge import trainresult as tres
+from cluster_tests.measure import localtrain as local
 
 pytest.importorskip("torch")
 pytest.importorskip("deepspeed")
@@ -23,12 +26,12 @@ EXT_DIR = "/tmp/ct_torch_extensions"
 CPU_ENV = {"DS_ACCELERATOR": "cpu", "TORCH_EXTENSIONS_DIR": EXT_DIR, "OMP_NUM_THREADS": "1"}
 
 
-def _kinds(diags: list[tr.Diagnosis]) -> dict[str, tr.Diagnosis]:
+def _kinds(diags: list[tdiag.Diagnosis]) -> dict[str, tdiag.Diagnosis]:
     return {d.kind: d for d in diags}
 
 
 def _group_gone(pgid: int) -> bool:
-    return not tr._group_alive(pgid)
+    return not local._group_alive(pgid)
 
 
 # --------------------------------------------------------------------------- real runs
@@ -36,7 +39,7 @@ def _group_gone(pgid: int) -> bool:
 
 def test_real_two_rank_cpu_run_learns_and_agrees() -> None:
     t0 = time.monotonic()
-    res, log = tr.run_local_single_node(2, 10, 120, CPU_ENV)
+    res, log = local.run_local_single_node(2, 10, 120, CPU_ENV)
     elapsed = time.monotonic() - t0
     assert res.launch is not None
     assert res.launch.returncode == 0, log[-3000:]
@@ -52,20 +55,20 @@ def test_real_two_rank_cpu_run_learns_and_agrees() -> None:
     assert _group_gone(res.launch.pgid)
     # No JIT build of DeepSpeed's shm op: the job marks it unavailable.
     assert "deepspeed_shm_comm_op built successfully" not in log
-    assert tr.diagnose(log, expected_ranks=2) == []
+    assert tdiag.diagnose(log, expected_ranks=2) == []
     print(f"2-rank CPU run: {elapsed:.1f} s")
 
 
 def test_deadline_too_short_is_diagnosed_and_leaves_no_process() -> None:
-    res, log = tr.run_local_single_node(
+    res, log = local.run_local_single_node(
         2, 5, 4, CPU_ENV, extra=["--sleep-before-init", "60"], launch_grace=30
     )
     assert res.launch is not None
-    assert res.launch.returncode == tr.EXIT_DEADLINE, log[-3000:]
+    assert res.launch.returncode == tres.EXIT_DEADLINE, log[-3000:]
     assert not res.launch.timed_out
     assert not res.ok
     assert _group_gone(res.launch.pgid)
-    diags = _kinds(tr.diagnose(log, expected_ranks=2))
+    diags = _kinds(tdiag.diagnose(log, expected_ranks=2))
     assert "deadline" in diags, diags
     assert diags["deadline"].node == os.uname().nodename
     assert "deadline" in diags["deadline"].cause
@@ -75,7 +78,7 @@ def test_outer_timeout_kills_the_whole_process_group() -> None:
     # The job's own watchdog is pushed out (last --deadline wins), so the launch-level
     # timeout (deadline + grace = 4 s) has to kill launcher, launch.py and ranks.
     t0 = time.monotonic()
-    res, log = tr.run_local_single_node(
+    res, log = local.run_local_single_node(
         2,
         5,
         2,
@@ -86,7 +89,7 @@ def test_outer_timeout_kills_the_whole_process_group() -> None:
     assert time.monotonic() - t0 < 30
     assert res.launch is not None and res.launch.timed_out
     assert _group_gone(res.launch.pgid)
-    diags = _kinds(tr.diagnose(log, expected_ranks=2))
+    diags = _kinds(tdiag.diagnose(log, expected_ranks=2))
     assert "launch-timeout" in diags
     assert "rank-not-started" in diags
 
@@ -94,11 +97,11 @@ def test_outer_timeout_kills_the_whole_process_group() -> None:
 def test_real_missing_deepspeed_through_launcher() -> None:
     # Ranks started with `python -S` (no site-packages) cannot import deepspeed: the same
     # failure as a node whose interpreter lacks it.
-    ds = tr.find_deepspeed()
+    ds = local.find_deepspeed()
     argv = [
-        ds, "--hostfile", tr.NO_HOSTFILE, "--num_gpus", "2", "--master_port",
-        str(tr.free_port()), "--no_python", "--no_local_rank",
-        sys.executable, "-S", str(tr.SCRIPT_PATH), "--steps", "3",
+        ds, "--hostfile", targv.NO_HOSTFILE, "--num_gpus", "2", "--master_port",
+        str(local.free_port()), "--no_python", "--no_local_rank",
+        sys.executable, "-S", str(local.SCRIPT_PATH), "--steps", "3",
     ]  # fmt: skip
     env = dict(os.environ, **CPU_ENV)
     p = subprocess.run(
@@ -111,15 +114,15 @@ def test_real_missing_deepspeed_through_launcher() -> None:
         start_new_session=True,
     )
     log = p.stdout + p.stderr
-    assert p.returncode == tr.EXIT_ERROR, log[-3000:]
-    res = tr.parse_output(log, expected_ranks=2)
+    assert p.returncode == tres.EXIT_ERROR, log[-3000:]
+    res = tres.parse_output(log, expected_ranks=2)
     assert not res.ok and res.missing_ranks == [0, 1]
-    diags = _kinds(tr.diagnose(log, expected_ranks=2))
+    diags = _kinds(tdiag.diagnose(log, expected_ranks=2))
     assert "no-deepspeed" in diags
     assert "job-error" in diags and "ModuleNotFoundError" in diags["job-error"].cause
     # The same log as pdsh would show it from node3.
     pdsh_log = "\n".join(f"node3: {line}" for line in log.splitlines())
-    diags = _kinds(tr.diagnose(pdsh_log, expected_ranks=2, hosts=["node1", "node3"]))
+    diags = _kinds(tdiag.diagnose(pdsh_log, expected_ranks=2, hosts=["node1", "node3"]))
     assert diags["no-deepspeed"].node == "node3"
     assert diags["job-error"].node == "node3"
 
@@ -136,14 +139,14 @@ def test_real_launcher_python_without_deepspeed() -> None:
     assert p.returncode != 0
     log = "\n".join(f"node3: {line}" for line in (p.stdout + p.stderr).splitlines())
     assert "No module named 'deepspeed'" in log
-    d = _kinds(tr.diagnose(log, hosts=["node1", "node3"]))["no-deepspeed"]
+    d = _kinds(tdiag.diagnose(log, hosts=["node1", "node3"]))["no-deepspeed"]
     assert d.node == "node3"
     assert d.evidence and "node3:" in d.evidence[0]
 
 
 def test_real_rendezvous_timeout_when_a_rank_never_joins() -> None:
     # Rank 0 of a world of 2, alone: the TCPStore waits for the missing client.
-    port = tr.free_port()
+    port = local.free_port()
     env = dict(
         os.environ,
         **CPU_ENV,
@@ -154,7 +157,7 @@ def test_real_rendezvous_timeout_when_a_rank_never_joins() -> None:
         MASTER_PORT=str(port),
     )
     p = subprocess.run(
-        [sys.executable, str(tr.SCRIPT_PATH), "--steps", "2", "--dist-timeout", "3"],
+        [sys.executable, str(local.SCRIPT_PATH), "--steps", "2", "--dist-timeout", "3"],
         env=env,
         check=False,
         capture_output=True,
@@ -163,8 +166,8 @@ def test_real_rendezvous_timeout_when_a_rank_never_joins() -> None:
         start_new_session=True,
     )
     log = p.stdout + p.stderr
-    assert p.returncode == tr.EXIT_ERROR, log[-3000:]
-    diags = _kinds(tr.diagnose(log, expected_ranks=2))
+    assert p.returncode == tres.EXIT_ERROR, log[-3000:]
+    diags = _kinds(tdiag.diagnose(log, expected_ranks=2))
     assert "rendezvous-timeout" in diags, log[-3000:]
     assert "job-error" in diags
 
@@ -188,7 +191,7 @@ node2: CT_SMOKE {"event": "done", "rank": 3, "first_loss": 1.2, "last_loss": 0.3
 
 
 def test_parse_output_pdsh_prefixed_all_good() -> None:
-    res = tr.parse_output(GOOD_PDSH)
+    res = tres.parse_output(GOOD_PDSH)
     assert res.ok, res.problems()
     assert res.expected == 4
     assert res.ranks[2].host == "node2"
@@ -204,7 +207,7 @@ def test_parse_output_flags_missing_rank_flat_loss_and_hash_mismatch() -> None:
     )
     text = text.replace('"last_loss": 0.2, "weights_sha256": "aa"', '"last_loss": 0.85, '
                         '"weights_sha256": "bb"')  # fmt: skip
-    res = tr.parse_output(text)
+    res = tres.parse_output(text)
     assert not res.ok
     assert res.missing_ranks == [3]
     assert res.loss_not_falling == [1]
@@ -212,7 +215,7 @@ def test_parse_output_flags_missing_rank_flat_loss_and_hash_mismatch() -> None:
     problems = " | ".join(res.problems())
     assert "3@node2" in problems and "rank 1 loss did not fall" in problems
     assert "different weights" in problems
-    diags = _kinds(tr.diagnose(text, hosts=["node1", "node2"]))
+    diags = _kinds(tdiag.diagnose(text, hosts=["node1", "node2"]))
     assert diags["rank-not-done"].node == "node2"
 
 
@@ -222,11 +225,11 @@ def test_parse_output_expected_ranks_and_garbage() -> None:
         'CT_SMOKE {"event": "done", "rank": 0, "first_loss": 1, "last_loss": 0.1, '
         '"weights_sha256": "x"} trailing\n'
     )
-    res = tr.parse_output(text, expected_ranks=2)
+    res = tres.parse_output(text, expected_ranks=2)
     assert res.ranks[0].done
     assert res.missing_ranks == [1]
     assert not res.ok
-    assert not tr.parse_output("").ok
+    assert not tres.parse_output("").ok
 
 
 # --------------------------------------------------------------------------- diagnose (synthetic)
@@ -246,7 +249,7 @@ node1: bash: line 1: deepspeed: command not found
 
 
 def test_diagnose_pdsh_ssh_failures_name_the_node() -> None:
-    diags = tr.diagnose(SSH_FAILS, hosts=HOSTS)
+    diags = tdiag.diagnose(SSH_FAILS, hosts=HOSTS)
     by = {(d.kind, d.node): d for d in diags}
     assert ("ssh-publickey", "node3") in by
     assert "publickey" in by[("ssh-publickey", "node3")].cause
@@ -335,7 +338,7 @@ def test_diagnose_pdsh_ssh_failures_name_the_node() -> None:
     ],
 )
 def test_diagnose_single_lines(line: str, kind: str, want_node: str | None) -> None:
-    diags = tr.diagnose(line + "\n", hosts=HOSTS)
+    diags = tdiag.diagnose(line + "\n", hosts=HOSTS)
     match = [d for d in diags if d.kind == kind]
     assert match, [(d.kind, d.node) for d in diags]
     assert match[0].node == want_node
@@ -344,8 +347,8 @@ def test_diagnose_single_lines(line: str, kind: str, want_node: str | None) -> N
 
 def test_diagnose_hostfile_missing_only_for_multi_node() -> None:
     line = "[..] [WARNING] [runner.py:214:fetch_hostfile] Unable to find hostfile, will proceed\n"
-    assert not tr.diagnose(line)
-    assert _kinds(tr.diagnose(line, hosts=HOSTS))["hostfile-missing"].node is None
+    assert not tdiag.diagnose(line)
+    assert _kinds(tdiag.diagnose(line, hosts=HOSTS))["hostfile-missing"].node is None
 
 
 def test_diagnose_ranks_never_started_are_located_by_rank_mapping() -> None:
@@ -361,7 +364,7 @@ def test_diagnose_ranks_never_started_are_located_by_rank_mapping() -> None:
             "pdsh@node1: node2: ssh exited with exit code 255",
         ]
     )
-    diags = tr.diagnose(text, expected_ranks=4, hosts=["node1", "node2"])
+    diags = tdiag.diagnose(text, expected_ranks=4, hosts=["node1", "node2"])
     by = {(d.kind, d.node): d for d in diags}
     assert ("ssh-publickey", "node2") in by
     assert ("rank-not-started", "node2") in by
@@ -373,19 +376,19 @@ def test_diagnose_ranks_never_started_are_located_by_rank_mapping() -> None:
 
 
 def test_single_node_argv() -> None:
-    argv = tr.single_node_argv("/v/bin/deepspeed", "/s/train_smoke.py", 8, 29611, ["--steps", "5"])
+    argv = targv.single_node_argv("/v/bin/deepspeed", "/s/train_smoke.py", 8, 29611, ["--steps", "5"])
     assert argv == [
-        "/v/bin/deepspeed", "--hostfile", tr.NO_HOSTFILE, "--num_gpus", "8",
+        "/v/bin/deepspeed", "--hostfile", targv.NO_HOSTFILE, "--num_gpus", "8",
         "--master_port", "29611", "/s/train_smoke.py", "--steps", "5",
     ]  # fmt: skip
-    argv = tr.single_node_argv("/usr/bin/python3", "x.py", 2, 1, [])
+    argv = targv.single_node_argv("/usr/bin/python3", "x.py", 2, 1, [])
     assert argv[:4] == ["/usr/bin/python3", "-u", "-m", "deepspeed.launcher.runner"]
     with pytest.raises(ValueError):
-        tr.single_node_argv("deepspeed", "x.py", 0, 1, [])
+        targv.single_node_argv("deepspeed", "x.py", 0, 1, [])
 
 
 def test_multi_node_argv() -> None:
-    argv = tr.multi_node_argv(
+    argv = targv.multi_node_argv(
         "deepspeed",
         "/h",
         "10.0.0.1",
@@ -398,16 +401,16 @@ def test_multi_node_argv() -> None:
         "deepspeed", "--hostfile", "/h", "--master_addr", "10.0.0.1", "--master_port", "29500",
         "--include", "node1@node2:0,1", "t.py", "--steps", "5",
     ]  # fmt: skip
-    assert "--exclude" in tr.multi_node_argv("ds", "/h", "a", 1, "t.py", exclude="node3")
+    assert "--exclude" in targv.multi_node_argv("ds", "/h", "a", 1, "t.py", exclude="node3")
     with pytest.raises(ValueError):
-        tr.multi_node_argv("ds", "/h", "a", 1, "t.py", include="a", exclude="b")
+        targv.multi_node_argv("ds", "/h", "a", 1, "t.py", include="a", exclude="b")
 
 
 def test_script_is_standalone() -> None:
-    src = Path(tr.SCRIPT_PATH).read_text()
+    src = Path(local.SCRIPT_PATH).read_text()
     assert "import cluster_tests" not in src and "from cluster_tests" not in src
     p = subprocess.run(
-        [sys.executable, str(tr.SCRIPT_PATH), "--help"],
+        [sys.executable, str(local.SCRIPT_PATH), "--help"],
         check=False,
         capture_output=True,
         text=True,

@@ -8,12 +8,14 @@ import importlib.util
 from types import SimpleNamespace
 
 from cluster_tests.core.settings import Settings, TrainingSettings
-from cluster_tests.judge import training as tr
+from cluster_tests.judge import trainargv as targv
+from cluster_tests.judge import trainresult as tres
+from cluster_tests.measure import localtrain as local
 from cluster_tests.measure import training as trr
 
 
 def _job():
-    spec = importlib.util.spec_from_file_location("ct_train_smoke", tr.SCRIPT_PATH)
+    spec = importlib.util.spec_from_file_location("ct_train_smoke", local.SCRIPT_PATH)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -39,13 +41,13 @@ def test_precision_and_optimizer_follow_the_accelerator() -> None:
     assert JOB.parse_args([]).precision == "auto"
 
 
-def _result(starts: dict[int, dict]) -> tr.SmokeResult:
+def _result(starts: dict[int, dict]) -> tres.SmokeResult:
     lines = "".join(
         f'{s["host"]}: CT_SMOKE {{"event": "start", "rank": {r}, "world_size": {len(starts)}, '
         f'"host": "{s["host"]}", "accelerator": "{s["accelerator"]}", "backend": '
         f'"{s["backend"]}", "ds_accelerator_env": {s.get("env") and repr(s["env"]).replace(chr(39), chr(34)) or "null"}}}\n'
         for r, s in starts.items())
-    return tr.parse_output(lines, len(starts))
+    return tres.parse_output(lines, len(starts))
 
 
 def test_a_gpu_node_training_on_cpu_is_red_with_the_likely_cause() -> None:
@@ -88,8 +90,8 @@ def test_the_launch_is_not_ok_and_explains_the_accelerator() -> None:
 
 
 def test_t1_trains_on_the_launch_slot_ids() -> None:
-    assert "--num_gpus" in tr.single_node_argv("python3", "s.py", 4, 29500)
-    argv = tr.single_node_argv("python3", "s.py", 4, 29500, include="localhost:4,5,6,7")
+    assert "--num_gpus" in targv.single_node_argv("python3", "s.py", 4, 29500)
+    argv = targv.single_node_argv("python3", "s.py", 4, 29500, include="localhost:4,5,6,7")
     assert "--num_gpus" not in argv
     assert argv[argv.index("--include") + 1] == "localhost:4,5,6,7"
     nodes = [SimpleNamespace(name=f"node{i}", slots=8) for i in (1, 2)]

@@ -9,6 +9,7 @@ import csv
 import re
 from dataclasses import dataclass, field
 
+from cluster_tests.judge.collective import busbw_factor
 from cluster_tests.judge.parsers import (  # noqa: F401 - the shared helpers of the product's parsers
     _DEVICE_PREFIX,
     _LINK_RECORD,
@@ -18,7 +19,6 @@ from cluster_tests.judge.parsers import (  # noqa: F401 - the shared helpers of 
     _int,
     _lines,
     _num,
-    busbw_factor,
     parse_hccn_tool,
     parse_key_values,
 )

@@ -221,15 +221,9 @@ def _common_node(pairs: list[tuple[str, str]], kind: str, suspect: str | None = 
     """'; node3 is in 2 of 2 failing pairs: suspect node3' or a link when no node is common."""
     if len(pairs) < 2:
         return ""
-    counts: dict[str, int] = {}
-    for pair in pairs:
-        for node in pair:
-            counts[node] = counts.get(node, 0) + 1
-    ranked = sorted(counts.items(), key=lambda kv: -kv[1])
-    top, n = ranked[0]
-    unique = len(ranked) == 1 or n > ranked[1][1]
-    if suspect is None and unique and n >= 2:
-        suspect = top
+    common, counts = C.suspect_node(pairs)
+    if suspect is None:
+        suspect = common
     if suspect is None:
         return f"\n  {len(pairs)} {kind} pair(s) with no node in common: suspect the link(s)"
     return (f"\n  {suspect} is in {counts.get(suspect, 0)} of {len(pairs)} {kind} pairs: "

@@ -31,6 +31,7 @@ from typing import Any, Callable, Protocol, TypeVar
 
 import paramiko
 
+from cluster_tests.judge import sshfail
 from cluster_tests.judge.sshfail import Cause  # noqa: F401  (one vocabulary)
 
 T = TypeVar("T")
@@ -261,32 +262,16 @@ def _classify_socket_error(exc: BaseException) -> Cause:
 
 
 def _hint(target: SSHTarget, cause: Cause, ssh_config: str | None) -> str:
-    f = f" -F {ssh_config}" if ssh_config else ""
-    dest = target.alias
-    if cause is Cause.DNS:
-        return f"add '{target.hostname}' to DNS or /etc/hosts on the launcher, or set HostName for it in the ssh config"
-    if cause is Cause.REFUSED:
-        return f"start sshd on {dest}: systemctl start ssh (port {target.port} refused the connection)"
-    if cause in (Cause.TIMEOUT, Cause.UNREACHABLE):
-        return (
-            f"check that {dest} is up and that no firewall drops port {target.port}: "
-            f"ping {target.hostname}; nc -vz -w 3 {target.hostname} {target.port}"
-        )
-    if cause is Cause.HOSTKEY_UNKNOWN:
-        return f"ssh-keyscan -p {target.port} {target.hostname} >> {target.known_hosts_files[0]} (then compare the fingerprint)"
-    if cause is Cause.HOSTKEY_CHANGED:
-        return (
-            f"if {dest} was reinstalled: ssh-keygen -R {target.hostname} -f {target.known_hosts_files[0]}; "
-            f"ssh-keyscan {target.hostname} >> {target.known_hosts_files[0]}; otherwise investigate"
-        )
-    if cause is Cause.AUTH:
-        key = target.identity_files[0] if target.identity_files else "~/.ssh/id_ed25519"
-        return (
-            f"ssh-copy-id{f} -i {key}.pub {dest} (or append {key}.pub to ~/.ssh/authorized_keys on {dest}); "
-            f"if the key is there already, sshd refuses it because of file modes (StrictModes): on {dest}: "
-            f"chmod go-w ~; chmod 700 ~/.ssh; chmod 600 ~/.ssh/authorized_keys"
-        )
-    return f"run: ssh{f} -v {dest} true"
+    """The fix of a failed login to `target`: judge/sshfail.py's launcher fix for `cause`."""
+    template = sshfail.LAUNCHER_FIX.get(cause, sshfail.LAUNCHER_FIX_OTHER)
+    return template.format(
+        f=f" -F {ssh_config}" if ssh_config else "",
+        dest=target.alias,
+        hostname=target.hostname,
+        port=target.port,
+        known_hosts=target.known_hosts_files[0] if target.known_hosts_files else "",
+        key=target.identity_files[0] if target.identity_files else sshfail.DEFAULT_KEY,
+    )
 
 
 def wait_result(fut: Future[T]) -> T:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 import queue
+import re
 import signal
 import socket
 import statistics
@@ -138,11 +139,38 @@ def default_sizes(backend: str = "nccl") -> list[int]:
 # --- bandwidth formula (nccl-tests doc/PERFORMANCE.md) --------------------------------------
 
 
-def allreduce_busbw_factor(nranks: int) -> float:
-    """busbw / algbw for all-reduce: 2(n-1)/n. One rank gives 0, as nccl-tests prints."""
+_BUSBW = {
+    "allreduce": lambda n: 2 * (n - 1) / n,
+    "reducescatter": lambda n: (n - 1) / n,
+    "allgather": lambda n: (n - 1) / n,
+    "alltoall": lambda n: (n - 1) / n,
+    "gather": lambda n: (n - 1) / n,
+    "scatter": lambda n: (n - 1) / n,
+    "broadcast": lambda n: 1.0,
+    "reduce": lambda n: 1.0,
+    "sendrecv": lambda n: 1.0,
+}
+
+
+def busbw_factor(collective: str, nranks: int) -> float:
+    """busbw / algbw for ``collective`` on ``nranks`` ranks, as nccl-tests computes it (the one
+    definition; node/allreduce.py keeps a copy of the all-reduce factor, tested to agree).
+
+    ``collective`` may be spelled ``allreduce``, ``all_reduce``, ``AllReduce`` or
+    ``all_reduce_perf``. Raises ValueError for an unknown collective or ``nranks < 1``.
+    """
+    key = re.sub(r"[_\-\s]", "", collective.lower())
+    key = key.removesuffix("perf")
+    if key not in _BUSBW:
+        raise ValueError(f"unknown collective {collective!r}; known: {', '.join(sorted(_BUSBW))}")
     if nranks < 1:
         raise ValueError(f"nranks must be >= 1, got {nranks}")
-    return 2.0 * (nranks - 1) / nranks
+    return float(_BUSBW[key](nranks))
+
+
+def allreduce_busbw_factor(nranks: int) -> float:
+    """busbw / algbw for all-reduce: 2(n-1)/n. One rank gives 0, as nccl-tests prints."""
+    return busbw_factor("allreduce", nranks)
 
 
 def algbw_gbps(nbytes: int, time_us: float) -> float:
@@ -583,12 +611,18 @@ def flag_slow_pairs(pair_busbw: Mapping[tuple[str, str], float],
     threshold = ratio * ref
     slow = sorted(((p, bw) for p, bw in pair_busbw.items() if bw < threshold),
                   key=lambda item: item[1])
-    counts = Counter(node for (a, b), _ in slow for node in (a, b))
-    suspect = None
+    suspect, counts = suspect_node(p for p, _ in slow)
+    return SlowPairs(median, threshold, slow, suspect, dict(counts), ref, reference)
+
+
+def suspect_node(pairs: Iterable[tuple[str, str]]) -> tuple[str | None, Counter[str]]:
+    """The node common to bad (slow or failing) pairs: in two of them at least and in strictly
+    more than any other node (else None: the links are suspect), with each node's count."""
+    counts = Counter(node for pair in pairs for node in pair)
     ranked = counts.most_common(2)
     if ranked and ranked[0][1] >= 2 and (len(ranked) == 1 or ranked[0][1] > ranked[1][1]):
-        suspect = ranked[0][0]
-    return SlowPairs(median, threshold, slow, suspect, dict(counts), ref, reference)
+        return ranked[0][0], counts
+    return None, counts
 
 
 def pair_id(pair: tuple[str, str]) -> str:

@@ -36,6 +36,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from cluster_tests.core import testids as ids
+from cluster_tests.judge import sshfail
 
 #: DeepSpeed 0.19's constants (runner.py); the rehearsal reads the installed DeepSpeed's own
 #: values on the rank-0 node and falls back to these.
@@ -220,9 +221,7 @@ def split_pdsh_output(text: str, hosts: Sequence[str]) -> dict[str, HostOutput]:
 
 REHEARSAL_MARK = "CT_REHEARSAL:"
 STEP_MARK = "CT_STEP:"
-_SSH_FAILURE = re.compile(
-    r"ssh: |Permission denied|Host key verification failed|REMOTE HOST IDENTIFICATION|"
-    r"Connection (refused|timed out|closed)|Could not resolve hostname|No route to host")
+_SSH_FAILURE = sshfail.PDSH_LEG_FAILED  # ssh's own words in a leg (one vocabulary)
 
 
 @dataclass(frozen=True)

@@ -14,8 +14,8 @@ Error policy, the same for every parser here:
   ``parse_hccn_tool``, ...) skip lines they do not understand silently.
 * Numbers that a tool prints as ``N/A``, ``NA``, ``-`` or ``[Not Supported]`` become ``None``.
 
-``busbw_factor`` and ``algbw`` are formulas, not parsers: they raise ``ValueError`` on arguments
-that make no sense (unknown collective, ``nranks < 1``, ``seconds <= 0``).
+``algbw`` is a formula, not a parser: it raises ``ValueError`` on ``seconds <= 0``. The busbw
+factor is ``judge/collective.busbw_factor``.
 
 No I/O and no pytest here; the tests feed the real samples in ``tests/data/samples/``.
 """
@@ -499,33 +499,6 @@ def hccn_link_up(text: str) -> bool | None:
 # Bandwidth formulas (nccl-tests doc/PERFORMANCE.md)
 # --------------------------------------------------------------------------------------------
 
-_BUSBW = {
-    "allreduce": lambda n: 2 * (n - 1) / n,
-    "reducescatter": lambda n: (n - 1) / n,
-    "allgather": lambda n: (n - 1) / n,
-    "alltoall": lambda n: (n - 1) / n,
-    "gather": lambda n: (n - 1) / n,
-    "scatter": lambda n: (n - 1) / n,
-    "broadcast": lambda n: 1.0,
-    "reduce": lambda n: 1.0,
-    "sendrecv": lambda n: 1.0,
-}
-
-
-def busbw_factor(collective: str, nranks: int) -> float:
-    """busbw / algbw for ``collective`` on ``nranks`` ranks, as nccl-tests computes it.
-
-    ``collective`` may be spelled ``allreduce``, ``all_reduce``, ``AllReduce`` or
-    ``all_reduce_perf``. Raises ValueError for an unknown collective or ``nranks < 1``.
-    """
-    key = re.sub(r"[_\-\s]", "", collective.lower())
-    key = key.removesuffix("perf")
-    if key not in _BUSBW:
-        raise ValueError(f"unknown collective {collective!r}; known: {', '.join(sorted(_BUSBW))}")
-    if nranks < 1:
-        raise ValueError(f"nranks must be >= 1, got {nranks}")
-    return float(_BUSBW[key](nranks))
-
 
 def algbw(size_bytes: float, seconds: float) -> float:
     """Algorithm bandwidth in GB/s, base 10 (1 GB = 1e9 bytes), as nccl-tests prints it."""
@@ -546,7 +519,6 @@ __all__ = [
     "NpuSmiList",
     "Usage",
     "algbw",
-    "busbw_factor",
     "hccn_link_up",
     "parse_hccn_tool",
     "parse_key_values",

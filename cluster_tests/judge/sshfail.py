@@ -1,13 +1,18 @@
 """One vocabulary of SSH failures: the cause, the words a message uses for it, the fix.
 
-Used by the launcher's own sessions (core/transport.py, paramiko), by S4/S5 (OpenSSH stderr on a
-node, judge/ssh.py) and by T2's launcher diagnosis (pdsh/ssh legs, judge/training.py).
+Used by the launcher's own sessions (core/transport.py, paramiko: :data:`LAUNCHER_FIX`), by
+S4/S5 (OpenSSH stderr on a node, judge/ssh.py: :func:`classify`), by the launch rehearsal (E5,
+judge/launch.py: :data:`PDSH_LEG_FAILED`) and by T2's launcher diagnosis (pdsh's ssh legs in the
+log of `deepspeed --hostfile`, judge/traindiag.py: :data:`PDSH_LEG`).  Each context words its
+fix for what it knows (the launcher's own target and key, or the node and the rank-0 node), so a
+cause has one fix per context here, written once.
 """
 
 from __future__ import annotations
 
 import enum
 import re
+from dataclasses import dataclass
 
 
 class Cause(str, enum.Enum):
@@ -77,3 +82,135 @@ def classify(stderr: str, rc: int) -> Cause:
     if "command not found" in s and rc == 127:
         return Cause.NOT_INSTALLED
     return Cause.FAILED
+
+
+# -- the launcher's own sessions (core/transport.py) -------------------------------------------
+
+#: The fix of a failed login from the launcher, per cause: ``str.format`` templates over the
+#: ssh target (``dest`` its alias, ``hostname``, ``port``, ``known_hosts`` its first
+#: known_hosts file, ``key`` its first identity file, ``f`` `` -F <ssh config>`` or "").
+LAUNCHER_FIX: dict[Cause, str] = {
+    Cause.DNS: "add '{hostname}' to DNS or /etc/hosts on the launcher, or set HostName for it in the ssh config",
+    Cause.REFUSED: "start sshd on {dest}: systemctl start ssh (port {port} refused the connection)",
+    Cause.TIMEOUT: (
+        "check that {dest} is up and that no firewall drops port {port}: "
+        "ping {hostname}; nc -vz -w 3 {hostname} {port}"
+    ),
+    Cause.HOSTKEY_UNKNOWN: "ssh-keyscan -p {port} {hostname} >> {known_hosts} (then compare the fingerprint)",
+    Cause.HOSTKEY_CHANGED: (
+        "if {dest} was reinstalled: ssh-keygen -R {hostname} -f {known_hosts}; "
+        "ssh-keyscan {hostname} >> {known_hosts}; otherwise investigate"
+    ),
+    Cause.AUTH: (
+        "ssh-copy-id{f} -i {key}.pub {dest} (or append {key}.pub to ~/.ssh/authorized_keys on {dest}); "
+        "if the key is there already, sshd refuses it because of file modes (StrictModes): on {dest}: "
+        "chmod go-w ~; chmod 700 ~/.ssh; chmod 600 ~/.ssh/authorized_keys"
+    ),
+}
+LAUNCHER_FIX[Cause.UNREACHABLE] = LAUNCHER_FIX[Cause.TIMEOUT]
+#: Any other cause: let ssh itself say where it stops.
+LAUNCHER_FIX_OTHER = "run: ssh{f} -v {dest} true"
+#: The key the AUTH fix names when the target has no identity file of its own.
+DEFAULT_KEY = "~/.ssh/id_ed25519"
+
+
+# -- pdsh's ssh legs (E5's rehearsal, T2's launch) ---------------------------------------------
+
+#: A line of a pdsh leg that comes from ssh itself (not from the remote command), as the
+#: launch rehearsal reads a leg that ended with ssh's exit code 255.
+PDSH_LEG_FAILED = re.compile(
+    r"ssh: |Permission denied|Host key verification failed|REMOTE HOST IDENTIFICATION|"
+    r"Connection (refused|timed out|closed)|Could not resolve hostname|No route to host")
+
+
+@dataclass(frozen=True)
+class LegWords:
+    """How one cause shows in the log of a pdsh launch (T2), and what T2 says of it."""
+
+    cause: Cause
+    kind: str  # the diagnosis kind (T2's log and messages show it)
+    pattern: str  # a regular expression (case-insensitive) for a line of the log
+    says: str  # what the diagnosis says
+    fix: str  # the fix, launcher-side
+    host_group: str | None = None  # the pattern's group naming the node (or that + "2")
+    #: the fix when the leg ran from the rank-0 node to ``node`` (``str.format``: src, node)
+    from_rank0: str | None = None
+
+
+#: Order matters only for the order of T2's diagnoses (every rule is tried on every line).
+PDSH_LEG: tuple[LegWords, ...] = (
+    LegWords(
+        Cause.AUTH,
+        "ssh-publickey",
+        r"Permission denied \((publickey|gssapi|password|keyboard)",
+        "ssh key login refused (publickey): the launcher's key is not accepted there",
+        "append the launcher user's ~/.ssh/id_*.pub to that node's ~/.ssh/authorized_keys; "
+        "check modes: chmod 700 ~/.ssh; chmod 600 ~/.ssh/authorized_keys (sshd StrictModes), "
+        "and PubkeyAuthentication/PermitRootLogin in sshd_config",
+        from_rank0=(
+            "on {node}: append {src}'s public key ({src}:~/.ssh/id_*.pub) to "
+            "~/.ssh/authorized_keys (ssh-copy-id {node}, run on {src}); modes: chmod 700 "
+            "~/.ssh; chmod 600 ~/.ssh/authorized_keys"
+        ),
+    ),
+    LegWords(
+        Cause.HOSTKEY_UNKNOWN,
+        "ssh-hostkey",
+        r"Host key verification failed|REMOTE HOST IDENTIFICATION HAS CHANGED",
+        "ssh host key unknown or changed (strict host key checking)",
+        "on the launching node: ssh-keyscan -H <node> >> ~/.ssh/known_hosts "
+        "(or ssh-keygen -R <node> first if the key changed), then ssh <node> true",
+        from_rank0="on {src}: ssh-keyscan -H {node} >> ~/.ssh/known_hosts (compare the fingerprint)",
+    ),
+    LegWords(
+        Cause.DNS,
+        "ssh-resolve",
+        r"Could not resolve hostname (?P<h>[^:\s]+)",
+        "hostname does not resolve on the launching node",
+        "add the node to /etc/hosts (same line on every node) or DNS, or use its IP in the "
+        "hostfile",
+        "h",
+    ),
+    LegWords(
+        Cause.REFUSED,
+        "ssh-refused",
+        r"connect to host (?P<h>\S+) port \d+: Connection refused",
+        "ssh port refused: sshd not running or another port",
+        "start sshd on the node (systemctl start ssh) or give the port (--ssh_port / "
+        "~/.ssh/config Port)",
+        "h",
+    ),
+    LegWords(
+        Cause.TIMEOUT,
+        "ssh-timeout",
+        r"connect to host (?P<h>\S+) port \d+: (Connection timed out|No route to host|"
+        r"Network is unreachable)|ssh: connect to host (?P<h2>\S+).*timed out",
+        "ssh connection timed out / no route: node down or firewall drops port 22",
+        "check the node is up and reachable (ping), and the firewall allows tcp/22 from the "
+        "launching node",
+        "h",
+    ),
+    LegWords(
+        Cause.FAILED,
+        "ssh-exit",
+        r"ssh exited with exit code (?P<code>\d+)",
+        "pdsh's ssh leg to this node failed, so its ranks never started and the other ranks "
+        "wait in rendezvous",
+        "fix the ssh error shown for that node (ssh -o BatchMode=yes <node> true from the "
+        "rank-0 node), then rerun",
+    ),
+)
+#: DeepSpeed's runner checks ssh to the first hostfile host itself, before pdsh.
+RUNNER_CHECK = LegWords(
+    Cause.FAILED,
+    "launcher-ssh-check",
+    r"host=(?P<h>\S+) was not reachable via ssh",
+    "the deepspeed launcher's ssh check of the first hostfile host failed",
+    "make `ssh -o PasswordAuthentication=no <first host> hostname` work from this node",
+    "h",
+)
+
+
+def leg_words(kind: str) -> LegWords | None:
+    """The vocabulary entry of a T2 diagnosis kind (None: not an ssh failure)."""
+    return next((w for w in (*PDSH_LEG, RUNNER_CHECK) if w.kind == kind), None)

@@ -63,7 +63,6 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from cluster_tests.core import testids as ids
 from cluster_tests.core.cluster import Cluster, remote_script
@@ -71,10 +70,13 @@ from cluster_tests.core.memokey import MemoKey
 from cluster_tests.core.settings import Settings
 from cluster_tests.core.transport import ConnectError
 from cluster_tests.judge import hostfile as hf
-from cluster_tests.judge import training as tr
+from cluster_tests.judge import sshfail
+from cluster_tests.judge import trainargv as targv
+from cluster_tests.judge import traindiag as tdiag
+from cluster_tests.judge import trainresult as tres
 
-T1_RUN: MemoKey[Any] = MemoKey("training", "T1")
-T2_RUN: MemoKey[Any] = MemoKey("training", "T2")
+T1_RUN: MemoKey[Launch] = MemoKey("training", "T1")  # (node)
+T2_RUN: MemoKey[Launch] = MemoKey("training", "T2")
 
 SCRATCH = "/tmp"
 RUN_PREFIX = "ct-train-"
@@ -113,7 +115,7 @@ class TrainingConfig:
     master_addr: str | None
     python: str
     forward_env: tuple[tuple[str, str], ...]
-    min_drop: float = tr.DEFAULT_MIN_DROP
+    min_drop: float = tres.DEFAULT_MIN_DROP
 
     @property
     def grace(self) -> float:
@@ -195,8 +197,8 @@ class Launch:
     timed_out: bool = False
     stopped: str | None = None  # the diagnosis kind that made us stop it early
     setup_error: str | None = None
-    result: tr.SmokeResult | None = None
-    diagnoses: list[tr.Diagnosis] = field(default_factory=list)
+    result: tres.SmokeResult | None = None
+    diagnoses: list[tdiag.Diagnosis] = field(default_factory=list)
     leftovers: dict[str, str] = field(default_factory=dict)  # node -> processes cleanup missed
     log_path: Path | None = None
     accel_problems: list[str] = field(default_factory=list)  # ranks not on their node's accelerator
@@ -364,7 +366,7 @@ class TrainingRuns:
         label = f"t1-{_safe(node)}"
         d = self.run_dir(label)
         slots = self.slots(node)
-        argv = tr.single_node_argv(
+        argv = targv.single_node_argv(
             cfg.python, f"{d}/{SCRIPT_NAME}", slots, cfg.master_port,
             cfg.job_args(f"{self.session_id}-{label}"), cfg.launcher_args,
             include=self.local_include(node),
@@ -392,7 +394,7 @@ class TrainingRuns:
         rank0 = nodes[0]
         label = "t2"
         d = self.run_dir(label)
-        argv = tr.multi_node_argv(
+        argv = targv.multi_node_argv(
             cfg.python, f"{d}/hostfile", cfg.master_addr or rank0, cfg.master_port,
             f"{d}/{SCRIPT_NAME}", include=cfg.include or None, exclude=cfg.exclude or None,
             extra=cfg.job_args(f"{self.session_id}-{label}"), launcher_args=cfg.launcher_args,
@@ -457,7 +459,7 @@ class TrainingRuns:
         known = list(hosts)
 
         def should_stop(text: str) -> str | None:
-            for d in tr.diagnose(text, hosts=known):
+            for d in tdiag.diagnose(text, hosts=known):
                 if d.kind not in _NOT_FATAL:
                     return d.kind
             return None
@@ -497,15 +499,15 @@ class TrainingRuns:
         text = launch.text
         if launch.timed_out:
             text += (
-                f"\n{tr.LAUNCH_TIMEOUT_MARK} the launch exceeded {self.config.limit} s "
+                f"\n{tdiag.LAUNCH_TIMEOUT_MARK} the launch exceeded {self.config.limit} s "
                 f"(deadline {self.config.deadline:g} s + grace) and was killed\n"
             )
-        launch.result = tr.parse_output(text, launch.expected_ranks, self.config.min_drop)
-        launch.result.launch = tr.LaunchInfo(
+        launch.result = tres.parse_output(text, launch.expected_ranks, self.config.min_drop)
+        launch.result.launch = tres.LaunchInfo(
             argv=[launch.command], returncode=launch.exit_status, pgid=0,
             elapsed_s=launch.seconds, timed_out=launch.timed_out,
         )
-        launch.diagnoses = tr.diagnose(text, expected_ranks=launch.expected_ranks, hosts=hosts)
+        launch.diagnoses = tdiag.diagnose(text, expected_ranks=launch.expected_ranks, hosts=hosts)
         launch.accel_problems = accelerator_problems(
             launch.result, self._inventories(launch.nodes), dict(self.config.forward_env)
         )
@@ -566,7 +568,7 @@ EXPECTED_ACCELERATOR = {"nvidia": "cuda", "ascend": "npu", "cpu": "cpu"}
 
 
 def accelerator_problems(
-    result: tr.SmokeResult | None,
+    result: tres.SmokeResult | None,
     inventories: dict[str, tuple[str, str]],
     forwarded: dict[str, str] | None = None,
 ) -> list[str]:
@@ -611,12 +613,6 @@ def accelerator_problems(
 
 # --------------------------------------------------------------------------- messages
 
-_SSH_KINDS = frozenset(
-    {"ssh-publickey", "ssh-hostkey", "ssh-resolve", "ssh-refused", "ssh-timeout", "ssh-exit",
-     "launcher-ssh-check"}
-)
-
-
 def _rel(path: Path | None) -> str:
     if path is None:
         return "(not saved)"
@@ -633,21 +629,16 @@ def _python_line(text: str) -> str | None:
     return None
 
 
-def _explain_diag(d: tr.Diagnosis, launch: Launch, multi: bool) -> str:
+def _explain_diag(d: tdiag.Diagnosis, launch: Launch, multi: bool) -> str:
     node = d.node or launch.node
     head = f"{node}: {d.cause}"
     hint = d.hint
-    if multi and d.kind in _SSH_KINDS:
+    if multi and d.kind in tdiag.SSH_KINDS:
         src = launch.node
         head = f"{src} -> {node}: {d.cause} (pdsh's ssh leg from the rank-0 node)"
-        if d.kind == "ssh-publickey":
-            hint = (
-                f"on {node}: append {src}'s public key ({src}:~/.ssh/id_*.pub) to "
-                f"~/.ssh/authorized_keys (ssh-copy-id {node}, run on {src}); modes: chmod 700 "
-                f"~/.ssh; chmod 600 ~/.ssh/authorized_keys"
-            )
-        elif d.kind == "ssh-hostkey":
-            hint = f"on {src}: ssh-keyscan -H {node} >> ~/.ssh/known_hosts (compare the fingerprint)"
+        words = sshfail.leg_words(d.kind)
+        if words is not None and words.from_rank0 is not None:
+            hint = words.from_rank0.format(src=src, node=node)
         hint += f"; see {ids.SSH_TRUST.of(src, node)}"
     evidence = list(d.evidence)
     if d.kind in ("no-deepspeed", "no-torch", "no-module", "command-not-found") and not multi:
@@ -685,7 +676,7 @@ def explain(launch: Launch, config: TrainingConfig) -> str:
     else:
         how = f"exit status {launch.exit_status} after {launch.seconds:.1f} s"
     parts = [f"{what}, {how}:"]
-    roots, rest = tr.root_causes(launch.diagnoses)
+    roots, rest = tdiag.root_causes(launch.diagnoses)
     for d in roots[:6]:
         parts.append(_explain_diag(d, launch, multi))
     if rest:
@@ -711,7 +702,7 @@ def short_cause(launch: Launch) -> str:
     """One line: the first root cause of a failed launch (for T2's skip message)."""
     if launch.setup_error:
         return launch.setup_error.splitlines()[0][:200]
-    roots, _ = tr.root_causes(launch.diagnoses)
+    roots, _ = tdiag.root_causes(launch.diagnoses)
     if roots:
         return roots[0].cause
     if launch.result is not None and launch.result.problems():

@@ -624,13 +624,19 @@ def cap_sizes(torch: object, dist: object, args: argparse.Namespace, backend: st
     return kept
 
 
+def busbw_factor(world: int) -> float:
+    """busbw / algbw for all-reduce, 2(W-1)/W: a copy of judge/collective.allreduce_busbw_factor
+    (this script runs alone on the node and cannot import it; a unit test keeps them equal)."""
+    return 2.0 * (world - 1) / world
+
+
 def sweep(torch: object, dist: object, args: argparse.Namespace, backend: str,
           device: str, budget_end: float) -> int:
     """Run every size; return the number of wrong elements over all ranks and sizes."""
     dtype = getattr(torch, args.dtype)
     elsize = torch.tensor([], dtype=dtype).element_size()  # type: ignore[attr-defined]
     world = args.world_size
-    factor = 2.0 * (world - 1) / world
+    factor = busbw_factor(world)
     wrong_all = 0
     measured_any = False
     sizes = cap_sizes(torch, dist, args, backend, device)

@@ -1,0 +1,57 @@
+"""The training job's protocol (node/train_smoke.py) and its reader (judge/trainresult.py) agree.
+
+The job runs alone on the nodes and cannot import the judge: it keeps its own copy of the tag
+and the exit codes, compared here without importing it (it needs torch)."""
+
+from __future__ import annotations
+
+import ast
+
+from cluster_tests.judge import trainresult as tres
+from cluster_tests.measure import localtrain
+
+
+def _constants() -> dict[str, object]:
+    tree = ast.parse(localtrain.SCRIPT_PATH.read_text())
+    return {node.targets[0].id: ast.literal_eval(node.value) for node in tree.body
+            if isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name)
+            and node.targets[0].id in ("TAG", "EXIT_DEADLINE", "EXIT_ERROR")}
+
+
+def test_job_constants_are_the_readers() -> None:
+    assert _constants() == {"TAG": tres.TAG, "EXIT_DEADLINE": tres.EXIT_DEADLINE,
+                            "EXIT_ERROR": tres.EXIT_ERROR}
+
+
+def test_parse_output_reads_pdsh_prefixed_events() -> None:
+    log = "\n".join([
+        'node2: CT_SMOKE {"event": "start", "rank": 1, "world_size": 2, "host": "node2"}',
+        'CT_SMOKE {"event": "start", "rank": 0, "world_size": 2, "host": "node1"}',
+        'node2: CT_SMOKE {"event": "done", "rank": 1, "first_loss": 1.0, "last_loss": 0.1, "weights_sha256": "ab"}',
+        'CT_SMOKE {"event": "done", "rank": 0, "first_loss": 1.0, "last_loss": 0.1, "weights_sha256": "ab"}',
+    ])
+    res = tres.parse_output(log)
+    assert res.ok and res.expected == 2 and res.ranks[1].host == "node2"
+
+
+def test_t2_ssh_leg_fixes_name_the_rank0_node() -> None:
+    """T2's message for pdsh's ssh legs (the fixes come from judge/sshfail.py's PDSH_LEG)."""
+    from cluster_tests.core.settings import Settings, TrainingSettings
+    from cluster_tests.judge import traindiag as tdiag
+    from cluster_tests.measure import training as trr
+
+    cfg = trr.config_from_settings(Settings(training=TrainingSettings(steps=10, deadline=30.0)),
+                                   environ={})
+    launch = trr.Launch("T2", "node1", ["node1", "node2"], 2, "cmd", exit_status=1)
+    launch.diagnoses = tdiag.diagnose("node2: u@node2: Permission denied (publickey).\n"
+                                      "node2: Host key verification failed.\n",
+                                      hosts=["node1", "node2"])
+    msg = trr.explain(launch, cfg)
+    assert ("  node1 -> node2: ssh key login refused (publickey): the launcher's key is not "
+            "accepted there (pdsh's ssh leg from the rank-0 node)\n"
+            "    node2: u@node2: Permission denied (publickey).\n"
+            "  fix: on node2: append node1's public key (node1:~/.ssh/id_*.pub) to "
+            "~/.ssh/authorized_keys (ssh-copy-id node2, run on node1); modes: chmod 700 "
+            "~/.ssh; chmod 600 ~/.ssh/authorized_keys; see test_ssh_trust[node1->node2]") in msg
+    assert ("  fix: on node1: ssh-keyscan -H node2 >> ~/.ssh/known_hosts (compare the "
+            "fingerprint); see test_ssh_trust[node1->node2]") in msg
