@@ -42,6 +42,7 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from cluster_tests.judge import collective as C  # noqa: E402
+from cluster_tests.measure import localcollective as LC  # noqa: E402
 
 DEFAULT_SIZES = "1M,16M,256M,1G"
 MAX_BUDGET_S = 450  # + the wrapper's 30 s: 8 minutes
@@ -148,12 +149,12 @@ def run_ranks(world: int, sizes: list[int], per_rank_env: list[dict[str, str]], 
     import queue
 
     ranks = [C.Rank(r, f"rank{r}", 0) for r in range(world)]
-    port = C.free_port()
+    port = LC.free_port()
     procs, logs = [], []
     inbox: queue.Queue = queue.Queue()
     events: dict[int, list[dict]] = {r: [] for r in range(world)}
     for r in ranks:
-        argv = C.worker_argv(sys.executable, C.WORKER_SCRIPT, r, world, "127.0.0.1", port,
+        argv = C.worker_argv(sys.executable, LC.WORKER_SCRIPT, r, world, "127.0.0.1", port,
                              options)
         env = {**os.environ, "PYTHONUNBUFFERED": "1", **per_rank_env[r.rank]}
         log = open(out / f"{label}-rank{r.rank}.stderr", "w+b")  # noqa: SIM115 - closed below
@@ -161,7 +162,7 @@ def run_ranks(world: int, sizes: list[int], per_rank_env: list[dict[str, str]], 
         proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=log, env=env,
                                 start_new_session=True)
         procs.append(proc)
-        threading.Thread(target=C._pump, args=(r.rank, proc.stdout, inbox, []), daemon=True).start()
+        threading.Thread(target=LC.pump, args=(r.rank, proc.stdout, inbox, []), daemon=True).start()
     deadline = time.monotonic() + timeout
     open_streams = world
     try:
@@ -176,7 +177,7 @@ def run_ranks(world: int, sizes: list[int], per_rank_env: list[dict[str, str]], 
                 events[rank].append(event)
     finally:
         for proc in procs:
-            C._kill_group(proc)
+            LC.kill_group(proc)
     texts = []
     for log in logs:
         log.seek(0)
@@ -267,7 +268,7 @@ dist.destroy_process_group()
 
 def run_bare(sizes: list[int], per_rank_env: list[dict[str, str]], warmup: int, iters: int,
              timeout: float, backend: str = "nccl") -> dict[int, float]:
-    port = C.free_port()
+    port = LC.free_port()
     procs = []
     for r, extra in enumerate(per_rank_env):
         env = {**os.environ, **extra, "RANK": str(r), "WORLD_SIZE": str(len(per_rank_env)),
@@ -281,7 +282,7 @@ def run_bare(sizes: list[int], per_rank_env: list[dict[str, str]], warmup: int, 
         out, _ = procs[0].communicate(timeout=timeout)
     finally:
         for proc in procs:
-            C._kill_group(proc)  # type: ignore[arg-type]
+            LC.kill_group(proc)  # type: ignore[arg-type]
     for line in out.splitlines():
         if line.startswith("BARE "):
             return {int(k): float(v) for k, v in json.loads(line[5:]).items()}

@@ -10,6 +10,7 @@ from types import SimpleNamespace
 
 from cluster_tests.judge import collective as C
 from cluster_tests.measure import allreduce as R
+from cluster_tests.measure import localcollective as LC
 
 FAST = {"warmup": 1, "iters": 2, "connect_timeout": 10.0, "init_timeout": 10.0,
         "op_timeout": 30.0}
@@ -52,7 +53,7 @@ def test_auto_falling_to_gloo_on_a_node_with_gpu_device_files_fails_in_setup(tmp
     import os
 
     env = {**os.environ, "CT_ALLREDUCE_DEV_DIR": str(tmp_path)}
-    rep = C.run_local(2, [1024], backend="auto", env=env, **FAST)
+    rep = LC.run_local(2, [1024], backend="auto", env=env, **FAST)
     assert rep.verdict == "failed", rep.message
     assert set(rep.failed) == {0, 1}
     stage, message = rep.failed[0]
@@ -60,7 +61,7 @@ def test_auto_falling_to_gloo_on_a_node_with_gpu_device_files_fails_in_setup(tmp
     assert "this node has 2 NVIDIA device(s)" in message and "CPU-only" in message
     assert rep.exit_codes == {0: C.EXIT_BACKEND, 1: C.EXIT_BACKEND}
     # without device files, auto is gloo and fine
-    ok = C.run_local(2, [1024], backend="auto", env={**os.environ,
+    ok = LC.run_local(2, [1024], backend="auto", env={**os.environ,
                      "CT_ALLREDUCE_DEV_DIR": str(tmp_path / "none")}, **FAST)
     assert ok.verdict == "ok" and ok.backends == {0: "gloo", 1: "gloo"}, ok.message
 

@@ -15,12 +15,13 @@ import pytest
 import torch
 
 from cluster_tests.judge import collective as C
+from cluster_tests.measure import localcollective as LC
 
 NP_DTYPES = {"float32": np.float32, "float16": np.float16, "float64": np.float64}
 
 
 def _worker():
-    path = C.WORKER_SCRIPT
+    path = LC.WORKER_SCRIPT
     spec = importlib.util.spec_from_file_location("ct_allreduce_worker_pattern", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

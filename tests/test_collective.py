@@ -14,6 +14,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from cluster_tests.judge import collective as C
+from cluster_tests.measure import localcollective as LC
 
 SAMPLES = Path(__file__).parent / "data" / "samples"
 FAST = {"warmup": 2, "iters": 5, "connect_timeout": 10.0, "init_timeout": 10.0,
@@ -35,7 +36,7 @@ def assert_gone(report: C.CollectiveReport, expected: int) -> None:
 
 @pytest.mark.parametrize(("world", "sizes"), [(2, "8,1K,64K,1M,4M"), (3, "8,4K,256K")])
 def test_gloo_allreduce_is_correct_and_reported_as_nccl_tests(world: int, sizes: str) -> None:
-    report = C.run_local(world, C.parse_sizes(sizes), **FAST)
+    report = LC.run_local(world, C.parse_sizes(sizes), **FAST)
 
     assert report.verdict == "ok", report.message
     assert report.backend == "gloo"
@@ -57,7 +58,7 @@ def test_gloo_allreduce_is_correct_and_reported_as_nccl_tests(world: int, sizes:
 
 def test_worker_result_lines_carry_the_busbw_formula() -> None:
     seen: list[dict] = []
-    report = C.run_local(2, [4096], on_event=lambda rank, ev, proc: seen.append(ev), **FAST)
+    report = LC.run_local(2, [4096], on_event=lambda rank, ev, proc: seen.append(ev), **FAST)
     results = [ev for ev in seen if ev["event"] == "result"]
     assert report.ok and len(results) == 2
     for ev in results:
@@ -68,7 +69,7 @@ def test_worker_result_lines_carry_the_busbw_formula() -> None:
 
 
 def test_one_rank_has_zero_busbw_as_nccl_tests_prints() -> None:
-    report = C.run_local(1, [1024], **FAST)
+    report = LC.run_local(1, [1024], **FAST)
     assert report.ok, report.message
     (row,) = report.rows
     assert row.algbw_GBps > 0
@@ -106,7 +107,7 @@ def test_formula_reproduces_nccl_tests_rows(sample: str, nranks: int) -> None:
 
 
 def test_rank_that_never_starts_is_named_and_nothing_is_left_running() -> None:
-    report = C.run_local(2, [1024], **{**FAST, "connect_timeout": 2.0}, start_ranks=[0])
+    report = LC.run_local(2, [1024], **{**FAST, "connect_timeout": 2.0}, start_ranks=[0])
     assert report.verdict == "missing"
     assert report.missing == [1]
     assert report.failed[0][0] == "rendezvous"
@@ -118,7 +119,7 @@ def test_rank_that_never_starts_is_named_and_nothing_is_left_running() -> None:
 
 
 def test_missing_rank_zero_fails_the_others_at_connect() -> None:
-    report = C.run_local(2, [1024], **{**FAST, "connect_timeout": 2.0}, start_ranks=[1])
+    report = LC.run_local(2, [1024], **{**FAST, "connect_timeout": 2.0}, start_ranks=[1])
     assert report.verdict == "failed"
     assert report.failed[1][0] == "connect"
     assert report.exit_codes == {1: C.EXIT_CONNECT}
@@ -132,7 +133,7 @@ def test_rank_that_joins_but_never_inits_trips_the_init_watchdog() -> None:
     (what a rank wedged before init_process_group looks like from outside)."""
     from torch.distributed import TCPStore
 
-    port = C.free_port()
+    port = LC.free_port()
     held: list[object] = []
 
     def join_as_rank_1() -> None:
@@ -149,7 +150,7 @@ def test_rank_that_joins_but_never_inits_trips_the_init_watchdog() -> None:
         if rank == 0 and event["event"] == "start":
             threading.Thread(target=join_as_rank_1, daemon=True).start()
 
-    report = C.run_local(2, [1024], **{**FAST, "init_timeout": 2.0}, start_ranks=[0],
+    report = LC.run_local(2, [1024], **{**FAST, "init_timeout": 2.0}, start_ranks=[0],
                          port=port, on_event=on_event)
     assert report.verdict == "hang", report.message
     assert report.stuck_stage == "init"
@@ -165,7 +166,7 @@ def test_rank_stopped_mid_sweep_trips_the_collective_watchdog() -> None:
         if rank == 1 and event["event"] == "init_ok":
             os.kill(proc.pid, signal.SIGSTOP)
 
-    report = C.run_local(2, C.parse_sizes("1M,4M"), warmup=2, iters=50, connect_timeout=10,
+    report = LC.run_local(2, C.parse_sizes("1M,4M"), warmup=2, iters=50, connect_timeout=10,
                          init_timeout=10, op_timeout=3, grace=1.0, on_event=on_event)
     assert report.verdict == "hang", report.message
     assert report.stuck_stage == "collective"
@@ -181,7 +182,7 @@ def test_rank_stopped_mid_sweep_trips_the_collective_watchdog() -> None:
 def test_slow_link_stops_the_sweep_instead_of_running_into_the_watchdog() -> None:
     """A per-size budget far below one 16M call: the first size is still measured (at least one
     timed call), the 16M size ends the sweep with a `stopped` event, and the busbw check fails."""
-    report = C.run_local(2, C.parse_sizes("1K,16M,64M"), **FAST, size_seconds=0.0005)
+    report = LC.run_local(2, C.parse_sizes("1K,16M,64M"), **FAST, size_seconds=0.0005)
     assert report.verdict == "ok", report.message
     assert [row.size_bytes for row in report.rows] == [1024]
     assert 1 <= report.rows[0].iters <= 5 and report.iters == 5
@@ -214,7 +215,7 @@ def test_a_sweep_stopped_before_any_size_says_why() -> None:
 def _worker_module():
     import importlib.util
 
-    path = C.WORKER_SCRIPT
+    path = LC.WORKER_SCRIPT
     spec = importlib.util.spec_from_file_location("ct_allreduce_worker", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -23,6 +22,7 @@ from cluster_tests import node
 from cluster_tests.judge.trainargv import single_node_argv
 from cluster_tests.judge.traindiag import LAUNCH_TIMEOUT_MARK
 from cluster_tests.judge.trainresult import DEFAULT_MIN_DROP, LaunchInfo, SmokeResult, parse_output
+from cluster_tests.measure.localcollective import free_port
 
 SCRIPT_PATH = node.script("train_smoke.py")
 
@@ -39,10 +39,6 @@ def find_deepspeed() -> str:
         return found
     raise FileNotFoundError("deepspeed launcher not found next to the interpreter nor on PATH")
 
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _kill_group(proc: subprocess.Popen[bytes], grace: float = 3.0) -> None:
