@@ -33,7 +33,7 @@ from cluster_tests.core.transport import (
     resolve_target,
     wait_result,
 )
-from cluster_tests.report.summary import looks_secret
+from cluster_tests.judge.env import is_secret
 
 PROBE_MARK = "CT_PROBE_JSON:"
 #: E3's version facts (test_env.VERSION_KEYS) shown in the node table; report.py keeps only
@@ -75,7 +75,7 @@ def remote_script(name: str) -> bytes:
 
 
 def _secret_values(env: Any) -> set[str]:
-    return {v for k, v in env.items() if looks_secret(k) and v and len(v) >= 3}
+    return {v for k, v in env.items() if is_secret(k) and v and len(v) >= 3}
 
 
 class ProbeError(Exception):
