@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from cluster_tests.core.cluster import Cluster, ProbeError
-from cluster_tests.judge import accelerator as accel
+from cluster_tests.measure import accel
 
 pytestmark = pytest.mark.accelerator
 
