@@ -8,6 +8,9 @@ from __future__ import annotations
 from pathlib import Path
 from types import SimpleNamespace
 
+from cluster_tests.core.cluster import Cluster
+from cluster_tests.core.settings import Settings
+from cluster_tests.core.transport import Pool
 from cluster_tests.judge import collective as C
 from cluster_tests.measure import allreduce as R
 from cluster_tests.measure import localcollective as LC
@@ -93,6 +96,12 @@ def test_layout_follows_launch_include_and_exclude() -> None:
         (f"node{i}", list(range(8))) for i in (1, 2, 3)]
 
 
+def _session() -> Cluster:
+    """A real cluster with an empty memo and a transport that reaches no node: what explain()
+    reads of the session (the memo only) is there, and nothing is probed."""
+    return Cluster(Settings(), [], Pool({}))
+
+
 def _run(report: C.CollectiveReport, stderr: dict[str, list[str]] | None = None) -> R.RemoteRun:
     return R.RemoteRun(report=report, nodes=["node1", "node2"], master="node1",
                        master_addr="10.0.0.1", port=29500, options=C.WorkerOptions(),
@@ -109,7 +118,7 @@ def test_fabric_warnings_are_shown_though_the_supervisor_exited_0() -> None:
     err = ["node2:1234:1250 [0] NCCL INFO Bootstrap : Using eth0:10.0.0.2<0>",
            "node2:1234:1250 [0] misc/socket.cc:484 NCCL WARN socketStartConnect: Connect to "
            "10.0.0.1<43211> failed : Software caused connection abort", "[rank 1] backend nccl"]
-    cluster = SimpleNamespace(_memo={})
+    cluster = _session()
     msg = R.explain(cluster, _run(rep, {"node2": err}), "all-reduce")
     assert ("  node2 NCCL/HCCL said: node2:1234:1250 [0] misc/socket.cc:484 NCCL WARN "
             "socketStartConnect") in msg
@@ -125,7 +134,7 @@ def test_hccl_init_hang_fix_names_its_ports_and_nics_and_the_device_stage_blames
                   {"event": "joined"}]}
     rep = C.collect(events, ranks, {0: C.EXIT_INIT, 1: None})
     assert rep.verdict == "hang" and rep.init_timeout_s == 135.0
-    msg = R.explain(SimpleNamespace(_memo={}), _run(rep), "all-reduce")
+    msg = R.explain(_session(), _run(rep), "all-reduce")
     assert "ports 60000-60015" in msg and "hccn_tool -i <id> -net_health -g" in msg
     assert "init 135 s" in msg and "ephemeral" not in msg
 
@@ -133,6 +142,6 @@ def test_hccl_init_hang_fix_names_its_ports_and_nics_and_the_device_stage_blames
                {"event": "error", "stage": "device", "message": "stage device did not finish "
                 "within 120 s (watchdog): device set-up", "timeout": True}], 1: []}
     rep = C.collect(dev, ranks, {0: 5, 1: None})
-    msg = R.explain(SimpleNamespace(_memo={}), _run(rep), "all-reduce")
+    msg = R.explain(_session(), _run(rep), "all-reduce")
     assert "rank 0 (node1 local 0) failed in stage device" in msg
     assert "the accelerator did not come up on node1 (not a network problem)" in msg

@@ -16,7 +16,6 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import ClassVar
 
 import pytest
 from suite import REPO, run_suite
@@ -278,22 +277,19 @@ def test_judge_busbw_against_threshold_and_baseline() -> None:
 
 
 def test_network_hint_uses_the_port_matrix_when_the_session_has_one() -> None:
-    from concurrent.futures import Future
+    from cluster_tests.core.cluster import Cluster
+    from cluster_tests.core.settings import Settings
+    from cluster_tests.core.transport import Pool
+    from cluster_tests.judge.network import PortMatrix
+    from cluster_tests.measure.ports import PORT_MATRIX
 
-    class Matrix:
-        results: ClassVar[dict] = {"node1": {"node3": {"ports": {"40001": {"status": "timed out"},
-                                                 "40002": {"status": "ok"}}}},
-                   "node2": {"node1": {"ports": {"40003": {"status": "ok"}}}}}
-
-    class FakeCluster:
-        _memo: ClassVar[dict] = {}
-
-    cluster = FakeCluster()
-    assert "run `pytest -m network`" in R.network_hint(cluster, ["node3"])  # type: ignore[arg-type]
-    fut: Future = Future()
-    fut.set_result(Matrix())
-    cluster._memo[("netcheck", "port_matrix")] = fut
-    assert R.network_hint(cluster, ["node3"]) == (  # type: ignore[arg-type]
+    matrix = PortMatrix("t", results={"node1": {"node3": {"ports": {"40001": {"status": "timed out"},
+                                                                    "40002": {"status": "ok"}}}},
+                                      "node2": {"node1": {"ports": {"40003": {"status": "ok"}}}}})
+    cluster = Cluster(Settings(), [], Pool({}))  # a session that reaches no node: the memo only
+    assert "run `pytest -m network`" in R.network_hint(cluster, ["node3"])
+    cluster.memo(PORT_MATRIX, lambda: matrix)
+    assert R.network_hint(cluster, ["node3"]) == (
         "the network checks (F) of this session found closed ports: node1->node3 port 40001: "
         "timed out")
 

@@ -10,6 +10,7 @@ import os
 import stat
 import subprocess
 
+from cluster_tests.judge import fixcmd
 from cluster_tests.report import fixes as fx
 from cluster_tests.report.summary import Outcome
 
@@ -30,7 +31,7 @@ def test_hosts_entry_sets_one_address_and_is_idempotent(tmp_path):
     hosts = tmp_path / ODD / "hosts"
     hosts.parent.mkdir()
     hosts.write_text("127.0.0.1 localhost\n10.0.0.2 node1 other  # stale\n10.0.0.3 node3\n")
-    cmd = fx.hosts_entry_cmd("node1", "10.0.0.1", str(hosts))
+    cmd = fixcmd.hosts_entry_cmd("node1", "10.0.0.1", str(hosts))
     assert sh(cmd, tmp_path).returncode == 0
     assert hosts.read_text() == ("127.0.0.1 localhost\n10.0.0.2 other\n10.0.0.3 node3\n"
                                  "10.0.0.1 node1\n")
@@ -43,7 +44,7 @@ def test_hosts_entry_sets_one_address_and_is_idempotent(tmp_path):
 def test_hosts_entry_keeps_a_right_line_as_it_is(tmp_path):
     hosts = tmp_path / "hosts"
     hosts.write_text("10.0.0.1 node1 n1 # ok\n10.0.0.9 node1\n")
-    assert sh(fx.hosts_entry_cmd("node1", "10.0.0.1", str(hosts)), tmp_path).returncode == 0
+    assert sh(fixcmd.hosts_entry_cmd("node1", "10.0.0.1", str(hosts)), tmp_path).returncode == 0
     assert hosts.read_text() == "10.0.0.1 node1 n1 # ok\n"
 
 
@@ -52,14 +53,14 @@ def test_authorize_key_appends_once(tmp_path):
     ak.parent.mkdir()
     ak.write_text("ssh-ed25519 AAAAother someone")  # no newline at the end
     key = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIFAKEFAKEFAKEFAKE root@node1"
-    cmd = fx.authorize_key_cmd(str(ak), key)
+    cmd = fixcmd.authorize_key_cmd(str(ak), key)
     assert sh(cmd, tmp_path).returncode == 0
     assert ak.read_text() == f"ssh-ed25519 AAAAother someone\n{key}\n"
     before = snapshot(ak)
     assert sh(cmd, tmp_path).returncode == 0
     assert snapshot(ak) == before
     fresh = tmp_path / "new_ak"
-    assert sh(fx.authorize_key_cmd(str(fresh), key), tmp_path).returncode == 0
+    assert sh(fixcmd.authorize_key_cmd(str(fresh), key), tmp_path).returncode == 0
     assert fresh.read_text() == key + "\n" and stat.S_IMODE(fresh.stat().st_mode) == 0o600
 
 
@@ -67,17 +68,17 @@ def test_modes_change_once(tmp_path):
     f = tmp_path / ODD
     f.write_text("k")
     f.chmod(0o666)
-    assert sh(fx.chmod_cmd(str(f), 0o600), tmp_path).returncode == 0
+    assert sh(fixcmd.chmod_cmd(str(f), 0o600), tmp_path).returncode == 0
     assert stat.S_IMODE(f.stat().st_mode) == 0o600
     before = snapshot(f)
-    assert sh(fx.chmod_cmd(str(f), 0o600), tmp_path).returncode == 0
+    assert sh(fixcmd.chmod_cmd(str(f), 0o600), tmp_path).returncode == 0
     assert snapshot(f) == before  # chmod not even called: ctime unchanged
     d = tmp_path / "dir"
     d.mkdir(mode=0o777)
     d.chmod(0o777)
-    assert sh(fx.chmod_go_w_cmd(str(d)), tmp_path).returncode == 0
+    assert sh(fixcmd.chmod_go_w_cmd(str(d)), tmp_path).returncode == 0
     assert stat.S_IMODE(d.stat().st_mode) == 0o755
-    assert sh(fx.mkdir_cmd(str(tmp_path / "ssh dir")), tmp_path).returncode == 0
+    assert sh(fixcmd.mkdir_cmd(str(tmp_path / "ssh dir")), tmp_path).returncode == 0
     assert stat.S_IMODE((tmp_path / "ssh dir").stat().st_mode) == 0o700
 
 
@@ -87,8 +88,8 @@ def _outcome(test_id, module, fixes=(), message=""):
 
 
 def test_script_is_in_checklist_order_merged_quoted_and_bash_n_clean(tmp_path):
-    hosts = fx.Fix("node3", "/etc/hosts: node1", (fx.hosts_entry_cmd("node1", "10.0.0.1"),), "N2")
-    modes = fx.Fix("node-2", "modes", (fx.chmod_cmd(f"/root/{ODD}", 0o600),), "S2")
+    hosts = fx.Fix("node3", "/etc/hosts: node1", (fixcmd.hosts_entry_cmd("node1", "10.0.0.1"),), "N2")
+    modes = fx.Fix("node-2", "modes", (fixcmd.chmod_cmd(f"/root/{ODD}", 0o600),), "S2")
     outcomes = [
         _outcome("test_name_consistent[node1]", "cluster_tests/checks/test_names.py", [hosts]),
         _outcome("test_ssh_trust[node3->node1]", "cluster_tests/checks/test_ssh.py", [hosts]),

@@ -9,7 +9,7 @@ from cluster_tests.core import nodetable
 from cluster_tests.core.cluster import Cluster, NodeProbe, ProbeError
 from cluster_tests.core.nodetable import NodeColumn
 from cluster_tests.core.settings import Settings
-from cluster_tests.judge import accelerator as accel
+from cluster_tests.measure import accel
 
 pytestmark = pytest.mark.accelerator
 

@@ -13,16 +13,12 @@ import pytest
 
 from cluster_tests.core import nodetable
 from cluster_tests.core.cluster import Cluster, NodeProbe, ProbeError
-from cluster_tests.core.memokey import MemoKey
 from cluster_tests.core.nodetable import NodeColumn
 from cluster_tests.core.settings import Settings
-from cluster_tests.judge import accelerator as accel
 from cluster_tests.judge import env as ec
 from cluster_tests.judge import parsers, rdma
-from cluster_tests.measure import rehearsal
-
-COMM_TABLE: MemoKey[Any] = MemoKey("envcheck", "comm_table")
-VERSIONS: MemoKey[Any] = MemoKey("envcheck", "versions")
+from cluster_tests.measure import accel, envfacts, rehearsal
+from cluster_tests.measure.envfacts import SCRIPT
 
 pytestmark = pytest.mark.env
 
@@ -31,7 +27,7 @@ def node_probes(settings: Settings) -> list[NodeProbe]:
     """The probes this section's tests ask of every node they touch (`Cluster.prefetch`)."""
     return [(SCRIPT, "envfiles", {"launch_dir": settings.env.launch_dir})]
 
-SCRIPT = "envprobe.py"
+
 #: E3's versions: compared across nodes, and node-table columns shown where they differ
 VERSION_KEYS = ("python", "torch", "cuda", "nccl", "deepspeed", "torch_npu", "cann",
                 "nvidia_driver", "ascend_driver")
@@ -41,7 +37,7 @@ _VERSION_RANKS = {"python": 6, "torch": 7, "deepspeed": 8}
 
 def _version_column(key: str) -> NodeColumn:
     def read(cluster: Cluster, node: str) -> str | None:
-        value = ((cluster.cached(VERSIONS) or {}).get(node) or {}).get(key)
+        value = ((cluster.cached(envfacts.VERSIONS) or {}).get(node) or {}).get(key)
         return str(value) if value else None
 
     return NodeColumn(key, read, rank=_VERSION_RANKS.get(key, nodetable.LAST), varying_only=True)
@@ -106,47 +102,10 @@ def test_required_env(cluster: Cluster, node: str) -> None:
         f"  fix: {fix}", pytrace=False)
 
 
-def _launch_overlay(cluster: Cluster) -> dict[str, str]:
-    """NCCL_/HCCL_/GLOO_ values that the launch itself sets on every rank: what deepspeed on the
-    rank-0 node exports (its environment by DeepSpeed's prefixes, and its `.deepspeed_env`);
-    where the rehearsal could not compute that, the rank-0 node's `.deepspeed_env` alone."""
-    r = rehearsal.rehearse(cluster)
-    if r.exports:
-        return {k: ec.unquote_export(v) for k, v in r.exports.items()
-                if k.startswith(ec.COMM_PREFIXES)}
-    rank0 = cluster.rank0.name
-    try:
-        files = cluster.probe(rank0, "envfiles", script=SCRIPT,
-                              launch_dir=cluster.settings.env.launch_dir)
-    except ProbeError:
-        return {}
-    out: dict[str, str] = {}
-    for text in files["deepspeed_env"].values():
-        out.update({k: v for k, v in ec.parse_deepspeed_env(text or "").items()
-                    if k.startswith(ec.COMM_PREFIXES)})
-    return out
-
-
-def _comm_table(cluster: Cluster) -> dict[str, dict[str, str | None]]:
-    """node -> the NCCL_/HCCL_/GLOO_ values its ranks get: its own non-interactive shell's,
-    overridden by what the launch exports from the rank-0 node (those are the same everywhere,
-    so only a node's own extra or different settings can differ)."""
-    def compute() -> dict[str, dict[str, str | None]]:
-        overlay = _launch_overlay(cluster)
-        table: dict[str, dict[str, str | None]] = {}
-        for n in cluster.names:
-            facts = cluster.base_or_none(n)
-            if facts is None:
-                continue
-            table[n] = {**ec.comm_vars(facts["env"]), **overlay}
-        return table
-    return cluster.memo(COMM_TABLE, compute)
-
-
 def test_env_agrees(cluster: Cluster, node: str) -> None:
     """E2: NCCL_*/HCCL_*/GLOO_* and `.deepspeed_env` entries agree across nodes."""
     cluster.base(node)
-    table = _comm_table(cluster)
+    table = envfacts.comm_table(cluster)
     if node not in table:
         pytest.fail(f"{node}: could not read its environment", pytrace=False)
     diff = ec.differing(table, node, prefer=cluster.rank0.name)
@@ -182,16 +141,6 @@ def test_deepspeed_env(cluster: Cluster, node: str, record_property) -> None:
             + "\n  ".join(map(str, errors)), pytrace=False)
 
 
-def _versions(cluster: Cluster) -> dict[str, dict[str, Any]]:
-    """Versions on every reachable node, probed in parallel, once (torch imported once each)."""
-    def compute() -> dict[str, dict[str, Any]]:
-        up = [n for n in cluster.names if cluster.login_error(n) is None]
-        got = cluster.pool.map(lambda n: cluster.probe(n, "versions", script=SCRIPT,
-                                                       timeout=max(120, cluster.settings.timeout_command)), up)
-        return {n: v for n, v in zip(up, got) if not isinstance(v, BaseException)}
-    return cluster.memo(VERSIONS, compute)
-
-
 def _imported(cluster: Cluster) -> dict[str, dict[str, Any]]:
     """node -> {package: facts} as the launch's interpreter imports them (the rehearsal's), for
     the nodes whose rehearsal ran."""
@@ -204,7 +153,7 @@ def test_versions(cluster: Cluster, node: str, record_property) -> None:
     and what the launch's interpreter imports (the rehearsal's: `__version__` and file) is the
     installed distribution, the same version on every node."""
     cluster.require(node)
-    versions = _versions(cluster)
+    versions = envfacts.versions(cluster)
     if node not in versions:
         mine = _probe(cluster, node, "versions")  # re-raise this node's own failure
         versions = {**versions, node: mine}

@@ -8,9 +8,9 @@ import pytest
 
 from cluster_tests.core.cluster import Cluster, NodeProbe
 from cluster_tests.core.settings import Settings
-from cluster_tests.judge import accelerator as accel
 from cluster_tests.judge import hostfile as hf
 from cluster_tests.judge.netfacts import all_ips, is_ip, is_loopback, parse_interfaces
+from cluster_tests.measure import accel
 
 pytestmark = pytest.mark.hostfile
 

@@ -6,21 +6,18 @@ from __future__ import annotations
 
 import warnings
 from collections import Counter
-from typing import Any
 
 import pytest
 
 from cluster_tests.core import nodetable
 from cluster_tests.core import testids as ids
 from cluster_tests.core.cluster import Cluster, NodeProbe, ProbeError
-from cluster_tests.core.memokey import MemoKey
 from cluster_tests.core.nodetable import NodeColumn
 from cluster_tests.core.settings import Settings
 from cluster_tests.judge import network as nc
-from cluster_tests.judge.netfacts import parse_interfaces, route_device
-
-RTT_BASELINE: MemoKey[Any] = MemoKey("netcheck", "rtt_baseline")
-MTUS: MemoKey[Any] = MemoKey("netcheck", "mtus")
+from cluster_tests.judge.netfacts import route_device
+from cluster_tests.measure import ifaces as mi
+from cluster_tests.measure import ports
 
 pytestmark = pytest.mark.network
 
@@ -31,7 +28,7 @@ def node_probes(settings: Settings) -> list[NodeProbe]:
 
 
 def _interface_column(cluster: Cluster, node: str) -> str | None:
-    mtus = cluster.cached(MTUS) or {}
+    mtus = cluster.cached(mi.MTUS) or {}
     if node not in mtus:
         return None
     dev, mtu = mtus[node]
@@ -49,7 +46,7 @@ def _slice(cluster: Cluster, a: str, b: str) -> dict:
     """The port-matrix entry a -> b; fails briefly when a or b could not take part."""
     cluster.require(a)
     cluster.require(b)
-    m = nc.port_matrix(cluster)
+    m = ports.port_matrix(cluster)
     for node, errors, what in ((b, m.listen_errors, "open listeners"), (a, m.connect_errors, "run connections")):
         if node in errors:
             pytest.fail(f"{a} -> {b}: could not {what} on {node}: {errors[node]}", pytrace=False)
@@ -83,7 +80,7 @@ def test_reachable(cluster: Cluster, pair: tuple[str, str], record_property) -> 
                 f"{a} -> {b}: reaches {b}:22 but none of its high ports: RTT not measured "
                 f"(see {ids.HIGH_PORTS.of(a, b)})"), stacklevel=1)
             return
-        m = nc.port_matrix(cluster)
+        m = ports.port_matrix(cluster)
         if nc.source_at_fault(m, a, b):
             pytest.fail(_source_fault(cluster, m, a, b, entry["addr"], f"{b}'s high ports nor from its sshd"),
                         pytrace=False)
@@ -94,7 +91,7 @@ def test_reachable(cluster: Cluster, pair: tuple[str, str], record_property) -> 
             f"(on {b}: iptables -S INPUT)", pytrace=False)
     record_property("rtt_ms", f"{stats.median_ms:.3f}")
     record_property("jitter_ms", f"{stats.jitter_ms:.3f}")
-    baseline = _rtt_baseline(cluster)
+    baseline = ports.rtt_baseline(cluster)
     if a != b and nc.is_outlier(stats.median_ms, baseline):
         warnings.warn(NetworkWarning(
             f"{a} -> {b}: TCP handshake {stats.median_ms:.2f} ms (jitter {stats.jitter_ms:.2f} ms) "
@@ -102,21 +99,11 @@ def test_reachable(cluster: Cluster, pair: tuple[str, str], record_property) -> 
             f"pairs: a slow link or a busy node"), stacklevel=1)
 
 
-def _rtt_baseline(cluster: Cluster) -> list[float]:
-    """Median RTT of every measured pair (not self), computed once (per test it made the F1
-    tests quadratic in the number of pairs)."""
-    def compute() -> list[float]:
-        m = nc.port_matrix(cluster)
-        return [s.median_ms for x, row in m.results.items() for y, e in row.items()
-                if x != y and (s := nc.rtt_stats(e["rtt_ms"])) is not None]
-    return cluster.memo(RTT_BASELINE, compute)
-
-
 def test_high_ports(cluster: Cluster, pair: tuple[str, str], record_property) -> None:
     """F3: arbitrary high ports of b accept connections from a (each direction on its own)."""
     a, b = pair
     entry = _slice(cluster, a, b)
-    m = nc.port_matrix(cluster)
+    m = ports.port_matrix(cluster)
     record_property("matrix_seconds", f"{m.seconds:.2f}")
     bad = nc.failed_ports(entry)
     if not bad:
@@ -165,7 +152,7 @@ def test_master_port(cluster: Cluster, rendezvous_leg: tuple[str, str]) -> None:
     node, rank0 = rendezvous_leg
     port = cluster.settings.master_port
     cluster.require(rank0)
-    m = nc.port_matrix(cluster)
+    m = ports.port_matrix(cluster)
     if rank0 in m.listen_errors:
         pytest.fail(f"could not open listeners on {rank0}: {m.listen_errors[rank0]}", pytrace=False)
     master = m.listeners[rank0].get("master") or {}
@@ -202,7 +189,7 @@ def test_master_port(cluster: Cluster, rendezvous_leg: tuple[str, str]) -> None:
 def _drop_rules(cluster: Cluster, node: str) -> list[str] | None:
     """DROP/REJECT rules in node's INPUT (iptables and nft); None when they cannot be read."""
     try:
-        fw = cluster.probe(node, "firewall", script=nc.SCRIPT)
+        fw = cluster.probe(node, "firewall", script=ports.SCRIPT)
     except ProbeError:
         return None
     found: list[str] = []
@@ -225,7 +212,7 @@ def test_firewall_rules(cluster: Cluster, node: str, record_property) -> None:
     drop what the launch needs (a high port or the master port from another node)."""
     cluster.require(node)
     try:
-        fw = cluster.probe(node, "firewall", script=nc.SCRIPT)
+        fw = cluster.probe(node, "firewall", script=ports.SCRIPT)
     except ProbeError as exc:
         pytest.fail(str(exc), pytrace=False)
     rules = _drop_rules(cluster, node)
@@ -237,7 +224,7 @@ def test_firewall_rules(cluster: Cluster, node: str, record_property) -> None:
     record_property("drop_rules", str(len(rules)))
     if not rules:
         return
-    m = nc.port_matrix(cluster)
+    m = ports.port_matrix(cluster)
     hurt = sorted(
         f"{a} -> {node}: ports {', '.join(map(str, nc.failed_ports(row[node])))}"
         for a, row in m.results.items() if node in row and nc.failed_ports(row[node])
@@ -261,28 +248,6 @@ def test_firewall_rules(cluster: Cluster, node: str, record_property) -> None:
 
 # -- F5 / F6: the interfaces the libraries are told to use -------------------------------------
 
-def _ifaces(cluster: Cluster, node: str):
-    facts = cluster.base(node)
-    return parse_interfaces(facts["ip_link"], facts["ip_addr"])
-
-
-def _launch_ifname_vars(cluster: Cluster) -> dict[str, str]:
-    """*_SOCKET_IFNAME values that the launch itself exports to every rank from the rank-0 node
-    (its environment by DeepSpeed's prefixes, and its `.deepspeed_env`; the rehearsal's)."""
-    from cluster_tests.judge import env as envcheck
-    from cluster_tests.measure import rehearsal
-
-    exports = rehearsal.rehearse(cluster).exports
-    return {k: envcheck.unquote_export(v) for k, v in exports.items()
-            if k in nc.SOCKET_IFNAME_VARS and v.strip()}
-
-
-def _ifname_vars(cluster: Cluster, node: str) -> tuple[dict[str, str], dict[str, str]]:
-    """(what the ranks on `node` get, the part of it the launch exports from rank 0)."""
-    launch = _launch_ifname_vars(cluster)
-    return {**nc.socket_ifname_vars(cluster.base(node)["env"]), **launch}, launch
-
-
 def _usable(spec: nc.IfSpec, ifaces) -> list:
     return [i for i in nc.matched_interfaces(spec, ifaces) if nc.usable(i) and i.name != "lo"]
 
@@ -290,12 +255,12 @@ def _usable(spec: nc.IfSpec, ifaces) -> list:
 def test_socket_ifname(cluster: Cluster, node: str, record_property) -> None:
     """F5: NCCL/GLOO/HCCL_SOCKET_IFNAME, as the ranks get them (pdsh's shell, under what the
     launch exports from the rank-0 node), match a usable interface."""
-    specs, launch = _ifname_vars(cluster, node)
+    specs, launch = mi.ifname_vars(cluster, node)
     if not specs:
         record_property("socket_ifname", "unset")
         pytest.skip(f"{node}: no NCCL/GLOO/HCCL_SOCKET_IFNAME set in pdsh's shell (the libraries "
                     f"pick the interface themselves): nothing to check")
-    ifaces = _ifaces(cluster, node)
+    ifaces = mi.ifaces(cluster, node)
     rank0 = cluster.rank0.name
     problems = []
     for var, value in specs.items():
@@ -309,7 +274,7 @@ def test_socket_ifname(cluster: Cluster, node: str, record_property) -> None:
         if var in launch:
             # the same value reaches every rank: where it fits no node, the cause is rank 0's
             others = [n for n in cluster.names if n != node and cluster.base_or_none(n)]
-            fits = [n for n in others if _usable(spec, _ifaces(cluster, n))]
+            fits = [n for n in others if _usable(spec, mi.ifaces(cluster, n))]
             if not fits and node != rank0:
                 pytest.skip(f"{var}={value}, exported by the launch from {rank0}, fits no node: "
                             f"see {ids.SOCKET_IFNAME.of(rank0)}")
@@ -335,21 +300,12 @@ def test_socket_ifname(cluster: Cluster, node: str, record_property) -> None:
         pytest.fail(f"{node}: " + f"\n{node}: ".join(problems), pytrace=False)
 
 
-def _usable_matches(cluster: Cluster, node: str) -> dict[str, list[str]]:
-    ifaces = _ifaces(cluster, node)
-    out = {}
-    for var, value in _ifname_vars(cluster, node)[0].items():
-        spec = nc.parse_ifspec(value, var)
-        out[var] = [i.name for i in nc.matched_interfaces(spec, ifaces) if nc.usable(i) and i.name != "lo"]
-    return out
-
-
 def test_socket_ifname_route(cluster: Cluster, pair: tuple[str, str]) -> None:
     """F5: the route from a to b's address leaves by the interface the variables select on a."""
     a, b = pair
     if a == b:
         pytest.skip(f"{a} -> {a}: traffic to itself takes the loopback, whatever the variables say")
-    matches = _usable_matches(cluster, a)
+    matches = mi.usable_matches(cluster, a)
     if not matches:
         pytest.skip(f"{a}: no *_SOCKET_IFNAME set (the libraries pick the interface themselves)")
     if any(not names for names in matches.values()):
@@ -357,14 +313,14 @@ def test_socket_ifname_route(cluster: Cluster, pair: tuple[str, str]) -> None:
     addrs = cluster.base(a)["resolve"].get(b, {}).get("addrs") or []
     if not addrs:
         pytest.skip(f"{a} cannot resolve {b}: see {ids.RESOLVES.of(a, b)}")
-    route = nc.routes(cluster, a).get(addrs[0]) or {}
+    route = mi.routes(cluster, a).get(addrs[0]) or {}
     dev = route_device(route.get("out", "")) if route.get("rc") == 0 else None
     if dev is None:
         pytest.fail(f"{a} -> {b} ({addrs[0]}): no route (`ip -o route get {addrs[0]}` on {a}: "
                     f"{(route.get('err') or route.get('out') or '').strip()[:200]})", pytrace=False)
     wrong = {var: names for var, names in matches.items() if dev not in names}
     if wrong:
-        env = _ifname_vars(cluster, a)[0]
+        env = mi.ifname_vars(cluster, a)[0]
         pytest.fail(
             f"{a} -> {b} ({addrs[0]}): the route leaves {a} by {dev}, but "
             + "; ".join(f"{var}={env[var]} selects {', '.join(n)}" for var, n in wrong.items())
@@ -373,48 +329,10 @@ def test_socket_ifname_route(cluster: Cluster, pair: tuple[str, str]) -> None:
             f"the selected interface on {a}", pytrace=False)
 
 
-def comm_interface(cluster: Cluster, node: str) -> str | None:
-    """The interface the launch's traffic uses on node: the first one the variables select,
-    else the one the route to another node leaves by."""
-    for names in _usable_matches(cluster, node).values():
-        if names:
-            return names[0]
-    for res in nc.routes(cluster, node).values():
-        if res.get("rc") == 0:
-            dev = route_device(res["out"])
-            if dev and dev != "lo":
-                return dev
-    return None
-
-
-def _warm_routes(cluster: Cluster, node: str) -> None:
-    """Fill the routes cache of node; whatever goes wrong is reported by the tests that need it."""
-    try:
-        if cluster.login_error(node) is None:
-            nc.routes(cluster, node)
-    except (Exception, pytest.fail.Exception):  # noqa: BLE001 - a failed base probe too
-        pass
-
-
-def _mtus(cluster: Cluster) -> dict[str, tuple[str, int | None]]:
-    def compute() -> dict[str, tuple[str, int | None]]:
-        out = {}
-        # the route probes of all nodes at once (one round trip each), not one node after another
-        cluster.pool.map(lambda n: _warm_routes(cluster, n), cluster.names)
-        for n in cluster.names:
-            if cluster.base_or_none(n) is None:  # its own tests report why
-                continue
-            dev = comm_interface(cluster, n)
-            if dev is not None:
-                out[n] = (dev, _ifaces(cluster, n).get(dev).mtu if dev in _ifaces(cluster, n) else None)
-        return out
-    return cluster.memo(MTUS, compute)
-
-
 def test_mtu(cluster: Cluster, node: str, record_property) -> None:
     """F6: the interface the launch uses has the same MTU on every node."""
     cluster.require(node)
-    mtus = _mtus(cluster)
+    mtus = mi.mtus(cluster)
     if node not in mtus:
         pytest.skip(f"{node}: no interface found for the launch's traffic (see {ids.SOCKET_IFNAME.of(node)})")
     dev, mtu = mtus[node]

@@ -2,28 +2,19 @@
 
 from __future__ import annotations
 
-import os
-import shlex
-import shutil
-import subprocess
-import threading
 import warnings
-from typing import Any
 
 import pytest
 
-from cluster_tests.core import pairs
 from cluster_tests.core import testids as ids
 from cluster_tests.core.cluster import Cluster, NodeProbe, ProbeError
-from cluster_tests.core.memokey import MemoKey
 from cluster_tests.core.plugin import LAUNCHER
 from cluster_tests.core.settings import Settings
+from cluster_tests.judge import fixcmd
 from cluster_tests.judge import launch as launchenv
 from cluster_tests.judge import ssh as sshcheck
+from cluster_tests.measure import sshpairs
 from cluster_tests.report import fixes as fx
-
-PAIRS_ALL: MemoKey[Any] = MemoKey("ssh", "pairs_all")
-PDSH: MemoKey[Any] = MemoKey("pdsh")
 
 pytestmark = pytest.mark.ssh
 
@@ -104,44 +95,12 @@ def test_sshd_config(cluster: Cluster, node: str, record_property) -> None:
         pytest.fail(f"{node}: " + f"\n{node}: ".join(problems), pytrace=False)
 
 
-def _pairs_from(cluster: Cluster, source: str) -> dict:
-    """ssh from `source` to its targets in the selected pairs (--pairs), fanned out on `source`
-    in one round trip (cached).  The first call starts every source the session's S4 tests
-    need at once (bounded by --fanout), so the sources overlap instead of taking turns."""
-    sources = pairs.collected_sources(cluster, ids.SSH_TRUST.name)
-    if source in sources and len(sources) > 1:
-        cluster.memo(PAIRS_ALL, lambda: cluster.pool.map(
-            lambda s: cluster.login_error(s) is None and _probe_pairs(cluster, s), sources))
-    return _probe_pairs(cluster, source)
-
-
-# sshd's default MaxStartups is "10:30:100": past 10 connections that have not yet logged in, it
-# drops 30% of new ones ("Connection closed by ... [preauth]"), which would read as a broken pair.
-# With every source probing at once, each source starts at its own successor (a rotation) and
-# has at most this many logins in flight, so no node sees more than about this many at once.
-SSHD_SAFE_FANOUT = 8
-
-
-def _probe_pairs(cluster: Cluster, source: str) -> dict:
-    timeout = cluster.settings.timeout_connect
-    targets = pairs.targets_of(cluster, source)
-    names = cluster.names
-    start = names.index(source) + 1 if source in names else 0
-    order = {n: (i - start) % len(names) for i, n in enumerate(names)}
-    targets = sorted(targets, key=lambda t: order.get(t, 0))
-    fanout = min(cluster.settings.fanout, SSHD_SAFE_FANOUT)
-    return cluster.probe(
-        source, "ssh_pairs", targets=targets, connect_timeout=timeout,
-        fanout=fanout, timeout=timeout * (1 + len(targets) // fanout) + 30,
-    )
-
-
 def test_ssh_trust(cluster: Cluster, pair: tuple[str, str]) -> None:
     """S4: a -> b passwordless with strict host keys, for every ordered pair (a -> a too)."""
     a, b = pair
     cluster.require(a)
     try:
-        results = _pairs_from(cluster, a)
+        results = sshpairs.pairs_from(cluster, a)
     except ProbeError as exc:
         pytest.fail(str(exc), pytrace=False)
     res = results[b]
@@ -189,7 +148,7 @@ def _pair_fix(cluster: Cluster, a: str, b: str, cause: str) -> str:
         text = next((t for _, t in sorted(fa["ssh"]["pubkeys"].items()) if t and len(t.split()) >= 2), None)
         if known is False and text:
             fx.offer(fx.Fix(b, f"authorize {a}'s key ({pub}) in {ak}",
-                            (fx.authorize_key_cmd(ak, text.strip().splitlines()[0]),), "S4"))
+                            (fixcmd.authorize_key_cmd(ak, text.strip().splitlines()[0]),), "S4"))
         prefix = f"{a}'s key (~/.ssh/{pub}) is not in {ak} on {b}: " if known is False else ""
         return (
             f"{prefix}append {a}'s public key to {b}'s authorized_keys: "
@@ -213,62 +172,12 @@ def _pair_fix(cluster: Cluster, a: str, b: str, cause: str) -> str:
     return f"on {a}: ssh -v {b} true"
 
 
-PDSH_OK = "CT_PDSH_OK"
-
-
-def _pdsh(cluster: Cluster, site: str) -> tuple[int, str, str | None] | str:
-    """Run `pdsh -S -w <all hosts> echo OK` from `site` as deepspeed would: (exit, output, the
-    site's PDSH_RCMD_TYPE); a string where pdsh is not installed there (the failure to report)."""
-    hosts = ",".join(cluster.names)
-    timeout = cluster.settings.timeout_connect
-    ssh_args = f"-o BatchMode=yes -o ConnectTimeout={int(timeout)}"
-    # pdsh's own connect timer (-t, 10 s by default) would outlast ssh's on a black-holed node.
-    pdsh = ["pdsh", "-S", "-t", str(max(1, int(timeout))), "-w", hosts, "echo", PDSH_OK]
-    if site == LAUNCHER:
-        if shutil.which("pdsh") is None:
-            return ("pdsh is not installed on the launcher (deepspeed --hostfile needs it).\n"
-                    "  fix: apt-get install pdsh   (or yum install pdsh pdsh-rcmd-ssh)")
-        if cluster.settings.ssh_config:
-            ssh_args += f" -F {shlex.quote(cluster.settings.ssh_config)}"
-        env = dict(os.environ, PDSH_RCMD_TYPE="ssh", PDSH_SSH_ARGS_APPEND=ssh_args)
-        try:
-            proc = subprocess.run(pdsh, env=env, capture_output=True, text=True, errors="replace",
-                                  timeout=timeout * 2 + 30, check=False)
-            return proc.returncode, proc.stdout + proc.stderr, os.environ.get("PDSH_RCMD_TYPE")
-        except subprocess.TimeoutExpired:
-            return 124, "pdsh timed out", os.environ.get("PDSH_RCMD_TYPE")
-    facts = cluster.base(site)
-    if not facts["which"].get("pdsh"):
-        return (f"{site} (rank 0, where `deepspeed --hostfile` starts) has no pdsh on the PATH "
-                f"of a non-interactive shell.\n  fix, on {site}: apt-get install pdsh")
-    res = cluster.run(site, ["env", "PDSH_RCMD_TYPE=ssh", f"PDSH_SSH_ARGS_APPEND={ssh_args}", *pdsh],
-                      timeout=timeout * 2 + 30)
-    return res.exit_status, res.stdout + res.stderr, facts["env"].get("PDSH_RCMD_TYPE")
-
-
-def _pdsh_run(cluster: Cluster, site: str) -> tuple[int, str, str | None] | str:
-    """`site`'s pdsh run, once; both launch sites' runs start together (on a dead node each
-    waits out a connect timeout)."""
-    for other in (LAUNCHER, cluster.names[0]):
-        if other != site and cluster.cached(("pdsh", other)) is None:
-            threading.Thread(target=_quiet_pdsh, args=(cluster, other), daemon=True).start()
-    return cluster.memo(PDSH(site), lambda: _pdsh(cluster, site))
-
-
-def _quiet_pdsh(cluster: Cluster, site: str) -> None:
-    """Start `site`'s pdsh run in the memo; its own tests report the outcome."""
-    try:
-        cluster.memo(PDSH(site), lambda: _pdsh(cluster, site))
-    except BaseException:  # noqa: BLE001 - stored in the memo, re-raised to that site's tests
-        pass
-
-
 def test_pdsh_installed(cluster: Cluster, launch_site: str) -> None:
     """S5: pdsh is installed where the launch starts (the launcher, the rank-0 node), and
     PDSH_RCMD_TYPE=ssh is set there."""
     if launch_site != LAUNCHER:
         cluster.require(launch_site)
-    got = _pdsh_run(cluster, launch_site)
+    got = sshpairs.pdsh_run(cluster, launch_site)
     if isinstance(got, str):
         pytest.fail(got, pytrace=False)
     rcmd = got[2]
@@ -285,7 +194,7 @@ def test_pdsh(cluster: Cluster, pdsh_leg: tuple[str, str]) -> None:
     site, target = pdsh_leg
     if site != LAUNCHER:
         cluster.require(site)
-    got = _pdsh_run(cluster, site)
+    got = sshpairs.pdsh_run(cluster, site)
     if isinstance(got, str):
         pytest.skip(f"no pdsh on {site}: see {ids.PDSH_INSTALLED.of(site)}")
     rc, out, _ = got
@@ -293,7 +202,7 @@ def test_pdsh(cluster: Cluster, pdsh_leg: tuple[str, str]) -> None:
         pytest.fail(f"{site}: pdsh did not finish within its deadline", pytrace=False)
     legs = launchenv.split_pdsh_output(out, cluster.names)
     leg = legs[target]
-    if PDSH_OK in leg.lines:
+    if sshpairs.PDSH_OK in leg.lines:
         return
     said = "\n    ".join([*leg.lines, *(f"(pdsh: {e})" for e in leg.pdsh_errors)]
                           + ([f"(ssh exited with exit code {leg.exit_code})"]

@@ -3,18 +3,14 @@ room on every node, and it is one shared volume: what a node writes, every node 
 
 from __future__ import annotations
 
-import secrets
-from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
 
 from cluster_tests.core import testids as ids
 from cluster_tests.core.cluster import Cluster, NodeProbe, ProbeError
-from cluster_tests.core.memokey import MemoKey
 from cluster_tests.core.settings import Settings
-
-SHARE_MATRIX: MemoKey[Any] = MemoKey("storage", "share_matrix")
+from cluster_tests.measure.share import SCRIPT, share_matrix
 
 pytestmark = pytest.mark.storage
 
@@ -22,8 +18,6 @@ pytestmark = pytest.mark.storage
 def node_probes(settings: Settings) -> list[NodeProbe]:
     """The probes this section's tests ask of every node they touch (`Cluster.prefetch`)."""
     return [(SCRIPT, "dir", {"path": settings.storage.output_dir})] if settings.storage.output_dir else []
-
-SCRIPT = "storeprobe.py"
 
 
 def _output_dir(cluster: Cluster) -> str:
@@ -69,55 +63,6 @@ def test_output_dir(cluster: Cluster, node: str, record_property) -> None:
                     f"  fix: free space on that volume, or point --output-dir elsewhere", pytrace=False)
 
 
-@dataclass
-class ShareMatrix:
-    session: str
-    writes: dict[str, dict[str, Any]] = field(default_factory=dict)
-    reads: dict[str, dict[str, Any]] = field(default_factory=dict)
-    tokens: dict[str, str] = field(default_factory=dict)
-    errors: dict[str, str] = field(default_factory=dict)
-    removes: dict[str, Any] = field(default_factory=dict)
-
-
-def _share_matrix(cluster: Cluster, path: str) -> ShareMatrix:
-    """Each node writes its token once, each node reads all tokens once, each removes its own."""
-    def compute() -> ShareMatrix:
-        m = ShareMatrix(session=secrets.token_hex(6))
-        up = [n for n in cluster.names if cluster.login_error(n) is None]
-        m.tokens = {n: secrets.token_hex(16) for n in up}
-
-        def write(n: str) -> dict[str, Any]:
-            return cluster.probe(n, "write", script=SCRIPT, path=path, session=m.session,
-                                 owner=n, token=m.tokens[n])
-
-        try:
-            for n, r in zip(up, cluster.pool.map(write, up)):
-                if isinstance(r, BaseException):
-                    m.errors[n] = str(r)
-                else:
-                    m.writes[n] = r
-            writers = [n for n, r in m.writes.items() if r.get("ok")]
-
-            def read(n: str) -> dict[str, Any]:
-                return cluster.probe(n, "read", script=SCRIPT, path=path, session=m.session,
-                                     writers=writers)
-
-            for n, r in zip(up, cluster.pool.map(read, up)):
-                if isinstance(r, BaseException):
-                    m.errors.setdefault(n, str(r))
-                else:
-                    m.reads[n] = r
-        finally:
-            written = list(m.writes)
-
-            def remove(n: str) -> dict[str, Any]:
-                return cluster.probe(n, "remove", script=SCRIPT, path=path, session=m.session, owner=n)
-
-            m.removes = dict(zip(written, cluster.pool.map(remove, written)))
-        return m
-    return cluster.memo(SHARE_MATRIX(path), compute)
-
-
 def test_output_shared(cluster: Cluster, pair: tuple[str, str]) -> None:
     """D2: a file written in the output directory on a is read back, identical, on b."""
     a, b = pair
@@ -126,7 +71,7 @@ def test_output_shared(cluster: Cluster, pair: tuple[str, str]) -> None:
         info = _dir(cluster, n, path)
         if not info["is_dir"] or not info["writable"]:
             pytest.skip(f"{path} is not a writable directory on {n}: see {ids.OUTPUT_DIR.of(n)}")
-    m = _share_matrix(cluster, path)
+    m = share_matrix(cluster, path)
     for n in dict.fromkeys(pair):
         if n in m.errors:
             pytest.fail(f"{a} -> {b}: the probe on {n} failed: {m.errors[n]}", pytrace=False)

@@ -18,7 +18,7 @@ from collections.abc import Iterable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, TypeVar, overload
+from typing import Any, Callable, TypeVar
 
 import pytest
 
@@ -36,7 +36,7 @@ from cluster_tests.core.transport import (
     resolve_target,
     wait_result,
 )
-from cluster_tests.report.summary import looks_secret
+from cluster_tests.judge.env import is_secret
 
 PROBE_MARK = "CT_PROBE_JSON:"
 # Runs the script that arrives on standard input as __main__, with the JSON parameters as argv[1].
@@ -67,7 +67,7 @@ def remote_script(name: str) -> bytes:
 
 
 def _secret_values(env: Any) -> set[str]:
-    return {v for k, v in env.items() if looks_secret(k) and v and len(v) >= 3}
+    return {v for k, v in env.items() if is_secret(k) and v and len(v) >= 3}
 
 
 class ProbeError(Exception):
@@ -149,11 +149,7 @@ class Cluster:
                 fut.set_exception(exc)
         return wait_result(fut)
 
-    @overload
-    def cached(self, key: MemoKey[T]) -> T | None: ...
-    @overload
-    def cached(self, key: tuple[Any, ...]) -> Any: ...
-    def cached(self, key: tuple[Any, ...]) -> Any:
+    def cached(self, key: MemoKey[T]) -> T | None:
         """A memo entry that is already computed (None otherwise); never computes or waits."""
         with self._lock:
             fut = self._memo.get(key)

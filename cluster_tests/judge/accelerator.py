@@ -3,15 +3,8 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
 
-from cluster_tests.core.memokey import MemoKey
 from cluster_tests.judge import parsers
-
-INVENTORY: MemoKey[Any] = MemoKey("inventory")
-
-if TYPE_CHECKING:  # the pure parts (from_probe) import without the SSH layer (bench/gpu_check.py)
-    from cluster_tests.core.cluster import Cluster
 
 
 @dataclass
@@ -58,7 +51,3 @@ def from_probe(raw: dict) -> Inventory:
             return Inventory("ascend", count, [n.name for n in info.npus], unhealthy, evidence=res["out"])
         problems.append(f"npu-smi info failed (exit {res['rc']}): {res['err'].strip()[:300]}")
     return Inventory("cpu", int(raw.get("cpu_count") or 1), problems=problems)
-
-
-def inventory(cluster: Cluster, node: str) -> Inventory:
-    return cluster.memo(INVENTORY(node), lambda: from_probe(cluster.probe(node, "accelerators")))

@@ -26,6 +26,8 @@ _DS_SAFE = re.compile(r"[^\w@%+=:,./-]")
 
 
 def is_secret(name: str) -> bool:
+    """Whether a variable's name looks secret (its value is masked in every message and report):
+    the one definition (core/cluster.py's Cluster.secrets and the messages here use it)."""
     upper = name.upper()
     return any(w in upper for w in SECRET_WORDS)
 

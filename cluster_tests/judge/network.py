@@ -1,35 +1,17 @@
-"""Network checks' logic (CHECKLIST F1-F6): the port matrix, firewall rules, interface specs.
-
-The port matrix is measured once per session in O(N) SSH sessions (three per node):
-
-1. per node, `netprobe.py listen` binds K ephemeral high ports (plus the master port on the
-   rank-0 node) and leaves a detached child holding them for a bounded time;
-2. per node, `netprobe.py connect` connects to every node's ports in parallel, each attempt with
-   a short deadline, and times a few handshakes (RTT);
-3. per node, `netprobe.py stop` ends the listener (by pid, checked against a session token),
-   always, whatever happened in 1 and 2.
-
-Each F-test then asserts on its slice.  The pure helpers (interface specs, iptables/nft rule
-filters, RTT statistics) are tested on their own in tests/test_netcheck.py.
+"""Network checks' logic (CHECKLIST F1-F6): judging the port matrix (measured by
+measure/ports.py), firewall rules, interface specs, RTT statistics. Pure: tested on their own
+in tests/test_netcheck.py.
 """
 
 from __future__ import annotations
 
-import math
 import re
-import secrets
 import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
-from cluster_tests.core import pairs
-from cluster_tests.core.cluster import Cluster, ProbeError
-from cluster_tests.core.memokey import MemoKey
 from cluster_tests.judge.netfacts import Interface
 
-PORT_MATRIX: MemoKey[Any] = MemoKey("netcheck", "port_matrix")
-
-SCRIPT = "netprobe.py"
 SOCKET_IFNAME_VARS = ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME", "HCCL_SOCKET_IFNAME")
 
 
@@ -48,79 +30,6 @@ class PortMatrix:
 
     def entry(self, a: str, b: str) -> dict[str, Any] | None:
         return self.results.get(a, {}).get(b)
-
-
-def port_timeout(cluster: Cluster) -> float:
-    return cluster.settings.network.port_timeout
-
-
-def port_matrix(cluster: Cluster) -> PortMatrix:
-    """The whole matrix, measured once for the session."""
-    return cluster.memo(PORT_MATRIX, lambda: measure(cluster))
-
-
-def measure(cluster: Cluster) -> PortMatrix:
-    import time
-
-    start = time.monotonic()
-    names = cluster.names
-    up = [n for n in names if cluster.login_error(n) is None]
-    timeout = port_timeout(cluster)
-    fanout = cluster.settings.fanout
-    count = cluster.settings.network.probe_ports
-    widest = max([len(pairs.targets_of(cluster, n)) + 1 for n in up] or [1])
-    rounds = math.ceil(min(len(names), widest) * (count + 1) / fanout) + 1
-    connect_budget = rounds * timeout * 2 + 10
-    hold = connect_budget + 30  # the listeners die by themselves after this, whatever happens
-    matrix = PortMatrix(token=secrets.token_hex(8), port_timeout=timeout)
-    rank0 = cluster.rank0.name
-    master_port = cluster.settings.master_port
-
-    def listen(node: str) -> dict[str, Any]:
-        return cluster.probe(node, "listen", script=SCRIPT, token=matrix.token, ports=count,
-                             hold=hold, master_port=master_port if node == rank0 else None,
-                             timeout=30)
-
-    for node, res in zip(up, cluster.pool.map(listen, up)):
-        if isinstance(res, BaseException):
-            matrix.listen_errors[node] = str(res)
-        else:
-            matrix.listeners[node] = res
-    try:
-        targets = []
-        for node, lst in matrix.listeners.items():
-            master = lst.get("master") or {}
-            targets.append({"name": node, "ports": lst["ports"],
-                            "master_port": master.get("port") if master.get("free") else None})
-        for node in names:
-            if node not in matrix.listeners:
-                targets.append({"name": node, "ports": [], "master_port": None})
-
-        def connect(node: str) -> dict[str, Any]:
-            # only the targets of node's selected pairs (--pairs), and rank 0 (F2, master port)
-            mine = set(pairs.targets_of(cluster, node)) | {rank0}
-            return cluster.probe(node, "connect", script=SCRIPT, token=matrix.token,
-                                 targets=[t for t in targets if t["name"] in mine],
-                                 port_timeout=timeout, fanout=fanout,
-                                 samples=cluster.settings.network.rtt_samples,
-                                 timeout=connect_budget + 10)
-
-        for node, res in zip(up, cluster.pool.map(connect, up)):
-            if isinstance(res, BaseException):
-                matrix.connect_errors[node] = str(res)
-            else:
-                matrix.results[node] = res
-    finally:
-        stoppable = [n for n, lst in matrix.listeners.items() if lst.get("pid")]
-
-        def stop(node: str) -> dict[str, Any]:
-            return cluster.probe(node, "stop", script=SCRIPT, token=matrix.token,
-                                 pid=matrix.listeners[node]["pid"], timeout=20)
-
-        for node, res in zip(stoppable, cluster.pool.map(stop, stoppable)):
-            matrix.stops[node] = {"error": str(res)} if isinstance(res, BaseException) else res
-    matrix.seconds = time.monotonic() - start
-    return matrix
 
 
 def failed_ports(entry: dict[str, Any]) -> dict[int, str]:
@@ -321,15 +230,3 @@ def describe_interfaces(ifaces: dict[str, Interface]) -> str:
         f"{i.name} ({'up' if i.up else i.state.lower()}, mtu {i.mtu}, "
         f"{' '.join(i.addrs) or 'no address'})" for i in ifaces.values()
     ) or "none"
-
-
-def routes(cluster: Cluster, node: str) -> dict[str, Any]:
-    """`ip -o route get` from node to the address it resolves each of its targets to (the
-    selected pairs, --pairs; cached)."""
-    facts = cluster.base(node)
-    addrs = sorted({facts["resolve"][b]["addrs"][0] for b in pairs.targets_of(cluster, node)
-                    if b != node and facts["resolve"].get(b, {}).get("addrs")})
-    try:
-        return cluster.probe(node, "routes", route_to=addrs)
-    except ProbeError:
-        return {}

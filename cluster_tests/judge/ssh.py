@@ -8,8 +8,7 @@ from __future__ import annotations
 import shlex
 from dataclasses import dataclass, field
 
-from cluster_tests.judge import sshfail
-from cluster_tests.report import fixes as fx
+from cluster_tests.judge import fixcmd, sshfail
 
 
 @dataclass
@@ -46,11 +45,11 @@ def strict_modes(ssh_facts: dict, uid: int, user: str, strict: bool = True) -> M
     if not ssh_dir.get("exists"):
         errors.append(f"{ssh_dir['path']} does not exist, so there is no authorized_keys")
         fixes.append(f"mkdir -m 700 {shlex.quote(ssh_dir['path'])}")
-        commands += [fx.mkdir_cmd(ssh_dir["path"]), fx.touch_cmd(ak["path"])]
+        commands += [fixcmd.mkdir_cmd(ssh_dir["path"]), fixcmd.touch_cmd(ak["path"])]
     elif not ak.get("exists"):
         errors.append(f"{ak['path']} does not exist: no key can log in")
         fixes.append(f"install -m 600 /dev/null {shlex.quote(ak['path'])}  # then add the public keys")
-        commands.append(fx.touch_cmd(ak["path"]))
+        commands.append(fixcmd.touch_cmd(ak["path"]))
     if strict:
         for entry in chain:
             if not entry.get("exists"):
@@ -67,16 +66,16 @@ def strict_modes(ssh_facts: dict, uid: int, user: str, strict: bool = True) -> M
             path = shlex.quote(entry["path"])
             if "owned by" in why:
                 fixes.append(f"chown {user} {path}")
-                commands.append(fx.chown_cmd(entry["path"], user))
+                commands.append(fixcmd.chown_cmd(entry["path"], user))
             elif entry is ak:
                 fixes.append(f"chmod 600 {path}")
-                commands.append(fx.chmod_cmd(entry["path"], 0o600))
+                commands.append(fixcmd.chmod_cmd(entry["path"], 0o600))
             elif entry is ssh_dir:
                 fixes.append(f"chmod 700 {path}")
-                commands.append(fx.chmod_cmd(entry["path"], 0o700))
+                commands.append(fixcmd.chmod_cmd(entry["path"], 0o700))
             else:
                 fixes.append(f"chmod go-w {path}")
-                commands.append(fx.chmod_go_w_cmd(entry["path"]))
+                commands.append(fixcmd.chmod_go_w_cmd(entry["path"]))
     for entry, wanted in ((ak, 0o600), (ssh_dir, 0o700)):
         if entry.get("exists") and entry["mode"] & ~wanted & 0o777 and not any(entry["path"] in e for e in errors):
             warnings.append(
@@ -90,7 +89,7 @@ def strict_modes(ssh_facts: dict, uid: int, user: str, strict: bool = True) -> M
                 f"others can read ('UNPROTECTED PRIVATE KEY FILE'), so this node cannot log in anywhere with it"
             )
             fixes.append(f"chmod 600 {shlex.quote(entry['path'])}")
-            commands.append(fx.chmod_cmd(entry["path"], 0o600))
+            commands.append(fixcmd.chmod_cmd(entry["path"], 0o600))
     return ModeVerdict(errors, warnings, fixes, commands)
 
 

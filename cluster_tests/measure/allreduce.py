@@ -46,6 +46,7 @@ from cluster_tests.core.cluster import Cluster, remote_script
 from cluster_tests.core.transport import Feed, quote_argv
 from cluster_tests.judge import collective as C
 from cluster_tests.judge import network as nc
+from cluster_tests.measure.ports import PORT_MATRIX
 
 #: Where the collective results live for the terminal summary (see plugin.py).
 RESULTS_KEY = pytest.StashKey[dict[str, Any]]()
@@ -457,7 +458,7 @@ class PortsBlocked(Exception):
 def blocked_by_f3(cluster: Cluster, nodes: Sequence[str]) -> str | None:
     """Why an all-reduce over `nodes` is not worth running, when this session's port matrix (if
     F3 ran) shows an ordered pair of them blocked on every tested port; else None."""
-    matrix = _memo_result(cluster, ("netcheck", "port_matrix"))
+    matrix = cluster.cached(PORT_MATRIX)
     if matrix is None:
         return None
     blocked = [(a, b) for a in nodes for b in nodes if a != b and nc.blocked(matrix.entry(a, b))]
@@ -465,7 +466,7 @@ def blocked_by_f3(cluster: Cluster, nodes: Sequence[str]) -> str | None:
         return None
     shown = "; ".join(
         f"{dst} takes no connection from {src} ("
-        + ", ".join(f"{p} {s}" for p, s in nc.failed_ports(matrix.entry(src, dst)).items())
+        + ", ".join(f"{p} {s}" for p, s in nc.failed_ports(matrix.entry(src, dst) or {}).items())
         + f"; see {ids.HIGH_PORTS.of(src, dst)})" for src, dst in blocked[:4])
     more = f" (+{len(blocked) - 4} more)" if len(blocked) > 4 else ""
     return (f"not run: the network checks found that {shown}{more}: an all-reduce could only "
@@ -495,20 +496,9 @@ def involved_nodes(run: RemoteRun) -> list[str]:
     return [n for n in run.nodes if n in hosts]
 
 
-def _memo_result(cluster: Cluster, key: tuple[str, ...]) -> Any:
-    """A finished session-memo entry, without computing it (None if absent or failed)."""
-    cached = getattr(cluster, "cached", None)
-    if cached is not None:
-        return cached(key)
-    fut = getattr(cluster, "_memo", {}).get(key)  # a stand-in cluster without `cached`
-    if fut is None or not fut.done() or fut.exception() is not None:
-        return None
-    return fut.result()
-
-
 def network_hint(cluster: Cluster, nodes: Sequence[str]) -> str:
     """What the F checks found about ``nodes`` this session, else how to find out."""
-    matrix = _memo_result(cluster, ("netcheck", "port_matrix"))
+    matrix = cluster.cached(PORT_MATRIX)
     findings: list[str] = []
     results = getattr(matrix, "results", None) or {}
     for src, targets in results.items():
@@ -641,7 +631,7 @@ def accelerator_problems(cluster: Cluster, run: RemoteRun) -> list[str]:
     automatic choice: an explicit --backend is the user's."""
     if run.options.backend != "auto":
         return C.backend_problems(run.report, {})
-    from cluster_tests.judge import accelerator as accel
+    from cluster_tests.measure import accel
 
     kinds: dict[str, tuple[str, str]] = {}
     for node in run.nodes:

@@ -541,7 +541,7 @@ class TrainingRuns:
 
     def _inventories(self, nodes: Sequence[str]) -> dict[str, tuple[str, str]]:
         """A1's view of ``nodes`` (kind, description); nodes A1 cannot look at are left out."""
-        from cluster_tests.judge import accelerator as accel
+        from cluster_tests.measure import accel
 
         out: dict[str, tuple[str, str]] = {}
         for node in nodes:

@@ -29,6 +29,7 @@ import pytest
 
 from cluster_tests.core import testids as ids
 from cluster_tests.core.memokey import base_key
+from cluster_tests.judge.fixcmd import hostname_cmd, hosts_entry_cmd, q
 
 LAUNCHER = "launcher"
 PROPERTY = "fix_script"
@@ -66,56 +67,7 @@ def offer(*fixes: Fix) -> None:
 
 
 # --------------------------------------------------------------------------- fix commands
-
-
-def q(text: str) -> str:
-    return shlex.quote(str(text))
-
-
-def chmod_cmd(path: str, mode: int) -> str:
-    """Set the mode only where it differs (a second run changes nothing)."""
-    return f"find {q(path)} -maxdepth 0 ! -perm {mode:o} -exec chmod {mode:o} {{}} +"
-
-
-def chmod_go_w_cmd(path: str) -> str:
-    return f"find {q(path)} -maxdepth 0 -perm /022 -exec chmod go-w {{}} +"
-
-
-def chown_cmd(path: str, user: str) -> str:
-    return f'[ "$(stat -c %U {q(path)})" = {q(user)} ] || chown {q(user)} {q(path)}'
-
-
-def mkdir_cmd(path: str, mode: int = 0o700) -> str:
-    return f"[ -d {q(path)} ] || mkdir -m {mode:o} {q(path)}"
-
-
-def touch_cmd(path: str, mode: int = 0o600) -> str:
-    return f"[ -e {q(path)} ] || install -m {mode:o} /dev/null {q(path)}"
-
-
-def authorize_key_cmd(authorized_keys: str, pubkey_line: str) -> str:
-    """Append the key to authorized_keys unless its base64 blob is there already."""
-    parts = pubkey_line.split()
-    blob = parts[1] if len(parts) > 1 else pubkey_line
-    f = q(authorized_keys)
-    return (f"grep -qF -- {q(blob)} {f} 2>/dev/null || "
-            f"{{ [ ! -s {f} ] || [ -z \"$(tail -c1 {f})\" ] || echo >> {f}; "
-            f"(umask 077; printf '%s\\n' {q(pubkey_line.strip())} >> {f}); }}")
-
-
-def hosts_entry_cmd(name: str, address: str, hosts: str = "/etc/hosts") -> str:
-    """Make ``name`` resolve to ``address`` only in /etc/hosts: keep a line that already says so,
-    take the name off every other line, add ``address name`` when no line says it. Rewritten in
-    place (the file may be a bind mount) and only when the content changes."""
-    awk = ("{ c = $0; sub(/#.*/, \"\", c); k = split(c, w); "
-           "if (k >= 2) { hit = 0; out = w[1]; "
-           "for (i = 2; i <= k; i++) { if (w[i] == n) hit = 1; else out = out \" \" w[i] } "
-           "if (hit) { if (w[1] == a && !done) { print; done = 1; next } "
-           "if (out != w[1]) print out; next } } print } "
-           "END { if (!done) print a \" \" n }")
-    f = q(hosts)
-    return (f'( t=$(mktemp) && awk -v n={q(name)} -v a={q(address)} {q(awk)} {f} > "$t" && '
-            f'{{ cmp -s "$t" {f} || cat "$t" > {f}; }}; rc=$?; rm -f "$t"; exit $rc )')
+# (the command builders are judge/fixcmd.py)
 
 
 def as_root(cluster: Any, node: str, command: str) -> str:
@@ -124,14 +76,6 @@ def as_root(cluster: Any, node: str, command: str) -> str:
     if base.get("uid", 0) == 0:
         return command
     return f"sudo -n sh -c {q(command)}"
-
-
-def hostname_cmd(name: str) -> str:
-    """Set the hostname where it differs: hostnamectl on a systemd host, else hostname(1)."""
-    n = q(name)
-    return (f'[ "$(hostname)" = {n} ] || {{ if [ -d /run/systemd/system ] && '
-            f"command -v hostnamectl >/dev/null 2>&1; then hostnamectl set-hostname {n}; "
-            f"else hostname {n}; fi; }}")
 
 
 # --------------------------------------------------------------------------- derived fixes

@@ -1,0 +1,66 @@
+"""E2/E3 over the whole cluster: the communication settings every node's ranks get (each
+node's own non-interactive shell under what the launch exports from the rank-0 node) and the
+versions on every node, each gathered once for the session (in parallel) and kept in the memo."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from cluster_tests.core.cluster import Cluster, ProbeError
+from cluster_tests.core.memokey import MemoKey
+from cluster_tests.judge import env as ec
+from cluster_tests.measure import rehearsal
+
+SCRIPT = "envprobe.py"
+
+#: node -> the NCCL_/HCCL_/GLOO_ values its ranks get (E2)
+COMM_TABLE: MemoKey[dict[str, dict[str, str | None]]] = MemoKey("envcheck", "comm_table")
+#: node -> its `versions` probe (E3), for the reachable nodes whose probe worked
+VERSIONS: MemoKey[dict[str, dict[str, Any]]] = MemoKey("envcheck", "versions")
+
+
+def launch_overlay(cluster: Cluster) -> dict[str, str]:
+    """NCCL_/HCCL_/GLOO_ values that the launch itself sets on every rank: what deepspeed on the
+    rank-0 node exports (its environment by DeepSpeed's prefixes, and its `.deepspeed_env`);
+    where the rehearsal could not compute that, the rank-0 node's `.deepspeed_env` alone."""
+    r = rehearsal.rehearse(cluster)
+    if r.exports:
+        return {k: ec.unquote_export(v) for k, v in r.exports.items()
+                if k.startswith(ec.COMM_PREFIXES)}
+    rank0 = cluster.rank0.name
+    try:
+        files = cluster.probe(rank0, "envfiles", script=SCRIPT,
+                              launch_dir=cluster.settings.env.launch_dir)
+    except ProbeError:
+        return {}
+    out: dict[str, str] = {}
+    for text in files["deepspeed_env"].values():
+        out.update({k: v for k, v in ec.parse_deepspeed_env(text or "").items()
+                    if k.startswith(ec.COMM_PREFIXES)})
+    return out
+
+
+def comm_table(cluster: Cluster) -> dict[str, dict[str, str | None]]:
+    """node -> the NCCL_/HCCL_/GLOO_ values its ranks get: its own non-interactive shell's,
+    overridden by what the launch exports from the rank-0 node (those are the same everywhere,
+    so only a node's own extra or different settings can differ)."""
+    def compute() -> dict[str, dict[str, str | None]]:
+        overlay = launch_overlay(cluster)
+        table: dict[str, dict[str, str | None]] = {}
+        for n in cluster.names:
+            facts = cluster.base_or_none(n)
+            if facts is None:
+                continue
+            table[n] = {**ec.comm_vars(facts["env"]), **overlay}
+        return table
+    return cluster.memo(COMM_TABLE, compute)
+
+
+def versions(cluster: Cluster) -> dict[str, dict[str, Any]]:
+    """Versions on every reachable node, probed in parallel, once (torch imported once each)."""
+    def compute() -> dict[str, dict[str, Any]]:
+        up = [n for n in cluster.names if cluster.login_error(n) is None]
+        got = cluster.pool.map(lambda n: cluster.probe(n, "versions", script=SCRIPT,
+                                                       timeout=max(120, cluster.settings.timeout_command)), up)
+        return {n: v for n, v in zip(up, got) if not isinstance(v, BaseException)}
+    return cluster.memo(VERSIONS, compute)

@@ -1,0 +1,115 @@
+"""F1-F4 over the whole cluster: the port matrix, measured once per session in O(N) SSH sessions
+(three per node):
+
+1. per node, `netprobe.py listen` binds K ephemeral high ports (plus the master port on the
+   rank-0 node) and leaves a detached child holding them for a bounded time;
+2. per node, `netprobe.py connect` connects to every node's ports in parallel, each attempt with
+   a short deadline, and times a few handshakes (RTT);
+3. per node, `netprobe.py stop` ends the listener (by pid, checked against a session token),
+   always, whatever happened in 1 and 2.
+
+Each F-test then asserts on its slice (judged by judge/network.py); F1's RTT baseline (the
+median RTT of every measured pair) is computed from it once.
+"""
+
+from __future__ import annotations
+
+import math
+import secrets
+from collections.abc import Iterable
+from typing import Any
+
+from cluster_tests.core import pairs
+from cluster_tests.core.cluster import Cluster
+from cluster_tests.core.memokey import MemoKey
+from cluster_tests.judge import network as nc
+from cluster_tests.judge.network import PortMatrix
+
+SCRIPT = "netprobe.py"
+
+PORT_MATRIX: MemoKey[PortMatrix] = MemoKey("netcheck", "port_matrix")
+RTT_BASELINE: MemoKey[list[float]] = MemoKey("netcheck", "rtt_baseline")
+
+
+def port_timeout(cluster: Cluster) -> float:
+    return cluster.settings.network.port_timeout
+
+
+def port_matrix(cluster: Cluster) -> PortMatrix:
+    """The whole matrix, measured once for the session."""
+    return cluster.memo(PORT_MATRIX, lambda: measure(cluster))
+
+
+def _sort(results: Iterable[tuple[str, Any]], ok: dict[str, Any], errors: dict[str, str]) -> None:
+    """Each node's probe result into `ok`, or its failure (the exception's text) into `errors`."""
+    for node, res in results:
+        if isinstance(res, BaseException):
+            errors[node] = str(res)
+        else:
+            ok[node] = res
+
+
+def measure(cluster: Cluster) -> PortMatrix:
+    import time
+
+    start = time.monotonic()
+    names = cluster.names
+    up = [n for n in names if cluster.login_error(n) is None]
+    timeout = port_timeout(cluster)
+    fanout = cluster.settings.fanout
+    count = cluster.settings.network.probe_ports
+    widest = max([len(pairs.targets_of(cluster, n)) + 1 for n in up] or [1])
+    rounds = math.ceil(min(len(names), widest) * (count + 1) / fanout) + 1
+    connect_budget = rounds * timeout * 2 + 10
+    hold = connect_budget + 30  # the listeners die by themselves after this, whatever happens
+    matrix = PortMatrix(token=secrets.token_hex(8), port_timeout=timeout)
+    rank0 = cluster.rank0.name
+    master_port = cluster.settings.master_port
+
+    def listen(node: str) -> dict[str, Any]:
+        return cluster.probe(node, "listen", script=SCRIPT, token=matrix.token, ports=count,
+                             hold=hold, master_port=master_port if node == rank0 else None,
+                             timeout=30)
+
+    _sort(zip(up, cluster.pool.map(listen, up)), matrix.listeners, matrix.listen_errors)
+    try:
+        targets = []
+        for node, lst in matrix.listeners.items():
+            master = lst.get("master") or {}
+            targets.append({"name": node, "ports": lst["ports"],
+                            "master_port": master.get("port") if master.get("free") else None})
+        for node in names:
+            if node not in matrix.listeners:
+                targets.append({"name": node, "ports": [], "master_port": None})
+
+        def connect(node: str) -> dict[str, Any]:
+            # only the targets of node's selected pairs (--pairs), and rank 0 (F2, master port)
+            mine = set(pairs.targets_of(cluster, node)) | {rank0}
+            return cluster.probe(node, "connect", script=SCRIPT, token=matrix.token,
+                                 targets=[t for t in targets if t["name"] in mine],
+                                 port_timeout=timeout, fanout=fanout,
+                                 samples=cluster.settings.network.rtt_samples,
+                                 timeout=connect_budget + 10)
+
+        _sort(zip(up, cluster.pool.map(connect, up)), matrix.results, matrix.connect_errors)
+    finally:
+        stoppable = [n for n, lst in matrix.listeners.items() if lst.get("pid")]
+
+        def stop(node: str) -> dict[str, Any]:
+            return cluster.probe(node, "stop", script=SCRIPT, token=matrix.token,
+                                 pid=matrix.listeners[node]["pid"], timeout=20)
+
+        for node, res in zip(stoppable, cluster.pool.map(stop, stoppable)):
+            matrix.stops[node] = {"error": str(res)} if isinstance(res, BaseException) else res
+    matrix.seconds = time.monotonic() - start
+    return matrix
+
+
+def rtt_baseline(cluster: Cluster) -> list[float]:
+    """Median RTT of every measured pair (not self), computed once (per test it made the F1
+    tests quadratic in the number of pairs)."""
+    def compute() -> list[float]:
+        m = port_matrix(cluster)
+        return [s.median_ms for x, row in m.results.items() for y, e in row.items()
+                if x != y and (s := nc.rtt_stats(e["rtt_ms"])) is not None]
+    return cluster.memo(RTT_BASELINE, compute)

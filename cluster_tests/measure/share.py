@@ -1,0 +1,67 @@
+"""D2 over the whole cluster: the share matrix of the output directory. Each node writes its
+token once, each node reads every node's token once, each removes its own (storeprobe.py);
+cached per path in the session memo, read by test_output_shared's pairs."""
+
+from __future__ import annotations
+
+import secrets
+from dataclasses import dataclass, field
+from typing import Any
+
+from cluster_tests.core.cluster import Cluster
+from cluster_tests.core.memokey import MemoKey
+
+SCRIPT = "storeprobe.py"
+
+
+@dataclass
+class ShareMatrix:
+    session: str
+    writes: dict[str, dict[str, Any]] = field(default_factory=dict)
+    reads: dict[str, dict[str, Any]] = field(default_factory=dict)
+    tokens: dict[str, str] = field(default_factory=dict)
+    errors: dict[str, str] = field(default_factory=dict)
+    removes: dict[str, Any] = field(default_factory=dict)
+
+
+#: per path: SHARE_MATRIX(path)
+SHARE_MATRIX: MemoKey[ShareMatrix] = MemoKey("storage", "share_matrix")
+
+
+def share_matrix(cluster: Cluster, path: str) -> ShareMatrix:
+    """Each node writes its token once, each node reads all tokens once, each removes its own."""
+    def compute() -> ShareMatrix:
+        m = ShareMatrix(session=secrets.token_hex(6))
+        up = [n for n in cluster.names if cluster.login_error(n) is None]
+        m.tokens = {n: secrets.token_hex(16) for n in up}
+
+        def write(n: str) -> dict[str, Any]:
+            return cluster.probe(n, "write", script=SCRIPT, path=path, session=m.session,
+                                 owner=n, token=m.tokens[n])
+
+        try:
+            for n, r in zip(up, cluster.pool.map(write, up)):
+                if isinstance(r, BaseException):
+                    m.errors[n] = str(r)
+                else:
+                    m.writes[n] = r
+            writers = [n for n, r in m.writes.items() if r.get("ok")]
+
+            def read(n: str) -> dict[str, Any]:
+                return cluster.probe(n, "read", script=SCRIPT, path=path, session=m.session,
+                                     writers=writers)
+
+            for n, r in zip(up, cluster.pool.map(read, up)):
+                if isinstance(r, BaseException):
+                    m.errors.setdefault(n, str(r))
+                else:
+                    m.reads[n] = r
+        finally:
+            written = list(m.writes)
+
+            def remove(n: str) -> dict[str, Any]:
+                return cluster.probe(n, "remove", script=SCRIPT, path=path, session=m.session, owner=n)
+
+            m.removes = dict(zip(written, cluster.pool.map(remove, written)))
+        return m
+    return cluster.memo(SHARE_MATRIX(path), compute)

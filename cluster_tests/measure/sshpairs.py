@@ -1,0 +1,108 @@
+"""S4/S5 over the whole cluster: ssh from every source to its targets (one round trip per
+source, the sources overlapping), and `pdsh -w <all hosts>` from each launch site as deepspeed
+runs it. Cached in the session memo; the S checks read their slice."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import subprocess
+import threading
+from typing import Any, Union
+
+from cluster_tests.core import pairs
+from cluster_tests.core import testids as ids
+from cluster_tests.core.cluster import Cluster
+from cluster_tests.core.memokey import MemoKey
+from cluster_tests.core.plugin import LAUNCHER
+
+#: a pdsh run: (exit, output, the site's PDSH_RCMD_TYPE), or the failure to report where pdsh
+#: is not installed
+PdshRun = Union[tuple[int, str, Union[str, None]], str]
+
+#: every source's `ssh_pairs` probe result (or its exception), started together
+PAIRS_ALL: MemoKey[list[Any]] = MemoKey("ssh", "pairs_all")
+#: per launch site: PDSH(site)
+PDSH: MemoKey[PdshRun] = MemoKey("pdsh")
+
+PDSH_OK = "CT_PDSH_OK"
+
+
+def pairs_from(cluster: Cluster, source: str) -> dict:
+    """ssh from `source` to its targets in the selected pairs (--pairs), fanned out on `source`
+    in one round trip (cached).  The first call starts every source the session's S4 tests
+    need at once (bounded by --fanout), so the sources overlap instead of taking turns."""
+    sources = pairs.collected_sources(cluster, ids.SSH_TRUST.name)
+    if source in sources and len(sources) > 1:
+        cluster.memo(PAIRS_ALL, lambda: cluster.pool.map(
+            lambda s: cluster.login_error(s) is None and _probe_pairs(cluster, s), sources))
+    return _probe_pairs(cluster, source)
+
+
+# sshd's default MaxStartups is "10:30:100": past 10 connections that have not yet logged in, it
+# drops 30% of new ones ("Connection closed by ... [preauth]"), which would read as a broken pair.
+# With every source probing at once, each source starts at its own successor (a rotation) and
+# has at most this many logins in flight, so no node sees more than about this many at once.
+SSHD_SAFE_FANOUT = 8
+
+
+def _probe_pairs(cluster: Cluster, source: str) -> dict:
+    timeout = cluster.settings.timeout_connect
+    targets = pairs.targets_of(cluster, source)
+    names = cluster.names
+    start = names.index(source) + 1 if source in names else 0
+    order = {n: (i - start) % len(names) for i, n in enumerate(names)}
+    targets = sorted(targets, key=lambda t: order.get(t, 0))
+    fanout = min(cluster.settings.fanout, SSHD_SAFE_FANOUT)
+    return cluster.probe(
+        source, "ssh_pairs", targets=targets, connect_timeout=timeout,
+        fanout=fanout, timeout=timeout * (1 + len(targets) // fanout) + 30,
+    )
+
+
+def _pdsh(cluster: Cluster, site: str) -> PdshRun:
+    """Run `pdsh -S -w <all hosts> echo OK` from `site` as deepspeed would: (exit, output, the
+    site's PDSH_RCMD_TYPE); a string where pdsh is not installed there (the failure to report)."""
+    hosts = ",".join(cluster.names)
+    timeout = cluster.settings.timeout_connect
+    ssh_args = f"-o BatchMode=yes -o ConnectTimeout={int(timeout)}"
+    # pdsh's own connect timer (-t, 10 s by default) would outlast ssh's on a black-holed node.
+    pdsh = ["pdsh", "-S", "-t", str(max(1, int(timeout))), "-w", hosts, "echo", PDSH_OK]
+    if site == LAUNCHER:
+        if shutil.which("pdsh") is None:
+            return ("pdsh is not installed on the launcher (deepspeed --hostfile needs it).\n"
+                    "  fix: apt-get install pdsh   (or yum install pdsh pdsh-rcmd-ssh)")
+        if cluster.settings.ssh_config:
+            ssh_args += f" -F {shlex.quote(cluster.settings.ssh_config)}"
+        env = dict(os.environ, PDSH_RCMD_TYPE="ssh", PDSH_SSH_ARGS_APPEND=ssh_args)
+        try:
+            proc = subprocess.run(pdsh, env=env, capture_output=True, text=True, errors="replace",
+                                  timeout=timeout * 2 + 30, check=False)
+            return proc.returncode, proc.stdout + proc.stderr, os.environ.get("PDSH_RCMD_TYPE")
+        except subprocess.TimeoutExpired:
+            return 124, "pdsh timed out", os.environ.get("PDSH_RCMD_TYPE")
+    facts = cluster.base(site)
+    if not facts["which"].get("pdsh"):
+        return (f"{site} (rank 0, where `deepspeed --hostfile` starts) has no pdsh on the PATH "
+                f"of a non-interactive shell.\n  fix, on {site}: apt-get install pdsh")
+    res = cluster.run(site, ["env", "PDSH_RCMD_TYPE=ssh", f"PDSH_SSH_ARGS_APPEND={ssh_args}", *pdsh],
+                      timeout=timeout * 2 + 30)
+    return res.exit_status, res.stdout + res.stderr, facts["env"].get("PDSH_RCMD_TYPE")
+
+
+def pdsh_run(cluster: Cluster, site: str) -> PdshRun:
+    """`site`'s pdsh run, once; both launch sites' runs start together (on a dead node each
+    waits out a connect timeout)."""
+    for other in (LAUNCHER, cluster.names[0]):
+        if other != site and cluster.cached(PDSH(other)) is None:
+            threading.Thread(target=_quiet_pdsh, args=(cluster, other), daemon=True).start()
+    return cluster.memo(PDSH(site), lambda: _pdsh(cluster, site))
+
+
+def _quiet_pdsh(cluster: Cluster, site: str) -> None:
+    """Start `site`'s pdsh run in the memo; its own tests report the outcome."""
+    try:
+        cluster.memo(PDSH(site), lambda: _pdsh(cluster, site))
+    except BaseException:  # noqa: BLE001 - stored in the memo, re-raised to that site's tests
+        pass

@@ -1,0 +1,154 @@
+"""The folder rule of cluster_tests/ (README "Developing / Where code goes"), as an import graph:
+every import of every module (at the top, inside functions, under TYPE_CHECKING) is parsed with
+`ast` and checked against what its folder may use.
+
+    node/     nothing of cluster_tests (the scripts run alone on the nodes)
+    judge/    judge/ only (pure judgement), and core.testids (the test ids its messages cite)
+    report/   judge/, report/, core.memokey, core.columns/core.nodetable, core.testids
+    core/     core/ and judge/ (core/plugin.py: anything, it wires the run together)
+    measure/  core/, judge/, node/, measure/
+    checks/   anything but another checks module
+
+Where a rule is not met today, the exception is listed in EXCEPTIONS with the reason.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = "cluster_tests"
+ROOT = Path(__file__).resolve().parent.parent / PACKAGE
+
+#: what report/ may use of core/: keys, column declarations and test-id constants; not the
+#: cluster, the plugin or the transport (core.columns: the name the node-table columns were
+#: planned under; core.nodetable: where they are)
+REPORT_CORE = {"core.memokey", "core.columns", "core.nodetable", "core.testids"}
+#: what judge/ may use of core/: the test-id constants ("see test_login[node3]" in a message
+#: goes through them, so a renamed test cannot leave a stale reference); pure constants, no I/O
+JUDGE_CORE = {"core.testids"}
+
+#: (importer, imported) pairs allowed against the rule, each with its reason.
+EXCEPTIONS = {
+    # Cluster.probe sends a node script (`node.source(name)`: the file, with the prelude for
+    # the probe family) to run it: core reads the node/ folder; nothing of node/ runs here.
+    ("core.cluster", "node"),
+}
+
+
+def module_name(path: Path) -> str:
+    """`core.cluster` for cluster_tests/core/cluster.py, `node` for cluster_tests/node/__init__.py,
+    "" for the package's own __init__."""
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _is_module(name: str) -> bool:
+    base = ROOT.joinpath(*name.split(".")) if name else ROOT
+    return base.with_suffix(".py").is_file() or (base / "__init__.py").is_file()
+
+
+def imports_of(source: str, name: str, is_package: bool = False) -> set[str]:
+    """The cluster_tests modules that `source` (the module `name`) imports, relative to the
+    package (`core.cluster`); `from cluster_tests.judge import env` counts as `judge.env`."""
+    found: set[str] = set()
+    here = name.split(".") if name else []
+    if not is_package:
+        here = here[:-1]
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            targets = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = here[:len(here) - (node.level - 1)] if node.level > 1 else here
+                mod = ".".join([PACKAGE, *base, *([node.module] if node.module else [])])
+            else:
+                mod = node.module or ""
+            targets = [mod]
+            if mod == PACKAGE or mod.startswith(PACKAGE + "."):
+                inner = mod[len(PACKAGE) + 1:]
+                subs = [f"{inner}.{a.name}".lstrip(".") for a in node.names]
+                if any(_is_module(s) for s in subs):
+                    targets = [f"{PACKAGE}.{s}" for s in subs if _is_module(s)]
+        else:
+            continue
+        for t in targets:
+            if t == PACKAGE or t.startswith(PACKAGE + "."):
+                found.add(t[len(PACKAGE) + 1:])
+    return found
+
+
+def _folder(module: str) -> str:
+    return module.split(".")[0]
+
+
+def allowed(importer: str, imported: str) -> bool:
+    """Whether the folder rule lets `importer` import `imported` (both relative to the package)."""
+    if (importer, imported) in EXCEPTIONS:
+        return True
+    src, dst = _folder(importer), _folder(imported)
+    if src == "node":
+        return False
+    if src == "judge":
+        return dst == "judge" or imported in JUDGE_CORE
+    if src == "report":
+        return dst in ("judge", "report") or imported in REPORT_CORE
+    if src == "core":
+        return importer == "core.plugin" or dst in ("core", "judge")
+    if src == "measure":
+        return dst in ("core", "judge", "node", "measure")
+    if src == "checks":
+        return dst != "checks" or imported == "checks"
+    return True  # the package's own __init__
+
+
+def _modules() -> list[tuple[str, Path]]:
+    return sorted((module_name(p), p) for p in ROOT.rglob("*.py"))
+
+
+def test_every_module_keeps_to_its_folders_rule() -> None:
+    modules = _modules()
+    assert {_folder(m) for m, _ in modules if m} >= {"checks", "judge", "measure", "node",
+                                                      "report", "core"}
+    broken = [f"{PACKAGE}/{p.relative_to(ROOT)} imports {imp}"
+              for m, p in modules
+              for imp in sorted(imports_of(p.read_text(), m, p.name == "__init__.py"))
+              if m and not allowed(m, imp)]
+    assert not broken, "imports against the folder rule (README: Where code goes):\n  " + \
+        "\n  ".join(broken)
+
+
+def test_every_exception_is_still_needed() -> None:
+    """An exception that no module uses any more is taken out of EXCEPTIONS."""
+    used = {(m, imp) for m, p in _modules()
+            for imp in imports_of(p.read_text(), m, p.name == "__init__.py")}
+    assert EXCEPTIONS <= used, sorted(EXCEPTIONS - used)
+
+
+@pytest.mark.parametrize(("importer", "source", "imported", "ok"), [
+    ("judge.env", "from cluster_tests.core.cluster import Cluster", "core.cluster", False),
+    ("judge.env", "def f():\n    from cluster_tests.judge import parsers", "judge.parsers", True),
+    ("judge.ssh", "from cluster_tests.report import fixes as fx", "report.fixes", False),
+    ("judge.launch", "from cluster_tests.core.testids import S4", "core.testids", True),
+    ("report.html", "from . import summary", "report.summary", True),
+    ("report.html", "from ..core.testids import S4", "core.testids", True),
+    ("report.fixes", "from ..core import memokey", "core.memokey", True),
+    ("report.html", "from cluster_tests.core.cluster import Cluster", "core.cluster", False),
+    ("core.cluster", "from cluster_tests.report.summary import mask", "report.summary", False),
+    ("core.plugin", "from cluster_tests.report import html", "report.html", True),
+    ("measure.ports", "from cluster_tests.checks import test_network", "checks.test_network",
+     False),
+    ("measure.ports", "import cluster_tests.node", "node", True),
+    ("checks.test_env", "from cluster_tests.checks.test_ssh import LAUNCHER", "checks.test_ssh",
+     False),
+    ("checks.test_env", "from cluster_tests.measure import envfacts", "measure.envfacts", True),
+    ("node.probe", "from cluster_tests import node", "node", False),
+])
+def test_the_rule_reads_imports_as_written(importer: str, source: str, imported: str,
+                                           ok: bool) -> None:
+    assert imports_of(source, importer) == {imported}
+    assert allowed(importer, imported) is ok
