@@ -9,7 +9,7 @@ APT_PACKAGES := openssh-server openssh-client pdsh iptables iproute2 iperf3 proc
 # DS_ACCELERATOR=cpu belongs to the simulated cluster only: its nodes' ~/.bashrc sets it
 # (fixtures/sim/files.py) and the project's tests set it where they start DeepSpeed themselves.
 
-.PHONY: setup apt venv demo test test-fast lint clean sim-up sim-down
+.PHONY: setup apt venv demo test test-unit lint clean sim-up sim-down
 
 setup: apt venv
 
@@ -40,7 +40,11 @@ demo: setup
 	echo "JUnit report: reports/junit.xml"; exit $$rc
 
 test: setup
-	$(PY) -m pytest tests -p no:cacheprovider -q -x --timeout=900
+	$(PY) -m pytest tests/unit tests/e2e -p no:cacheprovider -q -x --timeout=900
+
+# the unit tests alone (no simulated cluster, about 2 minutes)
+test-unit: setup
+	$(PY) -m pytest tests/unit -p no:cacheprovider -q -n 2 --timeout=900
 
 lint: setup
 	$(VENV)/bin/ruff check cluster_tests fixtures tests bench

@@ -18,7 +18,7 @@ pytest item with its own report), so the default becomes the ring:
 * ``sample:K[:SEED]``: the ring plus K other ordered pairs drawn at random with SEED (default 0),
   so the same command tests the same pairs again; change the seed to look elsewhere.
 
-Pure functions, tested in tests/test_pairs.py; the plugin parametrizes `pair` with
+Pure functions, tested in tests/unit/test_pairs.py; the plugin parametrizes `pair` with
 `select(names, spec)` and the probes ask `targets_of(cluster, a)`.
 """
 

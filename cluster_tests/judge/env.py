@@ -1,4 +1,4 @@
-"""Environment checks' logic (CHECKLIST E1-E6): pure functions, tested in tests/test_envcheck.py.
+"""Environment checks' logic (CHECKLIST E1-E6): pure functions, tested in tests/unit/test_judge_env.py.
 
 * `.deepspeed_env` is linted the way DeepSpeed 0.19's runner reads it: it looks in `~` and in
   the directory deepspeed runs in (`DEEPSPEED_ENVIRONMENT_PATHS = [expanduser("~"), "."]`, the

@@ -9,7 +9,7 @@ Two views of one file are kept side by side:
 * the DeepSpeed view (``HostfileParse.deepspeed_*``): a line-for-line re-implementation of
   ``deepspeed.launcher.runner._parse_hostfile`` as ``fetch_hostfile`` feeds it. DeepSpeed
   judges the whole file: the first bad line makes it raise. This module does not import
-  deepspeed (the launcher machine may not have it); ``tests/test_hostfile.py`` proves the
+  deepspeed (the launcher machine may not have it); ``tests/unit/test_judge_hostfile.py`` proves the
   two agree.
 * our per-line view (``HostfileParse.hosts`` and ``.findings``): every line is judged on its
   own, so a file with some bad lines still yields its good lines as nodes to check, while the

@@ -22,7 +22,7 @@ DeepSpeed 0.19's runner (``deepspeed/launcher/runner.py`` ``main()``, with
    the line, so a failed ``cd`` does not stop the interpreter from starting elsewhere.
 
 The rehearsal (cluster_tests/measure/rehearsal.py) builds exactly that line with a small import check in
-place of ``-m deepspeed.launcher.launch ...``; tests/test_launchenv.py compares these functions
+place of ``-m deepspeed.launcher.launch ...``; tests/unit/test_judge_launch.py compares these functions
 with DeepSpeed's own code.
 """
 

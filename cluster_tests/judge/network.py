@@ -1,6 +1,6 @@
 """Network checks' logic (CHECKLIST F1-F6): judging the port matrix (measured by
 measure/ports.py), firewall rules, interface specs, RTT statistics. Pure: tested on their own
-in tests/test_netcheck.py.
+in tests/unit/test_judge_network.py.
 """
 
 from __future__ import annotations

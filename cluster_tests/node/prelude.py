@@ -6,7 +6,7 @@ Used by: probe.py, envprobe.py, netprobe.py, healthprobe.py, storeprobe.py.
 Not used by allreduce.py, train_smoke.py, rehearse.py: they share nothing with it (no JSON
 sections, no capped commands) and are sent as they are.
 
-A script must not define any name defined here (tests/test_node_prelude.py checks it)."""
+A script must not define any name defined here (tests/unit/test_node_prelude.py checks it)."""
 import json
 import subprocess
 import sys

@@ -45,7 +45,7 @@ import time
 import traceback
 
 # The same as judge/trainresult.py's (this script runs alone on the nodes and cannot import it;
-# tests/test_trainresult.py keeps them equal).
+# tests/unit/test_trainresult.py keeps them equal).
 TAG = "CT_SMOKE"
 EXIT_DEADLINE = 3
 EXIT_ERROR = 4

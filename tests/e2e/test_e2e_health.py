@@ -24,9 +24,9 @@ import shutil
 from pathlib import Path
 
 import ttar
+from paths import SAMPLES
 from suite import fake_tool, run_suite
 
-SAMPLES = Path(__file__).resolve().parent / "data" / "samples"
 TREE = "sysfs-class-infiniband-procfs-fixture.ttar.txt"
 
 

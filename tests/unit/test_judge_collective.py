@@ -7,16 +7,15 @@ import signal
 import subprocess
 import threading
 from itertools import combinations
-from pathlib import Path
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from paths import SAMPLES
 
 from cluster_tests.judge import collective as C
 from cluster_tests.measure import localcollective as LC
 
-SAMPLES = Path(__file__).parent / "data" / "samples"
 FAST = {"warmup": 2, "iters": 5, "connect_timeout": 10.0, "init_timeout": 10.0,
         "op_timeout": 30.0}
 

@@ -3,14 +3,11 @@ converted, and with nccl-tests' busbw factor, they compare with C1's GB/s (1e9 B
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 import toolparsers as tp
+from paths import SAMPLES
 
 from cluster_tests.judge import collective as C
-
-SAMPLES = Path(__file__).parent / "data" / "samples"
 
 
 def test_hccl_algbw_in_gigabytes_and_busbw_by_the_nccl_tests_formula() -> None:

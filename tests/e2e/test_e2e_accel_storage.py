@@ -4,12 +4,9 @@ on one node's PATH printing the real captured samples."""
 from __future__ import annotations
 
 import shlex
-from pathlib import Path
 
+from paths import SAMPLES
 from suite import fake_tool, run_suite
-
-SAMPLES = Path(__file__).resolve().parent / "data" / "samples"
-
 
 _fake_tool = fake_tool
 

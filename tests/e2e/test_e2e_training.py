@@ -2,7 +2,7 @@
 each injected fault reds exactly the right test with the node and the cause; nothing of ours is
 left running on any node afterwards, Ctrl-C included.
 
-Run: .venv/bin/python -m pytest tests/test_e2e_training.py -p no:cacheprovider -q
+Run: .venv/bin/python -m pytest tests/e2e/test_e2e_training.py -p no:cacheprovider -q
 """
 
 from __future__ import annotations

@@ -17,10 +17,11 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import paths
 import pytest
 
 PACKAGE = "cluster_tests"
-ROOT = Path(__file__).resolve().parent.parent / PACKAGE
+ROOT = paths.PACKAGE
 
 #: what report/ may use of core/: keys, column declarations and test-id constants; not the
 #: cluster, the plugin or the transport (core.columns: the name the node-table columns were

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from paths import REPO
 
 from cluster_tests.judge.hostfile import (
     MAX_BYTES,
@@ -596,5 +597,5 @@ def test_hostile_lines_are_only_data(tmp_path: Path) -> None:
 
 
 def test_the_shipped_example_hostfile_is_clean() -> None:
-    parse = load_hostfile(Path(__file__).resolve().parent.parent / "configs" / "hostfile")
+    parse = load_hostfile(REPO / "configs" / "hostfile")
     assert parse.deepspeed_accepts and not parse.errors and not parse.warnings

@@ -7,18 +7,16 @@ The fuzz tests at the end check the "never raise" contract of every parser.
 from __future__ import annotations
 
 import dataclasses
-from pathlib import Path
 from typing import Callable
 
 import pytest
 import toolparsers as tp
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from paths import SAMPLES, TESTS
 
 from cluster_tests.judge import collective as C
 from cluster_tests.judge import parsers as p
-
-SAMPLES = Path(__file__).parent / "data" / "samples"
 
 
 def sample(name: str) -> str:
@@ -27,8 +25,8 @@ def sample(name: str) -> str:
 
 def test_every_sample_has_a_test() -> None:
     """A new sample file must be named in a test module (so that some test parses it): this
-    one, or another parser test module (tests/test_health_parsers.py for section R)."""
-    source = "".join(f.read_text(encoding="utf-8") for f in Path(__file__).parent.glob("test_*.py")
+    one, or another parser test module (tests/unit/test_health_parsers.py for section R)."""
+    source = "".join(f.read_text(encoding="utf-8") for f in TESTS.rglob("test_*.py")
                      if f.name != "test_e2e_health.py")
     untested = [f.name for f in SAMPLES.glob("*.txt") if f.name not in source]
     assert not untested
@@ -625,7 +623,7 @@ def test_fuzz_truncated_and_mangled_samples(text: str) -> None:
 
 def test_nccl_info_transport_lines_as_gpu_check_reads_them() -> None:
     """bench/gpu_check.py's `transports` reads these two real NCCL_DEBUG=INFO logs (its tests
-    are in tests/test_gpu_check.py); here: the lines it relies on are in them."""
+    are in tests/unit/test_gpu_check.py); here: the lines it relies on are in them."""
     import re
 
     via = re.compile(r"\bvia (NET/\w+/\d+|P2P/\w+|direct shared memory)")

@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 import ttar
+from paths import PACKAGE, SAMPLES
 
 from cluster_tests import node
 from cluster_tests.judge import gpuhealth, nccllog, rdma
 
-SAMPLES = Path(__file__).resolve().parent / "data" / "samples"
-PROBE = Path(__file__).resolve().parent.parent / "cluster_tests" / "node" / "healthprobe.py"
+PROBE = PACKAGE / "node" / "healthprobe.py"
 
 
 def sample(name: str) -> str:

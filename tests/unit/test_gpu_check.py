@@ -11,11 +11,9 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from paths import REPO, SAMPLES
 
 from cluster_tests.judge import collective as C
-
-REPO = Path(__file__).resolve().parent.parent
-SAMPLES = Path(__file__).parent / "data" / "samples"
 
 
 def _mod():

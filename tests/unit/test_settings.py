@@ -9,11 +9,10 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from paths import REPO
 
 from cluster_tests.core import settings as S
 from cluster_tests.core.plugin import MARKERS
-
-REPO = Path(__file__).resolve().parent.parent
 
 
 def _config(cli: dict | None = None, ini: dict | None = None) -> SimpleNamespace:

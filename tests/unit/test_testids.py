@@ -16,14 +16,13 @@ from __future__ import annotations
 
 import ast
 import re
-from pathlib import Path
 
 import pytest
+from paths import PACKAGE
 
 from cluster_tests.core import testids as ids
 from cluster_tests.report import fixes
 
-PACKAGE = Path(__file__).resolve().parent.parent / "cluster_tests"
 CHECKS = PACKAGE / "checks"
 DEFINES = PACKAGE / "core" / "testids.py"
 TEST_NAME = re.compile(r"\btest_[a-z0-9_]+")

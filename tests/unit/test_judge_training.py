@@ -1,7 +1,7 @@
 """Tests of judge/trainargv, trainresult, traindiag, measure/localtrain and node/train_smoke.py (checklist T1, T2).
 
 Real runs use the deepspeed launcher on this machine, on CPU (DS_ACCELERATOR=cpu, gloo), with
-2 local ranks. Run: .venv/bin/python -m pytest tests/test_training.py -p no:cacheprovider -q
+2 local ranks. Run: .venv/bin/python -m pytest tests/unit/test_judge_training.py -p no:cacheprovider -q
 """
 
 from __future__ import annotations

@@ -4,14 +4,13 @@ SLURM_* slot counts, MPI hostfiles linted like H1, SkyPilot, and the choice betw
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
+from paths import SAMPLES
 
 from cluster_tests.core import nodelist as nl
 from cluster_tests.judge import hostfile as hf
 
-SAMPLES = Path(__file__).parent / "data" / "samples"
 CAPTURES = json.loads((SAMPLES / "scontrol-show-hostnames-22.05.8.json").read_text())["captures"]
 
 

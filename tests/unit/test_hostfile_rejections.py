@@ -11,10 +11,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from paths import REPO
 
 from cluster_tests.judge import hostfile as hf
 
-REPO = Path(__file__).resolve().parent.parent
 GOOD = "good-a slots=1\ngood-b slots=1\n"
 
 #: kind -> (bad line(s), text that H1 or the usage error must show). What DeepSpeed itself does

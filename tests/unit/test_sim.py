@@ -1,7 +1,7 @@
 """Self-tests of the simulated cluster (the package fixtures/sim/).
 
 Run as root from the repository root:
-    .venv/bin/python -m pytest tests/test_sim.py -p no:cacheprovider
+    .venv/bin/python -m pytest tests/unit/test_sim.py -p no:cacheprovider
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 import pytest
+from paths import REPO
 
 from fixtures.sim import (
     SimCluster,
@@ -28,7 +29,6 @@ from fixtures.sim import (
     ssh_banner,
 )
 
-REPO = Path(__file__).resolve().parent.parent
 STATE_ROOT = REPO / ".sim"
 NODES = ["node1", "node2", "node3"]
 BATCH = ["-o", "BatchMode=yes", "-o", "ConnectTimeout=3"]
@@ -108,7 +108,7 @@ def exclusive():
                 break
             except BlockingIOError:
                 if time.monotonic() > deadline:
-                    pytest.fail("another run of tests/test_sim.py holds .sim/test_sim.lock")
+                    pytest.fail("another run of tests/unit/test_sim.py holds .sim/test_sim.lock")
                 time.sleep(0.5)
         yield
 
