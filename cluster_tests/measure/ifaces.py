@@ -84,7 +84,8 @@ def mtus(cluster: Cluster) -> dict[str, tuple[str, int | None]]:
                 continue
             dev = comm_interface(cluster, n)
             if dev is not None:
-                out[n] = (dev, ifaces(cluster, n)[dev].mtu if dev in ifaces(cluster, n) else None)
+                found = ifaces(cluster, n)
+                out[n] = (dev, found[dev].mtu if dev in found else None)
         return out
     return cluster.memo(MTUS, compute)
 

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import math
 import secrets
-from collections.abc import Iterable
 from typing import Any
 
 from cluster_tests.core import pairs
@@ -24,6 +23,7 @@ from cluster_tests.core.cluster import Cluster
 from cluster_tests.core.memokey import MemoKey
 from cluster_tests.judge import network as nc
 from cluster_tests.judge.network import PortMatrix
+from cluster_tests.measure import sort_outcomes
 
 SCRIPT = "netprobe.py"
 
@@ -38,15 +38,6 @@ def port_timeout(cluster: Cluster) -> float:
 def port_matrix(cluster: Cluster) -> PortMatrix:
     """The whole matrix, measured once for the session."""
     return cluster.memo(PORT_MATRIX, lambda: measure(cluster))
-
-
-def _sort(results: Iterable[tuple[str, Any]], ok: dict[str, Any], errors: dict[str, str]) -> None:
-    """Each node's probe result into `ok`, or its failure (the exception's text) into `errors`."""
-    for node, res in results:
-        if isinstance(res, BaseException):
-            errors[node] = str(res)
-        else:
-            ok[node] = res
 
 
 def measure(cluster: Cluster) -> PortMatrix:
@@ -71,7 +62,7 @@ def measure(cluster: Cluster) -> PortMatrix:
                              hold=hold, master_port=master_port if node == rank0 else None,
                              timeout=30)
 
-    _sort(zip(up, cluster.pool.map(listen, up)), matrix.listeners, matrix.listen_errors)
+    sort_outcomes(zip(up, cluster.pool.map(listen, up)), matrix.listeners, matrix.listen_errors)
     try:
         targets = []
         for node, lst in matrix.listeners.items():
@@ -91,7 +82,7 @@ def measure(cluster: Cluster) -> PortMatrix:
                                  samples=cluster.settings.network.rtt_samples,
                                  timeout=connect_budget + 10)
 
-        _sort(zip(up, cluster.pool.map(connect, up)), matrix.results, matrix.connect_errors)
+        sort_outcomes(zip(up, cluster.pool.map(connect, up)), matrix.results, matrix.connect_errors)
     finally:
         stoppable = [n for n, lst in matrix.listeners.items() if lst.get("pid")]
 

@@ -10,6 +10,7 @@ from typing import Any
 
 from cluster_tests.core.cluster import Cluster
 from cluster_tests.core.memokey import MemoKey
+from cluster_tests.measure import sort_outcomes
 
 SCRIPT = "storeprobe.py"
 
@@ -40,22 +41,14 @@ def share_matrix(cluster: Cluster, path: str) -> ShareMatrix:
                                  owner=n, token=m.tokens[n])
 
         try:
-            for n, r in zip(up, cluster.pool.map(write, up)):
-                if isinstance(r, BaseException):
-                    m.errors[n] = str(r)
-                else:
-                    m.writes[n] = r
+            sort_outcomes(zip(up, cluster.pool.map(write, up)), m.writes, m.errors)
             writers = [n for n, r in m.writes.items() if r.get("ok")]
 
             def read(n: str) -> dict[str, Any]:
                 return cluster.probe(n, "read", script=SCRIPT, path=path, session=m.session,
                                      writers=writers)
 
-            for n, r in zip(up, cluster.pool.map(read, up)):
-                if isinstance(r, BaseException):
-                    m.errors.setdefault(n, str(r))
-                else:
-                    m.reads[n] = r
+            sort_outcomes(zip(up, cluster.pool.map(read, up)), m.reads, m.errors)
         finally:
             written = list(m.writes)
 
