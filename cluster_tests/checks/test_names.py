@@ -6,6 +6,7 @@ import socket
 
 import pytest
 
+from cluster_tests.core import outcome
 from cluster_tests.core import testids as ids
 from cluster_tests.core.cluster import Cluster
 from cluster_tests.judge.netfacts import all_ips, is_ip, is_loopback, parse_interfaces
@@ -29,7 +30,7 @@ def test_resolves(cluster: Cluster, pair: tuple[str, str]) -> None:
     if not res["addrs"]:
         hint = f"'{addr} {b}'" if is_ip(addr) else f"'<address of {b}> {b}'"
         if is_ip(addr):
-            fx.offer(fx.hosts_fix(cluster, a, b, addr))
+            outcome.offer(fx.hosts_fix(cluster, a, b, addr))
         pytest.fail(f"{a} cannot resolve {b}: {res['error']}\n  fix, on {a}: add {hint} to /etc/hosts "
                     f"(or a DNS record)", pytrace=False)
     facts_b = cluster.base_or_none(b)
@@ -43,7 +44,7 @@ def test_resolves(cluster: Cluster, pair: tuple[str, str]) -> None:
     if wrong:
         right = sorted(x for x in own if not is_loopback(x))
         if right:
-            fx.offer(fx.hosts_fix(cluster, a, b, right[0], res["addrs"]))
+            outcome.offer(fx.hosts_fix(cluster, a, b, right[0], res["addrs"]))
         pytest.fail(
             f"{a} resolves {b} to {', '.join(res['addrs'])}; {', '.join(wrong)} is not an address "
             f"of {b} (which has {', '.join(right) or 'no other address'}): {a}'s ranks and ssh "
@@ -82,7 +83,7 @@ def test_name_consistent(cluster: Cluster, node: str) -> None:
         right = sorted(own)[0] if own else "<its address>"
         bad = ", ".join(sorted(wrong)) or "some nodes"
         if own:
-            fx.offer(*[fx.hosts_fix(cluster, v, node, right, views[v]) for v in sorted(wrong)
+            outcome.offer(*[fx.hosts_fix(cluster, v, node, right, views[v]) for v in sorted(wrong)
                        if v != "launcher"])
         pytest.fail(
             f"{node} resolves differently across the cluster; its own addresses are "

@@ -6,13 +6,16 @@ import warnings
 
 import pytest
 
+from cluster_tests.core import outcome
+from cluster_tests.core import pairs as pairs_mod
 from cluster_tests.core import testids as ids
 from cluster_tests.core.cluster import Cluster, NodeProbe, ProbeError
 from cluster_tests.core.plugin import LAUNCHER
 from cluster_tests.core.settings import Settings
-from cluster_tests.judge import fixcmd
 from cluster_tests.judge import launch as launchenv
 from cluster_tests.judge import ssh as sshcheck
+from cluster_tests.judge import sshfail
+from cluster_tests.judge.problem import Problem
 from cluster_tests.measure import sshpairs
 from cluster_tests.report import fixes as fx
 
@@ -32,30 +35,16 @@ def test_login(cluster: Cluster, node: str) -> None:
     """S1: launcher -> node: port 22 answers and key login works with no prompt."""
     err = cluster.login_error(node)
     if err is not None:
-        pytest.fail(err.describe(), pytrace=False)
+        outcome.fail(sshcheck.login_problem(node, err.cause, err.describe(), err.hint))
 
 
 def test_ssh_modes(cluster: Cluster, node: str) -> None:
     """S2: ~/.ssh, authorized_keys and home as sshd's StrictModes wants them (and key modes)."""
-    facts = cluster.base(node)
-    sshd = _sshd_config(cluster, node)
-    strict = sshd.get("strictmodes", "yes") != "no"
-    verdict = sshcheck.strict_modes(facts["ssh"], facts["uid"], facts["user"], strict=strict)
+    verdict = _node_modes(cluster, node)
     for w in verdict.warnings:
         warnings.warn(SshWarning(f"{node}: {w}"), stacklevel=1)
     if verdict.errors:
-        fx.offer(_modes_fix(node, verdict))
-        pytest.fail(
-            f"{node}: " + f"\n{node}: ".join(verdict.errors)
-            + f"\n  fix, on {node}: " + "; ".join(dict.fromkeys(verdict.fixes)),
-            pytrace=False,
-        )
-
-
-def _modes_fix(node: str, verdict: sshcheck.ModeVerdict) -> fx.Fix:
-    """S2's fix for fixes.sh (S4 offers the same one for the pairs it breaks: one block)."""
-    return fx.Fix(node, "file modes that sshd (StrictModes) or ssh refuse",
-                  tuple(dict.fromkeys(verdict.commands)), "S2")
+        outcome.fail(sshcheck.modes_problem(node, verdict))
 
 
 def _node_modes(cluster: Cluster, node: str) -> sshcheck.ModeVerdict:
@@ -106,70 +95,50 @@ def test_ssh_trust(cluster: Cluster, pair: tuple[str, str]) -> None:
     res = results[b]
     if res["rc"] == 0:
         return
-    cause = sshcheck.classify_ssh_failure(res["err"], res["rc"])
+    cause = sshfail.classify(res["err"], res["rc"])
+    _block_by_root(cluster, a, b, cause)
     evidence = (res["err"].strip() or f"exit {res['rc']}")[-800:]
-    fix = _pair_fix(cluster, a, b, cause)
-    pytest.fail(
-        f"{a} -> {b}: {cause}\n  `ssh -o BatchMode=yes {b} true` on {a} said:\n    "
-        + evidence.replace("\n", "\n    ")
-        + f"\n  fix: {fix}",
-        pytrace=False,
+    outcome.fail(sshcheck.trust_problem(a, b, cause, evidence, _trust_facts(cluster, a, b, cause),
+                                        rank0=cluster.rank0.name))
+
+
+def _block_by_root(cluster: Cluster, a: str, b: str, cause: sshfail.Cause) -> None:
+    """a -> b fails for a cause another red of this run holds: b cannot be logged in to for the
+    same reason (down, or refusing every key), a resolves b to another machine (N1), b's or a's
+    file modes (S2), b's sshd takes no keys (S3). Blocked by that red; returns otherwise."""
+    err = cluster.login_error(b)
+    if err is not None and sshfail.same_node_cause(err.cause, cause):
+        outcome.block(ids.LOGIN.of(b), sshfail.node_state(b, err.cause))
+    wrong = fx.misresolved(cluster, a, b) if cause != sshfail.Cause.DNS else None
+    if wrong is not None:
+        outcome.block(ids.RESOLVES.of(a, b), f"{a} resolves {b} to {', '.join(wrong[0])}, "
+                                             f"which is not one of {b}'s addresses")
+    if cause not in sshfail.NODE_REFUSES_KEYS:
+        return
+    if cluster.base_or_none(a) is not None and any(
+            e.startswith("private key") for e in _node_modes(cluster, a).errors):
+        outcome.block(ids.SSH_MODES.of(a), f"{a} cannot use its own key (file modes)")
+    if cluster.base_or_none(b) is None:
+        return
+    sshd = _sshd_config(cluster, b)
+    if sshd.get("pubkeyauthentication") == "no":
+        outcome.block(ids.SSHD_CONFIG.of(b), f"sshd on {b} has PubkeyAuthentication no")
+    if any(sshcheck.refuses_all_keys(e) for e in _node_modes(cluster, b).errors):
+        outcome.block(ids.SSH_MODES.of(b), f"sshd on {b} refuses every key because of file modes")
+
+
+def _trust_facts(cluster: Cluster, a: str, b: str, cause: sshfail.Cause) -> sshcheck.TrustFacts:
+    """What S4's fix of a -> b needs to know, from the facts the run has."""
+    fa, fb = cluster.base_or_none(a), cluster.base_or_none(b)
+    key = getattr(cluster.pool.connection(b), "host_key", None) if fb is not None else None
+    return sshcheck.TrustFacts(
+        pubkeys=(fa or {}).get("ssh", {}).get("pubkeys", {}),
+        authorized_keys=fb["ssh"]["chain"][0]["path"] if fb else None,
+        authorized_keys_text=fb["ssh"]["authorized_keys_text"] if fb else None,
+        known_hosts=f"{(fa or {}).get('home') or '~'}/.ssh/known_hosts",
+        host_key=tuple(key) if key else None,
+        address=cluster.pool.targets[b].hostname,
     )
-
-
-def _pair_fix(cluster: Cluster, a: str, b: str, cause: str) -> str:
-    wrong = fx.misresolved(cluster, a, b) if cause != "name not resolved" else None
-    if wrong is not None:  # a reaches another machine under b's name
-        fx.offer(fx.hosts_fix(cluster, a, b, wrong[1], wrong[0]))
-        return (f"{a} resolves {b} to {', '.join(wrong[0])}, which is not one of {b}'s addresses: "
-                f"on {a}: make the /etc/hosts line read '{wrong[1]} {b}' (see "
-                f"{ids.NAME_CONSISTENT.of(b)})")
-    if cause == "public key refused":
-        if cluster.login_error(b) is not None:
-            return f"{b} refuses logins from the launcher too: see {ids.LOGIN.of(b)}"
-        fa, fb = cluster.base(a), cluster.base(b)
-        own = _node_modes(cluster, a)
-        if any(e.startswith("private key") for e in own.errors):
-            fx.offer(_modes_fix(a, own))
-            return f"{a} cannot use its own key (file modes): on {a}: " + "; ".join(own.fixes)
-        sshd = _sshd_config(cluster, b)
-        if sshd.get("pubkeyauthentication") == "no":
-            return f"sshd on {b} has PubkeyAuthentication no: see {ids.SSHD_CONFIG.of(b)}"
-        verdict = sshcheck.strict_modes(fb["ssh"], fb["uid"], fb["user"], sshd.get("strictmodes", "yes") != "no")
-        if any("authorized_keys" in e or ".ssh" in e or "home" in e or "owned" in e for e in verdict.errors):
-            fx.offer(_modes_fix(b, verdict))
-            return f"sshd on {b} refuses all keys because of file modes: on {b}: " + "; ".join(verdict.fixes)
-        keys = sshcheck.public_keys(fa["ssh"]["pubkeys"])
-        pub = next(iter(sorted(fa["ssh"]["pubkeys"])), "id_ed25519.pub")
-        ak = fb["ssh"]["chain"][0]["path"]
-        known = sshcheck.key_authorized(keys, fb["ssh"]["authorized_keys_text"])
-        if not keys:
-            return f"{a} has no key pair: on {a}: ssh-keygen -t ed25519 -N '' -f ~/.ssh/id_ed25519; then add it to {ak} on {b}"
-        text = next((t for _, t in sorted(fa["ssh"]["pubkeys"].items()) if t and len(t.split()) >= 2), None)
-        if known is False and text:
-            fx.offer(fx.Fix(b, f"authorize {a}'s key ({pub}) in {ak}",
-                            (fixcmd.authorize_key_cmd(ak, text.strip().splitlines()[0]),), "S4"))
-        prefix = f"{a}'s key (~/.ssh/{pub}) is not in {ak} on {b}: " if known is False else ""
-        return (
-            f"{prefix}append {a}'s public key to {b}'s authorized_keys: "
-            f"ssh {a} cat ~/.ssh/{pub} | ssh {b} 'cat >> {ak}'"
-        )
-    if cause == "public keys not accepted":
-        return (f"sshd on {b} accepts no public keys (PubkeyAuthentication no): on {b}: set "
-                f"'PubkeyAuthentication yes' in /etc/ssh/sshd_config; systemctl reload ssh")
-    if cause == "host key unknown":
-        return f"on {a}: ssh-keyscan -H {b} >> ~/.ssh/known_hosts   (then verify the fingerprint)"
-    if cause == "host key changed":
-        return (f"if {b} was reinstalled, on {a}: ssh-keygen -R {b}; ssh-keyscan -H {b} >> ~/.ssh/known_hosts; "
-                f"otherwise find out who answers as {b}")
-    if cause == "name not resolved":
-        addr = cluster.pool.targets[b].hostname
-        return f"on {a}: add '{addr} {b}' to /etc/hosts (or fix DNS): see {ids.RESOLVES.of(a, b)}"
-    if cause == "connection refused":
-        return f"sshd is not listening on {b}: on {b}: systemctl start ssh"
-    if cause in ("connection timed out", "network unreachable"):
-        return f"packets from {a} to {b}:22 are dropped: check the firewall on {b} (iptables -S INPUT) and routing on {a}"
-    return f"on {a}: ssh -v {b} true"
 
 
 def test_pdsh_installed(cluster: Cluster, launch_site: str) -> None:
@@ -207,11 +176,33 @@ def test_pdsh(cluster: Cluster, pdsh_leg: tuple[str, str]) -> None:
     said = "\n    ".join([*leg.lines, *(f"(pdsh: {e})" for e in leg.pdsh_errors)]
                           + ([f"(ssh exited with exit code {leg.exit_code})"]
                              if leg.exit_code is not None else [])) or "(nothing)"
-    cause = sshcheck.classify_ssh_failure("\n".join(leg.lines + leg.pdsh_errors),
-                                          leg.exit_code if leg.exit_code is not None else 255)
+    cause = sshfail.classify("\n".join(leg.lines + leg.pdsh_errors),
+                             leg.exit_code if leg.exit_code is not None else 255)
+    err = cluster.login_error(target)
+    if err is not None and sshfail.same_node_cause(err.cause, cause):
+        outcome.block(ids.LOGIN.of(target), sshfail.node_state(target, err.cause))
+    if site != LAUNCHER:
+        trust = _trust_result(cluster, site, target)
+        if trust is not None and trust["rc"] != 0:
+            outcome.block(ids.SSH_TRUST.of(site, target),
+                          f"{site} -> {target}: {sshfail.classify(trust['err'], trust['rc']).value}")
     see = ids.LOGIN.of(target) if site == LAUNCHER else ids.SSH_TRUST.of(site, target)
-    pytest.fail(f"{site} -> {target}: pdsh's ssh leg failed ({cause}); this is how deepspeed "
-                f"starts the ranks on {target}:\n    {said}\n  fix: see {see}", pytrace=False)
+    outcome.fail(Problem(
+        (site, target), cause.value,
+        f"{site} -> {target}: pdsh's ssh leg failed ({cause.value}); this is how deepspeed "
+        f"starts the ranks on {target}:\n    {said}", fix=f"see {see}", item="S5",
+        launch="node" if site == LAUNCHER else "from-rank0"))
+
+
+def _trust_result(cluster: Cluster, a: str, b: str) -> dict | None:
+    """S4's result of a -> b where the run measures that pair (None otherwise)."""
+    if a not in pairs_mod.collected_sources(cluster, ids.SSH_TRUST.name):
+        return None
+    try:
+        got: dict | None = sshpairs.pairs_from(cluster, a).get(b)
+    except ProbeError:
+        return None
+    return got
 
 
 def test_login_time(cluster: Cluster, node: str, record_property) -> None:

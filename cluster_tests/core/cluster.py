@@ -23,7 +23,7 @@ from typing import Any, Callable, TypeVar
 import pytest
 
 from cluster_tests import node
-from cluster_tests.core import nodetable
+from cluster_tests.core import nodetable, outcome
 from cluster_tests.core import testids as ids
 from cluster_tests.core.memokey import LOGIN, MemoKey, base_key, probe_key
 from cluster_tests.core.nodetable import NodeTable
@@ -36,6 +36,7 @@ from cluster_tests.core.transport import (
     resolve_target,
     wait_result,
 )
+from cluster_tests.judge import sshfail
 from cluster_tests.judge.env import is_secret
 
 PROBE_MARK = "CT_PROBE_JSON:"
@@ -201,9 +202,12 @@ class Cluster:
         return None
 
     def require(self, node: str) -> None:
-        """Fail the calling test briefly when its node cannot be logged in to."""
+        """Block the calling test when its node cannot be logged in to: one red for a dead node
+        (`test_login[node]`), every check that needs the node skipped naming it (or, when that
+        red is not selected in this run, a brief red of its own)."""
         err = self.login_error(node)
         if err is not None:
+            outcome.block(ids.LOGIN.of(node), sshfail.node_state(node, err.cause))
             pytest.fail(
                 f"{node} unreachable ({err.cause.value}): see {ids.LOGIN.of(node)}", pytrace=False
             )

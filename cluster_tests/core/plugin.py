@@ -18,14 +18,15 @@ from typing import Any
 import pytest
 
 from cluster_tests.core import nodelist as nodelist_mod
+from cluster_tests.core import outcome, rootdir_fix
 from cluster_tests.core import pairs as pairs_mod
-from cluster_tests.core import rootdir_fix
 from cluster_tests.core import testids as ids
 from cluster_tests.core.cluster import Cluster, Node, node_probes
 from cluster_tests.core.nodetable import NodeTable
 from cluster_tests.core.settings import Settings, add_options, read_settings
 from cluster_tests.judge import hostfile as hostfile_mod
 from cluster_tests.report import fixes as fixes_mod
+from cluster_tests.report import healthy as healthy_mod
 from cluster_tests.report.summary import Recorder, keyword_form, mask, progress_writer
 
 CLUSTER_KEY = pytest.StashKey[Cluster]()
@@ -42,6 +43,8 @@ FIXES_KEY = pytest.StashKey[tuple]()
 WORKERS_KEY = pytest.StashKey[dict[str, Any]]()
 # Lines that other sections (e.g. the bandwidth table) add to the terminal summary.
 SUMMARY_EXTRA_KEY = pytest.StashKey[list[Any]]()
+#: what the summary ends with: the nodes to launch on now (hostfile.healthy) and the launch line
+LAUNCH_LINES_KEY = pytest.StashKey[list[str]]()
 
 MARKERS = {
     "hostfile": "H - the hostfile parses as DeepSpeed parses it, and fits the cluster",
@@ -109,7 +112,7 @@ def pytest_configure(config: pytest.Config) -> None:
     cluster.memo(pairs_mod.MEMO_KEY, lambda: pairs_mod.Selection.make(cluster.names, spec))
     config.stash[RECORDER_KEY] = recorder = Recorder([n.name for n in nodes])
     config.pluginmanager.register(_SummaryPlugin(recorder), "cluster_tests_summary")
-    config.pluginmanager.register(fixes_mod.Collector(), "cluster_tests_fixes")
+    config.pluginmanager.register(outcome.Outcomes(config, [fixes_mod.derive]), "cluster_tests_outcomes")
     if config.pluginmanager.has_plugin("xdist"):
         _XdistPlugin.setup(config, cluster)
     if config.args_source == pytest.Config.ArgsSource.INVOCATION_DIR:
@@ -225,6 +228,7 @@ class _SummaryPlugin:
             # else (the xdist controller) the table comes from the recorded properties, here
             extra += self.recorder.render_bandwidth()
         lines = self.recorder.summary_lines(node_facts(config), extra=extra)
+        launch = config.stash.get(LAUNCH_LINES_KEY, [])
         if lines:
             terminalreporter.section("cluster summary")
             for line in lines:
@@ -242,6 +246,8 @@ class _SummaryPlugin:
                 pass
             manual = f" ({script[2]} of its {script[1] + script[2]} blocks need a person)" if script[2] else ""
             terminalreporter.line(f"review and run {shown}{manual}, then pytest --lf")
+        for line in launch:  # the last line is the launch
+            terminalreporter.line(line)
 
 
 class _XdistPlugin:
@@ -340,8 +346,22 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         meta["pairs"] = selection.meta(len(cluster.nodes))
     meta.update(_remote_counts(config, cluster))
     facts = node_facts(config)
+    healthy_path = path.with_name(healthy_mod.FILE_NAME)
+    result = healthy_mod.decide(recorder, cluster.names, cluster.settings.world_multiple)
     try:
-        recorder.write_json(path, facts, meta)
+        if result.changed:
+            healthy_mod.write(healthy_path, result, {n.name: n.slots for n in cluster.nodes})
+        else:
+            healthy_path.unlink(missing_ok=True)  # a green run leaves no stale file behind
+    except OSError as exc:
+        config.stash[SUMMARY_EXTRA_KEY] = [*config.stash.get(SUMMARY_EXTRA_KEY, []),
+                                           f"{healthy_path} not written: {exc}"]
+    config.stash[LAUNCH_LINES_KEY] = healthy_mod.launch_lines(
+        result, healthy_path, Path(config.invocation_params.dir),
+        str(cluster.settings.hostfile) if cluster.settings.hostfile else None)
+    try:
+        recorder.write_json(path, facts, meta,
+                            {"healthy": healthy_mod.to_json(result, healthy_path)})
         config.stash[JSON_PATH_KEY] = path
     except OSError:
         pass
@@ -495,6 +515,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     cluster = _cluster(session.config)
     if cluster is None:
         return
+    session.config.stash[outcome.SELECTED_KEY] = frozenset(item.name for item in session.items)
     touched: list[str] = []
     for item in session.items:
         touched.extend(_touched_nodes(item))

@@ -312,6 +312,11 @@ class Settings:
         "--html-report",
         "where to write the self-contained HTML report (default: cluster_report.html beside "
         "the JUnit file, reports/ by default)")
+    world_multiple: int = option(
+        "--world-multiple",
+        "keep the node count of hostfile.healthy a multiple of N (tensor x pipeline parallel "
+        "sizes), dropping the slowest extra nodes by the run's own measurements", 1,
+        _positive_int)
     quick: bool = option(
         "--quick",
         "fast pre-flight: deselect the collective and training checks, connect timeout at most "

@@ -56,8 +56,10 @@ class TestId:
 # H. the hostfile
 HOSTFILE_SYNTAX = TestId("test_hostfile_syntax", "H1")
 HOSTNAME_MATCHES = TestId("test_hostname_matches", "H2")
+MASTER_ADDR = TestId("test_master_addr", "H3")
 # S. SSH
 LOGIN = TestId("test_login", "S1")
+SSH_MODES = TestId("test_ssh_modes", "S2")
 SSHD_CONFIG = TestId("test_sshd_config", "S3")
 SSH_TRUST = TestId("test_ssh_trust", "S4")
 PDSH_INSTALLED = TestId("test_pdsh_installed", "S5")
@@ -90,3 +92,67 @@ ALLREDUCE_PAIR = TestId("test_allreduce_pair", "C2")
 # T. training
 TRAIN_SINGLE_NODE = TestId("test_train_single_node", "T1")
 TRAIN_MULTI_NODE = TestId("test_train_multi_node", "T2")
+
+
+# What the launch needs of each check (judge/healthy.py reads it to write hostfile.healthy;
+# docs/CHECKLIST.md "What the launch needs" says why, check by check).
+#: Needs: "node" the node; "pair" both nodes together (either is dropped); "from-rank0" the
+#: pair only when its first node is rank 0 (the target is dropped); "rank0-pair" the pair when
+#: either end is rank 0 (names rank 0 resolves for pdsh, every node resolving rank 0's name);
+#: "as-rank0" the node may stay, but not as rank 0; "none" the launch does not need it.
+LAUNCH_NEEDS: dict[str, str] = {
+    # H
+    "test_hostfile_syntax": "none",  # the healthy file is written in DeepSpeed's own form
+    "test_hostname_matches": "node",
+    "test_master_addr": "as-rank0",
+    "test_slots_fit_accelerators": "node",
+    "test_include_exclude": "none",
+    # S
+    "test_login": "node",
+    "test_ssh_modes": "node",
+    "test_sshd_config": "node",
+    "test_ssh_trust": "from-rank0",  # between two other nodes: reported, not needed
+    "test_pdsh_installed": "as-rank0",
+    "test_pdsh": "from-rank0",  # from the launcher: the target (see pdsh_needs)
+    "test_login_time": "none",
+    # N
+    "test_resolves": "rank0-pair",
+    "test_name_consistent": "node",
+    "test_hostname_not_loopback": "node",
+    "test_resolve_fast": "none",
+    # F
+    "test_reachable": "pair",
+    "test_high_ports": "pair",
+    "test_master_port": "pair",  # node -> rank 0; rank 0 -> rank 0 (port taken): as-rank0
+    "test_firewall_rules": "none",  # red only where F3 shows drops: F3 holds the pair
+    "test_socket_ifname": "node",
+    "test_socket_ifname_route": "pair",
+    "test_mtu": "node",
+    # E
+    "test_required_env": "node",
+    "test_env_agrees": "node",
+    "test_deepspeed_env": "node",
+    "test_versions": "node",
+    "test_ascend_env": "node",
+    "test_launch_rehearsal": "node",
+    "test_tmpdir": "node",
+    # A, R
+    "test_accelerators": "node",
+    "test_rdma_ports": "node",
+    "test_ib_hca": "node",
+    "test_ib_gid_index": "node",
+    "test_memlock": "node",
+    "test_open_files": "node",
+    "test_dev_shm": "node",
+    "test_gpu_health": "node",
+    "test_npu_health": "node",
+    # D
+    "test_output_dir": "node",
+    "test_output_shared": "pair",
+    # C, T: whole-cluster runs name no node of their own (their suspects are C2's pairs)
+    "test_allreduce": "none",
+    "test_allreduce_busbw": "none",
+    "test_allreduce_pair": "pair",
+    "test_train_single_node": "node",
+    "test_train_multi_node": "none",
+}

@@ -370,6 +370,8 @@ class Connection:
         self._lock = threading.Lock()
         self._error: ConnectError | None = None
         self.login_seconds: float | None = None
+        #: the node's host key (type, base64) as this login verified it
+        self.host_key: tuple[str, str] | None = None
         self.closing = threading.Event()  # set: stop waiting for commands (the run is ending)
 
     def __repr__(self) -> str:
@@ -460,6 +462,9 @@ class Connection:
         transport = client.get_transport()
         if transport is not None:
             transport.set_keepalive(15)
+            key = transport.get_remote_server_key()
+            # verified against known_hosts (strict): S4's fix may copy it to a node that lacks it
+            self.host_key = (key.get_name(), key.get_base64())
         return client
 
     def _refused(self, client: paramiko.SSHClient, cause: Cause, detail: str,

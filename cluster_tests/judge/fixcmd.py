@@ -63,3 +63,14 @@ def hostname_cmd(name: str) -> str:
     return (f'[ "$(hostname)" = {n} ] || {{ if [ -d /run/systemd/system ] && '
             f"command -v hostnamectl >/dev/null 2>&1; then hostnamectl set-hostname {n}; "
             f"else hostname {n}; fi; }}")
+
+
+def known_host_cmd(known_hosts: str, name: str, keytype: str, blob: str) -> str:
+    """Make `name`'s host key in `known_hosts` the given one (a key the launcher verified):
+    drop other keys recorded for the name, append this one unless it is there."""
+    f = q(known_hosts)
+    line = q(f"{name} {keytype} {blob}")
+    return (f"{{ [ -d \"$(dirname {f})\" ] || mkdir -m 700 \"$(dirname {f})\"; }} && "
+            f"{{ grep -qF -- {q(f'{name} {keytype} {blob}')} {f} 2>/dev/null || "
+            f"{{ ssh-keygen -R {q(name)} -f {f} >/dev/null 2>&1; "
+            f"(umask 077; printf '%s\\n' {line} >> {f}); }}; }}")

@@ -9,6 +9,7 @@ import shlex
 from dataclasses import dataclass, field
 
 from cluster_tests.judge import fixcmd, sshfail
+from cluster_tests.judge.problem import Fix, Problem
 
 
 @dataclass
@@ -133,3 +134,93 @@ def key_authorized(pubkeys: list[str], authorized_keys_text: str | None) -> bool
             if word in blobs:
                 return True
     return False
+
+
+# -- S1, S2, S4 as Problems ------------------------------------------------------------------
+
+
+def login_problem(node: str, cause: sshfail.Cause, described: str, hint: str) -> Problem:
+    """S1: the launcher cannot log in to `node`. Nobody can run a command there for us, so the
+    fix is a person's (it is said, not scripted)."""
+    text = described.split("\n  fix:")[0]
+    return Problem((node,), cause.value, text, fix=hint, item="S1", launch="node")
+
+
+def refuses_all_keys(error: str) -> bool:
+    """Whether a strict_modes error makes sshd refuse every key of the user (not a key file of
+    the node's own, which only stops the node logging in elsewhere)."""
+    return not error.startswith("private key")
+
+
+def modes_problem(node: str, verdict: ModeVerdict) -> Problem:
+    """S2: sshd (StrictModes) or ssh refuses the user's files on `node`."""
+    fix = Fix(node, "file modes that sshd (StrictModes) or ssh refuse",
+              tuple(dict.fromkeys(verdict.commands)), "S2")
+    return Problem((node,), "file modes", f"{node}: " + f"\n{node}: ".join(verdict.errors),
+                   fix=f"on {node}: " + "; ".join(dict.fromkeys(verdict.fixes)),
+                   fixes=(fix,) if fix.commands else (), item="S2", launch="node")
+
+
+@dataclass(frozen=True)
+class TrustFacts:
+    """What the fix of a failed a -> b needs: a's public keys (file -> text), b's
+    authorized_keys (path, text), a's known_hosts, b's host key as the launcher verified it
+    (type, base64), b's address."""
+
+    pubkeys: dict[str, str | None]
+    authorized_keys: str | None
+    authorized_keys_text: str | None
+    known_hosts: str
+    host_key: tuple[str, str] | None
+    address: str
+
+
+def trust_problem(a: str, b: str, cause: sshfail.Cause, evidence: str, facts: TrustFacts,
+                  rank0: str) -> Problem:
+    """S4: `ssh b` on `a` fails for `cause` (one not held by another red: see the check's
+    blocking). One fix per cause; a command where the fix is mechanical and safe."""
+    fixes: tuple[Fix, ...] = ()
+    if cause == sshfail.Cause.AUTH:
+        keys = public_keys(facts.pubkeys)
+        pub = next(iter(sorted(facts.pubkeys)), "id_ed25519.pub")
+        ak = facts.authorized_keys or "~/.ssh/authorized_keys"
+        text = next((t for _, t in sorted(facts.pubkeys.items()) if t and len(t.split()) >= 2), None)
+        known = key_authorized(keys, facts.authorized_keys_text)
+        if not keys:
+            fix = (f"{a} has no key pair: on {a}: ssh-keygen -t ed25519 -N '' -f ~/.ssh/id_ed25519; "
+                   f"then add it to {ak} on {b}")
+        else:
+            prefix = f"{a}'s key (~/.ssh/{pub}) is not in {ak} on {b}: " if known is False else ""
+            fix = (f"{prefix}append {a}'s public key to {b}'s authorized_keys: "
+                   f"ssh {a} cat ~/.ssh/{pub} | ssh {b} 'cat >> {ak}'")
+            if known is False and text:
+                fixes = (Fix(b, f"authorize {a}'s key ({pub}) in {ak}",
+                             (fixcmd.authorize_key_cmd(ak, text.strip().splitlines()[0]),), "S4"),)
+    elif cause in (sshfail.Cause.HOSTKEY_UNKNOWN, sshfail.Cause.HOSTKEY_CHANGED):
+        verb = "does not know" if cause == sshfail.Cause.HOSTKEY_UNKNOWN else "has another key for"
+        if facts.host_key is not None:
+            kt, blob = facts.host_key
+            fix = (f"{a} {verb} {b}'s host key: copy the key the launcher verified ({kt}) into "
+                   f"{a}'s {facts.known_hosts} (never ssh-keyscan: that trusts whoever answers)")
+            fixes = (Fix(a, f"record {b}'s host key (as the launcher verified it) in "
+                            f"{facts.known_hosts}",
+                         (fixcmd.known_host_cmd(facts.known_hosts, b, kt, blob),), "S4"),)
+        else:
+            fix = (f"on {a}: ssh {b} true once and compare the fingerprint with `ssh-keygen -lf "
+                   f"/etc/ssh/ssh_host_ed25519_key.pub` on {b}'s console")
+    elif cause == sshfail.Cause.KEYS_NOT_ACCEPTED:
+        fix = (f"sshd on {b} accepts no public keys (PubkeyAuthentication no): on {b}: set "
+               f"'PubkeyAuthentication yes' in /etc/ssh/sshd_config; systemctl reload ssh")
+    elif cause == sshfail.Cause.DNS:
+        fix = f"on {a}: add '{facts.address} {b}' to /etc/hosts (or fix DNS)"
+    elif cause == sshfail.Cause.REFUSED:
+        fix = f"sshd on {b} refuses {a} (a firewall REJECT rule, or sshd's ListenAddress): on {b}: iptables -S INPUT"
+    elif cause in (sshfail.Cause.TIMEOUT, sshfail.Cause.UNREACHABLE):
+        fix = (f"packets from {a} to {b}:22 are dropped: check the firewall on {b} "
+               f"(iptables -S INPUT) and routing on {a}")
+    else:
+        fix = f"on {a}: ssh -v {b} true"
+    message = (f"{a} -> {b}: {cause.value}\n  `ssh -o BatchMode=yes {b} true` on {a} said:\n    "
+               + evidence.replace("\n", "\n    "))
+    return Problem((a, b), cause.value, message, fix=fix, fixes=fixes, item="S4",
+                   launch="from-rank0")

@@ -59,6 +59,36 @@ FIX: dict[Cause, str] = {
 }
 
 
+#: How a node that cannot be logged in to reads in the "blocked by test_login[node]" of the
+#: checks that needed it ("node3 refuses connections").
+NODE_STATE: dict[Cause, str] = {
+    Cause.DNS: "has a name the launcher cannot resolve",
+    Cause.REFUSED: "refuses connections (sshd not running)",
+    Cause.TIMEOUT: "does not answer (connection timed out)",
+    Cause.UNREACHABLE: "cannot be reached (no route)",
+    Cause.HOSTKEY_UNKNOWN: "has a host key the launcher does not know",
+    Cause.HOSTKEY_CHANGED: "answers with a changed host key",
+    Cause.AUTH: "refuses the launcher's key",
+    Cause.KEYS_NOT_ACCEPTED: "accepts no public keys",
+}
+#: Causes that are the node's alone (it is down, or its sshd refuses every key): a connection
+#: to it from anywhere fails for the same reason, so one red (test_login[node]) answers all.
+NODE_DOWN = frozenset({Cause.REFUSED, Cause.TIMEOUT, Cause.UNREACHABLE})
+NODE_REFUSES_KEYS = frozenset({Cause.AUTH, Cause.KEYS_NOT_ACCEPTED})
+
+
+def node_state(node: str, cause: Cause) -> str:
+    return f"{node} {NODE_STATE.get(cause, f'cannot be logged in to ({cause.value})')}"
+
+
+def same_node_cause(login: Cause, leg: Cause) -> bool:
+    """Whether a connection to a node that failed with `leg` fails for the reason the
+    launcher's login to it failed with `login` (the node is down; or it refuses keys, both
+    times): then the leg is blocked by the login's red, not a red of its own."""
+    return (login in NODE_DOWN and leg in NODE_DOWN) or (
+        login in NODE_REFUSES_KEYS and leg in NODE_REFUSES_KEYS)
+
+
 def classify(stderr: str, rc: int) -> Cause:
     """The cause an OpenSSH client's stderr (and exit code) names."""
     s = stderr

@@ -1,23 +1,21 @@
-"""The fix script: every red's fix, collected into ``reports/fixes.sh`` for a person to review
-and run from the launcher. The suite never runs it.
+"""The fix script: the fix of every cause of the run's reds, collected into ``reports/fixes.sh``
+for a person to review and run from the launcher. The suite never runs it.
 
-A check attaches a *structured* fix to its failure with :func:`offer` (where it runs and the
-shell commands, each idempotent), or one is derived for it after the fact (:data:`DERIVED`,
-keyed by test function, from the facts the run already has). The collector puts them on the
-failed report as the ``fix_script`` user property (JSON), so they travel through pytest-xdist
-and into the JUnit file. :func:`render` turns the run's failed outcomes into the script: one
-block per distinct fix, in checklist order, commented with the test ids it answers and the node
-it runs on; a fix that needs a person (a refused login, a driver, a cable) is a comment that
-quotes the failure's own ``fix:`` text. Commands for a node are run as
+Each red carries its :class:`~cluster_tests.judge.problem.Problem` (the ``problem`` property,
+put there by ``core.outcome``); :func:`render` makes one block per cause (Problems with the same
+``key()`` are one cause), in checklist order, commented with the test ids it answers and the
+node it runs on; a cause whose fix needs a person (a login the node refuses, a driver, a
+firewall policy) is a comment with the fix in words. Commands for a node are run as
 ``ssh -F <the run's ssh config> [-l <user>] -o BatchMode=yes <node> '<commands>'``, so the
 script reaches the nodes exactly as the run did; every host, path and key is shlex-quoted.
+
+A few fixes are derived from the facts the run already has for reds whose checks do not build
+them (:func:`derive`, registered with ``core.outcome.Outcomes`` by the plugin).
 """
 
 from __future__ import annotations
 
-import contextvars
 import dataclasses
-import json
 import shlex
 import time
 from collections.abc import Iterable, Sequence
@@ -25,45 +23,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-import pytest
-
 from cluster_tests.core import testids as ids
 from cluster_tests.core.memokey import base_key
 from cluster_tests.judge.fixcmd import hostname_cmd, hosts_entry_cmd, q
+from cluster_tests.judge.problem import PROPERTY, Fix, Problem
+
+__all__ = ["Fix", "Problem"]
 
 LAUNCHER = "launcher"
-PROPERTY = "fix_script"
 SCRIPT_NAME = "fixes.sh"
 #: checklist order of the blocks (by the test module's section)
 SECTIONS = {module: letter for letter, module in ids.MODULES.items()}
 ORDER = "HSNFEARDCT"
-
-
-@dataclass(frozen=True)
-class Fix:
-    """One change on one machine. ``commands`` are POSIX shell, idempotent (a second run changes
-    nothing), run in that order on ``where`` (a node of the hostfile, or the launcher)."""
-
-    where: str
-    what: str
-    commands: tuple[str, ...] = ()
-    item: str = ""  # checklist item, e.g. "S2"
-    note: str = ""  # said in the block's comment (e.g. what a command cannot do for you)
-
-    def key(self) -> tuple[str, tuple[str, ...]]:
-        return (self.where, self.commands)
-
-
-_OFFERED: contextvars.ContextVar[list[Fix] | None] = contextvars.ContextVar("ct_fixes", default=None)
-OFFERED_KEY = pytest.StashKey[list["Fix"]]()
-
-
-def offer(*fixes: Fix) -> None:
-    """Attach structured fixes to the failure the calling check is about to report (ignored
-    outside a test, or when the test passes after all)."""
-    got = _OFFERED.get()
-    if got is not None:
-        got.extend(fixes)
 
 
 # --------------------------------------------------------------------------- fix commands
@@ -169,63 +140,42 @@ DERIVED: dict[str, Callable[[Any, dict[str, Any]], list[Fix]]] = {
 }
 
 
-class Collector:
-    """Registered by the plugin: gives every check a place to `offer` fixes, and puts the
-    offered (and derived) fixes of a failed check on its report."""
-
-    @pytest.hookimpl(wrapper=True)
-    def pytest_runtest_call(self, item: pytest.Item):
-        token = _OFFERED.set(item.stash.setdefault(OFFERED_KEY, []))
-        try:
-            return (yield)
-        finally:
-            _OFFERED.reset(token)
-
-    @pytest.hookimpl(wrapper=True)
-    def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo):
-        report = yield
-        if report.when != "call" or not report.failed:
-            return report
-        offered: list[Fix] = item.stash.get(OFFERED_KEY, [])
-        got = list(offered)
-        cluster = getattr(item, "funcargs", {}).get("cluster")
-        if cluster is not None:
-            params = getattr(getattr(item, "callspec", None), "params", {})
-            name = getattr(item, "originalname", item.name)
-            for derive in (DERIVED.get(name), _pair_resolution_fix if not got else None):
-                if derive is None:
-                    continue
-                try:
-                    got += derive(cluster, params)
-                except Exception:  # noqa: BLE001 - a fix we cannot derive is a comment instead
-                    pass
-        if got:
-            unique = list({f.key(): f for f in got}.values())
-            report.user_properties.append(
-                (PROPERTY, json.dumps([dataclasses.asdict(f) for f in unique])))
-        return report
+def derive(cluster: Any, params: dict[str, Any], function: str, have_fixes: bool) -> list[Fix]:
+    """Fixes of a red whose check built none, from the facts the run already has: H2's hostname,
+    F2's /etc/hosts line for rank 0, and any pair check whose source resolves the target to
+    another machine (the /etc/hosts line on the source; F1-F3 then pass too)."""
+    got: list[Fix] = []
+    own = DERIVED.get(function)
+    if own is not None:
+        got += own(cluster, params)
+    if not have_fixes and not got:
+        got += _pair_resolution_fix(cluster, params)
+    return got
 
 
 # --------------------------------------------------------------------------- the script
 
 
-def fixes_of(properties: dict[str, Any]) -> list[Fix]:
-    raw = properties.get(PROPERTY)
-    if not raw:
-        return []
-    try:
-        return [Fix(d["where"], d["what"], tuple(d.get("commands", ())), d.get("item", ""),
-                    d.get("note", "")) for d in json.loads(raw)]
-    except (ValueError, KeyError, TypeError):
-        return []
+def problem_of(outcome: Any) -> Problem | None:
+    """The Problem a red carries (None for a pass, a skip, or a report without one)."""
+    if outcome.outcome not in ("failed", "error"):
+        return None
+    raw = outcome.properties.get(PROPERTY)
+    return Problem.from_json(raw) if raw else None
 
 
 @dataclass
 class Block:
-    fix: Fix
+    """One cause: the fixes (commands, or none: a person), and the reds it answers."""
+
+    problem: Problem
     section: int
     tests: list[str]
-    manual_text: list[str] = dataclasses.field(default_factory=list)
+    fixes: list[Fix] = dataclasses.field(default_factory=list)
+
+    @property
+    def commands(self) -> list[Fix]:
+        return [f for f in self.fixes if f.commands]
 
 
 def _section(module: str) -> int:
@@ -235,32 +185,25 @@ def _section(module: str) -> int:
 
 
 def blocks(outcomes: Iterable[Any]) -> list[Block]:
-    """One block per distinct fix, in checklist order (then first appearance); each lists the
-    ids of the failed tests it answers. Failures without a structured fix give manual blocks
-    (their `fix:` text), one per distinct text."""
+    """One block per cause (Problems with the same key), in checklist order (then first
+    appearance); each lists the ids of the reds it answers. A cause sorts by the checklist item
+    of its fix when it has one (an N2 /etc/hosts fix that also answers an S4 pair is an N
+    block)."""
     out: dict[tuple, Block] = {}
     for o in outcomes:
-        if o.outcome not in ("failed", "error"):
+        p = problem_of(o)
+        if p is None:
             continue
         sec = _section(o.module)
-        structured = fixes_of(o.properties)
-        for f in structured:
-            # a fix sorts by its own checklist item (an N2 /etc/hosts fix that also answers an
-            # S4 pair is an N block)
-            own = ORDER.index(f.item[0]) if f.item and f.item[0] in ORDER else sec
-            b = out.setdefault(("cmd", *f.key()), Block(f, own, []))
-            if o.test_id not in b.tests:
-                b.tests.append(o.test_id)
-        if structured:
-            continue
-        texts = o.fixes
-        if not texts:
-            continue
-        where = o.node or ("->".join(o.pair) if o.pair else "")
-        key = ("manual", tuple(texts))
-        b = out.setdefault(key, Block(Fix(where, o.headline or o.test_id), sec, [], texts))
-        b.section = min(b.section, sec)
-        b.tests.append(o.test_id)
+        items = [f.item for f in p.fixes if f.commands and f.item and f.item[0] in ORDER]
+        own = ORDER.index(items[0][0]) if items else sec
+        b = out.setdefault(p.key(), Block(p, own, []))
+        b.section = min(b.section, own)
+        for f in p.fixes:
+            if f.key() not in {x.key() for x in b.fixes}:
+                b.fixes.append(f)
+        if o.test_id not in b.tests:
+            b.tests.append(o.test_id)
     return sorted(out.values(), key=lambda b: b.section)  # stable: first appearance within
 
 
@@ -303,27 +246,33 @@ def render(outcomes: Iterable[Any], ssh: Sequence[str], *, command_line: str = "
     if not bl:
         lines += ["# nothing to fix: no failed check carried a fix", ""]
     for b in bl:
-        f, ids = b.fix, ", ".join(b.tests)
-        item = f"[{f.item}] " if f.item else ""
-        if f.commands:
+        p, answers = b.problem, ", ".join(b.tests)
+        if b.commands:
             n_cmd += 1
-            lines += _comment(f"--- {item}on {f.where}: {f.what}")
-            lines += _comment(f"answers: {ids}")
-            if f.note:
-                lines += _comment(f"note: {f.note}")
-            script = (" && ".join(f"{{ {c}; }}" for c in f.commands) if len(f.commands) > 1
-                      else f.commands[0])
-            if f.where == LAUNCHER:
-                lines.append(f"( {script} ) || ct_failed launcher $?")
-            else:
-                lines.append(f"{prefix} {q(f.where)} {q(script)} || ct_failed {q(f.where)} $?")
+            for f in b.commands:
+                item = f"[{f.item}] " if f.item else ""
+                lines += _comment(f"--- {item}on {f.where}: {f.what}")
+                lines += _comment(f"answers: {answers}")
+                if f.note:
+                    lines += _comment(f"note: {f.note}")
+                script = (" && ".join(f"{{ {c}; }}" for c in f.commands) if len(f.commands) > 1
+                          else f.commands[0])
+                if f.where == LAUNCHER:
+                    lines.append(f"( {script} ) || ct_failed launcher $?")
+                else:
+                    lines.append(f"{prefix} {q(f.where)} {q(script)} || ct_failed {q(f.where)} $?")
         else:
             n_manual += 1
-            where = f" on {f.where}" if f.where else ""
-            lines += _comment(f"--- {item}needs a person{where} (not run by this script): {f.what}")
-            lines += _comment(f"answers: {ids}")
-            for t in b.manual_text:
-                lines += _comment(f"fix: {t}")
+            item = f"[{p.item}] " if p.item else ""
+            where = f" on {p.where}" if p.where else ""
+            lines += _comment(f"--- {item}needs a person{where} (not run by this script): "
+                              f"{p.facts.get('headline') or p.headline}")
+            lines += _comment(f"answers: {answers}")
+            for f in b.fixes:
+                if f.what:
+                    lines += _comment(f"fix: {f.what}")
+            if p.fix:
+                lines += _comment(f"fix: {p.fix}")
         lines.append("")
     lines.append('exit "$failed"')
     return "\n".join(lines) + "\n", n_cmd, n_manual

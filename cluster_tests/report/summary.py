@@ -20,6 +20,7 @@ from typing import Any, Callable
 from cluster_tests.core import nodetable
 from cluster_tests.core import testids as ids
 from cluster_tests.core.nodetable import NodeTable
+from cluster_tests.judge.problem import BLOCKED_BY
 
 #: what replaces a secret value; which names are secret is judge.env.is_secret (the values of
 #: such variables are collected by Cluster.secrets)
@@ -120,12 +121,8 @@ class Recorder:
         return {o.pair: o for o in self.by_function(function) if o.pair}
 
     def fixes(self) -> list[str]:
-        seen: dict[str, None] = {}
-        for o in self.outcomes.values():
-            if o.outcome in ("failed", "error"):
-                for f in o.fixes:
-                    seen.setdefault(f, None)
-        return list(seen)
+        """The fix of each cause, once (see causes())."""
+        return list(dict.fromkeys(c["fix"] for c in self.causes() if c["fix"]))
 
     def counts(self) -> dict[str, int]:
         out: dict[str, int] = {}
@@ -238,15 +235,58 @@ class Recorder:
                 lines.append(f"  {o.test_id}: {said[:160]}")
         return lines
 
-    def summary_lines(self, facts: dict[str, dict[str, str]], extra: list[str] | None = None) -> list[str]:
+    def blocked_counts(self) -> dict[str, int]:
+        """How many checks each red blocks (test id -> count)."""
+        out: dict[str, int] = {}
+        for o in self.outcomes.values():
+            root = o.properties.get(BLOCKED_BY) if o.outcome == "skipped" else None
+            if root:
+                out[root] = out.get(root, 0) + 1
+        return out
+
+    def causes(self) -> list[dict[str, Any]]:
+        """One entry per cause of the run's reds (reds with one fix are one cause): where, what,
+        the reds, how many checks it blocks, the fix and whether fixes.sh runs it."""
+        from cluster_tests.report.fixes import blocks
+
+        counts = self.blocked_counts()
+        out = []
+        for b in blocks(self.outcomes.values()):
+            p = b.problem
+            fix = "; ".join(f.what for f in b.commands) if b.commands else (
+                p.fix or "; ".join(f.what for f in b.fixes))
+            out.append({"where": p.where, "cause": p.cause,
+                        "headline": p.facts.get("headline") or p.headline,
+                        "checks": list(b.tests), "blocks": sum(counts.get(t, 0) for t in b.tests),
+                        "fix": fix, "scripted": bool(b.commands)})
+        return out
+
+    def render_causes(self) -> list[str]:
+        causes = self.causes()
+        if not causes:
+            return []
+        lines = [f"Causes ({len(causes)}; one red each, the checks they block skipped):"]
+        for c in causes:
+            where = f"{c['where']}: " if c["where"] else ""
+            blocks = f"; blocks {c['blocks']} check{'s' if c['blocks'] != 1 else ''}" if c["blocks"] else ""
+            what = c["cause"] if c["cause"] and not c["cause"].startswith("test_") else c["headline"]
+            lines.append(f"  {where}{what[:160]} ({', '.join(c['checks'][:3])}"
+                         f"{', ...' if len(c['checks']) > 3 else ''}{blocks})")
+            if c["fix"]:
+                how = "fixes.sh" if c["scripted"] else "needs a person"
+                lines.append(f"      fix ({how}): {c['fix'][:300]}")
+        return lines
+
+    def summary_lines(self, facts: dict[str, dict[str, str]], extra: list[str] | None = None,
+                      tail: list[str] | None = None) -> list[str]:
         lines: list[str] = []
-        for block in (self.render_matrix(), self.render_nodes(facts), self.render_site(), extra or []):
+        for block in (self.render_causes(), self.render_matrix(), self.render_nodes(facts),
+                      self.render_site(), extra or []):
             if block:
                 lines += block + [""]
-        fixes = self.fixes()
-        if fixes:
-            lines.append(f"Fixes to apply ({len(fixes)}, each once):")
-            lines += [f"  - {f}" for f in fixes]
+        lines += tail or []
+        while lines and not lines[-1]:
+            lines.pop()
         return lines
 
     def pairs(self) -> list[dict[str, Any]]:
@@ -267,7 +307,8 @@ class Recorder:
         return [out[k] for k in sorted(out, key=lambda k: (k[2] != "->", index.get(k[0], len(index)),
                                                            index.get(k[1], len(index))))]
 
-    def to_json(self, facts: dict[str, dict[str, str]], meta: dict[str, Any]) -> dict[str, Any]:
+    def to_json(self, facts: dict[str, dict[str, str]], meta: dict[str, Any],
+                extra: dict[str, Any] | None = None) -> dict[str, Any]:
         trust = {a: {b: o.outcome for (x, b), o in self.matrix().items() if x == a} for a in self.nodes}
         c1 = self.by_function(ids.ALLREDUCE.name)
         return {
@@ -283,15 +324,18 @@ class Recorder:
                 "pair_busbw_GBps": {f"{a}<->{b}": v for (a, b), v in sorted(self.pair_bandwidth().items())},
             },
             "fixes": self.fixes(),
+            "causes": self.causes(),
+            **(extra or {}),
             "tests": [
                 {**asdict(o), "pair": "->".join(o.pair) if o.pair else None, "headline": o.headline}
                 for o in self.outcomes.values()
             ],
         }
 
-    def write_json(self, path: Path, facts: dict[str, dict[str, str]], meta: dict[str, Any]) -> None:
+    def write_json(self, path: Path, facts: dict[str, dict[str, str]], meta: dict[str, Any],
+                   extra: dict[str, Any] | None = None) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(self.to_json(facts, meta), indent=2, default=str))
+        path.write_text(json.dumps(self.to_json(facts, meta, extra), indent=2, default=str))
 
 
 def node_columns(facts: dict[str, dict[str, str]]) -> tuple[list[str], dict[str, str]]:

@@ -4,13 +4,12 @@ order, with manual fixes as comments. The commands run here for real, on tempora
 
 from __future__ import annotations
 
-import dataclasses
-import json
 import os
 import stat
 import subprocess
 
 from cluster_tests.judge import fixcmd
+from cluster_tests.judge.problem import PROPERTY, Problem
 from cluster_tests.report import fixes as fx
 from cluster_tests.report.summary import Outcome
 
@@ -82,9 +81,11 @@ def test_modes_change_once(tmp_path):
     assert stat.S_IMODE((tmp_path / "ssh dir").stat().st_mode) == 0o700
 
 
-def _outcome(test_id, module, fixes=(), message=""):
-    props = {fx.PROPERTY: json.dumps([dataclasses.asdict(f) for f in fixes])} if fixes else {}
-    return Outcome(test_id, test_id.split("[")[0], module, "failed", message, properties=props)
+def _outcome(test_id, module, fixes=(), message="", fix=""):
+    where = tuple(test_id.split("[", 1)[1].rstrip("]").split("->"))
+    problem = Problem(where, "cause", message or test_id, fix=fix, fixes=tuple(fixes), check=test_id)
+    return Outcome(test_id, test_id.split("[")[0], module, "failed", problem.text(),
+                   properties={PROPERTY: problem.to_json()})
 
 
 def test_script_is_in_checklist_order_merged_quoted_and_bash_n_clean(tmp_path):
@@ -95,8 +96,8 @@ def test_script_is_in_checklist_order_merged_quoted_and_bash_n_clean(tmp_path):
         _outcome("test_ssh_trust[node3->node1]", "cluster_tests/checks/test_ssh.py", [hosts]),
         _outcome("test_ssh_modes[node-2]", "cluster_tests/checks/test_ssh.py", [modes]),
         _outcome("test_login[node4]", "cluster_tests/checks/test_ssh.py",
-                 message="node4: public key refused\n  fix: on node4: chmod 600 ~/.ssh/authorized_keys\n"
-                         "$(reboot)"),
+                 message="node4: public key refused",
+                 fix="on node4: chmod 600 ~/.ssh/authorized_keys\n$(reboot)"),
     ]
     text, n_cmd, n_manual = fx.render(outcomes, fx.ssh_prefix(None, "alice", 5))
     assert (n_cmd, n_manual) == (2, 1)

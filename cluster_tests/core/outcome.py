@@ -1,0 +1,186 @@
+"""How a check ends: red with a :class:`~cluster_tests.judge.problem.Problem`, or *blocked*.
+
+    fail(problem)                  # the red: its text, and the Problem as a JUnit property
+    block(ids.LOGIN.of("node3"), "node3 refuses connections")
+                                   # skipped: "blocked by test_login[node3]: node3 refuses ..."
+
+One cause, one red: a check that fails only because a cause already reported by another check
+of this run holds is skipped naming that check (the ``blocked_by`` JUnit property), so a dead
+node is one red, not fifty. ``block`` blocks only when the blocking check is selected in this
+run (``-k`` may have left it out): otherwise it returns and the caller fails with its own text,
+so the cause is never hidden.
+
+The :class:`Outcomes` plugin (registered by core.plugin) gives each check the place where its
+Problem and fixes go, puts them on the failed report (a red that did not fail through ``fail``
+gets a Problem made from its report: where from its parameters, the text, the fixes offered),
+and extends pytest's last-failed set with the blocked checks, so that ``pytest --lf`` after the
+fix reruns the root and everything it blocked.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import dataclasses
+import re
+from collections.abc import Callable, Iterable
+from typing import Any, NoReturn
+
+import pytest
+
+from cluster_tests.judge.problem import BLOCKED_BY, PROPERTY, Fix, Problem
+
+#: the test ids selected in this run (item names: "test_login[node3]")
+SELECTED_KEY = pytest.StashKey[frozenset[str]]()
+PROBLEM_KEY = pytest.StashKey[Problem]()
+FIXES_KEY = pytest.StashKey[list[Fix]]()
+
+_ITEM: contextvars.ContextVar[pytest.Item | None] = contextvars.ContextVar("ct_item", default=None)
+
+
+def current_item() -> pytest.Item | None:
+    return _ITEM.get()
+
+
+def selected(test_id: str) -> bool:
+    """Whether `test_id` runs in this session (True outside a test: nothing to compare with)."""
+    item = _ITEM.get()
+    if item is None:
+        return True
+    got = item.config.stash.get(SELECTED_KEY, None)
+    return got is None or test_id in got
+
+
+def fail(problem: Problem) -> NoReturn:
+    """Fail the calling check with `problem` (its text is the red; the value is the property)."""
+    item = _ITEM.get()
+    if item is not None:
+        problem = dataclasses.replace(problem, check=problem.check or item.name)
+        item.stash[PROBLEM_KEY] = problem
+    pytest.fail(problem.text(), pytrace=False)
+
+
+def block(root: str, why: str) -> None:
+    """Skip the calling check as blocked by the red `root` (a test id) when `root` runs in this
+    session; return (the caller then fails with its own text) when it does not."""
+    item = _ITEM.get()
+    if item is None or root == item.name or not selected(root):
+        return
+    if (BLOCKED_BY, root) not in item.user_properties:
+        item.user_properties.append((BLOCKED_BY, root))
+    pytest.skip(f"blocked by {root}: {why}")
+
+
+def offer(*fixes: Fix) -> None:
+    """Attach fixes to the failure the calling check is about to report (ignored outside a
+    test, or when the test passes after all)."""
+    item = _ITEM.get()
+    if item is not None:
+        item.stash.setdefault(FIXES_KEY, []).extend(fixes)
+
+
+#: a red that did not fail through `fail`: (cluster, item params) -> fixes derived from the
+#: facts the run has (report/fixes.py registers its derivations here)
+Deriver = Callable[[Any, dict[str, Any], str, bool], list[Fix]]
+
+
+def _clean(text: str) -> str:
+    text = re.sub(r"^\[gw\d+\] [^\n]*\n", "", text.strip()).strip()
+    return text.removeprefix("Failed: ")
+
+
+def _where(params: dict[str, Any]) -> tuple[str, ...]:
+    for name in ("node", "rank0_node"):
+        if isinstance(params.get(name), str):
+            return (params[name],)
+    for name in ("pair", "rendezvous_leg", "pdsh_leg", "node_pair"):
+        got = params.get(name)
+        if isinstance(got, tuple):
+            return tuple(got)
+    if isinstance(params.get("launch_site"), str):
+        return (params["launch_site"],)
+    return ()
+
+
+def _fix_words(text: str) -> str:
+    """The `fix:` words of a red that was not made from a Problem (its own text says them)."""
+    found = []
+    for line in text.splitlines():
+        m = re.match(r"\s*fix(, on ([^:]+))?:\s*(.+)", line)
+        if m:
+            found.append((f"on {m.group(2)}: " if m.group(2) else "") + m.group(3).strip())
+    return "; ".join(dict.fromkeys(found))
+
+
+class Outcomes:
+    """Registered by the plugin: the place for each check's Problem and fixes, the Problem on
+    its failed report, and the blocked checks in pytest's last-failed set."""
+
+    def __init__(self, config: pytest.Config, derive: Iterable[Deriver] = ()) -> None:
+        self.config = config
+        self.derive = list(derive)
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_setup(self, item: pytest.Item):
+        token = _ITEM.set(item)
+        try:
+            return (yield)
+        finally:
+            _ITEM.reset(token)
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_call(self, item: pytest.Item):
+        token = _ITEM.set(item)
+        try:
+            return (yield)
+        finally:
+            _ITEM.reset(token)
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo):
+        report = yield
+        if report.when == "teardown" or not report.failed:
+            return report
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        problem = item.stash.get(PROBLEM_KEY, None)
+        offered = list(item.stash.get(FIXES_KEY, []))
+        if problem is None:
+            text = _clean(report.longreprtext)
+            headline = next((ln.strip() for ln in text.splitlines() if ln.strip()), item.name)
+            problem = Problem(nodes=_where(params), cause=getattr(item, "originalname", item.name),
+                              message=text, fix=_fix_words(text), check=item.name,
+                              facts={"headline": headline})
+        cluster = getattr(item, "funcargs", {}).get("cluster")
+        if cluster is not None:
+            for derive in self.derive:
+                try:
+                    offered += derive(cluster, params, getattr(item, "originalname", item.name),
+                                      bool(offered or problem.fixes))
+                except Exception:  # noqa: BLE001 - a fix we cannot derive is a comment instead
+                    pass
+        if offered:
+            merged = {f.key(): f for f in (*problem.fixes, *offered)}
+            problem = dataclasses.replace(problem, fixes=tuple(merged.values()))
+        report.user_properties = [(k, v) for k, v in report.user_properties if k != PROPERTY]
+        report.user_properties.append((PROPERTY, problem.to_json()))
+        return report
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        """`pytest --lf` after the fix reruns the root and every check it blocked: pytest's
+        last-failed set holds only failures, so the blocked ones are added to it here (after
+        the cache plugin has dropped them as skipped)."""
+        if not report.skipped or not any(k == BLOCKED_BY for k, _ in report.user_properties):
+            return
+        lf = self._lastfailed(report)
+        if lf is not None:
+            lf[report.nodeid] = True
+
+    def _lastfailed(self, report: pytest.TestReport) -> dict[str, bool] | None:
+        plugin = self.config.pluginmanager.get_plugin("lfplugin")
+        return getattr(plugin, "lastfailed", None)
+
+
+def blocked_by(properties: dict[str, Any] | Iterable[tuple[str, Any]]) -> str | None:
+    props = dict(properties)
+    got = props.get(BLOCKED_BY)
+    return str(got) if got else None

@@ -1,0 +1,173 @@
+"""The nodes the user can launch on right now: the largest set on which every check the launch
+depends on passes, from the run's Problems (``hostfile.healthy``).
+
+What the launch needs of each check is one table, :data:`LAUNCH_NEEDS` (docs/CHECKLIST.md,
+"What the launch needs"): a node check the launch depends on drops its node; a pair the launch
+depends on drops one of its two nodes (the fewest nodes that break every bad pair: a minimum
+vertex cover, exact while small); rank 0's own legs (pdsh's ssh from rank 0, S4 from rank 0)
+drop the target; a check about rank 0 as rank 0 (the rendezvous port, the master address, pdsh
+and the rehearsal's launch site) makes another node rank 0. Rank 0 stays when it is healthy;
+otherwise the first healthy node in hostfile order becomes rank 0, and the checks that only
+rank 0 runs must be rerun with the new file.
+
+Pure: Problems and numbers in, a :class:`Healthy` out.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from cluster_tests.core import testids as ids
+from cluster_tests.judge.problem import Problem
+
+LAUNCHER = "launcher"
+
+#: what the launch needs of each check: core/testids.py's LAUNCH_NEEDS (the one place where
+#: test names are spelled), documented in docs/CHECKLIST.md
+LAUNCH_NEEDS = ids.LAUNCH_NEEDS
+
+
+#: The checks that run from or about rank 0 alone: with another rank 0 they must be rerun.
+RANK0_ONLY = (ids.MASTER_ADDR, ids.MASTER_PORT, ids.PDSH_INSTALLED, ids.PDSH,
+              ids.LAUNCH_REHEARSAL)
+
+
+def needs(problem: Problem) -> str:
+    """What the launch needs of the check that found `problem` (see LAUNCH_NEEDS)."""
+    function = problem.check.split("[", 1)[0]
+    got = problem.launch or LAUNCH_NEEDS.get(function, "")
+    if not got:
+        got = "pair" if len(problem.nodes) == 2 else "node" if problem.nodes else "none"
+    if got == "pair" and len(problem.nodes) == 2 and problem.nodes[0] == problem.nodes[1]:
+        return "as-rank0" if function == ids.MASTER_PORT.name else "node"
+    return got
+
+
+@dataclass
+class Healthy:
+    """Rank 0 of the healthy file, the nodes kept (rank 0 first, then hostfile order), and each
+    excluded node with why (the test ids and causes that exclude it)."""
+
+    rank0: str | None
+    kept: list[str]
+    excluded: dict[str, list[str]] = field(default_factory=dict)
+    rank0_moved_from: str | None = None
+    #: nodes dropped only to keep the count a multiple of --world-multiple
+    trimmed: list[str] = field(default_factory=list)
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.excluded)
+
+
+def _cover(nodes: Sequence[str], edges: list[tuple[str, str]], pinned: str) -> set[str]:
+    """The fewest nodes (never `pinned`) whose removal breaks every edge; ties go to the nodes
+    later in the hostfile. Exact for up to 16 candidate nodes, greedy beyond."""
+    forced = {b if a == pinned else a for a, b in edges if pinned in (a, b)}
+    rest = [(a, b) for a, b in edges if a not in forced and b not in forced and pinned not in (a, b)]
+    if not rest:
+        return forced
+    cand = [n for n in nodes if any(n in e for e in rest)]
+    order = {n: i for i, n in enumerate(nodes)}
+    if len(cand) <= 16:
+        for k in range(1, len(cand) + 1):
+            best = None
+            # later nodes first, so that ties keep the nodes at the top of the hostfile
+            for combo in itertools.combinations(sorted(cand, key=lambda n: -order[n]), k):
+                s = set(combo)
+                if all(a in s or b in s for a, b in rest):
+                    best = s
+                    break
+            if best is not None:
+                return forced | best
+    chosen: set[str] = set()
+    left = list(rest)
+    while left:
+        degree: dict[str, int] = {}
+        for a, b in left:
+            degree[a] = degree.get(a, 0) + 1
+            degree[b] = degree.get(b, 0) + 1
+        pick = max(degree, key=lambda n: (degree[n], order[n]))
+        chosen.add(pick)
+        left = [(a, b) for a, b in left if pick not in (a, b)]
+    return forced | chosen
+
+
+def healthy(nodes: Sequence[str], problems: Iterable[Problem], *, world_multiple: int = 1,
+            slowness: Mapping[str, float] | None = None) -> Healthy:
+    """The largest set of `nodes` the launch can use given the run's `problems` (see the module
+    docstring). `slowness`: a number per node, larger is slower (the run's own measurements),
+    for trimming the count to a multiple of `world_multiple`."""
+    problems = list(problems)
+    why: dict[str, list[str]] = {}
+
+    def note(node: str, p: Problem) -> None:
+        text = f"{p.check or p.item}: {p.cause}"
+        if text not in why.setdefault(node, []):
+            why[node].append(text)
+
+    dead: set[str] = set()
+    not_rank0: set[str] = set()
+    for p in problems:
+        kind = needs(p)
+        if kind == "node" and p.nodes:
+            for n in p.nodes:
+                if n != LAUNCHER:
+                    dead.add(n)
+                    note(n, p)
+        elif kind == "as-rank0" and p.nodes:
+            not_rank0.add(p.nodes[0])
+            note(p.nodes[0], p)
+        elif len(p.nodes) == 2 and p.nodes[0] == LAUNCHER and kind != "none":
+            dead.add(p.nodes[1])  # pdsh from the launcher cannot reach the node
+            note(p.nodes[1], p)
+        elif len(p.nodes) == 2 and p.nodes[0] == p.nodes[1] and kind != "none":
+            if kind == "pair":
+                dead.add(p.nodes[0])
+            else:  # a node that cannot reach itself as rank 0 would (ssh, pdsh, its own name)
+                not_rank0.add(p.nodes[0])
+            note(p.nodes[0], p)
+    alive = [n for n in nodes if n not in dead]
+    original = nodes[0] if nodes else None
+    rank0 = next((n for n in alive if n not in not_rank0), None)
+    if rank0 is None:
+        return Healthy(None, [], {n: why.get(n, ["cannot be rank 0"]) for n in nodes},
+                       original)
+    edges: list[tuple[str, str]] = []
+    edge_problems: dict[tuple[str, str], list[Problem]] = {}
+    for p in problems:
+        if len(p.nodes) != 2 or p.nodes[0] == p.nodes[1] or LAUNCHER in p.nodes:
+            continue
+        a, b = p.nodes
+        kind = needs(p)
+        if kind == "pair" or (kind == "from-rank0" and a == rank0) or (
+                kind == "rank0-pair" and rank0 in (a, b)):
+            edges.append((a, b))
+            edge_problems.setdefault((a, b), []).append(p)
+    edges = [(a, b) for a, b in edges if a in alive and b in alive]
+    cover = _cover(alive, edges, rank0)
+    for (a, b), ps in edge_problems.items():
+        for n in (a, b):
+            if n in cover:
+                for p in ps:
+                    note(n, p)
+    kept = [n for n in alive if n not in cover]
+    trimmed: list[str] = []
+    if world_multiple > 1 and len(kept) % world_multiple:
+        slow = dict(slowness or {})
+        order = {n: i for i, n in enumerate(nodes)}
+        extra = len(kept) % world_multiple
+        candidates = sorted((n for n in kept if n != rank0),
+                            key=lambda n: (-slow.get(n, 0.0), -order[n]))
+        trimmed = candidates[:extra]
+        for n in trimmed:
+            why.setdefault(n, []).append(
+                f"dropped to keep {len(kept) - extra} nodes, a multiple of --world-multiple "
+                f"{world_multiple}" + (f" (the slowest: {slow[n]:.3g})" if n in slow else ""))
+        kept = [n for n in kept if n not in trimmed]
+    kept = [rank0] + [n for n in kept if n != rank0]
+    excluded = {n: why.get(n, []) for n in nodes if n not in kept}
+    return Healthy(rank0, kept, excluded,
+                   original if original != rank0 else None, trimmed)

@@ -1,0 +1,109 @@
+"""The unit of a failure: one :class:`Problem` per cause, made where the cause is judged.
+
+A check fails with a Problem (``core.outcome.fail``); the plugin puts it on the failed report
+as the ``problem`` JUnit property (JSON), so that it travels through pytest-xdist and into the
+JUnit file. Everything downstream reads that value, never the message text or the test name:
+the summary groups the run's Problems by cause (:meth:`Problem.key`), ``fixes.sh`` takes
+their commands (:attr:`Problem.fixes`), and ``hostfile.healthy`` reads where each one is and
+whether the launch needs what it breaks (:attr:`Problem.launch`).
+
+A check that fails only because a cause already reported elsewhere holds is *blocked*, not red:
+it is skipped naming the red that holds the cause (``core.outcome.block``).
+
+Pure data, no I/O: every layer may build or read it.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+#: the JUnit / report property that carries a failed check's Problem (JSON)
+PROPERTY = "problem"
+#: the JUnit / report property of a blocked check: the test id of the red that blocks it
+BLOCKED_BY = "blocked_by"
+
+
+@dataclass(frozen=True)
+class Fix:
+    """One change on one machine. ``commands`` are POSIX shell, idempotent (a second run changes
+    nothing), run in that order on ``where`` (a node of the hostfile, or the launcher). A Fix
+    without commands needs a person: it is a comment in fixes.sh."""
+
+    where: str
+    what: str
+    commands: tuple[str, ...] = ()
+    item: str = ""  # checklist item, e.g. "S2"
+    note: str = ""  # said in the block's comment (e.g. what a command cannot do for you)
+
+    def key(self) -> tuple[str, tuple[str, ...]]:
+        return (self.where, self.commands)
+
+
+@dataclass(frozen=True)
+class Problem:
+    """What is wrong, where, and how to fix it: the whole of a red.
+
+    ``nodes`` is where the cause is: one node, or the two nodes of a pair (source first).
+    ``cause`` is a word of its section's vocabulary ("connection refused", "public key refused",
+    "ports dropped"...), ``message`` the red's text (its first line is the headline), ``fix``
+    the fix in words, ``fixes`` the commands when the fix is mechanical and safe (none: a
+    person must act). ``launch`` says whether the launch needs what the cause breaks (S4
+    between two nodes that are not rank 0 does not; the checklist still reports it).
+    ``check`` is the test id of the red (filled in by ``core.outcome.fail``)."""
+
+    nodes: tuple[str, ...]
+    cause: str
+    message: str
+    fix: str = ""
+    fixes: tuple[Fix, ...] = ()
+    item: str = ""
+    launch: str = ""
+    check: str = ""
+    #: numbers or names a report may show beside it
+    facts: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
+
+    @property
+    def where(self) -> str:
+        return "->".join(self.nodes)
+
+    @property
+    def headline(self) -> str:
+        return self.message.strip().splitlines()[0] if self.message.strip() else self.cause
+
+    @property
+    def needs_person(self) -> bool:
+        return not any(f.commands for f in self.fixes)
+
+    def key(self) -> tuple[str, tuple[str, ...], str]:
+        """Two reds with the same key are one cause (the same change fixes both)."""
+        cmds = tuple(sorted({c for f in self.fixes for c in (f.where, *f.commands)}))
+        if cmds:
+            return ("cmd", cmds, "")
+        return (self.cause, self.nodes, self.fix)
+
+    def text(self) -> str:
+        """The red's message: the text, then the fix in words (once)."""
+        out = self.message.rstrip()
+        if self.fix and self.fix not in out:
+            out += f"\n  fix: {self.fix}"
+        return out
+
+    # -- travelling as a property ----------------------------------------------------------------
+    def to_json(self) -> str:
+        return json.dumps(asdict(self))
+
+    @classmethod
+    def from_json(cls, raw: str) -> Problem | None:
+        try:
+            d = json.loads(raw)
+            return cls(nodes=tuple(d["nodes"]), cause=d["cause"], message=d["message"],
+                       fix=d.get("fix", ""),
+                       fixes=tuple(Fix(f["where"], f["what"], tuple(f.get("commands", ())),
+                                       f.get("item", ""), f.get("note", ""))
+                                   for f in d.get("fixes", ())),
+                       item=d.get("item", ""), launch=str(d.get("launch", "")),
+                       check=d.get("check", ""), facts=dict(d.get("facts", {})))
+        except (ValueError, KeyError, TypeError):
+            return None

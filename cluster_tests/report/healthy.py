@@ -1,0 +1,107 @@
+"""``hostfile.healthy``: the nodes the user can launch on right now (judge/healthy.py decides
+which), written beside the other reports when a run ends red, with the launch line that uses it
+and the ``--exclude`` equivalent for users who keep their own hostfile."""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from cluster_tests.judge import healthy as judge_healthy
+from cluster_tests.judge.healthy import Healthy
+from cluster_tests.judge.problem import Problem
+from cluster_tests.report.fixes import problem_of
+
+FILE_NAME = "hostfile.healthy"
+
+
+def problems(outcomes: Iterable[Any]) -> list[Problem]:
+    """The Problems of the run's reds (each red's own, with its test id)."""
+    out = []
+    for o in outcomes:
+        p = problem_of(o)
+        if p is not None:
+            out.append(p if p.check else Problem(**{**p.__dict__, "check": o.test_id}))
+    return out
+
+
+def slowness(recorder: Any, nodes: Iterable[str]) -> dict[str, float]:
+    """A number per node, larger is slower, from the run's own measurements: C2's pair busbw
+    (the inverse of the slowest pair a node is in), else F1's round-trip times (the node's
+    median RTT to and from its peers, ms)."""
+    bw = recorder.pair_bandwidth()
+    out: dict[str, float] = {}
+    if bw:
+        for n in nodes:
+            mine = [v for p, v in bw.items() if n in p and v > 0]
+            if mine:
+                out[n] = 1.0 / min(mine)
+        return out
+    rtt = recorder.latency()
+    for n in nodes:
+        mine = sorted(v for (a, b), v in rtt.items() if a != b and n in (a, b))
+        if mine:
+            out[n] = mine[len(mine) // 2]
+    return out
+
+
+def decide(recorder: Any, nodes: list[str], world_multiple: int = 1) -> Healthy:
+    return judge_healthy.healthy(nodes, problems(recorder.outcomes.values()),
+                                 world_multiple=world_multiple,
+                                 slowness=slowness(recorder, nodes))
+
+
+def write(path: Path, result: Healthy, slots: Mapping[str, int]) -> None:
+    lines = [f"{n} slots={slots.get(n, 1)}" for n in result.kept]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text("".join(line + "\n" for line in lines))
+    tmp.replace(path)
+
+
+def _shown(path: Path, cwd: Path) -> str:
+    try:
+        return str(path.relative_to(cwd))
+    except ValueError:
+        return str(path)
+
+
+def launch_lines(result: Healthy, path: Path, cwd: Path, hostfile: str | None) -> list[str]:
+    """What the summary says of the healthy file, ending with the launch line."""
+    if not result.changed:
+        return []
+    if not result.kept:
+        return ["Launch now: no node can be launched on (see the causes above)."]
+    lines = [f"Launch now on {len(result.kept)} of {len(result.kept) + len(result.excluded)} "
+             f"nodes ({_shown(path, cwd)}; rank 0: {result.rank0}); excluded:"]
+    for node, why in result.excluded.items():
+        lines.append(f"  {node}: {'; '.join(why) or 'excluded'}")
+    if result.trimmed:
+        lines.append(f"  ({', '.join(result.trimmed)} dropped only to keep a multiple of "
+                     f"--world-multiple)")
+    if result.rank0_moved_from:
+        rerun = ", ".join(t.name for t in judge_healthy.RANK0_ONLY)
+        lines.append(f"Rank 0 moves from {result.rank0_moved_from} to {result.rank0}: its own "
+                     f"checks ({rerun}) ran for {result.rank0_moved_from}; rerun them with the new "
+                     f"file before launching: pytest --hostfile {_shown(path, cwd)} -k "
+                     f"\"{' or '.join(t.name for t in judge_healthy.RANK0_ONLY)}\"")
+    excl = "@".join(result.excluded)
+    mine = f" --hostfile {shlex.quote(hostfile)}" if hostfile else ""
+    lines.append(f"or keep your hostfile: deepspeed{mine} --exclude {shlex.quote(excl)} ...")
+    lines.append(f"deepspeed --hostfile {shlex.quote(_shown(path, cwd))} ...")
+    return lines
+
+
+def to_json(result: Healthy, path: Path | None) -> dict[str, Any]:
+    return {"file": str(path) if path is not None and result.changed else None,
+            "rank0": result.rank0, "rank0_moved_from": result.rank0_moved_from,
+            "kept": result.kept,
+            "excluded": [{"node": n, "causes": why} for n, why in result.excluded.items()],
+            "trimmed_for_world_multiple": result.trimmed,
+            "rerun_with_new_rank0": [t.name for t in judge_healthy.RANK0_ONLY]
+            if result.rank0_moved_from else []}
+
+
+__all__ = ["FILE_NAME", "Healthy", "decide", "launch_lines", "problems", "to_json", "write"]
