@@ -26,6 +26,7 @@ from typing import Any
 
 import pytest
 
+from cluster_tests.core import outcome
 from cluster_tests.core import testids as ids
 from cluster_tests.core.cluster import Cluster
 from cluster_tests.core.memokey import MemoKey
@@ -186,8 +187,13 @@ def test_allreduce_pair(pair_runs: dict, node_pair: tuple[str, str], cluster: Cl
     a, b = node_pair
     run = pair_runs["runs"].get(node_pair)
     if isinstance(run, R.NodeDown):
+        cluster.require(run.node)
         pytest.fail(str(run), pytrace=False)
     if isinstance(run, R.PortsBlocked):
+        if run.pairs:
+            src, dst = run.pairs[0]
+            outcome.block(ids.HIGH_PORTS.of(src, dst),
+                          f"{dst} takes no connection from {src} on high ports")
         pytest.fail(f"{C.pair_id(node_pair)}: {run}", pytrace=False)
     if isinstance(run, BaseException):
         pytest.fail(f"{C.pair_id(node_pair)}: could not run: {run}", pytrace=False)

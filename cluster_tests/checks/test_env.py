@@ -6,18 +6,21 @@ importing what the launch imports, and (E6) the temporary directory the ranks' t
 
 from __future__ import annotations
 
+import contextlib
 import warnings
 from typing import Any
 
 import pytest
 
-from cluster_tests.core import nodetable
+from cluster_tests.core import nodetable, outcome
+from cluster_tests.core import pairs as pairs_mod
+from cluster_tests.core import testids as ids
 from cluster_tests.core.cluster import Cluster, NodeProbe, ProbeError
 from cluster_tests.core.nodetable import NodeColumn
 from cluster_tests.core.settings import Settings
 from cluster_tests.judge import env as ec
 from cluster_tests.judge import parsers, rdma
-from cluster_tests.measure import accel, envfacts, rehearsal
+from cluster_tests.measure import accel, envfacts, rehearsal, sshpairs
 from cluster_tests.measure.envfacts import SCRIPT
 
 pytestmark = pytest.mark.env
@@ -245,10 +248,27 @@ def test_launch_rehearsal(cluster: Cluster, node: str, record_property) -> None:
         if s.get("step") == "import deepspeed.launcher.launch":
             record_property("import_seconds", s.get("seconds"))
     if leg.kind == "skip":
+        _block_leg(cluster, r.site, node, leg)
         pytest.skip(leg.text)
     if leg.kind == "fail":
         pytest.fail(leg.text + (f"\n  each node ran: {r.line}" if r.line else "")
                     + (f"\n  fix: {leg.fix}" if leg.fix else ""), pytrace=False)
+
+
+def _block_leg(cluster: Cluster, site: str, node: str, leg) -> None:
+    """A rehearsal leg skipped for another red's cause: blocked by the red that holds it (the
+    node's own login, S4 from rank 0, S5's pdsh leg), traced to its root."""
+    if not leg.root:
+        return
+    if leg.root == ids.PDSH.of(site, node):
+        cluster.require(node)
+        if site in pairs_mod.collected_sources(cluster, ids.SSH_TRUST.name):
+            with contextlib.suppress(ProbeError):
+                res = sshpairs.pairs_from(cluster, site).get(node)
+                if res and res["rc"] != 0:
+                    outcome.block(ids.SSH_TRUST.of(site, node),
+                                  f"{site} cannot ssh to {node} as pdsh does")
+    outcome.block(leg.root, leg.text.split(": see ")[0])
 
 
 def test_tmpdir(cluster: Cluster, node: str, record_property) -> None:

@@ -10,6 +10,7 @@ from cluster_tests.core import outcome
 from cluster_tests.core import testids as ids
 from cluster_tests.core.cluster import Cluster
 from cluster_tests.judge.netfacts import all_ips, is_ip, is_loopback, parse_interfaces
+from cluster_tests.judge.problem import Problem
 from cluster_tests.report import fixes as fx
 
 pytestmark = pytest.mark.names
@@ -29,27 +30,30 @@ def test_resolves(cluster: Cluster, pair: tuple[str, str]) -> None:
     addr = cluster.pool.targets[b].hostname
     if not res["addrs"]:
         hint = f"'{addr} {b}'" if is_ip(addr) else f"'<address of {b}> {b}'"
-        if is_ip(addr):
-            outcome.offer(fx.hosts_fix(cluster, a, b, addr))
-        pytest.fail(f"{a} cannot resolve {b}: {res['error']}\n  fix, on {a}: add {hint} to /etc/hosts "
-                    f"(or a DNS record)", pytrace=False)
+        outcome.fail(Problem(
+            (a, b), "name not resolved", f"{a} cannot resolve {b}: {res['error']}",
+            fix=f"on {a}: add {hint} to /etc/hosts (or a DNS record)",
+            fixes=(fx.hosts_fix(cluster, a, b, addr),) if is_ip(addr) else (), item="N1"))
     facts_b = cluster.base_or_none(b)
     if facts_b is None:
+        cluster.require(b)
         pytest.skip(f"{a} resolves {b} to {', '.join(res['addrs'])}; whether that is {b}'s address "
-                    f"is not known: {b} cannot be probed (see {ids.LOGIN.of(b)})")
+                    f"is not known: {b} cannot be probed")
     own = all_ips(parse_interfaces(facts_b["ip_link"], facts_b["ip_addr"]))
     # a node reaching itself by a loopback address is N3's question, not N1's
     wrong = [x for x in res["addrs"] if x not in own and not (a == b and is_loopback(x))
              or a != b and is_loopback(x)]
     if wrong:
         right = sorted(x for x in own if not is_loopback(x))
-        if right:
-            outcome.offer(fx.hosts_fix(cluster, a, b, right[0], res["addrs"]))
-        pytest.fail(
+        outcome.fail(Problem(
+            (a, b), "resolves to another machine",
             f"{a} resolves {b} to {', '.join(res['addrs'])}; {', '.join(wrong)} is not an address "
             f"of {b} (which has {', '.join(right) or 'no other address'}): {a}'s ranks and ssh "
-            f"would go elsewhere.\n  fix, on {a}: make the /etc/hosts line read "
-            f"'{right[0] if right else '<its address>'} {b}' (or fix the DNS record)", pytrace=False)
+            f"would go elsewhere",
+            fix=f"on {a}: make the /etc/hosts line read '{right[0] if right else '<its address>'} "
+                f"{b}' (or fix the DNS record)",
+            fixes=(fx.hosts_fix(cluster, a, b, right[0], res["addrs"]),) if right else (),
+            item="N1"))
 
 
 def test_name_consistent(cluster: Cluster, node: str) -> None:
@@ -76,6 +80,10 @@ def test_name_consistent(cluster: Cluster, node: str) -> None:
     checked = _checked_sources(cluster)
     elsewhere = sorted(v for v in wrong if v in checked.get(node, ()))
     if wrong and len(elsewhere) == len(wrong):
+        outcome.block(ids.RESOLVES.of(elsewhere[0], node),
+                      f"{', '.join(elsewhere)} resolve(s) {node} elsewhere"
+                      + (f" (also {', '.join(ids.RESOLVES.of(v, node) for v in elsewhere[1:])})"
+                         if len(elsewhere) > 1 else ""))
         pytest.skip(f"{', '.join(elsewhere)} resolve(s) {node} elsewhere: see "
                     + ", ".join(ids.RESOLVES.of(v, node) for v in elsewhere))
     if wrong or len(distinct) > 1:

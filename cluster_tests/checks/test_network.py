@@ -9,7 +9,7 @@ from collections import Counter
 
 import pytest
 
-from cluster_tests.core import nodetable
+from cluster_tests.core import nodetable, outcome
 from cluster_tests.core import testids as ids
 from cluster_tests.core.cluster import Cluster, NodeProbe, ProbeError
 from cluster_tests.core.nodetable import NodeColumn
@@ -18,6 +18,7 @@ from cluster_tests.judge import network as nc
 from cluster_tests.judge.netfacts import route_device
 from cluster_tests.measure import ifaces as mi
 from cluster_tests.measure import ports
+from cluster_tests.report import fixes as fx
 
 pytestmark = pytest.mark.network
 
@@ -46,6 +47,10 @@ def _slice(cluster: Cluster, a: str, b: str) -> dict:
     """The port-matrix entry a -> b; fails briefly when a or b could not take part."""
     cluster.require(a)
     cluster.require(b)
+    wrong = fx.misresolved(cluster, a, b)
+    if wrong is not None:
+        outcome.block(ids.RESOLVES.of(a, b), f"{a} resolves {b} to {', '.join(wrong[0])}, "
+                                             f"another machine")
     m = ports.port_matrix(cluster)
     for node, errors, what in ((b, m.listen_errors, "open listeners"), (a, m.connect_errors, "run connections")):
         if node in errors:

@@ -17,9 +17,11 @@ from pathlib import Path
 
 import pytest
 
+from cluster_tests.core import outcome
 from cluster_tests.core import testids as ids
 from cluster_tests.core.cluster import Cluster
 from cluster_tests.judge import hostfile as hf
+from cluster_tests.judge import sshfail
 from cluster_tests.measure import training as trr
 
 pytestmark = pytest.mark.training
@@ -93,10 +95,13 @@ def test_train_multi_node(cluster: Cluster, training: trr.TrainingRuns, record_p
     for n in active:
         err = cluster.login_error(n)
         if err is not None:
+            outcome.block(ids.LOGIN.of(n), sshfail.node_state(n, err.cause))
             failed.append(f"{n} (unreachable: {err.cause.value}; see {ids.LOGIN.of(n)})")
             continue
         t1 = training.single_node(n)
         if not t1.ok:
+            outcome.block(ids.TRAIN_SINGLE_NODE.of(n), f"{n} cannot train alone "
+                                                        f"({trr.short_cause(t1)})")
             failed.append(f"{n} ({trr.short_cause(t1)}; see {ids.TRAIN_SINGLE_NODE.of(n)})")
     if failed:
         pytest.skip(

@@ -59,15 +59,22 @@ def fail(problem: Problem) -> NoReturn:
     pytest.fail(problem.text(), pytrace=False)
 
 
+class Blocked(pytest.skip.Exception):  # type: ignore[name-defined]
+    """The skip of a blocked check: it carries the blocking red's id, so that the property is
+    put on whichever check it reaches (a session-wide measurement re-raises it to each)."""
+
+    def __init__(self, root: str, why: str) -> None:
+        super().__init__(f"blocked by {root}: {why}", _use_item_location=True)
+        self.root = root
+
+
 def block(root: str, why: str) -> None:
     """Skip the calling check as blocked by the red `root` (a test id) when `root` runs in this
     session; return (the caller then fails with its own text) when it does not."""
     item = _ITEM.get()
     if item is None or root == item.name or not selected(root):
         return
-    if (BLOCKED_BY, root) not in item.user_properties:
-        item.user_properties.append((BLOCKED_BY, root))
-    pytest.skip(f"blocked by {root}: {why}")
+    raise Blocked(root, why)
 
 
 def offer(*fixes: Fix) -> None:
@@ -138,17 +145,25 @@ class Outcomes:
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo):
         report = yield
+        exc = call.excinfo.value if call.excinfo is not None else None
+        if report.skipped and isinstance(exc, Blocked):
+            for props in (report.user_properties, item.user_properties):
+                if (BLOCKED_BY, exc.root) not in props:
+                    props.append((BLOCKED_BY, exc.root))
         if report.when == "teardown" or not report.failed:
             return report
         params = getattr(getattr(item, "callspec", None), "params", {})
         problem = item.stash.get(PROBLEM_KEY, None)
-        offered = list(item.stash.get(FIXES_KEY, []))
+        stashed: list[Fix] | None = item.stash.get(FIXES_KEY, None)
+        offered: list[Fix] = list(stashed or [])
         if problem is None:
             text = _clean(report.longreprtext)
             headline = next((ln.strip() for ln in text.splitlines() if ln.strip()), item.name)
-            problem = Problem(nodes=_where(params), cause=getattr(item, "originalname", item.name),
-                              message=text, fix=_fix_words(text), check=item.name,
-                              facts={"headline": headline})
+            where = _where(params)
+            # the cause in words: the headline, without the "a -> b: " the id says already
+            cause = re.sub(r"^\S+ -> \S+?( \([^)]*\))?: |^\S+: ", "", headline)[:120]
+            problem = Problem(nodes=where, cause=cause, message=text, fix=_fix_words(text),
+                              check=item.name, facts={"headline": headline})
         cluster = getattr(item, "funcargs", {}).get("cluster")
         if cluster is not None:
             for derive in self.derive:

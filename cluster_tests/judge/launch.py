@@ -233,6 +233,8 @@ class Leg:
     text: str = ""
     fix: str = ""
     data: dict | None = None
+    #: a skip whose cause is another red's: that red's test id (the check is blocked by it)
+    root: str = ""
 
 
 def rehearsal_data(out: HostOutput) -> dict | None:
@@ -299,7 +301,7 @@ def judge_leg(node: str, out: HostOutput, *, site: str, python: str, launch_dir:
         ssh_said = any(_SSH_FAILURE.search(ln) for ln in out.lines)
         if out.exit_code == 255 and (ssh_said or not out.lines):
             return Leg("skip", f"{site} cannot reach {node} through pdsh's ssh: see "
-                       f"{ids.PDSH.of(site, node)}")
+                       f"{ids.PDSH.of(site, node)}", root=ids.PDSH.of(site, node))
         text = "\n".join(out.lines)
         if (out.exit_code == 127 or f"{python}: No such file or directory" in text
                 or f"{python}: not found" in text):

@@ -40,6 +40,7 @@ from typing import Any
 
 import pytest
 
+from cluster_tests.core import outcome
 from cluster_tests.core import pairs as pairs_mod
 from cluster_tests.core import testids as ids
 from cluster_tests.core.cluster import Cluster, remote_script
@@ -386,6 +387,9 @@ def run_cluster(cluster: Cluster) -> RemoteRun:
         cluster.require(node)
     why = blocked_by_f3(cluster, cluster.names)
     if why:
+        root = f3_blocked_pairs(cluster, cluster.names)[0]
+        outcome.block(ids.HIGH_PORTS.of(*root), f"{root[1]} takes no connection from {root[0]} "
+                                                 f"on high ports: an all-reduce could only hang")
         pytest.fail(f"all-reduce over every rank of {', '.join(cluster.names)}: {why}",
                     pytrace=False)
     layout = launch_layout(cluster)
@@ -433,7 +437,7 @@ def run_pairs(cluster: Cluster) -> dict[tuple[str, str], RemoteRun | BaseExcepti
                     raise NodeDown(node)
             why = blocked_by_f3(cluster, [a, b])
             if why:
-                raise PortsBlocked(why)
+                raise PortsBlocked(why, f3_blocked_pairs(cluster, [a, b]))
             master, other = pair_master(cluster.names, a, b)
             ids = {n: slots.get(n) or [0] for n in (master, other)}
             ranks = C.assign_ranks([(master, len(ids[master])), (other, len(ids[other]))])
@@ -454,15 +458,17 @@ class PortsBlocked(Exception):
     another on any tested port: an all-reduce between them can only wait out its rendezvous
     deadline (once for C1, and once per C2 round: up to N-1 rounds for one firewalled node)."""
 
+    def __init__(self, why: str, pairs: Sequence[tuple[str, str]] = ()) -> None:
+        super().__init__(why)
+        self.pairs = list(pairs)
+
 
 def blocked_by_f3(cluster: Cluster, nodes: Sequence[str]) -> str | None:
     """Why an all-reduce over `nodes` is not worth running, when this session's port matrix (if
     F3 ran) shows an ordered pair of them blocked on every tested port; else None."""
     matrix = cluster.cached(PORT_MATRIX)
-    if matrix is None:
-        return None
-    blocked = [(a, b) for a in nodes for b in nodes if a != b and nc.blocked(matrix.entry(a, b))]
-    if not blocked:
+    blocked = f3_blocked_pairs(cluster, nodes)
+    if matrix is None or not blocked:
         return None
     shown = "; ".join(
         f"{dst} takes no connection from {src} ("
@@ -472,6 +478,15 @@ def blocked_by_f3(cluster: Cluster, nodes: Sequence[str]) -> str | None:
     return (f"not run: the network checks found that {shown}{more}: an all-reduce could only "
             f"wait out its rendezvous deadline (--collective-connect-timeout).\n  fix: open the "
             f"ports (see those tests' fixes), then rerun `-m collective`")
+
+
+def f3_blocked_pairs(cluster: Cluster, nodes: Sequence[str]) -> list[tuple[str, str]]:
+    """The ordered pairs of `nodes` that this session's port matrix (if F3 ran) shows blocked
+    on every tested port."""
+    matrix = cluster.cached(PORT_MATRIX)
+    if matrix is None:
+        return []
+    return [(a, b) for a in nodes for b in nodes if a != b and nc.blocked(matrix.entry(a, b))]
 
 
 class NodeDown(Exception):

@@ -49,7 +49,7 @@ class Rehearsal:
     line: str = ""  # what each node's shell ran (the check's code abbreviated)
     #: the launch cannot even start: (kind, text) where kind is "fail" (on the rank-0 node, the
     #: others skip citing it) or "skip" (every node skips: the cause is another test's)
-    site_problem: tuple[str, str] | None = None
+    site_problem: tuple[str, str, str] | None = None
     legs: dict[str, le.Leg] = field(default_factory=dict)
     seconds: float = 0.0
     deepspeed_version: str | None = None
@@ -57,12 +57,13 @@ class Rehearsal:
     def leg(self, node: str) -> le.Leg:
         site_id = ids.LAUNCH_REHEARSAL.of(self.site)
         if self.site_problem is not None:
-            kind, text = self.site_problem
+            kind, text, root = self.site_problem
             if kind == "skip":
-                return le.Leg("skip", text)
+                return le.Leg("skip", text, root=root)
             if node == self.site:
                 return le.Leg("fail", text)
-            return le.Leg("skip", f"the launch cannot start on {self.site}: see {site_id}")
+            return le.Leg("skip", f"the launch cannot start on {self.site}: see {site_id}",
+                          root=site_id)
         if node not in self.legs:
             return le.Leg("skip", f"{node} is not in the launch (--launch-include/--launch-exclude)")
         return self.legs[node]
@@ -97,7 +98,8 @@ def _rehearse(cluster: Cluster) -> Rehearsal:
     err = cluster.login_error(site)
     if err is not None:
         r.site_problem = ("skip", f"{site} (rank 0, where deepspeed starts) unreachable "
-                                  f"({err.cause.value}): see {ids.LOGIN.of(site)}")
+                                  f"({err.cause.value}): see {ids.LOGIN.of(site)}",
+                          ids.LOGIN.of(site))
         return r
     timeout = cluster.settings.timeout_command
     try:
@@ -106,7 +108,7 @@ def _rehearse(cluster: Cluster) -> Rehearsal:
                              import_timeout=max(60.0, timeout),
                              timeout=max(60.0, timeout) + 30)
     except ProbeError as exc:
-        r.site_problem = ("fail", str(exc))
+        r.site_problem = ("fail", str(exc), "")
         return r
     r.launch_dir = plan["launch_dir"]
     problem = _site_problem(site, plan)
@@ -130,7 +132,7 @@ def _rehearse(cluster: Cluster) -> Rehearsal:
     except le.EnvFileCrash as exc:
         r.site_problem = ("fail", f"{site}: `deepspeed --hostfile` would stop on {site} before "
                                   f"starting any rank: {exc}\n  fix, on {site}: delete that line or "
-                                  f"write NAME=value (see {ids.DEEPSPEED_ENV.of(site)})")
+                                  f"write NAME=value (see {ids.DEEPSPEED_ENV.of(site)})", "")
         return r
     bad = le.export_problems(r.exports)
     if bad:
@@ -138,7 +140,7 @@ def _rehearse(cluster: Cluster) -> Rehearsal:
                                   f"{site}'s environment and .deepspeed_env) break every node's "
                                   f"shell:\n  - " + "\n  - ".join(bad)
                                   + f"\n  fix, on {site}: correct those lines of .deepspeed_env "
-                                  f"(see {ids.DEEPSPEED_ENV.of(site)})")
+                                  f"(see {ids.DEEPSPEED_ENV.of(site)})", "")
         return r
     r.hosts = launch_hosts(cluster)
     words = le.remote_words(r.exports, r.launch_dir, r.python, ["-u", "-c", _code_word()])
@@ -162,28 +164,30 @@ def _rehearse(cluster: Cluster) -> Rehearsal:
     return r
 
 
-def _site_problem(site: str, plan: dict[str, Any]) -> tuple[str, str] | None:
+def _site_problem(site: str, plan: dict[str, Any]) -> tuple[str, str, str] | None:
     where = f"{site} (rank 0, where `deepspeed --hostfile` starts)"
     if not plan.get("deepspeed"):
         return ("skip", f"{where} has no `deepspeed` on the PATH of a non-interactive shell "
-                        f"({plan.get('path')}): see {ids.REQUIRED_ENV.of(site)}")
+                        f"({plan.get('path')}): see {ids.REQUIRED_ENV.of(site)}",
+                ids.REQUIRED_ENV.of(site))
     if not plan.get("pdsh"):
-        return ("skip", f"{where} has no pdsh: see {ids.PDSH_INSTALLED.of(site)}")
+        return ("skip", f"{where} has no pdsh: see {ids.PDSH_INSTALLED.of(site)}",
+                ids.PDSH_INSTALLED.of(site))
     if not plan.get("launch_dir_ok"):
         return ("fail", f"{where}: the launch directory {plan['launch_dir']} does not exist there."
                         f"\n  fix: create it, or pass the directory you start deepspeed in as "
-                        f"--launch-dir")
+                        f"--launch-dir", "")
     if not plan.get("interpreter"):
         return ("fail", f"{where}: cannot tell which interpreter {plan['deepspeed']} runs (its "
                         f"first line: {plan.get('shebang')!r}).\n  fix, on {site}: reinstall "
-                        f"deepspeed (pip install --force-reinstall deepspeed)")
+                        f"deepspeed (pip install --force-reinstall deepspeed)", "")
     if plan.get("facts_error") or "facts" not in plan:
         return ("fail", f"{where}: {plan.get('interpreter')} (the interpreter of "
                         f"{plan['deepspeed']}) cannot run DeepSpeed's launcher in "
                         f"{plan['launch_dir']}:\n    "
                         + str(plan.get("facts_error")).replace("\n", "\n    ")
                         + f"\n  fix, on {site}: repair that environment (pip install deepspeed "
-                        f"with {plan.get('interpreter')})")
+                        f"with {plan.get('interpreter')})", "")
     facts = plan["facts"]
     if facts.get("error"):
         return ("fail", f"{where}: DeepSpeed's launcher does not import with "
@@ -191,5 +195,5 @@ def _site_problem(site: str, plan: dict[str, Any]) -> tuple[str, str] | None:
                         + facts["error"].strip().splitlines()[-1]
                         + f"\n  fix, on {site}: repair that environment ({facts.get('executable')} "
                         f"-m pip install deepspeed), or remove what shadows it in "
-                        f"{plan['launch_dir']}")
+                        f"{plan['launch_dir']}", "")
     return None
