@@ -191,9 +191,7 @@ def test_allreduce_pair(pair_runs: dict, node_pair: tuple[str, str], cluster: Cl
         pytest.fail(str(run), pytrace=False)
     if isinstance(run, R.PortsBlocked):
         if run.pairs:
-            src, dst = run.pairs[0]
-            outcome.block(ids.HIGH_PORTS.of(src, dst),
-                          f"{dst} takes no connection from {src} on high ports")
+            outcome.block(*R.ports_root(cluster, run.pairs[0]))
         pytest.fail(f"{C.pair_id(node_pair)}: {run}", pytrace=False)
     if isinstance(run, BaseException):
         pytest.fail(f"{C.pair_id(node_pair)}: could not run: {run}", pytrace=False)

@@ -16,6 +16,7 @@ from cluster_tests.core.nodetable import NodeColumn
 from cluster_tests.core.settings import Settings
 from cluster_tests.judge import network as nc
 from cluster_tests.judge.netfacts import route_device
+from cluster_tests.judge.problem import Problem
 from cluster_tests.measure import ifaces as mi
 from cluster_tests.measure import ports
 from cluster_tests.report import fixes as fx
@@ -86,6 +87,7 @@ def test_reachable(cluster: Cluster, pair: tuple[str, str], record_property) -> 
                 f"(see {ids.HIGH_PORTS.of(a, b)})"), stacklevel=1)
             return
         m = ports.port_matrix(cluster)
+        _block_by_firewall(cluster, a, b)
         if nc.source_at_fault(m, a, b):
             pytest.fail(_source_fault(cluster, m, a, b, entry["addr"], f"{b}'s high ports nor from its sshd"),
                         pytrace=False)
@@ -124,6 +126,7 @@ def test_high_ports(cluster: Cluster, pair: tuple[str, str], record_property) ->
     pattern = (f"  every node that tried fails into {b} ({', '.join(others)}): {b}'s INPUT is the filter"
                if len(others) > 1 else "")
     addr = entry["addr"]
+    _block_by_firewall(cluster, a, b)
     if nc.source_at_fault(m, a, b):
         pytest.fail(_source_fault(cluster, m, a, b, addr, f"{b}'s high ports " + ", ".join(map(str, bad))),
                     pytrace=False)
@@ -174,6 +177,7 @@ def test_master_port(cluster: Cluster, rendezvous_leg: tuple[str, str]) -> None:
     res = entry.get("master") or {"status": "not tried"}
     if res["status"] == "ok":
         return
+    _block_by_firewall(cluster, node, rank0)
     if nc.source_at_fault(m, node, rank0):
         pytest.fail(_source_fault(cluster, m, node, rank0, entry["addr"], f"the rendezvous port {port} on {rank0}"),
                     pytrace=False)
@@ -192,24 +196,16 @@ def test_master_port(cluster: Cluster, rendezvous_leg: tuple[str, str]) -> None:
 
 
 def _drop_rules(cluster: Cluster, node: str) -> list[str] | None:
-    """DROP/REJECT rules in node's INPUT (iptables and nft); None when they cannot be read."""
-    try:
-        fw = cluster.probe(node, "firewall", script=ports.SCRIPT)
-    except ProbeError:
-        return None
-    found: list[str] = []
-    readable = False
-    ipt = fw.get("iptables")
-    if ipt and ipt["rc"] == 0:
-        readable = True
-        found += [f"iptables: {r}" for r in nc.iptables_input_drops(ipt["out"])]
-    nft = fw.get("nft")
-    if nft and nft["rc"] == 0:
-        readable = True
-        found += [f"nft: {r}" for r in nc.nft_input_drops(nft["out"])]
-    if not readable and (ipt or nft):
-        return None
-    return found
+    return ports.drop_rules(cluster, node)
+
+
+def _block_by_firewall(cluster: Cluster, a: str, b: str) -> None:
+    """a -> b fails because of a node's own firewall rules: blocked by that node's F4 red
+    (test_firewall_rules[node] names the rules and every pair they break)."""
+    node = ports.firewall_root(cluster, a, b)
+    if node is not None:
+        outcome.block(ids.FIREWALL_RULES.of(node), f"{node}'s own firewall (INPUT) drops "
+                                                   f"{a} -> {b}")
 
 
 def test_firewall_rules(cluster: Cluster, node: str, record_property) -> None:
@@ -240,12 +236,18 @@ def test_firewall_rules(cluster: Cluster, node: str, record_property) -> None:
                  if node in row and (row[node].get("master") or {}).get("status") not in (None, "ok")]
     listing = "\n    ".join(rules[:20])
     if hurt:
-        pytest.fail(
-            f"{node}: its firewall drops what the launch needs:\n    " + "\n    ".join(hurt)
-            + f"\n  the DROP/REJECT rules in its INPUT:\n    {listing}\n"
-            f"  fix, on {node}: delete the rule (iptables -D INPUT <rule spec>) or accept the "
-            f"cluster's nodes before it (iptables -I INPUT -s <cluster subnet> -j ACCEPT)",
-            pytrace=False)
+        broken = ports.firewall_pairs(cluster, node)
+        outbound = [f"{a} -> {b}: the replies to {node}'s own connections" for a, b in broken
+                    if a == node]
+        outcome.fail(Problem(
+            (node,), "firewall drops the launch's ports",
+            f"{node}: its firewall drops what the launch needs:\n    "
+            + "\n    ".join(hurt + outbound)
+            + f"\n  the DROP/REJECT rules in its INPUT:\n    {listing}",
+            fix=f"on {node}: delete the rule (iptables -D INPUT <rule spec>) or accept the "
+                f"cluster's nodes before it (iptables -I INPUT -s <cluster subnet> -j ACCEPT); a "
+                f"firewall policy is a person's decision",
+            item="F4", launch="pair", pairs=tuple(broken or nc.hurt_into(m, node))))
     warnings.warn(NetworkWarning(
         f"{node}: DROP/REJECT rules in INPUT, which do not hit the ports tested today "
         f"(a launch on other ports might):\n    {listing}"), stacklevel=1)

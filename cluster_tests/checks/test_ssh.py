@@ -16,7 +16,7 @@ from cluster_tests.judge import launch as launchenv
 from cluster_tests.judge import ssh as sshcheck
 from cluster_tests.judge import sshfail
 from cluster_tests.judge.problem import Problem
-from cluster_tests.measure import sshpairs
+from cluster_tests.measure import ports, sshpairs
 from cluster_tests.report import fixes as fx
 
 pytestmark = pytest.mark.ssh
@@ -109,6 +109,14 @@ def _block_by_root(cluster: Cluster, a: str, b: str, cause: sshfail.Cause) -> No
     err = cluster.login_error(b)
     if err is not None and sshfail.same_node_cause(err.cause, cause):
         outcome.block(ids.LOGIN.of(b), sshfail.node_state(b, err.cause))
+    if err is None and cause in sshfail.NODE_DOWN and any(
+            outcome.selected(ids.FIREWALL_RULES.of(n)) for n in (a, b)):
+        # b answers the launcher but not a: a node's own firewall? (the port matrix says)
+        ports.port_matrix(cluster)
+        node = ports.firewall_root(cluster, a, b)
+        if node is not None:
+            outcome.block(ids.FIREWALL_RULES.of(node), f"{node}'s own firewall (INPUT) drops "
+                                                       f"{a} -> {b}")
     wrong = fx.misresolved(cluster, a, b) if cause != sshfail.Cause.DNS else None
     if wrong is not None:
         outcome.block(ids.RESOLVES.of(a, b), f"{a} resolves {b} to {', '.join(wrong[0])}, "
@@ -184,8 +192,9 @@ def test_pdsh(cluster: Cluster, pdsh_leg: tuple[str, str]) -> None:
     if site != LAUNCHER:
         trust = _trust_result(cluster, site, target)
         if trust is not None and trust["rc"] != 0:
-            outcome.block(ids.SSH_TRUST.of(site, target),
-                          f"{site} -> {target}: {sshfail.classify(trust['err'], trust['rc']).value}")
+            said = sshfail.classify(trust["err"], trust["rc"])
+            _block_by_root(cluster, site, target, said)  # S4's own root, where it has one
+            outcome.block(ids.SSH_TRUST.of(site, target), f"{site} -> {target}: {said.value}")
     see = ids.LOGIN.of(target) if site == LAUNCHER else ids.SSH_TRUST.of(site, target)
     outcome.fail(Problem(
         (site, target), cause.value,

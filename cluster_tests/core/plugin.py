@@ -228,7 +228,6 @@ class _SummaryPlugin:
             # else (the xdist controller) the table comes from the recorded properties, here
             extra += self.recorder.render_bandwidth()
         lines = self.recorder.summary_lines(node_facts(config), extra=extra)
-        launch = config.stash.get(LAUNCH_LINES_KEY, [])
         if lines:
             terminalreporter.section("cluster summary")
             for line in lines:
@@ -246,8 +245,7 @@ class _SummaryPlugin:
                 pass
             manual = f" ({script[2]} of its {script[1] + script[2]} blocks need a person)" if script[2] else ""
             terminalreporter.line(f"review and run {shown}{manual}, then pytest --lf")
-        for line in launch:  # the last line is the launch
-            terminalreporter.line(line)
+
 
 
 class _XdistPlugin:
@@ -584,6 +582,17 @@ def cluster_host(cluster: Cluster, node: str):
 
     cluster.require(node)
     return host_for(cluster, node)
+
+
+@pytest.hookimpl(specname="pytest_terminal_summary", trylast=True)
+def pytest_terminal_summary_launch(terminalreporter, config: pytest.Config) -> None:
+    """The summary's last lines, after every other part: the nodes to launch on now
+    (hostfile.healthy) and the launch line."""
+    lines = config.stash.get(LAUNCH_LINES_KEY, [])
+    if lines:
+        terminalreporter.write_sep("=", "launch now")
+        for line in lines:
+            terminalreporter.write_line(line)
 
 
 @pytest.hookimpl(specname="pytest_terminal_summary")

@@ -112,6 +112,8 @@ def healthy(nodes: Sequence[str], problems: Iterable[Problem], *, world_multiple
     not_rank0: set[str] = set()
     for p in problems:
         kind = needs(p)
+        if p.pairs:
+            continue  # its pairs are edges below
         if kind == "node" and p.nodes:
             for n in p.nodes:
                 if n != LAUNCHER:
@@ -138,6 +140,10 @@ def healthy(nodes: Sequence[str], problems: Iterable[Problem], *, world_multiple
     edges: list[tuple[str, str]] = []
     edge_problems: dict[tuple[str, str], list[Problem]] = {}
     for p in problems:
+        for a, b in p.pairs:  # a node's cause that breaks pairs (its firewall)
+            if a != b and LAUNCHER not in (a, b):
+                edges.append((a, b))
+                edge_problems.setdefault((a, b), []).append(p)
         if len(p.nodes) != 2 or p.nodes[0] == p.nodes[1] or LAUNCHER in p.nodes:
             continue
         a, b = p.nodes

@@ -230,3 +230,45 @@ def describe_interfaces(ifaces: dict[str, Interface]) -> str:
         f"{i.name} ({'up' if i.up else i.state.lower()}, mtu {i.mtu}, "
         f"{' '.join(i.addrs) or 'no address'})" for i in ifaces.values()
     ) or "none"
+
+
+def hurt_into(m: PortMatrix, node: str) -> list[tuple[str, str]]:
+    """The pairs (a, node) whose connections into `node` failed on a high port or, where the
+    master port is free on `node`, on the master port (what F4 calls the launch's traffic)."""
+    out = [(a, node) for a, row in m.results.items() if node in row and failed_ports(row[node])]
+    master = (m.listeners.get(node) or {}).get("master") or {}
+    if master.get("free"):
+        out += [(a, node) for a, row in m.results.items() if node in row
+                and (row[node].get("master") or {}).get("status") not in (None, "ok")
+                and (a, node) not in out]
+    return sorted(out)
+
+
+def pair_failed(m: PortMatrix, a: str, b: str) -> bool:
+    entry = m.entry(a, b)
+    if not entry:
+        return False
+    return bool(failed_ports(entry) or (
+        (entry.get("master") or {}).get("status") not in (None, "ok")))
+
+
+def firewall_at_fault(m: PortMatrix, rules: dict[str, list[str] | None], a: str, b: str
+                      ) -> str | None:
+    """Whose own INPUT rules explain a -> b failing: b's, when it has DROP/REJECT rules and the
+    matrix shows connections into it failing (F4 red on b); else a's, when a has such rules and
+    is hurt itself, while b has none (a's INPUT drops the replies to its own connections); None
+    when neither (a firewall in between, routing: the pair's own red)."""
+    if rules.get(b) and hurt_into(m, b) and (a, b) in hurt_into(m, b):
+        return b
+    if rules.get(a) and hurt_into(m, a) and rules.get(b) == []:
+        return a
+    return None
+
+
+def firewall_pairs(m: PortMatrix, rules: dict[str, list[str] | None], node: str
+                   ) -> list[tuple[str, str]]:
+    """Every ordered pair whose failure `node`'s own INPUT rules explain (F4's red on `node`
+    breaks them all: hostfile.healthy drops one node of each)."""
+    nodes = list(m.results)
+    return sorted((a, b) for a in nodes for b in nodes if a != b and pair_failed(m, a, b)
+                  and firewall_at_fault(m, rules, a, b) == node)

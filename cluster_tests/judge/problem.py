@@ -61,6 +61,9 @@ class Problem:
     item: str = ""
     launch: str = ""
     check: str = ""
+    #: the ordered pairs the cause breaks, where it is a node's but hits pairs (a node's
+    #: firewall): hostfile.healthy drops one node of each
+    pairs: tuple[tuple[str, str], ...] = ()
     #: numbers or names a report may show beside it
     facts: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
 
@@ -104,6 +107,8 @@ class Problem:
                                        f.get("item", ""), f.get("note", ""))
                                    for f in d.get("fixes", ())),
                        item=d.get("item", ""), launch=str(d.get("launch", "")),
-                       check=d.get("check", ""), facts=dict(d.get("facts", {})))
+                       check=d.get("check", ""),
+                       pairs=tuple((str(a), str(b)) for a, b in d.get("pairs", ())),
+                       facts=dict(d.get("facts", {})))
         except (ValueError, KeyError, TypeError):
             return None

@@ -154,11 +154,15 @@ def refuses_all_keys(error: str) -> bool:
 
 def modes_problem(node: str, verdict: ModeVerdict) -> Problem:
     """S2: sshd (StrictModes) or ssh refuses the user's files on `node`."""
-    fix = Fix(node, "file modes that sshd (StrictModes) or ssh refuse",
+    words = "; ".join(dict.fromkeys(verdict.fixes))
+    fix = Fix(node, f"file modes that sshd (StrictModes) or ssh refuse: {words}",
               tuple(dict.fromkeys(verdict.commands)), "S2")
-    return Problem((node,), "file modes", f"{node}: " + f"\n{node}: ".join(verdict.errors),
-                   fix=f"on {node}: " + "; ".join(dict.fromkeys(verdict.fixes)),
-                   fixes=(fix,) if fix.commands else (), item="S2", launch="node")
+    # a key file of the node's own stops only its own ssh to others: it matters as rank 0
+    own_key_only = not any(refuses_all_keys(e) for e in verdict.errors)
+    return Problem((node,), verdict.errors[0].split(":")[0],
+                   f"{node}: " + f"\n{node}: ".join(verdict.errors),
+                   fix=f"on {node}: {words}", fixes=(fix,) if fix.commands else (), item="S2",
+                   launch="as-rank0" if own_key_only else "node")
 
 
 @dataclass(frozen=True)

@@ -83,10 +83,11 @@ def node_state(node: str, cause: Cause) -> str:
 
 def same_node_cause(login: Cause, leg: Cause) -> bool:
     """Whether a connection to a node that failed with `leg` fails for the reason the
-    launcher's login to it failed with `login` (the node is down; or it refuses keys, both
-    times): then the leg is blocked by the login's red, not a red of its own."""
+    launcher's login to it failed with `login` (the node is down; it refuses keys; its host key
+    changed, for everyone): then the leg is blocked by the login's red, not a red of its own."""
     return (login in NODE_DOWN and leg in NODE_DOWN) or (
-        login in NODE_REFUSES_KEYS and leg in NODE_REFUSES_KEYS)
+        login in NODE_REFUSES_KEYS and leg in NODE_REFUSES_KEYS) or (
+        login == leg == Cause.HOSTKEY_CHANGED)
 
 
 def classify(stderr: str, rc: int) -> Cause:

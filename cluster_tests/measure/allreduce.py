@@ -47,7 +47,7 @@ from cluster_tests.core.cluster import Cluster, remote_script
 from cluster_tests.core.transport import Feed, quote_argv
 from cluster_tests.judge import collective as C
 from cluster_tests.judge import network as nc
-from cluster_tests.measure.ports import PORT_MATRIX
+from cluster_tests.measure.ports import PORT_MATRIX, firewall_root
 
 #: Where the collective results live for the terminal summary (see plugin.py).
 RESULTS_KEY = pytest.StashKey[dict[str, Any]]()
@@ -387,9 +387,7 @@ def run_cluster(cluster: Cluster) -> RemoteRun:
         cluster.require(node)
     why = blocked_by_f3(cluster, cluster.names)
     if why:
-        root = f3_blocked_pairs(cluster, cluster.names)[0]
-        outcome.block(ids.HIGH_PORTS.of(*root), f"{root[1]} takes no connection from {root[0]} "
-                                                 f"on high ports: an all-reduce could only hang")
+        outcome.block(*ports_root(cluster, f3_blocked_pairs(cluster, cluster.names)[0]))
         pytest.fail(f"all-reduce over every rank of {', '.join(cluster.names)}: {why}",
                     pytrace=False)
     layout = launch_layout(cluster)
@@ -478,6 +476,17 @@ def blocked_by_f3(cluster: Cluster, nodes: Sequence[str]) -> str | None:
     return (f"not run: the network checks found that {shown}{more}: an all-reduce could only "
             f"wait out its rendezvous deadline (--collective-connect-timeout).\n  fix: open the "
             f"ports (see those tests' fixes), then rerun `-m collective`")
+
+
+def ports_root(cluster: Cluster, pair: tuple[str, str]) -> tuple[str, str]:
+    """(the red that holds a blocked pair's cause, why): the F4 red of the node whose own
+    firewall drops it, else the pair's F3 red."""
+    src, dst = pair
+    why = f"{dst} takes no connection from {src} on high ports: an all-reduce could only hang"
+    node = firewall_root(cluster, src, dst)
+    if node is not None:
+        return ids.FIREWALL_RULES.of(node), f"{node}'s own firewall drops {src} -> {dst}: {why}"
+    return ids.HIGH_PORTS.of(src, dst), why
 
 
 def f3_blocked_pairs(cluster: Cluster, nodes: Sequence[str]) -> list[tuple[str, str]]:

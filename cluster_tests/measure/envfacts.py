@@ -8,6 +8,7 @@ from typing import Any
 
 from cluster_tests.core.cluster import Cluster, ProbeError
 from cluster_tests.core.memokey import MemoKey
+from cluster_tests.core.transport import ConnectError
 from cluster_tests.judge import env as ec
 from cluster_tests.measure import rehearsal
 
@@ -31,7 +32,7 @@ def launch_overlay(cluster: Cluster) -> dict[str, str]:
     try:
         files = cluster.probe(rank0, "envfiles", script=SCRIPT,
                               launch_dir=cluster.settings.env.launch_dir)
-    except ProbeError:
+    except (ProbeError, ConnectError):  # rank 0 is down: its own red says so
         return {}
     out: dict[str, str] = {}
     for text in files["deepspeed_env"].values():

@@ -19,7 +19,7 @@ import secrets
 from typing import Any
 
 from cluster_tests.core import pairs
-from cluster_tests.core.cluster import Cluster
+from cluster_tests.core.cluster import Cluster, ProbeError
 from cluster_tests.core.memokey import MemoKey
 from cluster_tests.judge import network as nc
 from cluster_tests.judge.network import PortMatrix
@@ -104,3 +104,41 @@ def rtt_baseline(cluster: Cluster) -> list[float]:
         return [s.median_ms for x, row in m.results.items() for y, e in row.items()
                 if x != y and (s := nc.rtt_stats(e["rtt_ms"])) is not None]
     return cluster.memo(RTT_BASELINE, compute)
+
+
+def drop_rules(cluster: Cluster, node: str) -> list[str] | None:
+    """DROP/REJECT rules in node's INPUT (iptables and nft); None when they cannot be read."""
+    try:
+        fw = cluster.probe(node, "firewall", script=SCRIPT)
+    except ProbeError:
+        return None
+    found: list[str] = []
+    readable = False
+    ipt = fw.get("iptables")
+    if ipt and ipt["rc"] == 0:
+        readable = True
+        found += [f"iptables: {r}" for r in nc.iptables_input_drops(ipt["out"])]
+    nft = fw.get("nft")
+    if nft and nft["rc"] == 0:
+        readable = True
+        found += [f"nft: {r}" for r in nc.nft_input_drops(nft["out"])]
+    if not readable and (ipt or nft):
+        return None
+    return found
+
+
+def firewall_root(cluster: Cluster, a: str, b: str) -> str | None:
+    """The node whose own firewall (F4's red on it) explains a -> b failing, from this session's
+    port matrix (None when the matrix is not measured, or no node's rules explain it)."""
+    m = cluster.cached(PORT_MATRIX)
+    if m is None or a not in m.results:
+        return None
+    rules = {n: drop_rules(cluster, n) for n in (a, b) if cluster.login_error(n) is None}
+    return nc.firewall_at_fault(m, rules, a, b)
+
+
+def firewall_pairs(cluster: Cluster, node: str) -> list[tuple[str, str]]:
+    """The pairs `node`'s own firewall breaks (F4's red on it)."""
+    m = port_matrix(cluster)
+    rules = {n: drop_rules(cluster, n) for n in cluster.names if cluster.login_error(n) is None}
+    return nc.firewall_pairs(m, rules, node)

@@ -1,7 +1,10 @@
-"""End to end on a simulated cluster with several faults at once: the run writes reports/fixes.sh,
-the script is run unchanged, `pytest --lf` is then green, and a second run of the script changes
-nothing. The one fault no ssh command can fix (the login itself refused) is a comment that a
-person acts on, as they would at the node's console."""
+"""End to end on a simulated cluster with several faults at once: one red and one fixes.sh block
+per cause, the checks each cause breaks blocked naming its red; the script, run unchanged, heals
+everything it can reach, and `pytest --lf` (the reds and what they blocked) is then red only
+where a person is needed, with hostfile.healthy excluding exactly that node; once the person has
+acted, `--lf` is green, and a second run of the script changes nothing. The one fault no ssh
+command can fix (the login itself refused) is a comment that a person acts on, as they would at
+the node's console."""
 
 from __future__ import annotations
 
@@ -77,25 +80,34 @@ def test_faults_fixed_by_the_script_then_lf_is_green_and_a_rerun_changes_nothing
         first = run(sim, work, *FAST)
         assert first.returncode == 1, first.describe()
         summary = first.output[first.output.index("cluster summary"):]
-        summary = summary[: summary.index("short test summary info")].rstrip("= \n").splitlines()
-        assert re.fullmatch(r"review and run \S*/fixes\.sh \(\d+ of its \d+ blocks need a person\), "
-                            r"then pytest --lf", summary[-1]), summary[-3:]
+        summary = summary[: summary.index("short test summary info")].rstrip("= \n").splitlines()[1:]
+        assert any(re.fullmatch(r"review and run \S*/fixes\.sh \(1 of its 5 blocks need a person\), "
+                                r"then pytest --lf", ln) for ln in summary), summary[-8:]
+        # one red per cause, the checks each cause breaks blocked naming it
+        assert first.failed == {"test_hostname_matches[node2]", "test_login[node4]",
+                                "test_ssh_modes[node3]", "test_ssh_trust[node1->node2]",
+                                "test_resolves[node3->node1]"}, first.describe()
+        by = {t: p["blocked_by"] for t, p in first.properties.items() if "blocked_by" in p}
+        assert by["test_ssh_trust[node3->node2]"] == "test_ssh_modes[node3]"
+        assert by["test_ssh_trust[node2->node4]"] == "test_login[node4]"
+        assert by["test_high_ports[node3->node1]"] == "test_resolves[node3->node1]"
+        assert summary[0] == "Causes (5; one red each, the checks they block skipped):", summary[:3]
         path = first.junit.parent / "fixes.sh"
         script = path.read_text()
         assert subprocess.run(["bash", "-n", str(path)], check=False).returncode == 0
-        # one block per fix, in checklist order (H, S, N, F), each naming its node and ids
+        # one block per cause, in checklist order (H, S, N), each naming its node and ids
         heads = [ln for ln in script.splitlines() if ln.startswith("# --- [")]
         assert [h.split(":")[0] for h in heads] == [
-            "# --- [H2] on node2", "# --- [S2] on node3", "# --- [S4] on node2",
-            "# --- [N2] on node3"], heads
+            "# --- [H2] on node2", "# --- [S1] needs a person on node4 (not run by this script)",
+            "# --- [S2] on node3", "# --- [S4] on node2", "# --- [N2] on node3"], heads
         s4 = block(script, "# --- [S4] on node2")
         assert "# answers: test_ssh_trust[node1->node2]" in s4
         assert f"ssh -F {sim.ssh_config} -o BatchMode=yes" in s4 and " node2 '" in s4
         n2 = block(script, "# --- [N2] on node3")
-        assert "test_resolves[node3->node1]" in n2 and "test_ssh_trust[node3->node1]" in n2
+        assert "test_resolves[node3->node1]" in n2
         s2 = block(script, "# --- [S2] on node3")
-        assert "test_ssh_modes[node3]" in s2 and "test_ssh_trust[node3->node2]" in s2
-        manual = block(script, "# --- needs a person on node4")
+        assert "test_ssh_modes[node3]" in s2
+        manual = block(script, "# --- [S1] needs a person on node4")
         assert all(ln.startswith("#") for ln in manual.splitlines())
         assert "chmod 600 ~/.ssh/authorized_keys" in manual and "test_login[node4]" in manual
         shutil.copy(path, work / "fixes.sh")
@@ -103,6 +115,16 @@ def test_faults_fixed_by_the_script_then_lf_is_green_and_a_rerun_changes_nothing
         ran = subprocess.run(["bash", str(work / "fixes.sh")], capture_output=True, text=True,
                              timeout=120, check=False)
         assert ran.returncode == 0, ran.stderr
+        # the script heals what it can reach: the rerun is red only where a person is needed,
+        # and the healthy file excludes exactly that node
+        healed = run(sim, work, *FAST, "--lf")
+        assert healed.failed == {"test_login[node4]"}, healed.describe()
+        assert {"test_hostname_matches[node2]", "test_ssh_modes[node3]",
+                "test_ssh_trust[node1->node2]", "test_ssh_trust[node3->node1]",
+                "test_resolves[node3->node1]", "test_ssh_trust[node3->node2]"} <= healed.passed, \
+            healed.describe()
+        assert (healed.junit.parent / "hostfile.healthy").read_text() == (
+            "node1 slots=1\nnode2 slots=1\nnode3 slots=1\n")
         # the manual block, done by a person at node4's console
         os.chmod(sim.node("node4").paths["authorized_keys"], 0o600)
         before = state(sim)
@@ -114,9 +136,10 @@ def test_faults_fixed_by_the_script_then_lf_is_green_and_a_rerun_changes_nothing
         rerun = run(sim, work, *FAST, "--lf")
         assert rerun.returncode == 0, rerun.describe()
         assert not rerun.failed
-        assert {"test_hostname_matches[node2]", "test_login[node4]", "test_ssh_modes[node3]",
-                "test_ssh_trust[node1->node2]", "test_ssh_trust[node3->node1]",
-                "test_resolves[node3->node1]"} <= rerun.passed, rerun.describe()
+        # the root and what it blocked (and only those: the rest passed in the healed run)
+        assert {"test_login[node4]", "test_ssh_trust[node2->node4]",
+                "test_versions[node4]"} <= rerun.passed, rerun.describe()
+        assert "test_ssh_trust[node1->node2]" not in rerun.outcomes
         assert "nothing to fix" in (rerun.junit.parent / "fixes.sh").read_text()
         print(f"faulty run {first.seconds:.1f} s, --lf after fixes.sh {rerun.seconds:.1f} s "
               f"({len(rerun.passed)} passed)")
