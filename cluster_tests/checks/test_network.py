@@ -283,6 +283,8 @@ def test_socket_ifname(cluster: Cluster, node: str, record_property) -> None:
             others = [n for n in cluster.names if n != node and cluster.base_or_none(n)]
             fits = [n for n in others if _usable(spec, mi.ifaces(cluster, n))]
             if not fits and node != rank0:
+                outcome.block(ids.SOCKET_IFNAME.of(rank0), f"{var}={value}, exported by the launch "
+                                                           f"from {rank0}, fits no node")
                 pytest.skip(f"{var}={value}, exported by the launch from {rank0}, fits no node: "
                             f"see {ids.SOCKET_IFNAME.of(rank0)}")
             origin = (f" (exported to every rank by deepspeed from {rank0}'s environment or "

@@ -117,6 +117,8 @@ def _block_by_root(cluster: Cluster, a: str, b: str, cause: sshfail.Cause) -> No
         if node is not None:
             outcome.block(ids.FIREWALL_RULES.of(node), f"{node}'s own firewall (INPUT) drops "
                                                        f"{a} -> {b}")
+    if cause == sshfail.Cause.DNS:
+        outcome.block(ids.RESOLVES.of(a, b), f"{a} cannot resolve {b}")
     wrong = fx.misresolved(cluster, a, b) if cause != sshfail.Cause.DNS else None
     if wrong is not None:
         outcome.block(ids.RESOLVES.of(a, b), f"{a} resolves {b} to {', '.join(wrong[0])}, "
@@ -173,6 +175,7 @@ def test_pdsh(cluster: Cluster, pdsh_leg: tuple[str, str]) -> None:
         cluster.require(site)
     got = sshpairs.pdsh_run(cluster, site)
     if isinstance(got, str):
+        outcome.block(ids.PDSH_INSTALLED.of(site), f"no pdsh on {site}")
         pytest.skip(f"no pdsh on {site}: see {ids.PDSH_INSTALLED.of(site)}")
     rc, out, _ = got
     if rc == 124 and out == "pdsh timed out":

@@ -484,7 +484,7 @@ def ports_root(cluster: Cluster, pair: tuple[str, str]) -> tuple[str, str]:
     src, dst = pair
     why = f"{dst} takes no connection from {src} on high ports: an all-reduce could only hang"
     node = firewall_root(cluster, src, dst)
-    if node is not None:
+    if node is not None and outcome.selected(ids.FIREWALL_RULES.of(node)):
         return ids.FIREWALL_RULES.of(node), f"{node}'s own firewall drops {src} -> {dst}: {why}"
     return ids.HIGH_PORTS.of(src, dst), why
 

@@ -25,14 +25,14 @@ def test_stopped_sshd_reds_exactly_that_node(healthy_sim):
     assert result.returncode == 1
     assert "connection refused" in result.message("test_login[node3]")
     assert "systemctl start ssh" in result.message("test_login[node3]")
-    # everything that needs node3 is red, briefly, and nothing else is
-    for test_id in result.failed:
-        assert "node3" in test_id, test_id  # pdsh legs too: test_pdsh[node1->node3]
-    assert {f"test_ssh_trust[node{i}->node3]" for i in (1, 2)} <= result.failed
+    # one red; everything that needs node3 is blocked by it (pdsh legs too), nothing else is
+    assert result.failed == {"test_login[node3]"}, result.describe()
+    by = {t: p["blocked_by"] for t, p in result.properties.items() if "blocked_by" in p}
+    assert all("node3" in t and root == "test_login[node3]" for t, root in by.items()), by
+    assert {f"test_ssh_trust[node{i}->node3]" for i in (1, 2)} | {"test_pdsh[node1->node3]"} <= set(by)
     assert "test_ssh_trust[node1->node2]" in result.passed
-    assert "node3 unreachable (connection refused): see test_login[node3]" in result.message(
-        "test_hostname_matches[node3]"
-    )
+    assert ("blocked by test_login[node3]: node3 refuses connections (sshd not running)"
+            in result.message("test_hostname_matches[node3]"))
     # a dead node costs one connect attempt, not one per test
     assert result.seconds < 60, result.describe()
     # the node table says why in words

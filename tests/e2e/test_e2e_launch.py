@@ -160,7 +160,8 @@ def test_broken_deepspeed_env_on_rank0_is_red_on_rank0_only(healthy_sim):
     assert r.failed == {"test_deepspeed_env[node1]", "test_launch_rehearsal[node1]"}, r.describe()
     msg = r.message("test_launch_rehearsal[node1]")
     assert "would stop on node1 before starting any rank" in msg and ":2: 'NCCL_IB_DISABLE'" in msg
-    assert "see test_launch_rehearsal[node1]" in r.message("test_launch_rehearsal[node3]")
+    assert ("blocked by test_launch_rehearsal[node1]: the launch cannot start on node1"
+            in r.message("test_launch_rehearsal[node3]"))
     out = real_launch(sim, ["node1", "node2", "node3"])
     assert "ValueError: not enough values to unpack" in out and not launch_ok(out, 3), out[-3000:]
 
@@ -169,12 +170,14 @@ def test_pdsh_leg_to_a_dead_node_is_red_under_its_name_only(healthy_sim):
     sim = healthy_sim
     sim.stop_sshd("node3")
     r = run_suite(sim, "-m", "ssh or env", "--timeout-connect", "3")
-    assert {"test_pdsh[node1->node3]", "test_pdsh[launcher->node3]"} <= r.failed, r.describe()
+    # one red for the dead node; pdsh's legs to it and its rehearsal are blocked by it
+    assert r.failed == {"test_login[node3]"}, r.describe()
+    for t in ("test_pdsh[node1->node3]", "test_pdsh[launcher->node3]",
+              "test_launch_rehearsal[node3]"):
+        assert r.properties[t]["blocked_by"] == "test_login[node3]", r.describe()
     assert {"test_pdsh[node1->node2]", "test_pdsh[launcher->node1]",
             "test_pdsh_installed[node1]"} <= r.passed, r.describe()
-    assert names_only(r.failed, "node3") == [], r.describe()
-    assert "connection refused" in r.message("test_pdsh[node1->node3]")
-    assert "see test_pdsh[node1->node3]" in r.message("test_launch_rehearsal[node3]")
+    assert "node3 refuses connections" in r.message("test_pdsh[node1->node3]")
 
 
 def test_rendezvous_port_faults_name_both_ends(healthy_sim):
@@ -187,10 +190,13 @@ def test_rendezvous_port_faults_name_both_ends(healthy_sim):
     sim.restore()
     sim.iptables("node1", ["-A", "INPUT", "-p", "tcp", "--dport", str(29500), "-j", "REJECT"])
     r = run_suite(sim, "-m", "network")
-    bad = {t for t in r.failed if t.startswith("test_master_port")}
-    assert bad == {f"test_master_port[{n}->node1]" for n in NODES}, r.describe()
-    assert names_only(r.failed, "node1") == [], r.describe()
-    assert "node1's own firewall rejects this port" in r.message("test_master_port[node2->node1]")
+    # one cause, node1's own rule: F4 on node1 is the red, every leg to it is blocked by it
+    assert r.failed == {"test_firewall_rules[node1]"}, r.describe()
+    for n in NODES:
+        assert r.properties[f"test_master_port[{n}->node1]"]["blocked_by"] == \
+            "test_firewall_rules[node1]", r.describe()
+    msg = r.message("test_firewall_rules[node1]")
+    assert "node2 -> node1: master port 29500" in msg and "--dport 29500 -j REJECT" in msg
 
 
 def test_the_launchs_exports_reach_the_checks_and_the_all_reduce(healthy_sim):
@@ -206,7 +212,7 @@ def test_the_launchs_exports_reach_the_checks_and_the_all_reduce(healthy_sim):
     msg = r.message("test_socket_ifname[node1]")
     assert "GLOO_SOCKET_IFNAME=ib0" in msg and "exported to every rank by deepspeed from node1" in msg
     assert "on node1: set GLOO_SOCKET_IFNAME=" in msg
-    assert "see test_socket_ifname[node1]" in r.message("test_socket_ifname[node2]")
+    assert r.properties["test_socket_ifname[node2]"]["blocked_by"] == "test_socket_ifname[node1]"
     assert "test_allreduce" in r.failed, r.describe()
     assert "Unable to find address for: ib0" in r.message("test_allreduce"), r.describe()
     out = real_launch(sim, NODES)

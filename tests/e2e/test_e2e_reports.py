@@ -6,6 +6,7 @@ import json
 
 from suite import run_suite
 
+from cluster_tests.judge.problem import PROPERTY, Problem
 from cluster_tests.report.summary import Outcome, Recorder
 
 
@@ -20,8 +21,10 @@ def test_asymmetric_fault_is_exactly_one_red_cell(healthy_sim, tmp_path):
     assert {k for k, v in cells.items() if v == "X"} == {("node1", "node3")}, r.output
     assert all(v == "." for k, v in cells.items() if k != ("node1", "node3"))
     assert "  node1->node3: public key refused" in lines
-    fixes = lines[lines.index(next(ln for ln in lines if ln.startswith("Fixes to apply"))) + 1 :]
-    assert any("ssh node1 cat ~/.ssh/id_ed25519.pub | ssh node3" in f for f in fixes)
+    causes = lines[lines.index(next(ln for ln in lines if ln.startswith("Causes (1;"))) + 1:][:2]
+    assert causes[0] == "  node1->node3: public key refused (test_ssh_trust[node1->node3])", causes
+    assert causes[1] == ("      fix (fixes.sh): authorize node1's key (id_ed25519.pub) in "
+                         "/root/.ssh/authorized_keys"), causes
     summary = json.loads((r.junit.parent / "summary.json").read_text())
     red = {(a, b) for a, row in summary["trust"].items() for b, o in row.items() if o != "passed"}
     assert red == {("node1", "node3")}
@@ -32,7 +35,10 @@ def test_asymmetric_fault_is_exactly_one_red_cell(healthy_sim, tmp_path):
 
 def test_fixes_are_deduplicated():
     rec = Recorder(["a", "b"])
-    msg = "a -> b: public key refused\n  fix, on b: chmod 600 ~/.ssh/authorized_keys"
+    problem = Problem(("a", "b"), "public key refused", "a -> b: public key refused",
+                      fix="on b: chmod 600 ~/.ssh/authorized_keys")
     for i in range(5):
-        rec.outcomes[f"t{i}"] = Outcome(f"t{i}", "t", "m", "failed", msg, pair=("a", "b"))
+        rec.outcomes[f"t{i}"] = Outcome(f"t{i}", "t", "m", "failed", problem.text(), pair=("a", "b"),
+                                        properties={PROPERTY: problem.to_json()})
     assert rec.fixes() == ["on b: chmod 600 ~/.ssh/authorized_keys"]
+    assert len(rec.causes()) == 1 and rec.causes()[0]["checks"] == [f"t{i}" for i in range(5)]

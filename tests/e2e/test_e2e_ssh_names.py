@@ -13,9 +13,25 @@ FAST = ("-m", "hostfile or ssh or names")
 NODES = ("node1", "node2", "node3")
 
 
-def unreachable(node: str, result) -> set[str]:
-    """The ids that must be red when the launcher cannot log in to `node`: its own checks, the
-    pairs that start on it, ssh and pdsh into it from anywhere."""
+def blocked(result) -> dict[str, str]:
+    """test id -> the red that blocks it (its `blocked_by` property)."""
+    return {t: p["blocked_by"] for t, p in result.properties.items() if "blocked_by" in p}
+
+
+def dead(node: str, result) -> None:
+    """The launcher cannot log in to `node`: one red, test_login[node], and every check that
+    needed the node blocked naming it (its own checks, the pairs that start on it, ssh and pdsh
+    into it from anywhere)."""
+    assert result.failed == {f"test_login[{node}]"}, result.describe()
+    by = blocked(result)
+    wrong = {t: by.get(t) for t in needing(node, result) - {f"test_login[{node}]"}
+             if by.get(t) != f"test_login[{node}]"}
+    assert not wrong, wrong
+
+
+def needing(node: str, result) -> set[str]:
+    """The ids that need `node` to be logged in to: its own checks, the pairs that start on it,
+    ssh and pdsh into it from anywhere."""
     out = {f"test_pdsh[launcher->{node}]", f"test_pdsh[node1->{node}]"}
     for t in result.outcomes:
         if "[" not in t:
@@ -30,12 +46,13 @@ def unreachable(node: str, result) -> set[str]:
 def test_world_writable_authorized_keys(healthy_sim):
     healthy_sim.chmod("node2", "authorized_keys", 0o666)
     r = run_suite(healthy_sim, *FAST)
-    # sshd refuses every key into node2, the launcher's too: node2 and everything into it is red
-    assert r.failed == unreachable("node2", r), r.describe()
-    assert {f"test_ssh_trust[{a}->node2]" for a in NODES} <= r.failed
+    # sshd refuses every key into node2, the launcher's too: one red, everything into it blocked
+    dead("node2", r)
+    assert {f"test_ssh_trust[{a}->node2]" for a in NODES} <= set(blocked(r))
     login = r.message("test_login[node2]")
     assert "public key refused" in login and "chmod 600 ~/.ssh/authorized_keys" in login
-    assert "node2 unreachable (public key refused): see test_login[node2]" in r.message("test_ssh_modes[node2]")
+    assert ("blocked by test_login[node2]: node2 refuses the launcher's key"
+            in r.message("test_ssh_modes[node2]"))
     assert "test_ssh_trust[node1->node3]" in r.passed
 
 
@@ -60,7 +77,7 @@ def test_group_writable_in_private_group_is_a_warning(healthy_sim):
 def test_writable_home_refuses_keys(healthy_sim):
     healthy_sim.chmod("node3", "home", 0o777)
     r = run_suite(healthy_sim, *FAST)
-    assert r.failed == unreachable("node3", r), r.describe()
+    dead("node3", r)
     assert "chmod go-w ~" in r.message("test_login[node3]")
 
 
@@ -75,19 +92,22 @@ def test_private_key_readable_by_others(healthy_sim):
     key = healthy_sim.node("node1").paths["ssh_dir"] / "id_ed25519"
     healthy_sim.chmod("node1", key, 0o644)
     r = run_suite(healthy_sim, *FAST)
-    assert "test_ssh_modes[node1]" in r.failed
+    assert r.failed == {"test_ssh_modes[node1]"}, r.describe()
     assert "UNPROTECTED PRIVATE KEY FILE" in r.message("test_ssh_modes[node1]")
     assert "chmod 600 /root/.ssh/id_ed25519" in r.message("test_ssh_modes[node1]")
-    # and ssh from node1 really fails, for every target
-    assert {f"test_ssh_trust[node1->{b}]" for b in NODES} <= r.failed
+    # and ssh from node1 really fails, for every target: blocked by that one red
+    by = blocked(r)
+    for b in NODES:
+        assert by[f"test_ssh_trust[node1->{b}]"] == "test_ssh_modes[node1]"
+        assert by[f"test_pdsh[node1->{b}]"] == "test_ssh_modes[node1]"
 
 
 def test_missing_key_fails_only_that_ordered_pair(healthy_sim):
     healthy_sim.remove_authorized_key("node3", from_node="node1")
     r = run_suite(healthy_sim, *FAST)
-    assert r.failed == {"test_ssh_trust[node1->node3]", "test_pdsh[node1->node3]"}, r.describe()
-    assert "public key refused" in r.message("test_pdsh[node1->node3]")
-    assert "see test_ssh_trust[node1->node3]" in r.message("test_pdsh[node1->node3]")
+    assert r.failed == {"test_ssh_trust[node1->node3]"}, r.describe()
+    assert ("blocked by test_ssh_trust[node1->node3]: node1 -> node3: public key refused"
+            in r.message("test_pdsh[node1->node3]"))
     msg = r.message("test_ssh_trust[node1->node3]")
     assert "node1 -> node3: public key refused" in msg
     assert "node1's key (~/.ssh/id_ed25519.pub) is not in /root/.ssh/authorized_keys on node3" in msg
@@ -98,19 +118,22 @@ def test_missing_key_fails_only_that_ordered_pair(healthy_sim):
 def test_missing_known_host(healthy_sim):
     healthy_sim.remove_known_host("node1", "node3")
     r = run_suite(healthy_sim, *FAST)
-    assert r.failed == {"test_ssh_trust[node1->node3]", "test_pdsh[node1->node3]"}, r.describe()
+    assert r.failed == {"test_ssh_trust[node1->node3]"}, r.describe()
+    assert blocked(r)["test_pdsh[node1->node3]"] == "test_ssh_trust[node1->node3]"
     msg = r.message("test_ssh_trust[node1->node3]")
-    assert "host key unknown" in msg and "ssh-keyscan -H node3 >> ~/.ssh/known_hosts" in msg
+    # the fix copies the key the launcher verified, never ssh-keyscan (trust on first use)
+    assert "host key unknown" in msg and "copy the key the launcher verified" in msg
 
 
 def test_changed_host_key(healthy_sim):
     healthy_sim.change_host_key("node3")
     r = run_suite(healthy_sim, *FAST)
     assert "host key changed" in r.message("test_login[node3]")
+    # one cause, the node's new key, for the launcher and every node alike
+    dead("node3", r)
     for a in ("node1", "node2"):
-        assert "host key changed" in r.message(f"test_ssh_trust[{a}->node3]"), r.describe()
-        assert "ssh-keygen -R node3" in r.message(f"test_ssh_trust[{a}->node3]")
-    assert r.failed == unreachable("node3", r), r.describe()
+        assert ("blocked by test_login[node3]: node3 answers with a changed host key"
+                in r.message(f"test_ssh_trust[{a}->node3]")), r.describe()
 
 
 def test_hostname_differs_but_the_name_leads_to_the_node(healthy_sim):
@@ -137,11 +160,12 @@ def test_hostname_differs_and_the_name_leads_elsewhere(healthy_sim):
 def test_missing_hosts_entry(healthy_sim):
     healthy_sim.remove_hosts_entry("node1", "node3")
     r = run_suite(healthy_sim, *FAST)
-    assert r.failed == {"test_resolves[node1->node3]", "test_ssh_trust[node1->node3]",
-                        "test_pdsh[node1->node3]"}, r.describe()
+    assert r.failed == {"test_resolves[node1->node3]"}, r.describe()
     addr = healthy_sim.node("node3").address
     assert f"add '{addr} node3' to /etc/hosts" in r.message("test_resolves[node1->node3]")
-    assert "name not resolved" in r.message("test_ssh_trust[node1->node3]")
+    by = blocked(r)
+    assert by["test_ssh_trust[node1->node3]"] == by["test_pdsh[node1->node3]"] == \
+        "test_resolves[node1->node3]"
 
 
 def test_wrong_hosts_entry(healthy_sim):
@@ -153,11 +177,12 @@ def test_wrong_hosts_entry(healthy_sim):
     right = healthy_sim.node("node3").address
     assert f"fix, on node1: make the /etc/hosts line read '{right} node3'" in msg
     assert f"{wrong} is not an address of node3" in msg
-    # N2 does not repeat it under node3 alone: it points at the pair test
-    assert "see test_resolves[node1->node3]" in r.message("test_name_consistent[node3]")
-    assert all("node3" in t for t in r.failed), r.describe()
-    # node1 -> "node3" reaches node2's sshd, whose host key is not node3's
-    assert "host key" in r.message("test_ssh_trust[node1->node3]")
+    # N2 does not repeat it under node3 alone, nor S4 (node1 -> "node3" reaches node2's sshd,
+    # whose host key is not node3's): both are blocked by the pair's red
+    assert r.failed == {"test_resolves[node1->node3]"}, r.describe()
+    by = blocked(r)
+    assert by["test_name_consistent[node3]"] == by["test_ssh_trust[node1->node3]"] == \
+        "test_resolves[node1->node3]"
 
 
 def test_hostname_on_loopback(healthy_sim):
@@ -173,8 +198,7 @@ def test_pubkey_authentication_off(healthy_sim):
     r = run_suite(healthy_sim, *FAST)
     assert "does not accept public keys" in r.message("test_login[node2]")
     assert "PubkeyAuthentication yes" in r.message("test_login[node2]")
-    assert "public keys not accepted" in r.message("test_ssh_trust[node1->node2]")
-    assert r.failed == unreachable("node2", r), r.describe()
+    dead("node2", r)
 
 
 def _path_without(tool: str, tmp: Path) -> str:
@@ -197,7 +221,7 @@ def test_pdsh_missing_on_rank0_and_launcher(healthy_sim, tmp_path):
     assert "apt-get install pdsh" in r.message("test_pdsh_installed[launcher]")
     assert "node1 (rank 0, where `deepspeed --hostfile` starts) has no pdsh" in r.message(
         "test_pdsh_installed[node1]")
-    assert "see test_pdsh_installed[node1]" in r.message("test_pdsh[node1->node2]")
+    assert blocked(r)["test_pdsh[node1->node2]"] == "test_pdsh_installed[node1]"
 
 
 def test_pdsh_rcmd_type_unset_is_a_warning(healthy_sim):
@@ -212,8 +236,8 @@ def test_dependent_tests_report_unreachable_once(healthy_sim, node):
     healthy_sim.iptables(node, ["-A", "INPUT", "-p", "tcp", "--dport", "22", "-j", "DROP"])
     r = run_suite(healthy_sim, *FAST, "--timeout-connect", "3")
     assert "connection timed out" in r.message(f"test_login[{node}]")
-    assert f"{node} unreachable (connection timed out): see test_login[{node}]" in r.message(
-        f"test_hostname_matches[{node}]")
+    assert f"blocked by test_login[{node}]: {node} does not answer (connection timed out)" in \
+        r.message(f"test_hostname_matches[{node}]")
     # one connect timeout for the node, not one per test: 3 s each would be minutes
     assert r.seconds < 60, r.describe()
 

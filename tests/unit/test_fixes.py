@@ -119,3 +119,21 @@ def test_empty_script_says_nothing_to_fix():
     text, n_cmd, n_manual = fx.render([], ["ssh"])
     assert (n_cmd, n_manual) == (0, 0) and "nothing to fix" in text
     assert subprocess.run(["bash", "-n"], input=text, text=True, check=False).returncode == 0
+
+
+def test_known_host_records_the_verified_key_once_and_replaces_a_stale_one(tmp_path):
+    kh = tmp_path / ODD / "known_hosts"  # its directory does not exist yet
+    blob = "AAAAC3NzaC1lZDI1NTE5AAAAIFAKEFAKEFAKEFAKE"
+    cmd = fixcmd.known_host_cmd(str(kh), "node3", "ssh-ed25519", blob)
+    assert sh(cmd, tmp_path).returncode == 0
+    assert kh.read_text() == f"node3 ssh-ed25519 {blob}\n"
+    before = snapshot(kh)
+    assert sh(cmd, tmp_path).returncode == 0
+    assert snapshot(kh) == before  # a second run changes nothing
+    # a stale key for the name (the host was reinstalled) goes; other hosts' keys stay
+    kh.write_text("node3 ssh-ed25519 AAAAold\nnode1 ssh-ed25519 AAAAone\n")
+    assert sh(cmd, tmp_path).returncode == 0
+    lines = kh.read_text().splitlines()
+    assert "node1 ssh-ed25519 AAAAone" in lines and f"node3 ssh-ed25519 {blob}" in lines
+    assert not any("AAAAold" in ln for ln in lines)
+    assert not (tmp_path / "pwned").exists()
