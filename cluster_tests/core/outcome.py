@@ -126,8 +126,9 @@ class Outcomes:
         self.config = config
         self.derive = list(derive)
 
-    @pytest.hookimpl(wrapper=True)
-    def pytest_runtest_setup(self, item: pytest.Item):
+    @staticmethod
+    def _around(item: pytest.Item):
+        """The check's setup and call run with `item` as the current check."""
         token = _ITEM.set(item)
         try:
             return (yield)
@@ -135,12 +136,12 @@ class Outcomes:
             _ITEM.reset(token)
 
     @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_setup(self, item: pytest.Item):
+        return (yield from self._around(item))
+
+    @pytest.hookimpl(wrapper=True)
     def pytest_runtest_call(self, item: pytest.Item):
-        token = _ITEM.set(item)
-        try:
-            return (yield)
-        finally:
-            _ITEM.reset(token)
+        return (yield from self._around(item))
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo):
@@ -175,8 +176,10 @@ class Outcomes:
         if offered:
             merged = {f.key(): f for f in (*problem.fixes, *offered)}
             problem = dataclasses.replace(problem, fixes=tuple(merged.values()))
-        report.user_properties = [(k, v) for k, v in report.user_properties if k != PROPERTY]
-        report.user_properties.append((PROPERTY, problem.to_json()))
+        # on the report (the summary reads it) and on the item (JUnit writes the item's)
+        prop = (PROPERTY, problem.to_json())
+        report.user_properties = [*(p for p in report.user_properties if p[0] != PROPERTY), prop]
+        item.user_properties[:] = [*(p for p in item.user_properties if p[0] != PROPERTY), prop]
         return report
 
     @pytest.hookimpl(trylast=True)

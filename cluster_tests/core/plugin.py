@@ -111,8 +111,10 @@ def pytest_configure(config: pytest.Config) -> None:
     spec = pairs_mod.parse_spec(settings.pairs)
     cluster.memo(pairs_mod.MEMO_KEY, lambda: pairs_mod.Selection.make(cluster.names, spec))
     config.stash[RECORDER_KEY] = recorder = Recorder([n.name for n in nodes])
-    config.pluginmanager.register(_SummaryPlugin(recorder), "cluster_tests_summary")
+    # Outcomes first: the summary plugin's makereport wrapper (registered after it, so around
+    # it) masks secrets in what Outcomes puts on the report, the Problem too
     config.pluginmanager.register(outcome.Outcomes(config, [fixes_mod.derive]), "cluster_tests_outcomes")
+    config.pluginmanager.register(_SummaryPlugin(recorder), "cluster_tests_summary")
     if config.pluginmanager.has_plugin("xdist"):
         _XdistPlugin.setup(config, cluster)
     if config.args_source == pytest.Config.ArgsSource.INVOCATION_DIR:

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from cluster_tests.core import testids as ids
+from cluster_tests.report.fixes import problem_of
 from cluster_tests.report.summary import Outcome, Recorder, node_columns
 
 TEMPLATE = "report.html.j2"
@@ -269,15 +270,23 @@ def bandwidth_plot(rec: Recorder) -> Plot | None:
 
 # -- the page -----------------------------------------------------------------------------------
 
-def _failure(o: Outcome) -> dict[str, Any]:
-    where = o.node or ("->".join(o.pair) if o.pair else "")
+def _failure(o: Outcome, blocks: int) -> dict[str, Any]:
+    """A red, from the Problem it carries (its fix in words, and what fixes.sh runs for it)."""
+    p = problem_of(o)
+    where = (p.where if p is not None and p.nodes else
+             o.node or ("->".join(o.pair) if o.pair else ""))
+    fixes = ([p.fix] if p is not None and p.fix else []) + [
+        f"fixes.sh: {f.what}" for f in (p.fixes if p is not None else ()) if f.commands]
     return {"id": o.test_id, "module": o.module, "outcome": o.outcome, "where": where,
-            "headline": o.headline, "message": o.message, "fixes": o.fixes}
+            "headline": o.headline, "message": o.message, "fixes": fixes or o.fixes,
+            "blocks": blocks}
 
 
 def context(rec: Recorder, facts: dict[str, dict[str, str]], meta: dict[str, Any]) -> dict[str, Any]:
     columns, same = node_columns(facts) if facts else (["node"], {})
-    failures = [_failure(o) for o in rec.outcomes.values() if o.outcome in ("failed", "error")]
+    blocked = rec.blocked_counts()
+    failures = [_failure(o, blocked.get(o.test_id, 0)) for o in rec.outcomes.values()
+                if o.outcome in ("failed", "error")]
     counts = rec.counts()
     heatmaps = [h for h in (trust_heatmap(rec), latency_heatmap(rec), bandwidth_heatmap(rec)) if h]
     return {

@@ -17,20 +17,13 @@ from pathlib import Path
 import pytest
 from suite import SuiteResult
 from test_e2e_fixes import run
+from test_e2e_launch import TRAIN
 
 from fixtures.sim import SimCluster
 
 FAST = ("-m", "not collective and not training")
 #: these tests are not about slow pairs: a 2-core machine's noise must not make one
 STEADY = ("--pair-slow-ratio", "0.05")
-TRAIN = """\
-import datetime, torch, torch.distributed as dist
-dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=30))
-t = torch.ones(1)
-dist.all_reduce(t)
-print("CT_LAUNCH_OK rank=%d sum=%d" % (dist.get_rank(), int(t.item())), flush=True)
-dist.destroy_process_group()
-"""
 
 
 @pytest.fixture(scope="module")
