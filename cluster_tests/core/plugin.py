@@ -249,7 +249,6 @@ class _SummaryPlugin:
             terminalreporter.line(f"review and run {shown}{manual}, then pytest --lf")
 
 
-
 class _XdistPlugin:
     """pytest-xdist: the worker processes share probe results through a directory the controller
     makes (Cluster.shared_dir: the first worker that needs a probe runs it, the others read it);
@@ -348,8 +347,9 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     facts = node_facts(config)
     healthy_path = path.with_name(healthy_mod.FILE_NAME)
     result = healthy_mod.decide(recorder, cluster.names, cluster.settings.world_multiple)
+    red = any(o.outcome in ("failed", "error") for o in recorder.outcomes.values())
     try:
-        if result.changed:
+        if red:
             healthy_mod.write(healthy_path, result, {n.name: n.slots for n in cluster.nodes})
         else:
             healthy_path.unlink(missing_ok=True)  # a green run leaves no stale file behind
@@ -358,10 +358,10 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
                                            f"{healthy_path} not written: {exc}"]
     config.stash[LAUNCH_LINES_KEY] = healthy_mod.launch_lines(
         result, healthy_path, Path(config.invocation_params.dir),
-        str(cluster.settings.hostfile) if cluster.settings.hostfile else None)
+        str(cluster.settings.hostfile) if cluster.settings.hostfile else None) if red else []
     try:
         recorder.write_json(path, facts, meta,
-                            {"healthy": healthy_mod.to_json(result, healthy_path)})
+                            {"healthy": healthy_mod.to_json(result, healthy_path if red else None)})
         config.stash[JSON_PATH_KEY] = path
     except OSError:
         pass

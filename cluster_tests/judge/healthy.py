@@ -59,7 +59,8 @@ class Healthy:
 
     @property
     def changed(self) -> bool:
-        return bool(self.excluded)
+        """Whether the launch must change: nodes left out, or another rank 0."""
+        return bool(self.excluded) or self.rank0_moved_from is not None
 
 
 def _cover(nodes: Sequence[str], edges: list[tuple[str, str]], pinned: str) -> set[str]:

@@ -69,13 +69,17 @@ def _shown(path: Path, cwd: Path) -> str:
 
 
 def launch_lines(result: Healthy, path: Path, cwd: Path, hostfile: str | None) -> list[str]:
-    """What the summary says of the healthy file, ending with the launch line."""
-    if not result.changed:
-        return []
+    """What the summary says of the healthy file (of a red run), ending with the launch line."""
     if not result.kept:
         return ["Launch now: no node can be launched on (see the causes above)."]
-    lines = [f"Launch now on {len(result.kept)} of {len(result.kept) + len(result.excluded)} "
-             f"nodes ({_shown(path, cwd)}; rank 0: {result.rank0}); excluded:"]
+    total = len(result.kept) + len(result.excluded)
+    if not result.changed:
+        lines = [f"Launch now on all {total} nodes ({_shown(path, cwd)}; rank 0: {result.rank0}): "
+                 f"the reds above are not on the launch's path (see docs/CHECKLIST.md, what the "
+                 f"launch needs)"]
+    else:
+        lines = [f"Launch now on {len(result.kept)} of {total} nodes ({_shown(path, cwd)}; "
+                 f"rank 0: {result.rank0}); excluded:"]
     for node, why in result.excluded.items():
         lines.append(f"  {node}: {'; '.join(why) or 'excluded'}")
     if result.trimmed:
@@ -89,13 +93,14 @@ def launch_lines(result: Healthy, path: Path, cwd: Path, hostfile: str | None) -
                      f"\"{' or '.join(t.name for t in judge_healthy.RANK0_ONLY)}\"")
     excl = "@".join(result.excluded)
     mine = f" --hostfile {shlex.quote(hostfile)}" if hostfile else ""
-    lines.append(f"or keep your hostfile: deepspeed{mine} --exclude {shlex.quote(excl)} ...")
+    if excl:
+        lines.append(f"or keep your hostfile: deepspeed{mine} --exclude {shlex.quote(excl)} ...")
     lines.append(f"deepspeed --hostfile {shlex.quote(_shown(path, cwd))} ...")
     return lines
 
 
 def to_json(result: Healthy, path: Path | None) -> dict[str, Any]:
-    return {"file": str(path) if path is not None and result.changed else None,
+    return {"file": str(path) if path is not None else None,
             "rank0": result.rank0, "rank0_moved_from": result.rank0_moved_from,
             "kept": result.kept,
             "excluded": [{"node": n, "causes": why} for n, why in result.excluded.items()],

@@ -135,7 +135,8 @@ def test_firewall_between_two_nodes_drops_one_of_them(sim4, work):
 def test_dead_rank0_moves_rank0_and_the_new_file_is_green(sim4, work):
     sim = sim4
     sim.stop_sshd("node1")
-    first = run(sim, work, *FAST)
+    # and tensor x pipeline parallel = 2: three healthy nodes keep two, the slower one goes
+    first = run(sim, work, *FAST, "--world-multiple", "2")
     assert first.returncode == 1, first.describe()
     assert first.failed == {"test_login[node1]"}, first.describe()
     lines = summary_of(first)
@@ -143,11 +144,17 @@ def test_dead_rank0_moves_rank0_and_the_new_file_is_green(sim4, work):
     assert "from node1 to node2" in moved
     for check in ("test_master_addr", "test_master_port", "test_pdsh", "test_launch_rehearsal"):
         assert check in moved
-    healthy = first.junit.parent / "hostfile.healthy"
-    assert healthy.read_text() == "node2 slots=1\nnode3 slots=1\nnode4 slots=1\n"
     report = json.loads((first.junit.parent / "summary.json").read_text())
-    assert report["healthy"]["rank0"] == "node2" and report["healthy"]["rank0_moved_from"] == "node1"
-    rerun = run(sim, work, "--hostfile", str(healthy), *FAST)
+    healthy = report["healthy"]
+    assert healthy["rank0"] == "node2" and healthy["rank0_moved_from"] == "node1"
+    assert len(healthy["kept"]) == 2 and healthy["kept"][0] == "node2"
+    trimmed = healthy["trimmed_for_world_multiple"]
+    assert len(trimmed) == 1 and trimmed[0] in ("node3", "node4")
+    assert any(f"({trimmed[0]} dropped only to keep a multiple of --world-multiple)" in ln
+               for ln in lines), lines
+    path = first.junit.parent / "hostfile.healthy"
+    assert path.read_text() == "".join(f"{n} slots=1\n" for n in healthy["kept"])
+    rerun = run(sim, work, "--hostfile", str(path), *FAST)
     assert rerun.returncode == 0, rerun.describe()
-    assert "test_master_port[node3->node2]" in rerun.passed
-    assert "test_launch_rehearsal[node4]" in rerun.passed
+    assert f"test_master_port[{healthy['kept'][1]}->node2]" in rerun.passed
+    assert f"test_launch_rehearsal[{healthy['kept'][1]}]" in rerun.passed
