@@ -6,11 +6,14 @@ import warnings
 
 import pytest
 
+from cluster_tests.core import outcome
 from cluster_tests.core.cluster import Cluster, NodeProbe
 from cluster_tests.core.settings import Settings
 from cluster_tests.judge import hostfile as hf
 from cluster_tests.judge.netfacts import all_ips, is_ip, is_loopback, parse_interfaces
+from cluster_tests.judge.problem import Problem
 from cluster_tests.measure import accel
+from cluster_tests.report import fixes as fx
 
 pytestmark = pytest.mark.hostfile
 
@@ -71,14 +74,14 @@ def test_hostname_matches(cluster: Cluster, node: str, record_property) -> None:
              f"({', '.join(sorted(ips)) or 'none'})" if addrs else
              f"does not resolve there ({res.get('error') or 'no address'})")
     own = sorted(a for a in ips if not is_loopback(a))
-    pytest.fail(
+    outcome.fail(Problem(
+        (node,), "the name leads elsewhere",
         f"{node}: the hostfile says '{node}', `hostname` on that node prints '{actual}', and "
-        f"'{node}' {where}: the name leads elsewhere.\n"
-        f"  fix: on {node}: hostnamectl set-hostname {node} and add '{own[0] if own else '<its address>'} "
-        f"{node}' to /etc/hosts (or write '{actual}' in the hostfile, line "
-        f"{cluster.node(node).lineno})",
-        pytrace=False,
-    )
+        f"'{node}' {where}: the name leads elsewhere.",
+        fix=f"on {node}: hostnamectl set-hostname {node} and add "
+            f"'{own[0] if own else '<its address>'} {node}' to /etc/hosts (or write '{actual}' in "
+            f"the hostfile, line {cluster.node(node).lineno})",
+        fixes=tuple(fx.hostname_fix(cluster, node)), item="H2"))
 
 
 VIRTUAL_PREFIXES = ("docker", "virbr", "br-", "cni", "flannel", "cali", "veth", "tun", "lo")

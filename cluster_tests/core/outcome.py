@@ -22,7 +22,6 @@ from __future__ import annotations
 import contextvars
 import dataclasses
 import re
-from collections.abc import Callable, Iterable
 from typing import Any, NoReturn
 
 import pytest
@@ -85,11 +84,6 @@ def offer(*fixes: Fix) -> None:
         item.stash.setdefault(FIXES_KEY, []).extend(fixes)
 
 
-#: a red that did not fail through `fail`: (cluster, item params) -> fixes derived from the
-#: facts the run has (report/fixes.py registers its derivations here)
-Deriver = Callable[[Any, dict[str, Any], str, bool], list[Fix]]
-
-
 def _clean(text: str) -> str:
     text = re.sub(r"^\[gw\d+\] [^\n]*\n", "", text.strip()).strip()
     return text.removeprefix("Failed: ")
@@ -122,9 +116,8 @@ class Outcomes:
     """Registered by the plugin: the place for each check's Problem and fixes, the Problem on
     its failed report, and the blocked checks in pytest's last-failed set."""
 
-    def __init__(self, config: pytest.Config, derive: Iterable[Deriver] = ()) -> None:
+    def __init__(self, config: pytest.Config) -> None:
         self.config = config
-        self.derive = list(derive)
 
     @staticmethod
     def _around(item: pytest.Item):
@@ -165,14 +158,6 @@ class Outcomes:
             cause = re.sub(r"^\S+ -> \S+?( \([^)]*\))?: |^\S+: ", "", headline)[:120]
             problem = Problem(nodes=where, cause=cause, message=text, fix=_fix_words(text),
                               check=item.name, facts={"headline": headline})
-        cluster = getattr(item, "funcargs", {}).get("cluster")
-        if cluster is not None:
-            for derive in self.derive:
-                try:
-                    offered += derive(cluster, params, getattr(item, "originalname", item.name),
-                                      bool(offered or problem.fixes))
-                except Exception:  # noqa: BLE001 - a fix we cannot derive is a comment instead
-                    pass
         if offered:
             merged = {f.key(): f for f in (*problem.fixes, *offered)}
             problem = dataclasses.replace(problem, fixes=tuple(merged.values()))
@@ -196,9 +181,3 @@ class Outcomes:
     def _lastfailed(self, report: pytest.TestReport) -> dict[str, bool] | None:
         plugin = self.config.pluginmanager.get_plugin("lfplugin")
         return getattr(plugin, "lastfailed", None)
-
-
-def blocked_by(properties: dict[str, Any] | Iterable[tuple[str, Any]]) -> str | None:
-    props = dict(properties)
-    got = props.get(BLOCKED_BY)
-    return str(got) if got else None

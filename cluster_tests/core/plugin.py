@@ -113,7 +113,7 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[RECORDER_KEY] = recorder = Recorder([n.name for n in nodes])
     # Outcomes first: the summary plugin's makereport wrapper (registered after it, so around
     # it) masks secrets in what Outcomes puts on the report, the Problem too
-    config.pluginmanager.register(outcome.Outcomes(config, [fixes_mod.derive]), "cluster_tests_outcomes")
+    config.pluginmanager.register(outcome.Outcomes(config), "cluster_tests_outcomes")
     config.pluginmanager.register(_SummaryPlugin(recorder), "cluster_tests_summary")
     if config.pluginmanager.has_plugin("xdist"):
         _XdistPlugin.setup(config, cluster)

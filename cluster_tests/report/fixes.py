@@ -9,8 +9,8 @@ firewall policy) is a comment with the fix in words. Commands for a node are run
 ``ssh -F <the run's ssh config> [-l <user>] -o BatchMode=yes <node> '<commands>'``, so the
 script reaches the nodes exactly as the run did; every host, path and key is shlex-quoted.
 
-A few fixes are derived from the facts the run already has for reds whose checks do not build
-them (:func:`derive`, registered with ``core.outcome.Outcomes`` by the plugin).
+The fact-based fix builders here (``hosts_fix``, ``hostname_fix``) are called by the checks
+that judge those facts (N1, N2, H2), which put the fixes on their Problems.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from cluster_tests.core import testids as ids
 from cluster_tests.core.memokey import base_key
@@ -52,14 +52,13 @@ def as_root(cluster: Any, node: str, command: str) -> str:
 # --------------------------------------------------------------------------- derived fixes
 
 
-def _hostname_fix(cluster: Any, params: dict[str, Any]) -> list[Fix]:
+def hostname_fix(cluster: Any, node: str) -> list[Fix]:
     """H2: the node's hostfile name leads elsewhere on the node itself (H2 is red only then):
     its hostname becomes that name and its /etc/hosts maps the name to its own address (an
     address line is left alone)."""
     from cluster_tests.judge.netfacts import is_ip
 
-    node = params.get("node")
-    if node is None or is_ip(node) or cluster.login_error(node) is not None:
+    if is_ip(node) or cluster.login_error(node) is not None:
         return []
     base = cluster.cached(base_key(node)) or {}
     actual = base.get("hostname")
@@ -110,47 +109,6 @@ def hosts_fix(cluster: Any, viewer: str, name: str, address: str, wrong: Sequenc
     said = f" (it says {', '.join(wrong)})" if wrong else ""
     return Fix(viewer, f"/etc/hosts: {name} is {address}{said}",
                (as_root(cluster, viewer, hosts_entry_cmd(name, address)),), "N2")
-
-
-def _pair_resolution_fix(cluster: Any, params: dict[str, Any]) -> list[Fix]:
-    """Any pair check that failed while its source resolves the target to another machine:
-    the /etc/hosts line on the source is the fix (F1-F3 then pass too)."""
-    pair = params.get("pair")
-    if not pair:
-        return []
-    a, b = pair
-    got = misresolved(cluster, a, b)
-    return [hosts_fix(cluster, a, b, got[1], got[0])] if got else []
-
-
-def _rank0_resolution_fix(cluster: Any, params: dict[str, Any]) -> list[Fix]:
-    """F2: a node that connects to the rendezvous under rank 0's name but reaches another
-    machine: its /etc/hosts line for rank 0 is the fix."""
-    node = params.get("node") or (params.get("rendezvous_leg") or (None,))[0]
-    if node is None or not cluster.nodes:
-        return []
-    rank0 = cluster.rank0.name
-    got = misresolved(cluster, node, rank0) if node != rank0 else None
-    return [hosts_fix(cluster, node, rank0, got[1], got[0])] if got else []
-
-
-DERIVED: dict[str, Callable[[Any, dict[str, Any]], list[Fix]]] = {
-    ids.HOSTNAME_MATCHES.name: _hostname_fix,
-    ids.MASTER_PORT.name: _rank0_resolution_fix,
-}
-
-
-def derive(cluster: Any, params: dict[str, Any], function: str, have_fixes: bool) -> list[Fix]:
-    """Fixes of a red whose check built none, from the facts the run already has: H2's hostname,
-    F2's /etc/hosts line for rank 0, and any pair check whose source resolves the target to
-    another machine (the /etc/hosts line on the source; F1-F3 then pass too)."""
-    got: list[Fix] = []
-    own = DERIVED.get(function)
-    if own is not None:
-        got += own(cluster, params)
-    if not have_fixes and not got:
-        got += _pair_resolution_fix(cluster, params)
-    return got
 
 
 # --------------------------------------------------------------------------- the script
