@@ -67,6 +67,12 @@ class Blocked(pytest.skip.Exception):  # type: ignore[name-defined]
         self.root = root
 
 
+# reported as pytest reports its own skips ("Skipped: blocked by ..."), as pytest does for its
+# outcome exceptions (their __module__ is "builtins")
+Blocked.__module__ = "builtins"
+Blocked.__qualname__ = Blocked.__name__ = "Skipped"
+
+
 def block(root: str, why: str) -> None:
     """Skip the calling check as blocked by the red `root` (a test id) when `root` runs in this
     session; return (the caller then fails with its own text) when it does not."""

@@ -22,7 +22,9 @@ def test_asymmetric_fault_is_exactly_one_red_cell(healthy_sim, tmp_path):
     assert all(v == "." for k, v in cells.items() if k != ("node1", "node3"))
     assert "  node1->node3: public key refused" in lines
     causes = lines[lines.index(next(ln for ln in lines if ln.startswith("Causes (1;"))) + 1:][:2]
-    assert causes[0] == "  node1->node3: public key refused (test_ssh_trust[node1->node3])", causes
+    # one cause: the pair's red, and pdsh's leg node1 -> node3 it blocks
+    assert causes[0] == ("  node1->node3: public key refused (test_ssh_trust[node1->node3]; "
+                         "blocks 1 check)"), causes
     assert causes[1] == ("      fix (fixes.sh): authorize node1's key (id_ed25519.pub) in "
                          "/root/.ssh/authorized_keys"), causes
     summary = json.loads((r.junit.parent / "summary.json").read_text())

@@ -175,7 +175,7 @@ def test_wrong_hosts_entry(healthy_sim):
     assert "test_resolves[node1->node3]" in r.failed, r.describe()
     msg = r.message("test_resolves[node1->node3]")
     right = healthy_sim.node("node3").address
-    assert f"fix, on node1: make the /etc/hosts line read '{right} node3'" in msg
+    assert f"fix: on node1: make the /etc/hosts line read '{right} node3'" in msg
     assert f"{wrong} is not an address of node3" in msg
     # N2 does not repeat it under node3 alone, nor S4 (node1 -> "node3" reaches node2's sshd,
     # whose host key is not node3's): both are blocked by the pair's red

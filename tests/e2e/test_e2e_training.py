@@ -162,7 +162,7 @@ def test_firewall_dropping_high_ports_fails_t1_on_loopback(healthy_sim):
     assert "node3: this node cannot connect to the rendezvous master 127.0.0.1:29500" in msg, msg
     assert "iptables -I INPUT -i lo -j ACCEPT" in msg
     assert result.outcomes[T2] == "skipped"
-    assert "T1 failed on node3" in result.message(T2)
+    assert "blocked by test_train_single_node[node3]: node3 cannot train alone" in result.message(T2)
     _no_leftovers(healthy_sim)
 
 

@@ -21,8 +21,11 @@ def test_xdist_same_verdicts_no_double_probing(healthy_sim):
     healthy_sim.remove_authorized_key("node3", from_node="node1")
     one = run_suite(healthy_sim, "-m", "ssh or names", "-n", "0")
     two = run_suite(healthy_sim, "-m", "ssh or names", "-n", "2")
-    assert one.failed == {"test_ssh_trust[node1->node3]", "test_pdsh[node1->node3]"}, one.describe()
+    assert one.failed == {"test_ssh_trust[node1->node3]"}, one.describe()
+    assert one.properties["test_pdsh[node1->node3]"]["blocked_by"] == "test_ssh_trust[node1->node3]"
     assert two.outcomes == one.outcomes, two.describe()
+    # a check blocked in a worker is blocked on the controller too (JUnit, JSON)
+    assert two.properties["test_pdsh[node1->node3]"]["blocked_by"] == "test_ssh_trust[node1->node3]"
     s1, s2 = _summary(one), _summary(two)
     assert (s1["meta"]["xdist_workers"], s2["meta"]["xdist_workers"]) == (0, 2)
     assert "  node1->node3: public key refused" in two.output.splitlines()
@@ -54,9 +57,11 @@ def _pytest(sim, tmp, *args: str) -> tuple[SuiteResult, dict]:
 
 
 def test_last_failed_reruns_only_the_failed_ids(healthy_sim, tmp_path):
+    """--lf reruns the red and the check it blocked (pdsh's leg), and nothing else."""
     healthy_sim.remove_authorized_key("node3", from_node="node1")
     first, s1 = _pytest(healthy_sim, tmp_path, "-m", "ssh")
-    assert first.failed == {"test_ssh_trust[node1->node3]", "test_pdsh[node1->node3]"}, first.describe()
+    assert first.failed == {"test_ssh_trust[node1->node3]"}, first.describe()
+    assert first.outcomes["test_pdsh[node1->node3]"] == "skipped"
     assert s1["meta"]["logged_in"] == ["node1", "node2", "node3"]
     healthy_sim.restore()
     again, s2 = _pytest(healthy_sim, tmp_path, "-m", "ssh", "--lf")
