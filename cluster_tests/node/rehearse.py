@@ -247,7 +247,7 @@ def _tool(argv):
     path = shutil.which(argv[0])
     info = {"name": argv[0], "path": path}
     try:
-        proc = subprocess.run(argv + ["--version"], stdout=subprocess.PIPE,
+        proc = subprocess.run(argv + ["--version"], check=False, stdout=subprocess.PIPE,
                               stderr=subprocess.STDOUT, timeout=20)
         text = proc.stdout.decode("utf-8", "replace").strip()
         info["ok"] = proc.returncode == 0
@@ -267,7 +267,7 @@ def _jit_ops():
     import deepspeed.ops
     from deepspeed.accelerator import get_accelerator
     try:
-        from deepspeed.git_version_info import installed_ops, accelerator_name
+        from deepspeed.git_version_info import accelerator_name, installed_ops
     except ImportError:
         installed_ops, accelerator_name = {}, ""
     accel = get_accelerator()
