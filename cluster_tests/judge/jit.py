@@ -88,14 +88,18 @@ def ops_to_load(jit: Mapping[str, Any]) -> list[str]:
 
 
 def dir_key(d: Mapping[str, Any] | None) -> tuple[Any, ...] | None:
-    """A directory's identity across nodes: path, inode and ctime (the same on every client of
-    one NFS/Lustre volume, all but never equal for two local directories)."""
+    """A directory's identity across nodes, for the report: path and inode (the same on every
+    client of one NFS/Lustre volume; its ctime is not, since each node's write test changes it).
+    Two local directories at one path with one inode number (nodes cloned from one image) would
+    read as shared; the locks' verdicts do not rest on this (see :func:`lock_key`)."""
     if not d or d.get("ino") is None:
         return None
-    return (d.get("path"), d.get("ino"), d.get("ctime_ns"))
+    return (d.get("path"), d.get("ino"))
 
 
 def lock_key(lock: Mapping[str, Any]) -> tuple[Any, ...]:
+    """A lock file's identity across nodes: path, inode and mtime in ns (set once when it was
+    created, the same for every client of a shared volume)."""
     return (lock.get("path"), lock.get("ino"), lock.get("mtime_ns"))
 
 
