@@ -293,6 +293,7 @@ def test_jit_ops(cluster: Cluster, node: str, record_property) -> None:
     verdict = jj.judge_jit(facts, cluster.names, python=r.python)[node]
     for key, value in verdict.facts.items():
         record_property(key, value)
+    record_property("inspect_seconds", (leg.data or {})["jit"].get("seconds"))
     for text in verdict.warnings:
         warnings.warn(EnvWarning(f"{node}: {text}"), stacklevel=1)
     blocked = (f"blocked by {ids.JIT_OPS.of(verdict.blocked_by)}: {verdict.blocked_text}"
