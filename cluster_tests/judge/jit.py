@@ -30,6 +30,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from cluster_tests.core import testids as ids
 from cluster_tests.judge.fixcmd import q
 
 #: room to build one op (objects and the .so of fused_adam / shm comm are a few MB; a CUDA op's
@@ -58,6 +59,8 @@ class JitVerdict:
     blocked_by: str | None = None
     blocked_text: str = ""
     fixes: list[LockFix] = field(default_factory=list)
+    #: every stale lock this node sees, with the node that reports it: (owner, lock)
+    stale: list[tuple[str, Mapping[str, Any]]] = field(default_factory=list)
     #: what a report shows: directory, sharing, ops
     facts: dict[str, str] = field(default_factory=dict)
 
@@ -239,6 +242,7 @@ def judge_jit(facts: Mapping[str, Mapping[str, Any] | None], order: Sequence[str
                         + "; ".join(procs[k])
                         + ": the launch's ranks that load it wait until that build ends")
                 continue
+            v.stale.append((who[0], lock))
             if who[0] != n:
                 if v.blocked_by is None:
                     v.blocked_by = who[0]
@@ -261,6 +265,30 @@ def judge_jit(facts: Mapping[str, Mapping[str, Any] | None], order: Sequence[str
                 f"finish first)")
             v.fixes.append(stale_lock_fix(n, lock))
     return out
+
+
+def init_ops(jit: Mapping[str, Any]) -> set[str]:
+    """The ops DeepSpeed itself JIT-loads on this node in init_distributed and for its Adam (what
+    the training smoke job loads, with no op of the user's own)."""
+    return {op["name"] for op in jit.get("ops") or []
+            if op.get("name") and op.get("compatible") and not op.get("prebuilt")}
+
+
+def smoke_waits_on(facts: Mapping[str, Mapping[str, Any] | None], order: Sequence[str],
+                   node: str) -> str | None:
+    """Why a DeepSpeed job on `node` would wait on a stale lock until its deadline (the smoke
+    job's T1/T2 fail at once with it instead), or None; the text names E7's red id."""
+    jit = facts.get(node)
+    if not jit:
+        return None
+    verdict = judge_jit(facts, order).get(node)
+    mine = init_ops(jit)
+    for owner, lock in verdict.stale if verdict else []:
+        if lock.get("op") in mine:
+            return (f"{node}: deepspeed.init_distributed would wait on the stale JIT build lock "
+                    f"{lock.get('path')} of {lock.get('op')} until the deadline; not started: "
+                    f"see {ids.JIT_OPS.of(owner)}")
+    return None
 
 
 def _tool_text(t: Mapping[str, Any] | None) -> str:

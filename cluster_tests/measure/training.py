@@ -70,10 +70,12 @@ from cluster_tests.core.memokey import MemoKey
 from cluster_tests.core.settings import Settings
 from cluster_tests.core.transport import ConnectError
 from cluster_tests.judge import hostfile as hf
+from cluster_tests.judge import jit as jj
 from cluster_tests.judge import sshfail
 from cluster_tests.judge import trainargv as targv
 from cluster_tests.judge import traindiag as tdiag
 from cluster_tests.judge import trainresult as tres
+from cluster_tests.measure import rehearsal
 
 T1_RUN: MemoKey[Launch] = MemoKey("training", "T1")  # (node)
 T2_RUN: MemoKey[Launch] = MemoKey("training", "T2")
@@ -372,6 +374,11 @@ class TrainingRuns:
             include=self.local_include(node),
         )
         launch = Launch(f"T1-{node}", node, [node], slots, self._command(d, argv))
+        blocked = self._jit_wait([node])
+        if blocked:
+            launch.setup_error = blocked
+            self._finish(launch, hosts=[node])
+            return launch
         try:
             self._stage(node, d, {SCRIPT_NAME: remote_script(SCRIPT_NAME)})
             self._launch(launch, hosts=[node])
@@ -424,6 +431,19 @@ class TrainingRuns:
         return launch
 
     # -- mechanics ------------------------------------------------------------------------
+    def _jit_wait(self, nodes: Sequence[str]) -> str | None:
+        """Where this run's rehearsal (E7) already saw a stale JIT build lock that DeepSpeed's
+        init would wait on: the job would hang until its deadline, so it is not started."""
+        r = self.cluster.cached(rehearsal.MEMO_KEY)
+        if r is None:
+            return None
+        facts = {n: (r.leg(n).data or {}).get("jit") for n in self.cluster.names}
+        for node in nodes:
+            why = jj.smoke_waits_on(facts, self.cluster.names, node)
+            if why:
+                return why
+        return None
+
     def _command(self, run_dir: str, argv: Sequence[str]) -> str:
         q = shlex.quote
         env = [f"{k}={v}" for k, v in self.config.forward_env]

@@ -132,3 +132,13 @@ def test_blocked_node_with_a_problem_of_its_own_fails_and_names_the_blocker():
     out = jj.judge_jit(facts, ORDER)
     assert out["node2"].problems and out["node2"].blocked_by == "node1"
     assert out["node2"].fixes == []
+
+
+def test_the_smoke_job_waits_only_on_a_stale_lock_of_an_op_deepspeed_loads_itself():
+    facts = {n: _facts(locks=[_lock()]) for n in ORDER}
+    why = jj.smoke_waits_on(facts, ORDER, "node3")
+    assert why is not None and "see test_jit_ops[node1]" in why and LOCK in why
+    other = _lock(op="cpu_adam", path=f"{EXT}/cpu_adam/lock")
+    assert jj.smoke_waits_on({n: _facts(locks=[other]) for n in ORDER}, ORDER, "node1") is None
+    live = _lock([{"pid": 1, "how": "holds", "cmd": "python"}])
+    assert jj.smoke_waits_on({n: _facts(locks=[live]) for n in ORDER}, ORDER, "node1") is None
