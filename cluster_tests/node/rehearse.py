@@ -238,8 +238,10 @@ def _locks(root):
         procs = _proc_scan({x["path"] for x in locks},
                            [os.path.dirname(x["path"]) for x in locks])
         for x in locks:
-            seen = procs.get(x["path"], []) + procs.get(os.path.dirname(x["path"]), [])
-            x["processes"] = seen[:HOLDERS_CAP]
+            seen = {}
+            for p in procs.get(x["path"], []) + procs.get(os.path.dirname(x["path"]), []):
+                seen.setdefault(p["pid"], p)  # a holder is named once, as holding it
+            x["processes"] = list(seen.values())[:HOLDERS_CAP]
     return ops, locks
 
 
