@@ -90,7 +90,7 @@ def test_stale_lock_red_once_the_launch_hangs_fixes_sh_removes_it_then_all_green
     script = _fixes(r)
     assert "test_jit_ops[node1]" in script and str(lock) in script
     # the real launch waits on the lock: no rank gets past deepspeed.init_distributed
-    out = real_launch(sim, timeout=40)
+    out = real_launch(sim, timeout=30)
     assert "CT_LAUNCH_OK" not in out and "CT_LAUNCH_EXIT=137" in out, out[-3000:]
     assert lock.exists()
     # the fix script, run as the user runs it, removes it; the check and the launch are green
@@ -121,7 +121,7 @@ def test_ninja_hidden_from_one_node_is_red_there_and_the_launch_fails_there(heal
     msg = r.message("test_jit_ops[node3]")
     assert "`ninja` is not found on the PATH the launch's ranks get there" in msg, msg
     assert f"Unable to JIT load the {OP} op due to ninja not being installed" in msg
-    out = real_launch(sim, timeout=40)
+    out = real_launch(sim, timeout=30)
     said = [ln for ln in out.splitlines()
             if f"Unable to JIT load the {OP} op due to ninja not being installed" in ln]
     assert said and all(ln.startswith("node3:") for ln in said), out[-3000:]
