@@ -75,6 +75,7 @@ from cluster_tests.judge import sshfail
 from cluster_tests.judge import trainargv as targv
 from cluster_tests.judge import traindiag as tdiag
 from cluster_tests.judge import trainresult as tres
+from cluster_tests.judge.env import unquote_export
 from cluster_tests.measure import rehearsal
 
 T1_RUN: MemoKey[Launch] = MemoKey("training", "T1")  # (node)
@@ -86,6 +87,8 @@ SCRIPT_NAME = "train_smoke.py"
 LAUNCH_MARK = "CT_LAUNCH"
 #: Variables of the pytest process passed on to the ranks (see the module docstring).
 FORWARD_ENV = ("DS_ACCELERATOR",)
+#: what the launch's .deepspeed_env may set for DeepSpeed's JIT builds, passed on to the job
+JIT_ENV = ("TORCH_EXTENSIONS_DIR", "TRITON_CACHE_DIR", "TRITON_HOME", "CXX")
 #: Diagnoses that do not stop a launch that is still running (they are normal mid-run, or
 #: warnings that precede the real error).
 _NOT_FATAL = frozenset({"rank-not-started", "rank-not-done", "hostfile-missing", "rendezvous-timeout"})
@@ -419,8 +422,9 @@ class TrainingRuns:
             if errors:
                 raise SetupError("; ".join(str(e) for e in errors))
             files = {"hostfile": Path(str(self.cluster.settings.hostfile)).read_bytes()}
-            if cfg.forward_env:
-                files[".deepspeed_env"] = "".join(f"{k}={v}\n" for k, v in cfg.forward_env).encode()
+            env = self._env_pairs()
+            if env:
+                files[".deepspeed_env"] = "".join(f"{k}={v}\n" for k, v in env).encode()
             self._stage(rank0, d, files)
             self._launch(launch, hosts=self.cluster.names)
         except Exception as exc:  # noqa: BLE001 - ssh/setup failures become the result
@@ -431,6 +435,20 @@ class TrainingRuns:
         return launch
 
     # -- mechanics ------------------------------------------------------------------------
+    def _env_pairs(self) -> list[tuple[str, str]]:
+        """What the job gets besides the node's own environment: FORWARD_ENV, and where this
+        run's rehearsal saw the launch export them (a .deepspeed_env in the launch directory,
+        which the job, started in its own directory, would not read), the directories and
+        compiler of DeepSpeed's JIT builds: the job builds and loads its ops where the user's
+        job does."""
+        pairs = dict(self.config.forward_env)
+        # (no cluster: a command built alone, as tests/e2e/test_e2e_training.py does)
+        r = self.cluster.cached(rehearsal.MEMO_KEY) if self.cluster is not None else None
+        for key in JIT_ENV:
+            if r is not None and key in r.exports and key not in pairs:
+                pairs[key] = unquote_export(r.exports[key])
+        return list(pairs.items())
+
     def _jit_wait(self, nodes: Sequence[str]) -> str | None:
         """Where this run's rehearsal (E7) already saw a stale JIT build lock that DeepSpeed's
         init would wait on: the job would hang until its deadline, so it is not started."""
@@ -446,7 +464,7 @@ class TrainingRuns:
 
     def _command(self, run_dir: str, argv: Sequence[str]) -> str:
         q = shlex.quote
-        env = [f"{k}={v}" for k, v in self.config.forward_env]
+        env = [f"{k}={v}" for k, v in self._env_pairs()]
         return (
             f"cd {q(run_dir)} && echo {LAUNCH_MARK} node=$(hostname) "
             f"python=$(command -v {q(self.config.python)} || echo not-found) && "
