@@ -87,6 +87,12 @@ SCRIPT_NAME = "train_smoke.py"
 LAUNCH_MARK = "CT_LAUNCH"
 #: Variables of the pytest process passed on to the ranks (see the module docstring).
 FORWARD_ENV = ("DS_ACCELERATOR",)
+#: (shell, `$d` the run directory or a glob of them) a JIT build lock that a killed rank held,
+#: as train_smoke.py records it, removed if it is still that very file (same inode): else every
+#: later launch that loads the op would wait on it
+RELEASE_KILLED_LOCKS = (
+    'for f in $d/.ct_jit_lock.*; do [ -f "$f" ] || continue; { read ino; read l; } < "$f"; '
+    '[ "$(stat -c %i -- "$l" 2>/dev/null)" = "$ino" ] && rm -f -- "$l"; done; ')
 #: what the launch's .deepspeed_env may set for DeepSpeed's JIT builds, passed on to the job
 JIT_ENV = ("TORCH_EXTENSIONS_DIR", "TRITON_CACHE_DIR", "TRITON_HOME", "CXX")
 #: Diagnoses that do not stop a launch that is still running (they are normal mid-run, or
@@ -517,6 +523,7 @@ class TrainingRuns:
         script = (
             'read p; read d; pkill -KILL -f -- "$p"; i=0; '
             'while pgrep -f -- "$p" >/dev/null && [ $i -lt 25 ]; do sleep 0.2; i=$((i+1)); done; '
+            + RELEASE_KILLED_LOCKS +
             'rm -rf -- $d; pgrep -af -- "$p"; true'
         )
 

@@ -83,3 +83,49 @@ def test_tools_and_directories(node, tmp_path):
     d = node["_dir_facts"](str(tmp_path / "not" / "yet"))
     assert d["exists"] is False and d["checked"] == str(tmp_path) and d["writable"] is True
     assert list(tmp_path.iterdir()) == []  # the write test left nothing
+
+
+# -- the smoke job's own locks (T1/T2): a job killed mid-build leaves no stale lock behind
+
+_HOLD = """
+import importlib.util, sys, time
+spec = importlib.util.spec_from_file_location("ct_train_smoke", sys.argv[1])
+m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m)
+m.record_jit_locks()
+from torch.utils.cpp_extension import FileBaton   # the name torch's builder uses
+b = FileBaton(sys.argv[2]); assert b.try_acquire()
+if sys.argv[3] == "release":
+    b.release()
+else:
+    print("held", flush=True); time.sleep(60)
+"""
+
+
+def test_the_cleanup_removes_the_lock_a_killed_job_held_and_only_that(tmp_path):
+    from cluster_tests.measure import training as trr
+
+    run_dir, ext = tmp_path / "ct-train-x", tmp_path / "ext" / "op"
+    run_dir.mkdir()
+    ext.mkdir(parents=True)
+    lock = ext / "lock"
+    done = subprocess.run([sys.executable, "-c", _HOLD, str(SCRIPT_PATH), str(lock), "release"],
+                          cwd=run_dir, capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
+    assert not lock.exists() and list(run_dir.iterdir()) == []  # released: no record left
+    job = subprocess.Popen([sys.executable, "-c", _HOLD, str(SCRIPT_PATH), str(lock), "hold"],
+                           cwd=run_dir, stdout=subprocess.PIPE, text=True)
+    assert job.stdout is not None and job.stdout.readline().strip() == "held"
+    job.kill()
+    job.wait()
+    assert lock.exists()  # what a killed build leaves
+    other = tmp_path / "ext" / "other_lock"
+    other.write_text("")
+    records = list(run_dir.glob(".ct_jit_lock.*"))
+    assert len(records) == 1
+    # a lock that is not the recorded file (another inode) is left alone
+    fake = run_dir / ".ct_jit_lock.1.1"
+    fake.write_text(f"{other.stat().st_ino + 1}\n{other}\n")
+    subprocess.run(["sh", "-c", f"d={tmp_path}/ct-train-*; " + trr.RELEASE_KILLED_LOCKS],
+                   check=True)
+    assert not lock.exists() and other.exists()
+
