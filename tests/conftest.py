@@ -17,6 +17,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from fixtures.sim import SimCluster  # noqa: E402
 
+#: a build cache kept between sessions (gitignored, like the sims of `make demo`)
+SIM_EXTENSIONS = Path(__file__).resolve().parent.parent / ".sim" / "torch_extensions"
+
 
 @pytest.fixture(scope="session", autouse=True)
 def _suite_tmp(tmp_path_factory: pytest.TempPathFactory):
@@ -36,7 +39,9 @@ def _suite_tmp(tmp_path_factory: pytest.TempPathFactory):
 @pytest.fixture(scope="session")
 def sim(tmp_path_factory: pytest.TempPathFactory):
     state = tmp_path_factory.mktemp("sim3")
-    with SimCluster(state, nodes=3, slots=1) as cluster:
+    # the nodes' TORCH_EXTENSIONS_DIR outlives the session (PITFALLS 11): DeepSpeed's CPU shm
+    # op, which T1/T2 and tests/e2e/test_e2e_jit.py JIT-load as a user's job does, is built once
+    with SimCluster(state, nodes=3, slots=1, torch_extensions_dir=SIM_EXTENSIONS) as cluster:
         yield cluster
 
 

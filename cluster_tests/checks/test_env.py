@@ -2,7 +2,8 @@
 node: the variables and tools the launch needs, the same communication settings and versions
 everywhere, on Ascend the HCCL settings and NPU links, (E5) a rehearsal of the launch's own
 per-node step: from the rank-0 node, through pdsh, DeepSpeed's exports, `cd` and interpreter,
-importing what the launch imports, and (E6) the temporary directory the ranks' tools write to."""
+importing what the launch imports, (E6) the temporary directory the ranks' tools write to, and
+(E7) what the first step builds: DeepSpeed's JIT ops, their build locks and their toolchain."""
 
 from __future__ import annotations
 
@@ -19,7 +20,9 @@ from cluster_tests.core.cluster import Cluster, NodeProbe, ProbeError
 from cluster_tests.core.nodetable import NodeColumn
 from cluster_tests.core.settings import Settings
 from cluster_tests.judge import env as ec
+from cluster_tests.judge import jit as jj
 from cluster_tests.judge import parsers, rdma
+from cluster_tests.judge.problem import Problem
 from cluster_tests.measure import accel, envfacts, rehearsal, sshpairs
 from cluster_tests.measure.envfacts import SCRIPT
 
@@ -286,3 +289,42 @@ def test_tmpdir(cluster: Cluster, node: str, record_property) -> None:
         warnings.warn(EnvWarning(f"{node}: {text}"), stacklevel=1)
     if verdict.problems:
         pytest.fail(f"{node}: " + f"\n{node}: ".join(verdict.problems), pytrace=False)
+
+
+def test_jit_ops(cluster: Cluster, node: str, record_property) -> None:
+    """E7: what the first step builds, as the launch's ranks meet it (the rehearsal's
+    interpreter, exports and directory, on every node through pdsh): DeepSpeed's JIT ops for
+    the accelerator, the extensions directory and Triton's cache (shared, writable, room), no
+    stale build lock there (red once, on the first node that sees a shared one; the others are
+    blocked by it), and `ninja` and the C++ compiler where an op is JIT-loaded."""
+    r = rehearsal.rehearse(cluster)
+    leg = r.leg(node)
+    if leg.kind == "skip":
+        _block_leg(cluster, r.site, node, leg)
+        pytest.skip(leg.text)
+    if not (leg.data or {}).get("jit"):
+        if leg.kind == "fail":
+            outcome.block(ids.LAUNCH_REHEARSAL.of(node), f"the launch's step fails on {node}")
+        pytest.skip(f"{node}: the launch's interpreter did not import deepspeed and torch there, "
+                    f"so what it builds is unknown: see {ids.LAUNCH_REHEARSAL.of(node)}")
+    facts = {n: (r.leg(n).data or {}).get("jit") for n in cluster.names}
+    verdicts = jj.judge_jit(facts, cluster.names, python=r.python)
+    verdict = verdicts[node]
+    for key, value in verdict.facts.items():
+        record_property(key, value)
+    record_property("inspect_seconds", (leg.data or {})["jit"].get("seconds"))
+    for text in verdict.warnings:
+        warnings.warn(EnvWarning(f"{node}: {text}"), stacklevel=1)
+    blocked = (f"blocked by {ids.JIT_OPS.of(verdict.blocked_by)}: {verdict.blocked_text}"
+               if verdict.blocked_by else "")
+    if verdict.problems:
+        outcome.fail(Problem(
+            (node,), verdict.problems[0].split(":")[0][:100],
+            f"{node}: " + f"\n{node}: ".join(verdict.problems)
+            + (f"\n{node}: also {blocked}" if blocked else ""),
+            fixes=tuple(verdict.fixes), item="E7",
+            # a stale lock in a shared directory stops the ranks of every node that shares it
+            breaks=tuple(n for n, v in verdicts.items() if v.blocked_by == node)))
+    if verdict.blocked_by:
+        outcome.block(ids.JIT_OPS.of(verdict.blocked_by), verdict.blocked_text)
+        pytest.skip(blocked)

@@ -79,6 +79,7 @@ DEEPSPEED_ENV = TestId("test_deepspeed_env", "E2")
 VERSIONS = TestId("test_versions", "E3")
 ASCEND_ENV = TestId("test_ascend_env", "E4")
 LAUNCH_REHEARSAL = TestId("test_launch_rehearsal", "E5")
+JIT_OPS = TestId("test_jit_ops", "E7")
 # A. accelerators
 ACCELERATORS = TestId("test_accelerators", "A1")
 # R. RDMA and node health
@@ -136,6 +137,7 @@ LAUNCH_NEEDS: dict[str, str] = {
     "test_ascend_env": "node",
     "test_launch_rehearsal": "node",
     "test_tmpdir": "node",
+    "test_jit_ops": "node",
     # A, R
     "test_accelerators": "node",
     "test_rdma_ports": "node",

@@ -116,7 +116,7 @@ def healthy(nodes: Sequence[str], problems: Iterable[Problem], *, world_multiple
         if p.pairs:
             continue  # its pairs are edges below
         if kind == "node" and p.nodes:
-            for n in p.nodes:
+            for n in (*p.nodes, *p.breaks):
                 if n != LAUNCHER:
                     dead.add(n)
                     note(n, p)

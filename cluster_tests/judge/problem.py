@@ -64,6 +64,9 @@ class Problem:
     #: the ordered pairs the cause breaks, where it is a node's but hits pairs (a node's
     #: firewall): hostfile.healthy drops one node of each
     pairs: tuple[tuple[str, str], ...] = ()
+    #: other nodes the same cause stops (a stale build lock in a directory they share): their
+    #: checks are blocked by this red, and hostfile.healthy leaves them out with its node
+    breaks: tuple[str, ...] = ()
     #: numbers or names a report may show beside it
     facts: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
 
@@ -109,6 +112,7 @@ class Problem:
                        item=d.get("item", ""), launch=str(d.get("launch", "")),
                        check=d.get("check", ""),
                        pairs=tuple((str(a), str(b)) for a, b in d.get("pairs", ())),
+                       breaks=tuple(str(n) for n in d.get("breaks", ())),
                        facts=dict(d.get("facts", {})))
         except (ValueError, KeyError, TypeError):
             return None

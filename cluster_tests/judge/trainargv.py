@@ -15,9 +15,11 @@ then 127.0.0.1 and no ssh is used::
         train_smoke.py --steps 20 --deadline 300
 
 On CPU set ``DS_ACCELERATOR=cpu``: the backend is gloo unless oneCCL's
-``oneccl_bindings_for_pytorch`` is importable (then ccl). The job marks DeepSpeed's
-``deepspeed_shm_comm`` op unavailable so the CPU backend does not JIT-build it (about 30 s on
-2 cores; only inference all-reduce uses it); ``--jit-shm`` restores the build.
+``oneccl_bindings_for_pytorch`` is importable (then ccl). As the user's job, the CPU backend
+JIT-builds (or loads) DeepSpeed's ``deepspeed_shm_comm`` op in ``init_distributed``, in the
+extensions directory the node's environment names (about 30 s on 2 cores the first time; a stale
+build lock there hangs it, which E7 reports first); ``--no-jit-shm`` is a testing aid that skips
+it.
 
 Multi node (T2)::
 

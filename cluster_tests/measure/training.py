@@ -70,10 +70,13 @@ from cluster_tests.core.memokey import MemoKey
 from cluster_tests.core.settings import Settings
 from cluster_tests.core.transport import ConnectError
 from cluster_tests.judge import hostfile as hf
+from cluster_tests.judge import jit as jj
 from cluster_tests.judge import sshfail
 from cluster_tests.judge import trainargv as targv
 from cluster_tests.judge import traindiag as tdiag
 from cluster_tests.judge import trainresult as tres
+from cluster_tests.judge.env import unquote_export
+from cluster_tests.measure import rehearsal
 
 T1_RUN: MemoKey[Launch] = MemoKey("training", "T1")  # (node)
 T2_RUN: MemoKey[Launch] = MemoKey("training", "T2")
@@ -84,6 +87,14 @@ SCRIPT_NAME = "train_smoke.py"
 LAUNCH_MARK = "CT_LAUNCH"
 #: Variables of the pytest process passed on to the ranks (see the module docstring).
 FORWARD_ENV = ("DS_ACCELERATOR",)
+#: (shell, `$d` the run directory or a glob of them) a JIT build lock that a killed rank held,
+#: as train_smoke.py records it, removed if it is still that very file (same inode): else every
+#: later launch that loads the op would wait on it
+RELEASE_KILLED_LOCKS = (
+    'for f in $d/.ct_jit_lock.*; do [ -f "$f" ] || continue; { read ino; read l; } < "$f"; '
+    '[ "$(stat -c %i -- "$l" 2>/dev/null)" = "$ino" ] && rm -f -- "$l"; done; ')
+#: what the launch's .deepspeed_env may set for DeepSpeed's JIT builds, passed on to the job
+JIT_ENV = ("TORCH_EXTENSIONS_DIR", "TRITON_CACHE_DIR", "TRITON_HOME", "CXX")
 #: Diagnoses that do not stop a launch that is still running (they are normal mid-run, or
 #: warnings that precede the real error).
 _NOT_FATAL = frozenset({"rank-not-started", "rank-not-done", "hostfile-missing", "rendezvous-timeout"})
@@ -372,6 +383,11 @@ class TrainingRuns:
             include=self.local_include(node),
         )
         launch = Launch(f"T1-{node}", node, [node], slots, self._command(d, argv))
+        blocked = self._jit_wait([node])
+        if blocked:
+            launch.setup_error = blocked
+            self._finish(launch, hosts=[node])
+            return launch
         try:
             self._stage(node, d, {SCRIPT_NAME: remote_script(SCRIPT_NAME)})
             self._launch(launch, hosts=[node])
@@ -412,8 +428,9 @@ class TrainingRuns:
             if errors:
                 raise SetupError("; ".join(str(e) for e in errors))
             files = {"hostfile": Path(str(self.cluster.settings.hostfile)).read_bytes()}
-            if cfg.forward_env:
-                files[".deepspeed_env"] = "".join(f"{k}={v}\n" for k, v in cfg.forward_env).encode()
+            env = self._env_pairs()
+            if env:
+                files[".deepspeed_env"] = "".join(f"{k}={v}\n" for k, v in env).encode()
             self._stage(rank0, d, files)
             self._launch(launch, hosts=self.cluster.names)
         except Exception as exc:  # noqa: BLE001 - ssh/setup failures become the result
@@ -424,9 +441,45 @@ class TrainingRuns:
         return launch
 
     # -- mechanics ------------------------------------------------------------------------
+    def _env_pairs(self) -> list[tuple[str, str]]:
+        """What the job gets besides the node's own environment: FORWARD_ENV, and where this
+        run's rehearsal saw the launch export them (a .deepspeed_env in the launch directory,
+        which the job, started in its own directory, would not read), the directories and
+        compiler of DeepSpeed's JIT builds: the job builds and loads its ops where the user's
+        job does."""
+        pairs = dict(self.config.forward_env)
+        # (no cluster: a command built alone, as tests/e2e/test_e2e_training.py does)
+        r = self.cluster.cached(rehearsal.MEMO_KEY) if self.cluster is not None else None
+        for key in JIT_ENV:
+            if r is not None and key in r.exports and key not in pairs:
+                pairs[key] = unquote_export(r.exports[key])
+        return list(pairs.items())
+
+    def jit_owner(self, node: str) -> tuple[str, str] | None:
+        """(the node whose E7 red holds a stale JIT build lock a job on `node` would wait on,
+        why), from this run's rehearsal; None when there is none (or no rehearsal ran)."""
+        r = self.cluster.cached(rehearsal.MEMO_KEY)
+        if r is None:
+            return None
+        facts = {n: (r.leg(n).data or {}).get("jit") for n in self.cluster.names}
+        return jj.stale_lock_owner(facts, self.cluster.names, node)
+
+    def _jit_wait(self, nodes: Sequence[str]) -> str | None:
+        """Where this run's rehearsal (E7) already saw a stale JIT build lock that DeepSpeed's
+        init would wait on: the job would hang until its deadline, so it is not started."""
+        r = self.cluster.cached(rehearsal.MEMO_KEY)
+        if r is None:
+            return None
+        facts = {n: (r.leg(n).data or {}).get("jit") for n in self.cluster.names}
+        for node in nodes:
+            why = jj.smoke_waits_on(facts, self.cluster.names, node)
+            if why:
+                return why
+        return None
+
     def _command(self, run_dir: str, argv: Sequence[str]) -> str:
         q = shlex.quote
-        env = [f"{k}={v}" for k, v in self.config.forward_env]
+        env = [f"{k}={v}" for k, v in self._env_pairs()]
         return (
             f"cd {q(run_dir)} && echo {LAUNCH_MARK} node=$(hostname) "
             f"python=$(command -v {q(self.config.python)} || echo not-found) && "
@@ -479,6 +532,7 @@ class TrainingRuns:
         script = (
             'read p; read d; pkill -KILL -f -- "$p"; i=0; '
             'while pgrep -f -- "$p" >/dev/null && [ $i -lt 25 ]; do sleep 0.2; i=$((i+1)); done; '
+            + RELEASE_KILLED_LOCKS +
             'rm -rf -- $d; pgrep -af -- "$p"; true'
         )
 

@@ -5,12 +5,22 @@ after DeepSpeed's exports and `cd <launch dir>;`, with the launching interpreter
 path and `-u`.  It imports what the launch and the first line of a training script import,
 each step timed and caught, and prints one line `CT_REHEARSAL:{json}` (before each step a line
 `CT_STEP:<step>`, so that a hang names its step).  Standard library only; Python 3.6+.
+
+After the imports it reports what the first step builds (CHECKLIST E7, ``jit`` in the JSON):
+DeepSpeed's JIT ops for this accelerator, the extensions directory torch builds them in and
+Triton's cache directory (each: exists, writable, free space, identity), every build ``lock``
+there with its age and the processes holding or building it, and the ``ninja`` and C++
+compiler torch's builder calls, all as this very process (the launch's interpreter, exports
+and directory) finds them.  It builds nothing, and creates nothing but a scratch file that it
+removes at once.
 """
 
 import json
 import os
 import shutil
+import subprocess
 import sys
+import tempfile
 import time
 import traceback
 
@@ -83,6 +93,239 @@ def _accelerator_kind():
     return None
 
 
+#: how many processes (holders/builders) are reported per lock
+HOLDERS_CAP = 8
+
+
+def _ext_root():
+    """torch.utils.cpp_extension._get_build_directory's root, without creating it: the value of
+    TORCH_EXTENSIONS_DIR as it is, else get_default_build_root()/py<maj><min><abiflags>_<cpu|cuXY|
+    rocmXY> (torch 2.x names the folder so)."""
+    root = os.environ.get("TORCH_EXTENSIONS_DIR")
+    if root is not None:
+        return root, "TORCH_EXTENSIONS_DIR"
+    import torch
+    from torch.utils.cpp_extension import get_default_build_root
+    base = get_default_build_root()
+    if getattr(torch.version, "hip", None) is not None:
+        flavour = "rocm" + torch.version.hip.replace(".", "")
+    elif torch.version.cuda is not None:
+        flavour = "cu" + torch.version.cuda.replace(".", "")
+    else:
+        flavour = "cpu"
+    folder = "py%d%d%s_%s" % (sys.version_info[0], sys.version_info[1],
+                              getattr(sys, "abiflags", ""), flavour)
+    return os.path.join(base, folder), "torch's default"
+
+
+def _triton_dir():
+    if os.environ.get("TRITON_CACHE_DIR"):
+        return os.environ["TRITON_CACHE_DIR"], "TRITON_CACHE_DIR"
+    home = os.environ.get("TRITON_HOME") or os.path.expanduser("~")
+    return os.path.join(home, ".triton", "cache"), ("TRITON_HOME" if os.environ.get("TRITON_HOME")
+                                                    else "Triton's default")
+
+
+def _dir_facts(path):
+    """exists, identity (inode, ctime), and for the directory or, where it does not exist yet,
+    the nearest existing parent (which torch's makedirs would create it in): a file really
+    created and removed there, and the free space."""
+    d = {"path": path, "exists": os.path.isdir(path)}
+    probe = path
+    while not os.path.isdir(probe):
+        parent = os.path.dirname(probe)
+        if parent == probe:
+            break
+        probe = parent
+    d["checked"] = probe
+    try:
+        st = os.stat(path)
+        d["ino"], d["ctime_ns"], d["uid"] = st.st_ino, st.st_ctime_ns, st.st_uid
+    except OSError:
+        pass
+    try:
+        fd, name = tempfile.mkstemp(prefix=".ct_jit_", dir=probe)
+        os.close(fd)
+        os.unlink(name)
+        d["writable"] = True
+    except OSError as exc:
+        d["writable"] = False
+        d["write_error"] = str(exc)
+    try:
+        vfs = os.statvfs(probe)
+        d["free_bytes"] = vfs.f_bavail * vfs.f_frsize
+    except OSError:
+        d["free_bytes"] = None
+    return d
+
+
+def _proc_scan(locks, op_dirs):
+    """pid facts of the processes that hold a lock open (torch's FileBaton keeps the fd of the
+    lock it created until it removes it) or run in / name an op's directory (ninja, c++, cc1plus
+    run with cwd in it), as far as /proc shows them (this user's processes)."""
+    found = {}
+    me = os.getpid()
+    try:
+        pids = [p for p in os.listdir("/proc") if p.isdigit() and int(p) != me]
+    except OSError:
+        return found
+    for pid in pids:
+        base = "/proc/" + pid
+        why = []
+        try:
+            for fd in os.listdir(base + "/fd"):
+                try:
+                    target = os.readlink(base + "/fd/" + fd)
+                except OSError:
+                    continue
+                if target in locks:
+                    why.append(("holds", target))
+        except OSError:
+            pass
+        try:
+            cwd = os.readlink(base + "/cwd")
+        except OSError:
+            cwd = ""
+        try:
+            with open(base + "/cmdline", "rb") as fh:
+                cmd = fh.read(4096).replace(b"\0", b" ").decode("utf-8", "replace").strip()
+        except OSError:
+            cmd = ""
+        for d in op_dirs:
+            if cwd == d or cwd.startswith(d + "/") or (d + "/") in cmd:
+                why.append(("builds", d))
+        for kind, what in why:
+            found.setdefault(what, []).append(
+                {"pid": int(pid), "how": kind, "cwd": cwd, "cmd": cmd[:300]})
+    return found
+
+
+def _newest_mtime(path, cap=2000):
+    newest = None
+    n = 0
+    for root, _dirs, files in os.walk(path):
+        for name in files:
+            n += 1
+            if n > cap:
+                return newest
+            try:
+                m = os.lstat(os.path.join(root, name)).st_mtime
+            except OSError:
+                continue
+            newest = m if newest is None or m > newest else newest
+    return newest
+
+
+def _locks(root):
+    """Every <root>/<op>/lock: age, identity, and who holds or builds it."""
+    locks = []
+    try:
+        ops = sorted(os.listdir(root))
+    except OSError:
+        return [], []
+    now = time.time()
+    for op in ops:
+        lock = os.path.join(root, op, "lock")
+        try:
+            st = os.stat(lock)
+        except OSError:
+            continue
+        newest = _newest_mtime(os.path.join(root, op))
+        locks.append({"op": op, "path": lock, "age_s": round(now - st.st_mtime, 1),
+                      "ino": st.st_ino, "mtime_ns": st.st_mtime_ns,
+                      "activity_age_s": round(now - newest, 1) if newest else None})
+    if locks:
+        procs = _proc_scan({x["path"] for x in locks},
+                           [os.path.dirname(x["path"]) for x in locks])
+        for x in locks:
+            seen = {}
+            for p in procs.get(x["path"], []) + procs.get(os.path.dirname(x["path"]), []):
+                seen.setdefault(p["pid"], p)  # a holder is named once, as holding it
+            x["processes"] = list(seen.values())[:HOLDERS_CAP]
+    return ops, locks
+
+
+def _tool(argv):
+    path = shutil.which(argv[0])
+    info = {"name": argv[0], "path": path}
+    try:
+        proc = subprocess.run(argv + ["--version"], check=False, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, timeout=20)
+        text = proc.stdout.decode("utf-8", "replace").strip()
+        info["ok"] = proc.returncode == 0
+        info["version"] = text.splitlines()[0][:200] if text else ""
+    except (OSError, subprocess.SubprocessError) as exc:
+        info["ok"] = False
+        info["error"] = str(exc)[:300]
+    return info
+
+
+def _jit_ops():
+    """The ops this launch JIT-loads here: what DeepSpeed builds in init_distributed for this
+    accelerator (TorchBackend's build_shm_op: its ShareMemCommBuilder where DeepSpeed deems it
+    compatible), DeepSpeed's Adam on a device accelerator (FusedAdamBuilder), and every op a
+    previous job built in the extensions directory.  `prebuilt`: installed with DeepSpeed
+    (installed_ops), so loaded without a build."""
+    import deepspeed.ops
+    from deepspeed.accelerator import get_accelerator
+    try:
+        from deepspeed.git_version_info import accelerator_name, installed_ops
+    except ImportError:
+        installed_ops, accelerator_name = {}, ""
+    accel = get_accelerator()
+    name = getattr(accel, "_name", None) or accel.device_name()
+    compatible = dict(deepspeed.ops.__compatible_ops__)
+    ops = []
+
+    def add(builder_class, why):
+        try:
+            b = accel.create_op_builder(builder_class)
+        except Exception as exc:
+            ops.append({"builder": builder_class, "why": why, "error": str(exc)[:300]})
+            return
+        if b is None:
+            return
+        ok = bool(compatible.get(b.name, False))
+        ops.append({"name": b.name, "builder": builder_class, "why": why,
+                    "absolute_name": b.absolute_name(), "compatible": ok,
+                    "prebuilt": bool(installed_ops.get(b.name)) and accelerator_name == name})
+    add("ShareMemCommBuilder", "init_distributed (TorchBackend's build_shm_op)")
+    if name != "cpu":
+        add("FusedAdamBuilder", "DeepSpeed's Adam (FusedAdam)")
+    return {"accelerator": name, "op_builder_dir": accel.op_builder_dir(), "ops": ops,
+            "compatible": compatible}
+
+
+def jit_facts():
+    out = {}
+    try:
+        out.update(_jit_ops())
+    except Exception as exc:
+        out["ops_error"] = _error(exc)
+    try:
+        root, source = _ext_root()
+        out["ext"] = _dir_facts(root)
+        out["ext"]["source"] = source
+        out["ext"]["entries"], out["locks"] = _locks(root)
+        out["ext"]["entries"] = out["ext"]["entries"][:64]
+    except Exception as exc:
+        out["ext_error"] = _error(exc)
+    tdir, tsource = _triton_dir()
+    out["triton"] = _dir_facts(tdir)
+    out["triton"]["source"] = tsource
+    try:
+        import importlib.util
+        out["triton"]["installed"] = importlib.util.find_spec("triton") is not None
+    except Exception:
+        out["triton"]["installed"] = None
+    cxx = os.environ.get("CXX", "c++")
+    out["ninja"] = _tool(["ninja"])
+    out["cxx"] = _tool([cxx])
+    out["cxx"]["from_env"] = "CXX" in os.environ
+    out["path"] = os.environ.get("PATH")
+    return out
+
+
 def main():
     out = {"executable": sys.executable, "cwd": os.getcwd(), "pwd": os.environ.get("PWD"),
            "version": sys.version.split()[0],
@@ -133,6 +376,15 @@ def main():
             return n
         step("import torch_npu; torch.npu.device_count()", npu)
     out["packages"] = {m: _package(m, d) for m, d in PACKAGES}
+    if "deepspeed" in sys.modules and torch_ok:
+        sys.stdout.write("CT_STEP:inspect JIT ops\n")
+        sys.stdout.flush()
+        start = time.time()
+        try:
+            out["jit"] = jit_facts()
+        except Exception as exc:
+            out["jit"] = {"error": _error(exc)}
+        out["jit"]["seconds"] = round(time.time() - start, 3)
     sys.stdout.write(MARK + json.dumps(out) + "\n")
     sys.stdout.flush()
 

@@ -107,3 +107,20 @@ def test_t1_trains_on_the_launch_slot_ids() -> None:
     assert runs("node1:4,5,6,7@node2").local_include("node2") is None
     assert runs(exclude="node2:0").local_include("node2") == "localhost:1,2,3,4,5,6,7"
     assert runs("node9").local_include("node1") is None  # a bad filter: T2 reports it
+
+
+def test_jobs_build_where_the_launch_exports_the_jit_directories() -> None:
+    """A TORCH_EXTENSIONS_DIR (or CXX) that the launch exports, e.g. from the launch directory's
+    .deepspeed_env, reaches T1's and T2's job too; what a node's own shell sets needs nothing."""
+    from cluster_tests.measure import rehearsal
+
+    r = rehearsal.Rehearsal(site="node1", exports={"TORCH_EXTENSIONS_DIR": '"/scratch/ext dir"',
+                                                   "CXX": "g++-12", "NCCL_DEBUG": "INFO"})
+    memo = {rehearsal.MEMO_KEY: r}
+    cluster = SimpleNamespace(cached=memo.get)
+    c = SimpleNamespace(forward_env=(("DS_ACCELERATOR", "cpu"),))
+    runs = trr.TrainingRuns(cluster, c, None)  # type: ignore[arg-type]
+    assert runs._env_pairs() == [("DS_ACCELERATOR", "cpu"),
+                                 ("TORCH_EXTENSIONS_DIR", "/scratch/ext dir"), ("CXX", "g++-12")]
+    memo.clear()
+    assert runs._env_pairs() == [("DS_ACCELERATOR", "cpu")]
