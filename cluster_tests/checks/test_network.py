@@ -17,7 +17,7 @@ from cluster_tests.core.settings import Settings
 from cluster_tests.judge import network as nc
 from cluster_tests.judge.netfacts import route_device
 from cluster_tests.measure import ifaces as mi
-from cluster_tests.measure import ports
+from cluster_tests.measure import masteraddr, ports
 
 pytestmark = pytest.mark.network
 
@@ -165,10 +165,26 @@ def test_master_port(cluster: Cluster, rendezvous_leg: tuple[str, str]) -> None:
             f"({master.get('error')}): {owner}\n  rank 0 could not bind it and the launch would fail.\n"
             f"  fix: stop that process, or launch with --master_port <free port> (and pass "
             f"--master-port to this suite)", pytrace=False)
+    d = masteraddr.derived(cluster)
+    if d.value is None:
+        pytest.skip(f"the launch has no --master_addr to connect to: see {ids.MASTER_ADDR.of(rank0)}")
     entry = _slice(cluster, node, rank0)
     res = entry.get("master") or {"status": "not tried"}
     if res["status"] == "ok":
         return
+    if res["status"] == "unresolved":
+        pytest.fail(
+            f"{node} -> {rank0}:{port}: {node} cannot resolve the launch's --master_addr "
+            f"'{d.value}' ({res.get('error')}), so its ranks cannot reach the rendezvous: see "
+            f"{ids.MASTER_ADDR.of(rank0)}", pytrace=False)
+    maddr = entry.get("master_addr") or entry["addr"]
+    if maddr != entry["addr"]:
+        pytest.fail(
+            f"{node} -> {rank0}:{port}: the launch's --master_addr {d.value} ({maddr}) does not "
+            f"answer from {node}: {res['status']}: "
+            f"{nc.describe_status(res['status'], node, rank0, m.port_timeout)}\n"
+            f"  ({node} knows {rank0} as {entry['addr']}): see {ids.MASTER_ADDR.of(rank0)}",
+            pytrace=False)
     if nc.source_at_fault(m, node, rank0):
         pytest.fail(_source_fault(cluster, m, node, rank0, entry["addr"], f"the rendezvous port {port} on {rank0}"),
                     pytrace=False)

@@ -56,6 +56,7 @@ class TestId:
 # H. the hostfile
 HOSTFILE_SYNTAX = TestId("test_hostfile_syntax", "H1")
 HOSTNAME_MATCHES = TestId("test_hostname_matches", "H2")
+MASTER_ADDR = TestId("test_master_addr", "H3")
 # S. SSH
 LOGIN = TestId("test_login", "S1")
 SSHD_CONFIG = TestId("test_sshd_config", "S3")

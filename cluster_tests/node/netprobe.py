@@ -182,7 +182,14 @@ def section_connect(params):
         for port in t.get("ports", []):
             jobs.append((entry, "ports", addr, port))
         if t.get("master_port"):
-            jobs.append((entry, "master", addr, t["master_port"]))
+            # the rendezvous address as the launch has it (--master_addr), when it is not the name
+            maddr, merr = _resolve(t["master_host"]) if t.get("master_host") else (addr, None)
+            if maddr is None:
+                entry["master"] = {"status": "unresolved", "error": merr,
+                                   "port": t["master_port"], "host": t["master_host"]}
+            else:
+                entry["master_addr"] = maddr
+                jobs.append((entry, "master", maddr, t["master_port"]))
 
     def one(job):
         entry, kind, addr, port = job
