@@ -240,6 +240,7 @@ def test_launch_rehearsal(cluster: Cluster, node: str, record_property) -> None:
     if r.python:
         record_property("launch_python", r.python)
         record_property("launch_dir", r.launch_dir)
+        record_property("launch_command", rehearsal.command_line(cluster))
         record_property("rehearsal_seconds", round(r.seconds, 2))
     for s in (leg.data or {}).get("steps", []):
         if s.get("step") == "import deepspeed.launcher.launch":

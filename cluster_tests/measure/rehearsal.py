@@ -33,6 +33,7 @@ from cluster_tests.core.cluster import Cluster, ProbeError, remote_script
 from cluster_tests.core.memokey import MemoKey
 from cluster_tests.judge import hostfile as hf
 from cluster_tests.judge import launch as le
+from cluster_tests.judge import launchargs as la
 
 MEMO_KEY: MemoKey[Any] = MemoKey("rehearsal", "result")
 SCRIPT = "envprobe.py"
@@ -79,6 +80,14 @@ def launch_hosts(cluster: Cluster) -> list[str]:
     except hf.ResourceFilterError:
         return list(cluster.names)  # H5 reports the filter; rehearse every node meanwhile
     return [n for n in cluster.names if n in active]
+
+
+def command_line(cluster: Cluster) -> str:
+    """The `deepspeed` command line the rehearsal (and T2) mirror: the user's --launch-args as
+    resolved (no --master_addr unless given: DeepSpeed then derives it, see H3)."""
+    s = cluster.settings
+    return la.command_line(str(s.hostfile), s.master_addr, s.master_port, s.include, s.exclude,
+                           s.launch_passthrough)
 
 
 def rehearse(cluster: Cluster) -> Rehearsal:
