@@ -58,8 +58,7 @@ def read_marked(text: str) -> tuple[str | None, int | None]:
     end = text.rfind("\n" + END + " ")
     if start < 0 or end < 0 or end < start:
         return None, None
-    body = text[start + len(BEGIN) + 1:end]
-    body = body[:-1] if body.endswith("\n") else body  # the `echo` that ends the output
+    body = text[start + len(BEGIN) + 1:end]  # (the `echo` after it gave the "\n" before END)
     m = re.match(r"\s*(-?\d+)", text[end + len(END) + 2:])
     return body, int(m.group(1)) if m else None
 
