@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from cluster_tests.core import nodetable
+from cluster_tests.core import testids as ids
 from cluster_tests.core.cluster import Cluster, NodeProbe, ProbeError
 from cluster_tests.core.nodetable import NodeColumn
 from cluster_tests.core.settings import Settings
@@ -78,6 +79,24 @@ def test_required_env(cluster: Cluster, node: str) -> None:
         return
     bashrc = _envfiles(cluster, node).get("bashrc")
     early = ec.early_return_line(bashrc)
+    if no_deepspeed and not missing:
+        # the launch never looks deepspeed up on this PATH: it runs its own interpreter by
+        # absolute path on every node; if that works here (E5), this is only a warning
+        r = rehearsal.rehearse(cluster)
+        if r.python and r.leg(node).kind == "ok":
+            line = ec.export_line(bashrc, "PATH")
+            where = (f"; ~/.bashrc sets PATH on line {line}, below its early return for "
+                     f"non-interactive shells on line {early}" if early is not None and line is not None
+                     and line > early else
+                     f"; ~/.bashrc returns early for non-interactive shells on line {early}"
+                     if early is not None else "")
+            warnings.warn(EnvWarning(
+                f"{node}: `deepspeed` is not on the PATH of a non-interactive shell "
+                f"({env.get('PATH', '(unset)')}){where}. The launch does not need it: it runs "
+                f"{r.python} by absolute path on every node, and that works here (see "
+                f"{ids.LAUNCH_REHEARSAL.of(node)}); scripts that call `deepspeed` or `python` "
+                f"over ssh would not find them"), stacklevel=1)
+            return
     problems = []
     if no_deepspeed:
         problems.append(f"`deepspeed` is not on PATH ({env.get('PATH', '(unset)')})")
@@ -155,7 +174,10 @@ def test_versions(cluster: Cluster, node: str, record_property) -> None:
     cluster.require(node)
     versions = envfacts.versions(cluster)
     if node not in versions:
-        mine = _probe(cluster, node, "versions")  # re-raise this node's own failure
+        try:  # re-raise this node's own failure
+            mine = envfacts.versions_probe(cluster, node)
+        except ProbeError as exc:
+            pytest.fail(str(exc), pytrace=False)
         versions = {**versions, node: mine}
     mine = versions[node]
     for k in VERSION_KEYS:
