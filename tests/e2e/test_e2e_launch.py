@@ -7,6 +7,7 @@ ssh -> launch.py -> torch.distributed on gloo)."""
 from __future__ import annotations
 
 import random
+import shlex
 import sys
 from pathlib import Path
 
@@ -276,3 +277,53 @@ def test_banner_on_stderr_is_green_and_launch_args_round_trip(healthy_sim):
     assert "test_launch_rehearsal[node3]" in r.ids("skipped"), r.describe()
     out = real_launch(sim, NODES, derive_master=True)
     assert launch_ok(out, 3), out[-3000:]
+
+
+# -- the launch's interpreter, not the non-interactive PATH (issue 24) -------------------------
+
+#: the top of Debian/Ubuntu's stock ~/.bashrc: nothing below it runs in a non-interactive shell
+STOCK_EARLY_RETURN = ("# ~/.bashrc as Debian/Ubuntu ship it\n"
+                      "case $- in\n    *i*) ;;\n      *) return;;\nesac\n")
+NEEDS_VAR = 'import os\nassert os.environ.get("CT_NEEDED") == "1", "CT_NEEDED is not set"\n' + TRAIN
+
+
+def interactive_launch(sim, hosts: list[str], script: str = "train.py", timeout: int = 150) -> str:
+    """`deepspeed --hostfile` typed in an interactive shell on the rank-0 node (where the stock
+    bashrc activates the environment), without --master_addr, as a user starts it."""
+    hostfile = sim.state_dir / "shared" / f"launch-hostfile-{random.randrange(1 << 30)}"
+    hostfile.write_text("".join(f"{h} slots=1\n" for h in hosts))
+    port = random.randrange(30000, 31000)
+    inner = (f"cd /root && timeout -s KILL {timeout - 10} deepspeed --hostfile {hostfile} "
+             f"--master_port {port} {script} 2>&1; echo CT_LAUNCH_EXIT=$?")
+    try:
+        res = sim.ssh(sim.nodes[0].name, f"bash -i -c {shlex.quote(inner)} 2>&1", timeout=timeout)
+        return res.stdout + res.stderr
+    finally:
+        hostfile.unlink(missing_ok=True)
+
+
+def test_stock_bashrc_env_only_in_interactive_shells_is_green_and_launches(healthy_sim):
+    """The environment (the venv on PATH, DS_ACCELERATOR...) only below the stock early return on
+    every node: no `deepspeed` on the non-interactive PATH, yet the launch works (DeepSpeed runs
+    its interpreter by absolute path): green, with E1's warning.  A variable the ranks need that
+    is set only below the return stays red (DeepSpeed does not export it), and the launch whose
+    script needs it fails."""
+    sim = healthy_sim
+    put_script(sim, NODES)
+    for n in NODES:
+        sim.set_env_file(n, "needs.py", NEEDS_VAR)
+        sim.prepend_bashrc(n, STOCK_EARLY_RETURN)
+        sim.append_bashrc(n, "export CT_NEEDED=1\n")
+    r = run_suite(sim, *FAST)
+    assert r.returncode == 0, r.describe()
+    assert {f"test_required_env[{n}]" for n in NODES} <= r.passed, r.describe()
+    assert {f"test_versions[{n}]" for n in NODES} <= r.passed, r.describe()
+    assert r.properties["test_versions[node2]"]["deepspeed"], r.properties["test_versions[node2]"]
+    out = interactive_launch(sim, NODES)
+    assert launch_ok(out, 3), out[-3000:]
+    r = run_suite(sim, *FAST, "--required-env", "CT_NEEDED", "-k", "required_env")
+    assert r.failed == {f"test_required_env[{n}]" for n in NODES}, r.describe()
+    msg = r.message("test_required_env[node2]")
+    assert "not set: CT_NEEDED" in msg and "below the early return" in msg, msg
+    out = interactive_launch(sim, NODES, script="needs.py")
+    assert not launch_ok(out, 3) and "CT_NEEDED is not set" in out, out[-3000:]
