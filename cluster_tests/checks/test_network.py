@@ -15,6 +15,7 @@ from cluster_tests.core.cluster import Cluster, NodeProbe, ProbeError
 from cluster_tests.core.nodetable import NodeColumn
 from cluster_tests.core.settings import Settings
 from cluster_tests.judge import network as nc
+from cluster_tests.judge import ownaddr
 from cluster_tests.judge.netfacts import route_device
 from cluster_tests.measure import ifaces as mi
 from cluster_tests.measure import masteraddr, ports
@@ -365,3 +366,22 @@ def test_mtu(cluster: Cluster, node: str, record_property) -> None:
         f"dropped or fragmented (a hang or a slow all-reduce):\n{table}\n"
         f"  fix, on {node}: ip link set dev {dev} mtu {common}  (and make it persistent)",
         pytrace=False)
+
+
+# -- F7: each rank's own address, as torch.distributed takes it ---------------------------------
+
+def test_own_address(cluster: Cluster, node: str, record_property) -> None:
+    """F7: the address `node`'s gloo ranks advertise (its own hostname resolved there as torch
+    and gloo resolve it, the first result that binds; GLOO_SOCKET_IFNAME's interface where set)
+    is one every peer connects to (a listener on exactly that address, a connect from each)."""
+    cluster.require(node)
+    m = ports.port_matrix(cluster)
+    if node in m.listen_errors:
+        pytest.fail(f"could not open listeners on {node}: {m.listen_errors[node]}", pytrace=False)
+    own = m.listeners[node].get("own")
+    if own and own.get("addr"):
+        record_property("own_address", f"{own['addr']} ({own.get('how')})")
+    peers = {a: (m.entry(a, node) or {}).get("own") for a in m.results if a != node}
+    found = ownaddr.problems(node, own, peers)
+    if found:
+        pytest.fail("\n".join(found), pytrace=False)

@@ -72,6 +72,7 @@ MASTER_PORT = TestId("test_master_port", "F2")
 HIGH_PORTS = TestId("test_high_ports", "F3")
 FIREWALL_RULES = TestId("test_firewall_rules", "F4")
 SOCKET_IFNAME = TestId("test_socket_ifname", "F5")
+OWN_ADDRESS = TestId("test_own_address", "F7")
 # E. environment
 REQUIRED_ENV = TestId("test_required_env", "E1")
 DEEPSPEED_ENV = TestId("test_deepspeed_env", "E2")

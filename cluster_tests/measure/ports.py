@@ -61,8 +61,11 @@ def measure(cluster: Cluster) -> PortMatrix:
     master_host = masteraddr.derived(cluster).value if rank0 in up else None
 
     def listen(node: str) -> dict[str, Any]:
+        # and one listener on the node's own address as its gloo ranks take it (F7)
+        env = (cluster.base_or_none(node) or {}).get("env") or {}
         return cluster.probe(node, "listen", script=SCRIPT, token=matrix.token, ports=count,
                              hold=hold, master_port=master_port if node == rank0 else None,
+                             own_address=True, gloo_ifname=env.get("GLOO_SOCKET_IFNAME"),
                              timeout=30)
 
     sort_outcomes(zip(up, cluster.pool.map(listen, up)), matrix.listeners, matrix.listen_errors)
@@ -72,7 +75,8 @@ def measure(cluster: Cluster) -> PortMatrix:
             master = lst.get("master") or {}
             targets.append({"name": node, "ports": lst["ports"],
                             "master_port": master.get("port") if master.get("free") else None,
-                            "master_host": master_host if node == rank0 else None})
+                            "master_host": master_host if node == rank0 else None,
+                            "own": lst.get("own")})
         for node in names:
             if node not in matrix.listeners:
                 targets.append({"name": node, "ports": [], "master_port": None})
