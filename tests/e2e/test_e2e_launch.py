@@ -327,3 +327,39 @@ def test_stock_bashrc_env_only_in_interactive_shells_is_green_and_launches(healt
     assert "not set: CT_NEEDED" in msg and "below the early return" in msg, msg
     out = interactive_launch(sim, NODES, script="needs.py")
     assert not launch_ok(out, 3) and "CT_NEEDED is not set" in out, out[-3000:]
+
+
+# -- each rank's own address, as torch.distributed takes it (issue 24) --------------------------
+
+def test_own_address_peers_cannot_reach_is_red_on_that_node(healthy_sim):
+    """node2's hostname resolves there to an IPv6 address of its own first (bindable, so gloo
+    advertises it); no peer has IPv6 there.  The other checks resolve names over IPv4 and stay
+    green; F7 is red on node2 alone, and the real launch fails at init_process_group."""
+    sim = healthy_sim
+    put_script(sim, NODES)
+    try:
+        sim.exec("node2", ["ip", "addr", "add", "fd00:c7::2/64", "dev", "eth0", "nodad"], check=True)
+        sim.add_hosts_line("node2", "fd00:c7::2 node2")
+        r = run_suite(sim, *FAST)
+        assert r.failed == {"test_own_address[node2]"}, r.describe()
+        msg = r.message("test_own_address[node2]")
+        assert "would advertise fd00:c7::2 (IPv6" in msg and "node1, node3 cannot connect" in msg, msg
+        assert "fix: on node2: make 'node2' resolve there" in msg, msg
+        out = real_launch(sim, NODES, timeout=120)
+        assert not launch_ok(out, 3), out[-3000:]
+    finally:
+        sim.exec("node2", ["ip", "addr", "del", "fd00:c7::2/64", "dev", "eth0"])
+
+
+def test_a_hostname_other_than_the_hostfile_name_resolving_to_a_routable_address_is_green(healthy_sim):
+    """node3's `hostname` is 'gpu-box-7', which resolves there to its own routable address: gloo
+    advertises that address, the peers reach it, the launch works; F7 is green (H2 warns)."""
+    sim = healthy_sim
+    put_script(sim, NODES)
+    sim.set_hostname("node3", "gpu-box-7")
+    sim.add_hosts_line("node3", f"{sim.nodes[2].address} gpu-box-7")
+    r = run_suite(sim, *FAST)
+    assert r.returncode == 0, r.describe()
+    assert r.properties["test_own_address[node3]"]["own_address"] == f"{sim.nodes[2].address} (hostname)"
+    out = real_launch(sim, NODES)
+    assert launch_ok(out, 3), out[-3000:]
