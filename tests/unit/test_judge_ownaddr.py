@@ -1,0 +1,41 @@
+"""judge/ownaddr.py (F7): a node's own gloo address against its peers' connects."""
+
+from __future__ import annotations
+
+from cluster_tests.judge import ownaddr
+from cluster_tests.measure import launchpy
+
+OWN = {"how": "hostname", "hostname": "node2", "candidates": ["fd00::2", "10.0.0.2"],
+       "addr": "fd00::2", "family": 6, "port": 40000, "error": None}
+
+
+def test_routable_view_is_green_whatever_the_hostname() -> None:
+    own = {**OWN, "hostname": "gpu-box-7", "candidates": ["10.0.0.2"], "addr": "10.0.0.2"}
+    assert ownaddr.problems("node2", own, {"node1": {"status": "ok"}, "node3": None}) == []
+    assert ownaddr.problems("node2", None, {}) == []
+
+
+def test_a_view_peers_cannot_reach_is_red_on_that_node() -> None:
+    (msg,) = ownaddr.problems("node2", OWN, {"node1": {"status": "unreachable"},
+                                             "node3": {"status": "ok"}})
+    assert msg.startswith("node2: its gloo ranks would advertise fd00::2 (IPv6;")
+    assert "resolves there to fd00::2, 10.0.0.2" in msg and "node1 cannot connect" in msg
+    assert "node3" not in msg.split("fix:")[0].split("cannot connect")[1]
+    assert "fix: on node2: make 'node2' resolve there" in msg
+
+
+def test_loopback_and_fallback() -> None:
+    own = {**OWN, "candidates": ["127.0.1.1"], "addr": "127.0.1.1", "family": 4}
+    (msg,) = ownaddr.problems("node2", own, {"node1": {"status": "ok"}})
+    assert "a loopback address" in msg and "connect to itself" in msg
+    own = {**OWN, "how": "loopback fallback", "candidates": [], "addr": "127.0.0.1",
+           "error": "node2 does not resolve"}
+    (msg,) = ownaddr.problems("node2", own, {})
+    assert "torch falls back to 127.0.0.1" in msg
+    (msg,) = ownaddr.problems("node2", {**OWN, "addr": None, "port": None}, {})
+    assert "no address to bind" in msg
+
+
+def test_interactive_lookup_reads_the_last_path() -> None:
+    assert launchpy.read_lookup("welcome\n/opt/conda/bin/deepspeed\n") == "/opt/conda/bin/deepspeed"
+    assert launchpy.read_lookup("") is None and launchpy.read_lookup(None) is None
