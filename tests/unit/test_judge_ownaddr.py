@@ -39,3 +39,23 @@ def test_loopback_and_fallback() -> None:
 def test_interactive_lookup_reads_the_last_path() -> None:
     assert launchpy.read_lookup("welcome\n/opt/conda/bin/deepspeed\n") == "/opt/conda/bin/deepspeed"
     assert launchpy.read_lookup("") is None and launchpy.read_lookup(None) is None
+
+
+def test_gloo_dial_order_decides_red_or_warning() -> None:
+    """gloo's tcp pair: the greater address connects.  A loopback view among 10.x peers is never
+    dialled (the launch works: a warning); among 192.168.x peers it is (red).  Across families
+    the peers always fail."""
+    own = {**OWN, "how": "loopback fallback", "hostname": "gpu-07", "candidates": [],
+           "addr": "127.0.0.1", "family": 4}
+    refused = {"status": "refused"}
+    found, latent = ownaddr.judge("node2", own, {"node1": refused, "node3": refused},
+                                  {"node1": "10.0.0.1", "node3": "10.0.0.3"})
+    assert found == [] and "today no peer dials it" in latent[0] and "fix: on node2" in latent[0]
+    found, latent = ownaddr.judge("node2", own, {"node1": refused, "node3": refused},
+                                  {"node1": "10.0.0.1", "node3": "192.168.0.3"})
+    assert latent == [] and "torch falls back to 127.0.0.1" in found[0]
+    found, _ = ownaddr.judge("node2", OWN, {"node1": {"status": "unreachable"}},
+                             {"node1": "10.0.0.1"})
+    assert "IPv6" in found[0]
+    assert ownaddr.dials("10.0.0.3", "10.0.0.2") and not ownaddr.dials("10.0.0.1", "10.0.0.2")
+    assert ownaddr.dials("10.0.0.1", "fd00::2") and ownaddr.dials(None, "10.0.0.2")
