@@ -45,6 +45,12 @@ def judge(node: str, own: dict[str, Any] | None, peers: dict[str, dict[str, Any]
     if not found or own is None or not own.get("addr") or not own.get("port"):
         return found, []
     addr = own["addr"]
+    others = sorted(p for p, a in peer_addrs.items() if a and (":" in a) != (":" in addr))
+    if others:  # gloo's device refuses pairs of two families outright, on every rank
+        head, _, fix = found[0].partition("\n  fix: ")
+        return [f"{head}\n  gloo needs one address family on every rank: {', '.join(others)} "
+                f"advertise{'s' if len(others) == 1 else ''} {_family(peer_addrs[others[0]] or '')}, "
+                f"so every rank stops at init (`ss1.ss_family == ss2.ss_family`)\n  fix: {fix}"], []
     failing = [p for p, r in peers.items() if r is not None and r.get("status") != "ok"]
     if own.get("how") != "loopback fallback" and not ipaddress.ip_address(addr.split("%")[0]).is_loopback \
             and not failing:

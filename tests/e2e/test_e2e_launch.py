@@ -345,8 +345,10 @@ def test_own_address_peers_cannot_reach_is_red_on_that_node(healthy_sim):
         msg = r.message("test_own_address[node2]")
         assert "would advertise fd00:c7::2 (IPv6" in msg and "node1, node3 cannot connect" in msg, msg
         assert "fix: on node2: make 'node2' resolve there" in msg, msg
+        assert "gloo needs one address family on every rank" in msg, msg
         out = real_launch(sim, NODES, timeout=120)
         assert not launch_ok(out, 3), out[-3000:]
+        assert "ss1.ss_family == ss2.ss_family" in out, out[-3000:]  # gloo's own refusal
     finally:
         sim.exec("node2", ["ip", "addr", "del", "fd00:c7::2/64", "dev", "eth0"])
 
