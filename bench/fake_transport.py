@@ -43,6 +43,7 @@ from cluster_tests.core.transport import (
     Transport,
     fan_out,
 )
+from cluster_tests.judge import masteraddr as ma
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -173,6 +174,11 @@ class FakeSession:
             script = _script_name(stdin)
             result = {s: answer(node, script, s, params) for s in params.get("sections", ["base"])}
             stdout = PROBE_MARK + json.dumps(result) + "\n"
+        elif ma.BEGIN in command:  # H3: DeepSpeed's `ssh <first host> hostname -I`, a route
+            m = re.search(r" (\S+) hostname -I", command)
+            words = (f"{address(m.group(1))} " if m else
+                     f"{command.split('route get ')[-1].split()[0]} dev eth0 src {address(node)}")
+            stdout = f"{ma.BEGIN}\n{words}\n\n{ma.END} 0\n"
         return CommandResult(node=node, command=command, exit_status=0, stdout=stdout, stderr="",
                              duration=time.monotonic() - start)
 

@@ -84,6 +84,24 @@ def test_required_env(cluster: Cluster, node: str) -> None:
         return
     bashrc = _envfiles(cluster, node).get("bashrc")
     early = ec.early_return_line(bashrc)
+    if no_deepspeed and not missing:
+        # the launch never looks deepspeed up on this PATH: it runs its own interpreter by
+        # absolute path on every node; if that works here (E5), this is only a warning
+        r = rehearsal.rehearse(cluster)
+        if r.python and r.leg(node).kind == "ok":
+            line = ec.export_line(bashrc, "PATH")
+            where = (f"; ~/.bashrc sets PATH on line {line}, below its early return for "
+                     f"non-interactive shells on line {early}" if early is not None and line is not None
+                     and line > early else
+                     f"; ~/.bashrc returns early for non-interactive shells on line {early}"
+                     if early is not None else "")
+            warnings.warn(EnvWarning(
+                f"{node}: `deepspeed` is not on the PATH of a non-interactive shell "
+                f"({env.get('PATH', '(unset)')}){where}. The launch does not need it: it runs "
+                f"{r.python} by absolute path on every node, and that works here (see "
+                f"{ids.LAUNCH_REHEARSAL.of(node)}); scripts that call `deepspeed` or `python` "
+                f"over ssh would not find them"), stacklevel=1)
+            return
     problems = []
     if no_deepspeed:
         problems.append(f"`deepspeed` is not on PATH ({env.get('PATH', '(unset)')})")
@@ -161,7 +179,10 @@ def test_versions(cluster: Cluster, node: str, record_property) -> None:
     cluster.require(node)
     versions = envfacts.versions(cluster)
     if node not in versions:
-        mine = _probe(cluster, node, "versions")  # re-raise this node's own failure
+        try:  # re-raise this node's own failure
+            mine = envfacts.versions_probe(cluster, node)
+        except ProbeError as exc:
+            pytest.fail(str(exc), pytrace=False)
         versions = {**versions, node: mine}
     mine = versions[node]
     for k in VERSION_KEYS:
@@ -246,6 +267,7 @@ def test_launch_rehearsal(cluster: Cluster, node: str, record_property) -> None:
     if r.python:
         record_property("launch_python", r.python)
         record_property("launch_dir", r.launch_dir)
+        record_property("launch_command", rehearsal.command_line(cluster))
         record_property("rehearsal_seconds", round(r.seconds, 2))
     for s in (leg.data or {}).get("steps", []):
         if s.get("step") == "import deepspeed.launcher.launch":

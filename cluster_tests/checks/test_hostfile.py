@@ -10,9 +10,10 @@ from cluster_tests.core import outcome
 from cluster_tests.core.cluster import Cluster, NodeProbe
 from cluster_tests.core.settings import Settings
 from cluster_tests.judge import hostfile as hf
+from cluster_tests.judge import masteraddr as ma
 from cluster_tests.judge.netfacts import all_ips, is_ip, is_loopback, parse_interfaces
 from cluster_tests.judge.problem import Problem
-from cluster_tests.measure import accel
+from cluster_tests.measure import accel, masteraddr
 from cluster_tests.report import fixes as fx
 
 pytestmark = pytest.mark.hostfile
@@ -84,40 +85,21 @@ def test_hostname_matches(cluster: Cluster, node: str, record_property) -> None:
         fixes=tuple(fx.hostname_fix(cluster, node)), item="H2"))
 
 
-VIRTUAL_PREFIXES = ("docker", "virbr", "br-", "cni", "flannel", "cali", "veth", "tun", "lo")
-
-
-def test_master_addr(cluster: Cluster, rank0_node: str) -> None:
-    """H3: the rank-0 node (first line) is where the launch will rendezvous (the id names it:
-    `-k node1` reruns it)."""
+def test_master_addr(cluster: Cluster, rank0_node: str, record_property) -> None:
+    """H3: the --master_addr of the launch, as DeepSpeed derives it (the first word of `ssh
+    <first host> hostname -I`, run on the rank-0 node through the user's ssh there) or as given,
+    is an address of the rank-0 node that every peer routes to (the id names rank 0: `-k node1`
+    reruns it)."""
     rank0 = rank0_node
     facts = cluster.base(rank0)
     ifaces = parse_interfaces(facts["ip_link"], facts["ip_addr"])
-    given = cluster.settings.master_addr
-    if given:
-        if given != rank0 and given not in all_ips(ifaces):
-            pytest.fail(
-                f"--master-addr {given} is not the first host of the hostfile ({rank0}, addresses "
-                f"{', '.join(sorted(all_ips(ifaces)))}); rank 0 runs on {rank0}, so the other ranks "
-                f"would wait for a rendezvous that never comes.\n"
-                f"  fix: --master_addr {rank0}, or move the host of {given} to the first line",
-                pytrace=False,
-            )
-        return
-    # DeepSpeed takes the first word of `ssh <first host> hostname -I` (PITFALLS 7).
-    words = facts["hostname_I"]
-    if not words:
-        pytest.fail(f"{rank0}: `hostname -I` prints nothing, so DeepSpeed cannot infer --master_addr."
-                    f"\n  fix: pass --master_addr {rank0}", pytrace=False)
-    first = words[0]
-    owner = next((i.name for i in ifaces.values() if first in i.ips), "?")
-    if is_loopback(first) or owner.startswith(VIRTUAL_PREFIXES):
-        pytest.fail(
-            f"{rank0}: DeepSpeed will use {first} as --master_addr (first word of `hostname -I`), "
-            f"an address of {owner}, which the other nodes cannot reach.\n"
-            f"  fix: pass --master_addr {rank0} to deepspeed (and to this suite)",
-            pytrace=False,
-        )
+    owners = {ip: i.name for i in ifaces.values() for ip in i.ips}
+    d = masteraddr.derived(cluster)
+    record_property("master_addr", d.value or "")
+    record_property("master_addr_from", d.how if d.how == "given" else d.command)
+    found = ma.problems(d, owners, masteraddr.routes(cluster))
+    if found:
+        pytest.fail(f"{rank0}: " + "\n".join(found), pytrace=False)
 
 
 def test_slots_fit_accelerators(cluster: Cluster, node: str) -> None:

@@ -15,10 +15,11 @@ from cluster_tests.core.cluster import Cluster, NodeProbe, ProbeError
 from cluster_tests.core.nodetable import NodeColumn
 from cluster_tests.core.settings import Settings
 from cluster_tests.judge import network as nc
+from cluster_tests.judge import ownaddr
 from cluster_tests.judge.netfacts import route_device
 from cluster_tests.judge.problem import Problem
 from cluster_tests.measure import ifaces as mi
-from cluster_tests.measure import ports
+from cluster_tests.measure import masteraddr, ports
 from cluster_tests.report import fixes as fx
 
 pytestmark = pytest.mark.network
@@ -166,6 +167,7 @@ def test_master_port(cluster: Cluster, rendezvous_leg: tuple[str, str]) -> None:
     master = m.listeners[rank0].get("master") or {}
     if not master.get("free"):
         if node != rank0:
+            outcome.block(ids.MASTER_PORT.of(rank0, rank0), f"port {port} is taken on {rank0}")
             pytest.skip(f"port {port} is taken on {rank0}: see {ids.MASTER_PORT.of(rank0, rank0)}")
         owner = master.get("owner") or f"(run `ss -ltnp sport = :{port}` as root to see who)"
         pytest.fail(
@@ -173,11 +175,28 @@ def test_master_port(cluster: Cluster, rendezvous_leg: tuple[str, str]) -> None:
             f"({master.get('error')}): {owner}\n  rank 0 could not bind it and the launch would fail.\n"
             f"  fix: stop that process, or launch with --master_port <free port> (and pass "
             f"--master-port to this suite)", pytrace=False)
+    d = masteraddr.derived(cluster)
+    if d.value is None:  # H3 is red on rank 0: DeepSpeed cannot derive one
+        outcome.block(ids.MASTER_ADDR.of(rank0), "the launch has no --master_addr to connect to")
+        pytest.skip(f"the launch has no --master_addr to connect to: see {ids.MASTER_ADDR.of(rank0)}")
     entry = _slice(cluster, node, rank0)
     res = entry.get("master") or {"status": "not tried"}
     if res["status"] == "ok":
         return
     _block_by_firewall(cluster, node, rank0)
+    if res["status"] == "unresolved":
+        pytest.fail(
+            f"{node} -> {rank0}:{port}: {node} cannot resolve the launch's --master_addr "
+            f"'{d.value}' ({res.get('error')}), so its ranks cannot reach the rendezvous: see "
+            f"{ids.MASTER_ADDR.of(rank0)}", pytrace=False)
+    maddr = entry.get("master_addr") or entry["addr"]
+    if maddr != entry["addr"]:
+        pytest.fail(
+            f"{node} -> {rank0}:{port}: the launch's --master_addr {d.value} ({maddr}) does not "
+            f"answer from {node}: {res['status']}: "
+            f"{nc.describe_status(res['status'], node, rank0, m.port_timeout)}\n"
+            f"  ({node} knows {rank0} as {entry['addr']}): see {ids.MASTER_ADDR.of(rank0)}",
+            pytrace=False)
     if nc.source_at_fault(m, node, rank0):
         pytest.fail(_source_fault(cluster, m, node, rank0, entry["addr"], f"the rendezvous port {port} on {rank0}"),
                     pytrace=False)
@@ -358,3 +377,28 @@ def test_mtu(cluster: Cluster, node: str, record_property) -> None:
         f"dropped or fragmented (a hang or a slow all-reduce):\n{table}\n"
         f"  fix, on {node}: ip link set dev {dev} mtu {common}  (and make it persistent)",
         pytrace=False)
+
+
+# -- F7: each rank's own address, as torch.distributed takes it ---------------------------------
+
+def test_own_address(cluster: Cluster, node: str, record_property) -> None:
+    """F7: the address `node`'s gloo ranks advertise (its own hostname resolved there as torch
+    and gloo resolve it, the first result that binds; GLOO_SOCKET_IFNAME's interface where set)
+    is one every peer connects to (a listener on exactly that address, a connect from each)."""
+    cluster.require(node)
+    m = ports.port_matrix(cluster)
+    if node in m.listen_errors:
+        pytest.fail(f"could not open listeners on {node}: {m.listen_errors[node]}", pytrace=False)
+    own = m.listeners[node].get("own")
+    if own and own.get("addr"):
+        record_property("own_address", f"{own['addr']} ({own.get('how')})")
+    # a peer whose connections into node fail on the high ports too is F3's (the firewall of
+    # either end, named there): here only what the address itself breaks
+    peers = {a: (m.entry(a, node) or {}).get("own") for a in m.results
+             if a != node and not nc.failed_ports(m.entry(a, node) or {})}
+    peer_addrs = {a: (m.listeners.get(a, {}).get("own") or {}).get("addr") for a in peers}
+    found, latent = ownaddr.judge(node, own, peers, peer_addrs)
+    for text in latent:
+        warnings.warn(NetworkWarning(text), stacklevel=1)
+    if found:
+        pytest.fail("\n".join(found), pytrace=False)

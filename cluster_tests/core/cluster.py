@@ -321,7 +321,7 @@ class Cluster:
         if section == "base":
             params = {"names": self.names, **params}
         args = json.dumps({"sections": [section], **params})
-        python = self.settings.remote_python
+        python = params.get("python") or self.settings.remote_python  # the launch's, for E3
         timeout = params.get("timeout", self.settings.timeout_command)
         result = self.run(node, [python, "-c", BOOTSTRAP, args], stdin=remote_script(script),
                           timeout=timeout)

@@ -24,6 +24,7 @@ import pytest
 
 from cluster_tests.core import pairs as _pairs
 from cluster_tests.judge import collective as _coll
+from cluster_tests.judge import launchargs as _la
 
 
 @dataclass(frozen=True)
@@ -297,6 +298,15 @@ class Settings:
         dest="ct_include")
     exclude: str = option(
         "--launch-exclude", "the --exclude spec the launch will use", "", dest="ct_exclude")
+    launch_args: str = option(
+        "--launch-args",
+        "the flags you give deepspeed, one shell-quoted string (--launch-args='--master_port 29600 "
+        "--include node1@node2 --ssh_port 2222'), read with DeepSpeed's own argument parser: H3, "
+        "F2, the rehearsal and T2 use what they resolve to", "")
+    #: resolved from --launch-args (DeepSpeed's --ssh_port), not an option of its own
+    ssh_port: int | None = None
+    #: the --launch-args flags the suite does not resolve itself, passed on to T2's deepspeed
+    launch_passthrough: tuple[str, ...] = ()
     accept_new_host_keys: bool = option(
         "--accept-new-host-keys",
         "accept (and record) host keys of nodes not yet in known_hosts; a changed key is always "
@@ -396,12 +406,32 @@ def _parse(config: pytest.Config, opt: Option) -> tuple[Any, str]:
         raise pytest.UsageError(f"{source}: bad value {raw!r}: {exc}") from None
 
 
+def _resolve_launch_args(run: dict[str, Any], sources: dict[str, str]) -> None:
+    """--launch-args, parsed as DeepSpeed parses it, into the run's master address and port,
+    include/exclude and ssh port (the suite's own options, if also given, must agree)."""
+    try:
+        la = _la.parse(run["launch_args"])
+        for name, dest, flag in (("master_addr", "master_addr", "--master-addr"),
+                                 ("master_port", "master_port", "--master-port"),
+                                 ("include", "include", "--launch-include"),
+                                 ("exclude", "exclude", "--launch-exclude")):
+            run[name] = _la.merge(flag, run[name], sources[name] != "default",
+                                  getattr(la, dest), dest in la.given)
+    except _la.LaunchArgsError as exc:
+        raise pytest.UsageError(f"--launch-args {run['launch_args']!r}: {exc}") from None
+    run["ssh_port"] = la.ssh_port
+    run["launch_passthrough"] = la.passthrough
+
+
 def read_settings(config: pytest.Config) -> Settings:
     run: dict[str, Any] = {}
+    sources: dict[str, str] = {}
     for section, cls in _sections():
         values = {}
         for name, opt in _fields(cls):
             values[name], source = _parse(config, opt)
+            if cls is Settings:
+                sources[name] = source
             if name == "hostfile" and cls is Settings:
                 values["hostfile_source"] = source
         if section is None:
@@ -420,4 +450,6 @@ def read_settings(config: pytest.Config) -> Settings:
             f"--output-dir {output_dir}: give an absolute path, as the nodes see it (a relative "
             f"path would be read from each node's home directory)"
         )
+    if run["launch_args"]:
+        _resolve_launch_args(run, sources)
     return Settings(**run)

@@ -73,6 +73,7 @@ MASTER_PORT = TestId("test_master_port", "F2")
 HIGH_PORTS = TestId("test_high_ports", "F3")
 FIREWALL_RULES = TestId("test_firewall_rules", "F4")
 SOCKET_IFNAME = TestId("test_socket_ifname", "F5")
+OWN_ADDRESS = TestId("test_own_address", "F7")
 # E. environment
 REQUIRED_ENV = TestId("test_required_env", "E1")
 DEEPSPEED_ENV = TestId("test_deepspeed_env", "E2")
@@ -129,6 +130,7 @@ LAUNCH_NEEDS: dict[str, str] = {
     "test_socket_ifname": "node",
     "test_socket_ifname_route": "pair",
     "test_mtu": "node",
+    "test_own_address": "node",  # the node's own address, as its gloo ranks advertise it
     # E
     "test_required_env": "node",
     "test_env_agrees": "node",

@@ -23,8 +23,11 @@ it.
 
 Multi node (T2)::
 
-    deepspeed --hostfile H --master_addr A --master_port P [--include S] [--exclude S] \
-        train_smoke.py --steps 20 --deadline 300
+    deepspeed --hostfile H [--master_addr A] --master_port P [--include S] [--exclude S] \
+        [the user's other --launch-args] train_smoke.py --steps 20 --deadline 300
+
+``--master_addr`` only when the user gives one: without it DeepSpeed derives it (``ssh <first
+host> hostname -I``), as it will in the user's launch.
 """
 
 from __future__ import annotations
@@ -77,7 +80,7 @@ def single_node_argv(
 def multi_node_argv(
     deepspeed: str,
     hostfile: str | os.PathLike[str],
-    master_addr: str,
+    master_addr: str | None,
     master_port: int,
     script: str | os.PathLike[str],
     include: str | None = None,
@@ -85,7 +88,8 @@ def multi_node_argv(
     extra: Sequence[str] = (),
     launcher_args: Sequence[str] = (),
 ) -> list[str]:
-    """``deepspeed --hostfile H --master_addr A --master_port P [--include ..] [--exclude ..]``.
+    """``deepspeed --hostfile H [--master_addr A] --master_port P [--include ..] [--exclude ..]``
+    (no ``--master_addr`` when ``master_addr`` is None: DeepSpeed derives it).
 
     ``deepspeed`` may also be a Python interpreter (``python -u -m deepspeed.launcher.runner``,
     as in :func:`single_node_argv`). ``launcher_args`` go to the launcher, ``extra`` to the job.
@@ -96,8 +100,7 @@ def multi_node_argv(
         *_launcher(deepspeed),
         "--hostfile",
         str(hostfile),
-        "--master_addr",
-        master_addr,
+        *(["--master_addr", master_addr] if master_addr else []),
         "--master_port",
         str(master_port),
     ]

@@ -58,10 +58,18 @@ def comm_table(cluster: Cluster) -> dict[str, dict[str, str | None]]:
 
 
 def versions(cluster: Cluster) -> dict[str, dict[str, Any]]:
-    """Versions on every reachable node, probed in parallel, once (torch imported once each)."""
+    """Versions on every reachable node, probed in parallel, once (torch imported once each),
+    with the launch's interpreter (the one every rank runs, by absolute path) where the rank-0
+    node tells it, else with --remote-python."""
     def compute() -> dict[str, dict[str, Any]]:
         up = [n for n in cluster.names if cluster.login_error(n) is None]
-        got = cluster.pool.map(lambda n: cluster.probe(n, "versions", script=SCRIPT,
-                                                       timeout=max(120, cluster.settings.timeout_command)), up)
+        got = cluster.pool.map(lambda n: versions_probe(cluster, n), up)
         return {n: v for n, v in zip(up, got) if not isinstance(v, BaseException)}
     return cluster.memo(VERSIONS, compute)
+
+
+def versions_probe(cluster: Cluster, node: str) -> dict[str, Any]:
+    """E3's probe of one node (raises ProbeError), run by the launch's interpreter."""
+    python = rehearsal.launch_python(cluster)
+    return cluster.probe(node, "versions", script=SCRIPT, **({"python": python} if python else {}),
+                         timeout=max(120, cluster.settings.timeout_command))

@@ -23,7 +23,7 @@ from cluster_tests.core.cluster import Cluster, ProbeError
 from cluster_tests.core.memokey import MemoKey
 from cluster_tests.judge import network as nc
 from cluster_tests.judge.network import PortMatrix
-from cluster_tests.measure import sort_outcomes
+from cluster_tests.measure import masteraddr, sort_outcomes
 
 SCRIPT = "netprobe.py"
 
@@ -56,10 +56,16 @@ def measure(cluster: Cluster) -> PortMatrix:
     matrix = PortMatrix(token=secrets.token_hex(8), port_timeout=timeout)
     rank0 = cluster.rank0.name
     master_port = cluster.settings.master_port
+    # F2 connects to the launch's own --master_addr (derived as DeepSpeed derives it), not to
+    # the hostfile's name for rank 0
+    master_host = masteraddr.derived(cluster).value if rank0 in up else None
 
     def listen(node: str) -> dict[str, Any]:
+        # and one listener on the node's own address as its gloo ranks take it (F7)
+        env = (cluster.base_or_none(node) or {}).get("env") or {}
         return cluster.probe(node, "listen", script=SCRIPT, token=matrix.token, ports=count,
                              hold=hold, master_port=master_port if node == rank0 else None,
+                             own_address=True, gloo_ifname=env.get("GLOO_SOCKET_IFNAME"),
                              timeout=30)
 
     sort_outcomes(zip(up, cluster.pool.map(listen, up)), matrix.listeners, matrix.listen_errors)
@@ -68,7 +74,9 @@ def measure(cluster: Cluster) -> PortMatrix:
         for node, lst in matrix.listeners.items():
             master = lst.get("master") or {}
             targets.append({"name": node, "ports": lst["ports"],
-                            "master_port": master.get("port") if master.get("free") else None})
+                            "master_port": master.get("port") if master.get("free") else None,
+                            "master_host": master_host if node == rank0 else None,
+                            "own": lst.get("own")})
         for node in names:
             if node not in matrix.listeners:
                 targets.append({"name": node, "ports": [], "master_port": None})

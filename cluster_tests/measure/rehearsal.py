@@ -33,6 +33,8 @@ from cluster_tests.core.cluster import Cluster, ProbeError, remote_script
 from cluster_tests.core.memokey import MemoKey
 from cluster_tests.judge import hostfile as hf
 from cluster_tests.judge import launch as le
+from cluster_tests.judge import launchargs as la
+from cluster_tests.measure import launchpy
 
 MEMO_KEY: MemoKey[Any] = MemoKey("rehearsal", "result")
 SCRIPT = "envprobe.py"
@@ -82,6 +84,38 @@ def launch_hosts(cluster: Cluster) -> list[str]:
     return [n for n in cluster.names if n in active]
 
 
+def command_line(cluster: Cluster) -> str:
+    """The `deepspeed` command line the rehearsal (and T2) mirror: the user's --launch-args as
+    resolved (no --master_addr unless given: DeepSpeed then derives it, see H3)."""
+    s = cluster.settings
+    return la.command_line(str(s.hostfile), s.master_addr, s.master_port, s.include, s.exclude,
+                           s.launch_passthrough)
+
+
+def launch_plan(cluster: Cluster) -> dict[str, Any]:
+    """On the rank-0 node: the launch's `deepspeed` (launchpy: the user's interactive shell's,
+    else the non-interactive PATH's), its interpreter and DeepSpeed's export rules (probed once)."""
+    timeout = cluster.settings.timeout_command
+    found = launchpy.launch_deepspeed(cluster)
+    plan: dict[str, Any] = cluster.probe(
+        cluster.rank0.name, "launch", script=SCRIPT, launch_dir=cluster.settings.env.launch_dir,
+        import_timeout=max(60.0, timeout), timeout=max(60.0, timeout) + 30,
+        **({"deepspeed": found.path} if found.path else {}))
+    return {**plan, "found_by": found.how if found.path and plan.get("deepspeed") == found.path
+            else "PATH"}
+
+
+def launch_python(cluster: Cluster) -> str | None:
+    """The interpreter every rank runs (the launch's `deepspeed`'s sys.executable), or None when
+    the rank-0 node cannot tell (the rehearsal says why)."""
+    try:
+        plan = launch_plan(cluster)
+    except ProbeError:
+        return None
+    facts = plan.get("facts") or {}
+    return None if facts.get("error") else facts.get("executable")
+
+
 def rehearse(cluster: Cluster) -> Rehearsal:
     return cluster.memo(MEMO_KEY, lambda: _rehearse(cluster))
 
@@ -103,10 +137,7 @@ def _rehearse(cluster: Cluster) -> Rehearsal:
         return r
     timeout = cluster.settings.timeout_command
     try:
-        plan = cluster.probe(site, "launch", script=SCRIPT,
-                             launch_dir=cluster.settings.env.launch_dir,
-                             import_timeout=max(60.0, timeout),
-                             timeout=max(60.0, timeout) + 30)
+        plan = launch_plan(cluster)
     except ProbeError as exc:
         r.site_problem = ("fail", str(exc), "")
         return r
@@ -167,9 +198,9 @@ def _rehearse(cluster: Cluster) -> Rehearsal:
 def _site_problem(site: str, plan: dict[str, Any]) -> tuple[str, str, str] | None:
     where = f"{site} (rank 0, where `deepspeed --hostfile` starts)"
     if not plan.get("deepspeed"):
-        return ("skip", f"{where} has no `deepspeed` on the PATH of a non-interactive shell "
-                        f"({plan.get('path')}): see {ids.REQUIRED_ENV.of(site)}",
-                ids.REQUIRED_ENV.of(site))
+        return ("skip", f"{where} has no `deepspeed`, neither on the PATH of a non-interactive "
+                        f"shell ({plan.get('path')}) nor in an interactive one: see "
+                        f"{ids.REQUIRED_ENV.of(site)}", ids.REQUIRED_ENV.of(site))
     if not plan.get("pdsh"):
         return ("skip", f"{where} has no pdsh: see {ids.PDSH_INSTALLED.of(site)}",
                 ids.PDSH_INSTALLED.of(site))

@@ -17,9 +17,11 @@ T2, all nodes, started on the rank-0 node over SSH, so that the real runner -> p
 launch.py -> torch.distributed path runs::
 
     cd D && exec timeout -s KILL ... python3 -u -m deepspeed.launcher.runner --hostfile D/hostfile \\
-        --master_addr <rank 0> --master_port P [--include|--exclude S] [ARGS] D/train_smoke.py ...
+        [--master_addr A] --master_port P [--include|--exclude S] [ARGS] D/train_smoke.py ...
 
-(``python3`` is ``--remote-python``; ARGS is ``--deepspeed-args``.)
+(``python3`` is ``--remote-python``; ARGS is the user's other ``--launch-args``, then
+``--deepspeed-args``; ``--master_addr`` only when the user gives one, so that DeepSpeed derives
+it from ``ssh <rank 0> hostname -I`` as in the user's launch.)
 
 Deadlines. Each rank has a watchdog (``--deadline``, ``--training-deadline``); the launcher is
 SIGKILLed by ``timeout`` after the deadline plus a grace for pdsh, ssh and imports. The output is
@@ -127,6 +129,8 @@ class TrainingConfig:
     python: str
     forward_env: tuple[tuple[str, str], ...]
     min_drop: float = tres.DEFAULT_MIN_DROP
+    #: the user's own --launch-args other than the resolved ones (T2 passes them on)
+    launch_passthrough: tuple[str, ...] = ()
 
     @property
     def grace(self) -> float:
@@ -187,6 +191,7 @@ def config_from_settings(settings: Settings, environ: dict[str, str] | None = No
         master_addr=settings.master_addr,
         python=settings.remote_python,
         forward_env=tuple((k, environ[k]) for k in FORWARD_ENV if environ.get(k)),
+        launch_passthrough=settings.launch_passthrough,
     )
 
 
@@ -411,9 +416,10 @@ class TrainingRuns:
         label = "t2"
         d = self.run_dir(label)
         argv = targv.multi_node_argv(
-            cfg.python, f"{d}/hostfile", cfg.master_addr or rank0, cfg.master_port,
+            cfg.python, f"{d}/hostfile", cfg.master_addr, cfg.master_port,
             f"{d}/{SCRIPT_NAME}", include=cfg.include or None, exclude=cfg.exclude or None,
-            extra=cfg.job_args(f"{self.session_id}-{label}"), launcher_args=cfg.launcher_args,
+            extra=cfg.job_args(f"{self.session_id}-{label}"),
+            launcher_args=(*cfg.launch_passthrough, *cfg.launcher_args),
         )
         expected = sum(len(s) for s in active.values())
         launch = Launch("T2", rank0, nodes, expected, self._command(d, argv))

@@ -208,8 +208,11 @@ def section_launch(params):
     home = os.path.expanduser("~")
     launch_dir = os.path.abspath(os.path.expanduser(params.get("launch_dir") or home))
     out = {"home": home, "launch_dir": launch_dir, "launch_dir_ok": os.path.isdir(launch_dir),
-           "path": os.environ.get("PATH", ""), "deepspeed": shutil.which("deepspeed"),
+           "path": os.environ.get("PATH", ""), "deepspeed_on_path": shutil.which("deepspeed"),
            "pdsh": shutil.which("pdsh")}
+    # the `deepspeed` the user's own (interactive) shell runs, when the suite found one
+    given = params.get("deepspeed")
+    out["deepspeed"] = given if given and os.access(given, os.X_OK) else out["deepspeed_on_path"]
     if not out["deepspeed"]:
         return out
     out["interpreter"], out["shebang"] = _entry_interpreter(out["deepspeed"])

@@ -78,6 +78,61 @@ def _serve(socks, token, deadline):
     os._exit(0)
 
 
+def _iface_address(name):
+    """The first address of interface `name` (as gloo's lookupAddrForIface takes it: IPv4 before
+    IPv6 in getifaddrs' order)."""
+    res = run(["ip", "-o", "addr", "show", "dev", name], timeout=5)
+    for line in res["out"].splitlines():
+        words = line.split()
+        if len(words) > 3 and words[2] in ("inet", "inet6"):
+            return words[3].split("/")[0]
+    return None
+
+
+def _own_address():
+    """This node's address as a gloo rank takes it without GLOO_SOCKET_IFNAME (torch's
+    makeDefaultDevice, gloo's lookupAddrForHostname): gethostname(), getaddrinfo(AF_UNSPEC,
+    SOCK_STREAM), the first result that binds; none: the loopback fallback.  Returns (facts,
+    a socket listening on exactly that address, or None)."""
+    host = socket.gethostname()
+    out = {"hostname": host, "candidates": [], "addr": None, "family": None, "how": "hostname",
+           "error": None}
+    try:
+        infos = socket.getaddrinfo(host, None, socket.AF_UNSPEC, socket.SOCK_STREAM)
+    except socket.gaierror as exc:
+        infos = []
+        out["error"] = "%s does not resolve: %s" % (host, exc)
+    out["candidates"] = [info[4][0] for info in infos]
+    for fam, stype, proto, _, sa in infos:
+        s = socket.socket(fam, stype, proto)
+        try:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            s.bind((sa[0], 0) if fam == socket.AF_INET else (sa[0], 0) + tuple(sa[2:]))
+            s.listen(16)
+        except OSError as exc:
+            s.close()
+            out.setdefault("bind_errors", []).append("%s: %s" % (sa[0], exc.strerror or exc))
+            continue
+        out.update(addr=sa[0], family=6 if fam == socket.AF_INET6 else 4, port=s.getsockname()[1])
+        return out, s
+    out["how"] = "loopback fallback"  # torch warns and uses 127.0.0.1
+    s = _bind_addr("127.0.0.1")
+    if s is not None:
+        out.update(addr="127.0.0.1", family=4, port=s.getsockname()[1])
+    return out, s
+
+
+def _bind_addr(addr):
+    s = socket.socket(socket.AF_INET6 if ":" in addr else socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        s.bind((addr, 0))
+        s.listen(16)
+    except OSError:
+        s.close()
+        return None
+    return s
+
+
 def section_listen(params):
     token = params["token"]
     count = int(params.get("ports", 2))
@@ -87,6 +142,22 @@ def section_listen(params):
         s = _bind(0)
         socks.append(s)
         ports.append(s.getsockname()[1])
+    own = None
+    if params.get("own_address"):
+        ifname = params.get("gloo_ifname")
+        if ifname:  # gloo binds the (first) named interface's address instead
+            first = ifname.split(",")[0]
+            addr = _iface_address(first)
+            own = {"how": "GLOO_SOCKET_IFNAME=%s" % ifname, "addr": addr, "hostname": None,
+                   "candidates": [], "family": (6 if addr and ":" in addr else 4), "error": None
+                   if addr else "no address on %s" % first}
+            s = _bind_addr(addr) if addr else None
+            if s is not None:
+                own["port"] = s.getsockname()[1]
+        else:
+            own, s = _own_address()
+        if s is not None:
+            socks.append(s)
     master = None
     if params.get("master_port"):
         mp = int(params["master_port"])
@@ -116,7 +187,7 @@ def section_listen(params):
     os.close(read_fd)
     for s in socks:
         s.close()
-    return {"pid": child, "ports": ports, "master": master, "hold": hold}
+    return {"pid": child, "ports": ports, "master": master, "hold": hold, "own": own}
 
 
 # -- connect -----------------------------------------------------------------------------------
@@ -136,7 +207,7 @@ def _classify(exc):
 
 def _connect(addr, port, timeout, token):
     start = time.monotonic()
-    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    s = socket.socket(socket.AF_INET6 if ":" in addr else socket.AF_INET, socket.SOCK_STREAM)
     s.settimeout(timeout)
     try:
         s.connect((addr, port))
@@ -181,8 +252,18 @@ def section_connect(params):
             continue
         for port in t.get("ports", []):
             jobs.append((entry, "ports", addr, port))
+        own = t.get("own") or {}
+        if own.get("addr") and own.get("port"):  # the address its gloo ranks advertise, as is
+            jobs.append((entry, "own", own["addr"], own["port"]))
         if t.get("master_port"):
-            jobs.append((entry, "master", addr, t["master_port"]))
+            # the rendezvous address as the launch has it (--master_addr), when it is not the name
+            maddr, merr = _resolve(t["master_host"]) if t.get("master_host") else (addr, None)
+            if maddr is None:
+                entry["master"] = {"status": "unresolved", "error": merr,
+                                   "port": t["master_port"], "host": t["master_host"]}
+            else:
+                entry["master_addr"] = maddr
+                jobs.append((entry, "master", maddr, t["master_port"]))
 
     def one(job):
         entry, kind, addr, port = job
@@ -191,6 +272,9 @@ def section_connect(params):
         res["port"] = port
         if kind == "ports":
             entry["ports"][str(port)] = res
+        elif kind == "own":
+            res["addr"] = addr
+            entry["own"] = res
         else:
             entry["master"] = res
 

@@ -7,6 +7,7 @@ ssh -> launch.py -> torch.distributed on gloo)."""
 from __future__ import annotations
 
 import random
+import shlex
 import sys
 from pathlib import Path
 
@@ -28,15 +29,16 @@ dist.destroy_process_group()
 
 
 def real_launch(sim, hosts: list[str], *, launch_dir: str = "/root", master: str | None = None,
-                timeout: int = 150) -> str:
+                timeout: int = 150, derive_master: bool = False) -> str:
     """`deepspeed --hostfile` started on the rank-0 node, in `launch_dir`, as a user would (its
     non-interactive shell, its PATH); the training script is `train.py` there.  Returns what it
-    printed (stdout and stderr)."""
+    printed (stdout and stderr).  `derive_master`: no --master_addr, DeepSpeed derives it."""
     hostfile = sim.state_dir / "shared" / f"launch-hostfile-{random.randrange(1 << 30)}"
     hostfile.write_text("".join(f"{h} slots=1\n" for h in hosts))
     port = random.randrange(30000, 31000)
+    addr = "" if derive_master else f"--master_addr {master or hosts[0]} "
     cmd = (f"cd {launch_dir} && timeout -s KILL {timeout - 10} deepspeed --hostfile {hostfile} "
-           f"--master_addr {master or hosts[0]} --master_port {port} train.py 2>&1; "
+           f"{addr}--master_port {port} train.py 2>&1; "
            f"echo CT_LAUNCH_EXIT=$?")
     try:
         res = sim.ssh(sim.nodes[0].name, cmd, timeout=timeout)
@@ -217,3 +219,155 @@ def test_the_launchs_exports_reach_the_checks_and_the_all_reduce(healthy_sim):
     assert "Unable to find address for: ib0" in r.message("test_allreduce"), r.describe()
     out = real_launch(sim, NODES)
     assert not launch_ok(out, 3) and "ib0" in out, out[-3000:]
+
+
+# -- the master address as DeepSpeed derives it (issue 24) -------------------------------------
+
+def _unroutable_first_address(sim):
+    """node1's `hostname -I` starts with 10.99.0.1, an address on its eth0 that no peer routes
+    to (added, then node1's own address re-added after it, so that it comes first)."""
+    sim.exec("node1", ["sh", "-c", "a=$(ip -o -4 addr show eth0 | awk '{print $4}'); "
+                                   "ip addr add 10.99.0.1/24 dev eth0 && ip addr del $a dev eth0 "
+                                   "&& ip addr add $a dev eth0"], check=True)
+
+
+MASTER_FAULTS = {
+    # name: (inject, what H3 says, the value the real launch takes)
+    "rank 0's bashrc prints a line": (
+        lambda sim: sim.append_bashrc("node1", "echo 'Welcome to node1'\n"),
+        ["DeepSpeed will use 'Welcome' as --master_addr", "/root/.bashrc:", "pass --master_addr node1"],
+        "Welcome"),
+    "hostname -I starts with an address no peer routes to": (
+        _unroutable_first_address,
+        ["is 10.99.0.1 (eth0 on node1)", "node2 has no route to it", "pass --master_addr"],
+        "10.99.0.1"),
+}
+
+
+@pytest.mark.parametrize("fault", list(MASTER_FAULTS))
+def test_a_master_addr_deepspeed_derives_badly_is_red_on_rank0(healthy_sim, fault):
+    """Without --master_addr the fast checklist judges what DeepSpeed derives: red on node1's id
+    naming the value, and the real launch (no --master_addr) fails."""
+    sim = healthy_sim
+    inject, says, value = MASTER_FAULTS[fault]
+    put_script(sim, NODES)
+    try:
+        inject(sim)
+        r = run_suite(sim, *FAST)
+        assert "test_master_addr[node1]" in r.failed, r.describe()
+        msg = r.message("test_master_addr[node1]")
+        assert all(x in msg for x in says), msg
+        assert names_only(r.failed, "node1") == [], r.describe()
+        out = real_launch(sim, NODES, derive_master=True, timeout=120)
+        assert f"Using IP address of {value} for node node1" in out, out[-3000:]
+        assert not launch_ok(out, 3), out[-3000:]
+    finally:
+        sim.exec("node1", ["ip", "addr", "del", "10.99.0.1/24", "dev", "eth0"])
+
+
+def test_banner_on_stderr_is_green_and_launch_args_round_trip(healthy_sim):
+    """Rank 0's bashrc prints a banner to stderr (DeepSpeed reads stdout only): green, the value
+    is node1's address, and the real launch without --master_addr works.  --launch-args is read
+    as deepspeed reads it: the port, the exclude filter and the command line the rehearsal
+    mirrors."""
+    sim = healthy_sim
+    put_script(sim, NODES)
+    sim.append_bashrc("node1", "echo 'Welcome to node1' >&2\n")
+    r = run_suite(sim, *FAST, "--launch-args", "--master_port=29533 --exclude node3 --ssh_port 22")
+    assert r.returncode == 0, r.describe()
+    props = r.properties["test_master_addr[node1]"]
+    assert props["master_addr"] == sim.nodes[0].address, props
+    assert props["master_addr_from"] == "ssh -p 22 node1 hostname -I", props
+    line = r.properties["test_launch_rehearsal[node1]"]["launch_command"]
+    assert "--master_port 29533 --exclude node3 --ssh_port 22" in line and "--master_addr" not in line
+    assert "test_launch_rehearsal[node3]" in r.ids("skipped"), r.describe()
+    out = real_launch(sim, NODES, derive_master=True)
+    assert launch_ok(out, 3), out[-3000:]
+
+
+# -- the launch's interpreter, not the non-interactive PATH (issue 24) -------------------------
+
+#: the top of Debian/Ubuntu's stock ~/.bashrc: nothing below it runs in a non-interactive shell
+STOCK_EARLY_RETURN = ("# ~/.bashrc as Debian/Ubuntu ship it\n"
+                      "case $- in\n    *i*) ;;\n      *) return;;\nesac\n")
+NEEDS_VAR = 'import os\nassert os.environ.get("CT_NEEDED") == "1", "CT_NEEDED is not set"\n' + TRAIN
+
+
+def interactive_launch(sim, hosts: list[str], script: str = "train.py", timeout: int = 150) -> str:
+    """`deepspeed --hostfile` typed in an interactive shell on the rank-0 node (where the stock
+    bashrc activates the environment), without --master_addr, as a user starts it."""
+    hostfile = sim.state_dir / "shared" / f"launch-hostfile-{random.randrange(1 << 30)}"
+    hostfile.write_text("".join(f"{h} slots=1\n" for h in hosts))
+    port = random.randrange(30000, 31000)
+    inner = (f"cd /root && timeout -s KILL {timeout - 10} deepspeed --hostfile {hostfile} "
+             f"--master_port {port} {script} 2>&1; echo CT_LAUNCH_EXIT=$?")
+    try:
+        res = sim.ssh(sim.nodes[0].name, f"bash -i -c {shlex.quote(inner)} 2>&1", timeout=timeout)
+        return res.stdout + res.stderr
+    finally:
+        hostfile.unlink(missing_ok=True)
+
+
+def test_stock_bashrc_env_only_in_interactive_shells_is_green_and_launches(healthy_sim):
+    """The environment (the venv on PATH, DS_ACCELERATOR...) only below the stock early return on
+    every node: no `deepspeed` on the non-interactive PATH, yet the launch works (DeepSpeed runs
+    its interpreter by absolute path): green, with E1's warning.  A variable the ranks need that
+    is set only below the return stays red (DeepSpeed does not export it), and the launch whose
+    script needs it fails."""
+    sim = healthy_sim
+    put_script(sim, NODES)
+    for n in NODES:
+        sim.set_env_file(n, "needs.py", NEEDS_VAR)
+        sim.prepend_bashrc(n, STOCK_EARLY_RETURN)
+        sim.append_bashrc(n, "export CT_NEEDED=1\n")
+    r = run_suite(sim, *FAST)
+    assert r.returncode == 0, r.describe()
+    assert {f"test_required_env[{n}]" for n in NODES} <= r.passed, r.describe()
+    assert {f"test_versions[{n}]" for n in NODES} <= r.passed, r.describe()
+    assert r.properties["test_versions[node2]"]["deepspeed"], r.properties["test_versions[node2]"]
+    out = interactive_launch(sim, NODES)
+    assert launch_ok(out, 3), out[-3000:]
+    r = run_suite(sim, *FAST, "--required-env", "CT_NEEDED", "-k", "required_env")
+    assert r.failed == {f"test_required_env[{n}]" for n in NODES}, r.describe()
+    msg = r.message("test_required_env[node2]")
+    assert "not set: CT_NEEDED" in msg and "below the early return" in msg, msg
+    out = interactive_launch(sim, NODES, script="needs.py")
+    assert not launch_ok(out, 3) and "CT_NEEDED is not set" in out, out[-3000:]
+
+
+# -- each rank's own address, as torch.distributed takes it (issue 24) --------------------------
+
+def test_own_address_peers_cannot_reach_is_red_on_that_node(healthy_sim):
+    """node2's hostname resolves there to an IPv6 address of its own first (bindable, so gloo
+    advertises it); no peer has IPv6 there.  The other checks resolve names over IPv4 and stay
+    green; F7 is red on node2 alone, and the real launch fails at init_process_group."""
+    sim = healthy_sim
+    put_script(sim, NODES)
+    try:
+        sim.exec("node2", ["ip", "addr", "add", "fd00:c7::2/64", "dev", "eth0", "nodad"], check=True)
+        sim.add_hosts_line("node2", "fd00:c7::2 node2")
+        r = run_suite(sim, *FAST)
+        assert r.failed == {"test_own_address[node2]"}, r.describe()
+        msg = r.message("test_own_address[node2]")
+        assert "would advertise fd00:c7::2 (IPv6" in msg and "node1, node3 cannot connect" in msg, msg
+        assert "fix: on node2: make 'node2' resolve there" in msg, msg
+        assert "gloo needs one address family on every rank" in msg, msg
+        out = real_launch(sim, NODES, timeout=120)
+        assert not launch_ok(out, 3), out[-3000:]
+        assert "ss1.ss_family == ss2.ss_family" in out, out[-3000:]  # gloo's own refusal
+    finally:
+        sim.exec("node2", ["ip", "addr", "del", "fd00:c7::2/64", "dev", "eth0"])
+
+
+def test_a_hostname_other_than_the_hostfile_name_resolving_to_a_routable_address_is_green(healthy_sim):
+    """node3's `hostname` is 'gpu-box-7', which resolves there to its own routable address: gloo
+    advertises that address, the peers reach it, the launch works; F7 is green (H2 warns)."""
+    sim = healthy_sim
+    put_script(sim, NODES)
+    sim.set_hostname("node3", "gpu-box-7")
+    sim.add_hosts_line("node3", f"{sim.nodes[2].address} gpu-box-7")
+    r = run_suite(sim, *FAST)
+    assert r.returncode == 0, r.describe()
+    assert r.properties["test_own_address[node3]"]["own_address"] == f"{sim.nodes[2].address} (hostname)"
+    out = real_launch(sim, NODES)
+    assert launch_ok(out, 3), out[-3000:]

@@ -405,6 +405,9 @@ def test_multi_node_argv() -> None:
         "--include", "node1@node2:0,1", "t.py", "--steps", "5",
     ]  # fmt: skip
     assert "--exclude" in targv.multi_node_argv("ds", "/h", "a", 1, "t.py", exclude="node3")
+    # no --master_addr the user did not give: DeepSpeed derives it as in the user's launch
+    assert targv.multi_node_argv("ds", "/h", None, 1, "t.py") == [
+        "ds", "--hostfile", "/h", "--master_port", "1", "t.py"]
     with pytest.raises(ValueError):
         targv.multi_node_argv("ds", "/h", "a", 1, "t.py", include="a", exclude="b")
 

@@ -132,3 +132,16 @@ def test_markers_come_from_the_plugin_alone(tmp_path) -> None:
                           "-p", "no:cacheprovider", "-q", "test_m.py"],
                          check=False, cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0 and "1 passed, 1 deselected" in out.stdout, out.stdout + out.stderr
+
+
+def test_launch_args_feed_the_resolved_values() -> None:
+    s = S.read_settings(_config(cli={"ct_launch_args": "--master_port 29600 -e node3 --ssh_port 2222"}))
+    assert (s.master_port, s.exclude, s.master_addr, s.ssh_port) == (29600, "node3", None, 2222)
+    assert s.launch_passthrough == ("--ssh_port", "2222")
+    # the suite's own options still work, and agree or are refused
+    s = S.read_settings(_config(cli={"ct_launch_args": "--master_addr node1", "ct_master_port": "29700"}))
+    assert (s.master_addr, s.master_port) == ("node1", 29700)
+    with pytest.raises(pytest.UsageError, match="--master-port 29700 and --launch-args' 29600 disagree"):
+        S.read_settings(_config(cli={"ct_launch_args": "--master_port 29600", "ct_master_port": "29700"}))
+    with pytest.raises(pytest.UsageError, match="--launch-args '--master_port x'"):
+        S.read_settings(_config(cli={"ct_launch_args": "--master_port x"}))

@@ -1,0 +1,89 @@
+"""judge/masteraddr.py: the --master_addr DeepSpeed derives from `ssh <first host> hostname -I`,
+and why it cannot be the rendezvous address."""
+
+from __future__ import annotations
+
+import subprocess
+
+from cluster_tests.judge import masteraddr as ma
+
+RANK0 = {"10.0.0.1": "eth0", "172.17.0.1": "docker0", "10.99.0.1": "eth0", "127.0.0.1": "lo"}
+
+
+def _derived(stdout, rc=0, stderr="", noise_at=None):
+    d = ma.derive("node1", "node1", "ssh node1 hostname -I", stdout, stderr, rc)
+    d.printed_at = noise_at
+    return d
+
+
+def test_the_command_is_deepspeeds_own() -> None:
+    assert ma.hostname_i_argv("node1") == ["ssh", "node1", "hostname", "-I"]
+    assert ma.hostname_i_argv("node1", 2222) == ["ssh", "-p", "2222", "node1", "hostname", "-I"]
+
+
+def test_marked_command_runs_in_a_shell_and_reads_back() -> None:
+    # the marked command itself, run by sh with `ssh` replaced by a printer: noise before the
+    # markers (the outer shell's startup) and the inner command's stdout between them
+    cmd = ma.marked_command(["printf", "%s\\n", "hello", "10.0.0.1 "], 5).replace(
+        "printf -o BatchMode=yes -o ConnectTimeout=5", "printf")
+    out = subprocess.run(["sh", "-c", "echo outer noise; " + cmd], capture_output=True, text=True, check=True).stdout
+    body, rc = ma.read_marked(out)
+    assert rc == 0 and body == "hello\n10.0.0.1 \n"
+    assert ma.read_marked("no markers") == (None, None)
+    assert ma.read_marked(f"{ma.BEGIN}\n\n{ma.END} 127\n") == ("", 127)
+
+
+def test_first_word_of_stdout_as_the_runner_takes_it() -> None:
+    d = _derived("10.0.0.1 172.17.0.1 \n")
+    assert d.value == "10.0.0.1" and d.noise == []
+    assert ma.problems(d, RANK0, {"node2": ma.Route(True, "10.0.0.1 dev eth0 src 10.0.0.2")}) == []
+    d = _derived("Welcome to node1\n10.0.0.1 \n", noise_at=("/root/.bashrc", 8))
+    assert d.value == "Welcome" and d.noise == ["Welcome to node1"]
+    (msg,) = ma.problems(d, RANK0, {})
+    assert "DeepSpeed will use 'Welcome' as --master_addr" in msg
+    assert "prints 'Welcome to node1' before `hostname -I` (/root/.bashrc:8 prints it)" in msg
+    assert "fix: on node1: remove that output from /root/.bashrc line 8" in msg
+    assert "or pass --master_addr node1" in msg
+
+
+def test_hostname_failing_or_unsupported_or_silent_stops_the_launch() -> None:
+    (msg,) = ma.problems(_derived("", rc=1, stderr="hostname: invalid option -- 'I'\n"), RANK0, {})
+    assert "this `hostname` has no -I option" in msg and "fix: pass --master_addr node1" in msg
+    (msg,) = ma.problems(_derived("", rc=255, stderr="ssh: connect to host node1: refused\n"), RANK0, {})
+    assert "it exited 255" in msg
+    (msg,) = ma.problems(_derived("\n"), RANK0, {})
+    assert "prints nothing on stdout" in msg
+    (msg,) = ma.problems(_derived(None, rc=None, stderr="session lost"), RANK0, {})
+    assert "did not run on node1 (session lost)" in msg
+
+
+def test_addresses_the_peers_cannot_use() -> None:
+    (msg,) = ma.problems(_derived("172.17.0.1 10.0.0.1\n"), RANK0, {})
+    assert "172.17.0.1, an address of docker0 on node1" in msg
+    (msg,) = ma.problems(_derived("192.168.5.5\n"), RANK0, {})
+    assert "not an address of node1" in msg
+    routes = {"node2": ma.read_route(2, "", "RTNETLINK answers: Network is unreachable\n"),
+              "node3": ma.read_route(0, "10.99.0.1 via 10.0.0.254 dev eth0 src 10.0.0.3\n", "")}
+    (msg,) = ma.problems(_derived("10.99.0.1 10.0.0.1\n"), RANK0, routes)
+    assert "node2 has no route to it (RTNETLINK answers: Network is unreachable)" in msg
+    assert "node3" not in msg
+    local = {"node2": ma.read_route(0, "local 10.99.0.1 dev lo table local src 10.99.0.1\n", "")}
+    (msg,) = ma.problems(_derived("10.99.0.1\n"), RANK0, local)
+    assert "node2 has that address too" in msg
+
+
+def test_given_values() -> None:
+    assert ma.problems(ma.given("node1", "node1", "node1"), RANK0, {}) == []
+    assert ma.problems(ma.given("node1", "node1", "10.0.0.1"), RANK0, {}) == []
+    (msg,) = ma.problems(ma.given("node1", "node1", "node2"), RANK0, {})
+    assert "--master_addr node2 is not the first host" in msg
+
+
+def test_the_trace_names_the_line_that_printed(tmp_path) -> None:
+    rc = tmp_path / "rc"
+    rc.write_text("export A=1\nif true; then\n  echo 'Welcome to node1'\nfi\nexport B=2\n")
+    cmd = ma.trace_command((str(rc),))
+    out = subprocess.run(["bash", "-c", cmd], capture_output=True, text=True, check=True).stdout
+    body, _ = ma.read_marked(out)
+    assert ma.printed_by(body or "", "Welcome to node1") == (str(rc), 3)
+    assert ma.printed_by(body or "", "something else") is None
