@@ -21,9 +21,9 @@ from cluster_tests.core.nodetable import NodeColumn
 from cluster_tests.core.settings import Settings
 from cluster_tests.judge import env as ec
 from cluster_tests.judge import jit as jj
-from cluster_tests.judge import parsers, rdma
+from cluster_tests.judge import parsers, rdma, sshfail
 from cluster_tests.judge.problem import Problem
-from cluster_tests.measure import accel, envfacts, rehearsal, sshpairs
+from cluster_tests.measure import accel, envfacts, rehearsal, sshpairs, sshroot
 from cluster_tests.measure.envfacts import SCRIPT
 
 pytestmark = pytest.mark.env
@@ -291,6 +291,8 @@ def _block_leg(cluster: Cluster, site: str, node: str, leg) -> None:
             with contextlib.suppress(ProbeError):
                 res = sshpairs.pairs_from(cluster, site).get(node)
                 if res and res["rc"] != 0:
+                    sshroot.block_by_root(cluster, site, node,
+                                          sshfail.classify(res["err"], res["rc"]))
                     outcome.block(ids.SSH_TRUST.of(site, node),
                                   f"{site} cannot ssh to {node} as pdsh does")
     outcome.block(leg.root, leg.text.split(": see ")[0])

@@ -7,13 +7,15 @@ import warnings
 import pytest
 
 from cluster_tests.core import outcome
+from cluster_tests.core import testids as ids
 from cluster_tests.core.cluster import Cluster, NodeProbe
 from cluster_tests.core.settings import Settings
 from cluster_tests.judge import hostfile as hf
 from cluster_tests.judge import masteraddr as ma
+from cluster_tests.judge import sshfail
 from cluster_tests.judge.netfacts import all_ips, is_ip, is_loopback, parse_interfaces
 from cluster_tests.judge.problem import Problem
-from cluster_tests.measure import accel, masteraddr
+from cluster_tests.measure import accel, masteraddr, sshroot
 from cluster_tests.report import fixes as fx
 
 pytestmark = pytest.mark.hostfile
@@ -98,6 +100,12 @@ def test_master_addr(cluster: Cluster, rank0_node: str, record_property) -> None
     record_property("master_addr", d.value or "")
     record_property("master_addr_from", d.how if d.how == "given" else d.command)
     found = ma.problems(d, owners, masteraddr.routes(cluster))
+    if found and d.how == "derived" and d.value is None and d.exit_status == 255:
+        # DeepSpeed's own `ssh <first host>` failed: the same leg as S4 rank 0 -> first host
+        cause = sshfail.classify(d.stderr, 255)
+        sshroot.block_by_root(cluster, d.site, d.first_host, cause)
+        outcome.block(ids.SSH_TRUST.of(d.site, d.first_host), f"{d.site} -> {d.first_host}: "
+                                                              f"{cause.value}")
     if found:
         pytest.fail(f"{rank0}: " + "\n".join(found), pytrace=False)
 

@@ -16,8 +16,7 @@ from cluster_tests.judge import launch as launchenv
 from cluster_tests.judge import ssh as sshcheck
 from cluster_tests.judge import sshfail
 from cluster_tests.judge.problem import Problem
-from cluster_tests.measure import ports, sshpairs
-from cluster_tests.report import fixes as fx
+from cluster_tests.measure import sshpairs, sshroot
 
 pytestmark = pytest.mark.ssh
 
@@ -48,18 +47,11 @@ def test_ssh_modes(cluster: Cluster, node: str) -> None:
 
 
 def _node_modes(cluster: Cluster, node: str) -> sshcheck.ModeVerdict:
-    facts = cluster.base(node)
-    strict = _sshd_config(cluster, node).get("strictmodes", "yes") != "no"
-    return sshcheck.strict_modes(facts["ssh"], facts["uid"], facts["user"], strict=strict)
+    return sshroot.node_modes(cluster, node)
 
 
 def _sshd_config(cluster: Cluster, node: str) -> dict[str, str]:
-    """Effective sshd settings (`sshd -T`, needs root); {} when they cannot be read."""
-    try:
-        res = cluster.probe(node, "sshd")
-    except ProbeError:
-        return {}
-    return sshcheck.parse_sshd_T(res["out"]) if res.get("rc") == 0 else {}
+    return sshroot.sshd_config(cluster, node)
 
 
 def test_sshd_config(cluster: Cluster, node: str, record_property) -> None:
@@ -103,38 +95,7 @@ def test_ssh_trust(cluster: Cluster, pair: tuple[str, str]) -> None:
 
 
 def _block_by_root(cluster: Cluster, a: str, b: str, cause: sshfail.Cause) -> None:
-    """a -> b fails for a cause another red of this run holds: b cannot be logged in to for the
-    same reason (down, or refusing every key), a resolves b to another machine (N1), b's or a's
-    file modes (S2), b's sshd takes no keys (S3). Blocked by that red; returns otherwise."""
-    err = cluster.login_error(b)
-    if err is not None and sshfail.same_node_cause(err.cause, cause):
-        outcome.block(ids.LOGIN.of(b), sshfail.node_state(b, err.cause))
-    if err is None and cause in sshfail.NODE_DOWN and any(
-            outcome.selected(ids.FIREWALL_RULES.of(n)) for n in (a, b)):
-        # b answers the launcher but not a: a node's own firewall? (the port matrix says)
-        ports.port_matrix(cluster)
-        node = ports.firewall_root(cluster, a, b)
-        if node is not None:
-            outcome.block(ids.FIREWALL_RULES.of(node), f"{node}'s own firewall (INPUT) drops "
-                                                       f"{a} -> {b}")
-    if cause == sshfail.Cause.DNS:
-        outcome.block(ids.RESOLVES.of(a, b), f"{a} cannot resolve {b}")
-    wrong = fx.misresolved(cluster, a, b) if cause != sshfail.Cause.DNS else None
-    if wrong is not None:
-        outcome.block(ids.RESOLVES.of(a, b), f"{a} resolves {b} to {', '.join(wrong[0])}, "
-                                             f"which is not one of {b}'s addresses")
-    if cause not in sshfail.NODE_REFUSES_KEYS:
-        return
-    if cluster.base_or_none(a) is not None and any(
-            e.startswith("private key") for e in _node_modes(cluster, a).errors):
-        outcome.block(ids.SSH_MODES.of(a), f"{a} cannot use its own key (file modes)")
-    if cluster.base_or_none(b) is None:
-        return
-    sshd = _sshd_config(cluster, b)
-    if sshd.get("pubkeyauthentication") == "no":
-        outcome.block(ids.SSHD_CONFIG.of(b), f"sshd on {b} has PubkeyAuthentication no")
-    if any(sshcheck.refuses_all_keys(e) for e in _node_modes(cluster, b).errors):
-        outcome.block(ids.SSH_MODES.of(b), f"sshd on {b} refuses every key because of file modes")
+    sshroot.block_by_root(cluster, a, b, cause)
 
 
 def _trust_facts(cluster: Cluster, a: str, b: str, cause: sshfail.Cause) -> sshcheck.TrustFacts:

@@ -36,10 +36,6 @@ FIXES_KEY = pytest.StashKey[list[Fix]]()
 _ITEM: contextvars.ContextVar[pytest.Item | None] = contextvars.ContextVar("ct_item", default=None)
 
 
-def current_item() -> pytest.Item | None:
-    return _ITEM.get()
-
-
 def selected(test_id: str) -> bool:
     """Whether `test_id` runs in this session (True outside a test: nothing to compare with)."""
     item = _ITEM.get()
@@ -180,10 +176,7 @@ class Outcomes:
         the cache plugin has dropped them as skipped)."""
         if not report.skipped or not any(k == BLOCKED_BY for k, _ in report.user_properties):
             return
-        lf = self._lastfailed(report)
-        if lf is not None:
-            lf[report.nodeid] = True
-
-    def _lastfailed(self, report: pytest.TestReport) -> dict[str, bool] | None:
         plugin = self.config.pluginmanager.get_plugin("lfplugin")
-        return getattr(plugin, "lastfailed", None)
+        lastfailed: dict[str, bool] | None = getattr(plugin, "lastfailed", None)
+        if lastfailed is not None:
+            lastfailed[report.nodeid] = True

@@ -75,3 +75,23 @@ def route_device(ip_route_get: str) -> str | None:
     """`ip -o route get ADDR` -> the device the route leaves by ('lo' for a local address)."""
     m = re.search(r"\bdev (\S+)", ip_route_get)
     return m.group(1) if m else None
+
+
+def own_addresses(base: dict | None) -> list[str]:
+    """A node's non-loopback addresses from its base facts (sorted; [] when unknown)."""
+    if not base:
+        return []
+    ips = all_ips(parse_interfaces(base["ip_link"], base["ip_addr"]))
+    return sorted(a for a in ips if not is_loopback(a))
+
+
+def misresolved(base_a: dict | None, base_b: dict | None, b: str) -> tuple[list[str], str] | None:
+    """(what node a resolves `b` to, b's right address) when a's answer is none of b's own
+    addresses; None when it is right, unknown, or b is an address."""
+    own = own_addresses(base_b)
+    if is_ip(b) or not base_a or not own:
+        return None
+    got = list(base_a.get("resolve", {}).get(b, {}).get("addrs") or [])
+    if not got or set(got) & set(own):
+        return None
+    return got, own[0]

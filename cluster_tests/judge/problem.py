@@ -78,10 +78,6 @@ class Problem:
     def headline(self) -> str:
         return self.message.strip().splitlines()[0] if self.message.strip() else self.cause
 
-    @property
-    def needs_person(self) -> bool:
-        return not any(f.commands for f in self.fixes)
-
     def key(self) -> tuple[str, tuple[str, ...], str]:
         """Two reds with the same key are one cause (the same change fixes both)."""
         cmds = tuple(sorted({c for f in self.fixes for c in (f.where, *f.commands)}))

@@ -31,6 +31,7 @@ from typing import Any
 from cluster_tests.core import testids as ids
 from cluster_tests.core.cluster import Cluster, ProbeError, remote_script
 from cluster_tests.core.memokey import MemoKey
+from cluster_tests.core.transport import ConnectError
 from cluster_tests.judge import hostfile as hf
 from cluster_tests.judge import launch as le
 from cluster_tests.judge import launchargs as la
@@ -110,7 +111,7 @@ def launch_python(cluster: Cluster) -> str | None:
     the rank-0 node cannot tell (the rehearsal says why)."""
     try:
         plan = launch_plan(cluster)
-    except ProbeError:
+    except (ProbeError, ConnectError):  # rank 0 down: its own red (test_login) says so
         return None
     facts = plan.get("facts") or {}
     return None if facts.get("error") else facts.get("executable")

@@ -25,6 +25,7 @@ from typing import Any
 
 from cluster_tests.core import testids as ids
 from cluster_tests.core.memokey import base_key
+from cluster_tests.judge import netfacts
 from cluster_tests.judge.fixcmd import hostname_cmd, hosts_entry_cmd, q
 from cluster_tests.judge.problem import PROPERTY, Fix, Problem
 
@@ -78,30 +79,15 @@ def hostname_fix(cluster: Any, node: str) -> list[Fix]:
 
 def own_addresses(cluster: Any, node: str) -> list[str]:
     """The node's non-loopback addresses, from the facts already probed (sorted)."""
-    from cluster_tests.judge.netfacts import all_ips, is_loopback, parse_interfaces
-
-    base = cluster.cached(base_key(node))
-    if not base:
-        return []
-    ips = all_ips(parse_interfaces(base["ip_link"], base["ip_addr"]))
-    return sorted(a for a in ips if not is_loopback(a))
+    return netfacts.own_addresses(cluster.cached(base_key(node)))
 
 
 def misresolved(cluster: Any, a: str, b: str) -> tuple[list[str], str] | None:
     """(what `a` resolves `b` to, b's right address) when a's answer is none of b's own
-    addresses; None when it is right, unknown, or b is an address."""
-    from cluster_tests.judge.netfacts import is_ip
-
-    if is_ip(b) or a == LAUNCHER:
+    addresses (judge/netfacts.misresolved, over the facts already probed)."""
+    if a == LAUNCHER:
         return None
-    base = cluster.cached(base_key(a))
-    own = own_addresses(cluster, b)
-    if not base or not own:
-        return None
-    got = list(base.get("resolve", {}).get(b, {}).get("addrs") or [])
-    if not got or set(got) & set(own):
-        return None
-    return got, own[0]
+    return netfacts.misresolved(cluster.cached(base_key(a)), cluster.cached(base_key(b)), b)
 
 
 def hosts_fix(cluster: Any, viewer: str, name: str, address: str, wrong: Sequence[str] = ()

@@ -100,6 +100,8 @@ def test_private_key_readable_by_others(healthy_sim):
     for b in NODES:
         assert by[f"test_ssh_trust[node1->{b}]"] == "test_ssh_modes[node1]"
         assert by[f"test_pdsh[node1->{b}]"] == "test_ssh_modes[node1]"
+    # DeepSpeed's own `ssh node1 hostname -I` on node1 (H3's derived master address) too
+    assert by["test_master_addr[node1]"] == "test_ssh_modes[node1]"
 
 
 def test_missing_key_fails_only_that_ordered_pair(healthy_sim):

@@ -99,4 +99,4 @@ def test_problem_travels_as_json_and_one_fix_is_one_cause():
     assert a.key() == b.key()  # the same change fixes both
     assert Problem(("node3",), "refused", "m").key() != Problem(("node2",), "refused", "m").key()
     assert Problem.from_json("not json") is None
-    assert a.text().endswith("\n  fix: append it") and not a.needs_person
+    assert a.text().endswith("\n  fix: append it")

@@ -1,0 +1,70 @@
+"""Where an ssh leg's failure comes from, when it is a cause another red of the run holds.
+
+`ssh b` from node a (S4, pdsh's legs, DeepSpeed's own `ssh <first host> hostname -I`) fails for
+a cause that is b's alone (down, refusing every key, a changed host key: S1's red), a's or b's
+own firewall (F4), a resolving b to another machine or not at all (N1), a's unusable key or
+b's file modes (S2), b's sshd taking no keys (S3). :func:`block_by_root` blocks the calling
+check on that red (``core.outcome.block``) and returns when there is none.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from cluster_tests.core import outcome
+from cluster_tests.core import testids as ids
+from cluster_tests.core.cluster import Cluster, ProbeError
+from cluster_tests.core.memokey import base_key
+from cluster_tests.judge import netfacts, sshfail
+from cluster_tests.judge import ssh as sshcheck
+from cluster_tests.measure import ports
+
+
+def sshd_config(cluster: Cluster, node: str) -> dict[str, str]:
+    """Effective sshd settings (`sshd -T`, needs root); {} when they cannot be read."""
+    try:
+        res: dict[str, Any] = cluster.probe(node, "sshd")
+    except ProbeError:
+        return {}
+    return sshcheck.parse_sshd_T(res["out"]) if res.get("rc") == 0 else {}
+
+
+def node_modes(cluster: Cluster, node: str) -> sshcheck.ModeVerdict:
+    """S2's verdict on the node's ssh files (StrictModes as its sshd has it)."""
+    facts = cluster.base(node)
+    strict = sshd_config(cluster, node).get("strictmodes", "yes") != "no"
+    return sshcheck.strict_modes(facts["ssh"], facts["uid"], facts["user"], strict=strict)
+
+
+def block_by_root(cluster: Cluster, a: str, b: str, cause: sshfail.Cause) -> None:
+    """Block the calling check when `ssh b` on a fails (for `cause`) because of another red's
+    cause (see the module docstring); return otherwise."""
+    err = cluster.login_error(b)
+    if err is not None and sshfail.same_node_cause(err.cause, cause):
+        outcome.block(ids.LOGIN.of(b), sshfail.node_state(b, err.cause))
+    if err is None and cause in sshfail.NODE_DOWN and any(
+            outcome.selected(ids.FIREWALL_RULES.of(n)) for n in (a, b)):
+        # b answers the launcher but not a: a node's own firewall? (the port matrix says)
+        ports.port_matrix(cluster)
+        node = ports.firewall_root(cluster, a, b)
+        if node is not None:
+            outcome.block(ids.FIREWALL_RULES.of(node), f"{node}'s own firewall (INPUT) drops "
+                                                       f"{a} -> {b}")
+    if cause == sshfail.Cause.DNS:
+        outcome.block(ids.RESOLVES.of(a, b), f"{a} cannot resolve {b}")
+    else:
+        wrong = netfacts.misresolved(cluster.cached(base_key(a)), cluster.cached(base_key(b)), b)
+        if wrong is not None:
+            outcome.block(ids.RESOLVES.of(a, b), f"{a} resolves {b} to {', '.join(wrong[0])}, "
+                                                 f"which is not one of {b}'s addresses")
+    if cause not in sshfail.NODE_REFUSES_KEYS:
+        return
+    if cluster.base_or_none(a) is not None and any(
+            e.startswith("private key") for e in node_modes(cluster, a).errors):
+        outcome.block(ids.SSH_MODES.of(a), f"{a} cannot use its own key (file modes)")
+    if cluster.base_or_none(b) is None:
+        return
+    if sshd_config(cluster, b).get("pubkeyauthentication") == "no":
+        outcome.block(ids.SSHD_CONFIG.of(b), f"sshd on {b} has PubkeyAuthentication no")
+    if any(sshcheck.refuses_all_keys(e) for e in node_modes(cluster, b).errors):
+        outcome.block(ids.SSH_MODES.of(b), f"sshd on {b} refuses every key because of file modes")
