@@ -4,6 +4,7 @@ and the ``--exclude`` equivalent for users who keep their own hostfile."""
 
 from __future__ import annotations
 
+import dataclasses
 import shlex
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -23,7 +24,7 @@ def problems(outcomes: Iterable[Any]) -> list[Problem]:
     for o in outcomes:
         p = problem_of(o)
         if p is not None:
-            out.append(p if p.check else Problem(**{**p.__dict__, "check": o.test_id}))
+            out.append(p if p.check else dataclasses.replace(p, check=o.test_id))
     return out
 
 

@@ -277,14 +277,13 @@ class Recorder:
                 lines.append(f"      fix ({how}): {c['fix'][:300]}")
         return lines
 
-    def summary_lines(self, facts: dict[str, dict[str, str]], extra: list[str] | None = None,
-                      tail: list[str] | None = None) -> list[str]:
+    def summary_lines(self, facts: dict[str, dict[str, str]], extra: list[str] | None = None
+                      ) -> list[str]:
         lines: list[str] = []
         for block in (self.render_causes(), self.render_matrix(), self.render_nodes(facts),
                       self.render_site(), extra or []):
             if block:
                 lines += block + [""]
-        lines += tail or []
         while lines and not lines[-1]:
             lines.pop()
         return lines
