@@ -7,23 +7,21 @@ importing what the launch imports, (E6) the temporary directory the ranks' tools
 
 from __future__ import annotations
 
-import contextlib
 import warnings
 from typing import Any
 
 import pytest
 
 from cluster_tests.core import nodetable, outcome
-from cluster_tests.core import pairs as pairs_mod
 from cluster_tests.core import testids as ids
 from cluster_tests.core.cluster import Cluster, NodeProbe, ProbeError
 from cluster_tests.core.nodetable import NodeColumn
 from cluster_tests.core.settings import Settings
 from cluster_tests.judge import env as ec
 from cluster_tests.judge import jit as jj
-from cluster_tests.judge import parsers, rdma, sshfail
+from cluster_tests.judge import parsers, rdma
 from cluster_tests.judge.problem import Problem
-from cluster_tests.measure import accel, envfacts, rehearsal, sshpairs, sshroot
+from cluster_tests.measure import accel, envfacts, rehearsal, sshroot
 from cluster_tests.measure.envfacts import SCRIPT
 
 pytestmark = pytest.mark.env
@@ -287,14 +285,7 @@ def _block_leg(cluster: Cluster, site: str, node: str, leg) -> None:
         return
     if leg.root == ids.PDSH.of(site, node):
         cluster.require(node)
-        if site in pairs_mod.collected_sources(cluster, ids.SSH_TRUST.name):
-            with contextlib.suppress(ProbeError):
-                res = sshpairs.pairs_from(cluster, site).get(node)
-                if res and res["rc"] != 0:
-                    sshroot.block_by_root(cluster, site, node,
-                                          sshfail.classify(res["err"], res["rc"]))
-                    outcome.block(ids.SSH_TRUST.of(site, node),
-                                  f"{site} cannot ssh to {node} as pdsh does")
+        sshroot.block_by_trust(cluster, site, node)
     outcome.block(leg.root, leg.text.split(": see ")[0])
 
 

@@ -7,7 +7,6 @@ import warnings
 import pytest
 
 from cluster_tests.core import outcome
-from cluster_tests.core import testids as ids
 from cluster_tests.core.cluster import Cluster, NodeProbe
 from cluster_tests.core.settings import Settings
 from cluster_tests.judge import hostfile as hf
@@ -104,8 +103,7 @@ def test_master_addr(cluster: Cluster, rank0_node: str, record_property) -> None
         # DeepSpeed's own `ssh <first host>` failed: the same leg as S4 rank 0 -> first host
         cause = sshfail.classify(d.stderr, 255)
         sshroot.block_by_root(cluster, d.site, d.first_host, cause)
-        outcome.block(ids.SSH_TRUST.of(d.site, d.first_host), f"{d.site} -> {d.first_host}: "
-                                                              f"{cause.value}")
+        sshroot.block_by_trust(cluster, d.site, d.first_host)
     if found:
         pytest.fail(f"{rank0}: " + "\n".join(found), pytrace=False)
 

@@ -7,7 +7,6 @@ import warnings
 import pytest
 
 from cluster_tests.core import outcome
-from cluster_tests.core import pairs as pairs_mod
 from cluster_tests.core import testids as ids
 from cluster_tests.core.cluster import Cluster, NodeProbe, ProbeError
 from cluster_tests.core.plugin import LAUNCHER
@@ -39,19 +38,11 @@ def test_login(cluster: Cluster, node: str) -> None:
 
 def test_ssh_modes(cluster: Cluster, node: str) -> None:
     """S2: ~/.ssh, authorized_keys and home as sshd's StrictModes wants them (and key modes)."""
-    verdict = _node_modes(cluster, node)
+    verdict = sshroot.node_modes(cluster, node)
     for w in verdict.warnings:
         warnings.warn(SshWarning(f"{node}: {w}"), stacklevel=1)
     if verdict.errors:
         outcome.fail(sshcheck.modes_problem(node, verdict))
-
-
-def _node_modes(cluster: Cluster, node: str) -> sshcheck.ModeVerdict:
-    return sshroot.node_modes(cluster, node)
-
-
-def _sshd_config(cluster: Cluster, node: str) -> dict[str, str]:
-    return sshroot.sshd_config(cluster, node)
 
 
 def test_sshd_config(cluster: Cluster, node: str, record_property) -> None:
@@ -88,14 +79,10 @@ def test_ssh_trust(cluster: Cluster, pair: tuple[str, str]) -> None:
     if res["rc"] == 0:
         return
     cause = sshfail.classify(res["err"], res["rc"])
-    _block_by_root(cluster, a, b, cause)
+    sshroot.block_by_root(cluster, a, b, cause)
     evidence = (res["err"].strip() or f"exit {res['rc']}")[-800:]
     outcome.fail(sshcheck.trust_problem(a, b, cause, evidence, _trust_facts(cluster, a, b, cause),
                                         rank0=cluster.rank0.name))
-
-
-def _block_by_root(cluster: Cluster, a: str, b: str, cause: sshfail.Cause) -> None:
-    sshroot.block_by_root(cluster, a, b, cause)
 
 
 def _trust_facts(cluster: Cluster, a: str, b: str, cause: sshfail.Cause) -> sshcheck.TrustFacts:
@@ -154,28 +141,13 @@ def test_pdsh(cluster: Cluster, pdsh_leg: tuple[str, str]) -> None:
     if err is not None and sshfail.same_node_cause(err.cause, cause):
         outcome.block(ids.LOGIN.of(target), sshfail.node_state(target, err.cause))
     if site != LAUNCHER:
-        trust = _trust_result(cluster, site, target)
-        if trust is not None and trust["rc"] != 0:
-            said = sshfail.classify(trust["err"], trust["rc"])
-            _block_by_root(cluster, site, target, said)  # S4's own root, where it has one
-            outcome.block(ids.SSH_TRUST.of(site, target), f"{site} -> {target}: {said.value}")
+        sshroot.block_by_trust(cluster, site, target)
     see = ids.LOGIN.of(target) if site == LAUNCHER else ids.SSH_TRUST.of(site, target)
     outcome.fail(Problem(
         (site, target), cause.value,
         f"{site} -> {target}: pdsh's ssh leg failed ({cause.value}); this is how deepspeed "
         f"starts the ranks on {target}:\n    {said}", fix=f"see {see}", item="S5",
         launch="node" if site == LAUNCHER else "from-rank0"))
-
-
-def _trust_result(cluster: Cluster, a: str, b: str) -> dict | None:
-    """S4's result of a -> b where the run measures that pair (None otherwise)."""
-    if a not in pairs_mod.collected_sources(cluster, ids.SSH_TRUST.name):
-        return None
-    try:
-        got: dict | None = sshpairs.pairs_from(cluster, a).get(b)
-    except ProbeError:
-        return None
-    return got
 
 
 def test_login_time(cluster: Cluster, node: str, record_property) -> None:

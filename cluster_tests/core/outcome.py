@@ -26,7 +26,14 @@ from typing import Any, NoReturn
 
 import pytest
 
-from cluster_tests.judge.problem import BLOCKED_BY, PROPERTY, Fix, Problem
+from cluster_tests.judge.problem import (
+    BLOCKED_BY,
+    PROPERTY,
+    Fix,
+    Problem,
+    fix_lines,
+    report_text,
+)
 
 #: the test ids selected in this run (item names: "test_login[node3]")
 SELECTED_KEY = pytest.StashKey[frozenset[str]]()
@@ -86,11 +93,6 @@ def offer(*fixes: Fix) -> None:
         item.stash.setdefault(FIXES_KEY, []).extend(fixes)
 
 
-def _clean(text: str) -> str:
-    text = re.sub(r"^\[gw\d+\] [^\n]*\n", "", text.strip()).strip()
-    return text.removeprefix("Failed: ")
-
-
 def _where(params: dict[str, Any]) -> tuple[str, ...]:
     for name in ("node", "rank0_node"):
         if isinstance(params.get(name), str):
@@ -102,16 +104,6 @@ def _where(params: dict[str, Any]) -> tuple[str, ...]:
     if isinstance(params.get("launch_site"), str):
         return (params["launch_site"],)
     return ()
-
-
-def _fix_words(text: str) -> str:
-    """The `fix:` words of a red that was not made from a Problem (its own text says them)."""
-    found = []
-    for line in text.splitlines():
-        m = re.match(r"\s*fix(, on ([^:]+))?:\s*(.+)", line)
-        if m:
-            found.append((f"on {m.group(2)}: " if m.group(2) else "") + m.group(3).strip())
-    return "; ".join(dict.fromkeys(found))
 
 
 class Outcomes:
@@ -153,12 +145,12 @@ class Outcomes:
         stashed: list[Fix] | None = item.stash.get(FIXES_KEY, None)
         offered: list[Fix] = list(stashed or [])
         if problem is None:
-            text = _clean(report.longreprtext)
+            text = report_text(report.longreprtext)
             headline = next((ln.strip() for ln in text.splitlines() if ln.strip()), item.name)
             where = _where(params)
             # the cause in words: the headline, without the "a -> b: " the id says already
             cause = re.sub(r"^\S+ -> \S+?( \([^)]*\))?: |^\S+: ", "", headline)[:120]
-            problem = Problem(nodes=where, cause=cause, message=text, fix=_fix_words(text),
+            problem = Problem(nodes=where, cause=cause, message=text, fix="; ".join(dict.fromkeys(fix_lines(text))),
                               check=item.name, facts={"headline": headline})
         if offered:
             merged = {f.key(): f for f in (*problem.fixes, *offered)}

@@ -16,6 +16,7 @@ Pure data, no I/O: every layer may build or read it.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -112,3 +113,24 @@ class Problem:
                        facts=dict(d.get("facts", {})))
         except (ValueError, KeyError, TypeError):
             return None
+
+
+# -- the text of a red that was not made from a Problem -----------------------------------------
+
+
+def report_text(text: str) -> str:
+    """A failed report's text as the check wrote it: without the "[gw1] linux -- Python ..." line
+    pytest-xdist puts first, nor pytest's "Failed: "."""
+    text = re.sub(r"^\[gw\d+\] [^\n]*\n", "", text.strip()).strip()
+    return text.removeprefix("Failed: ")
+
+
+def fix_lines(text: str) -> list[str]:
+    """The `fix:` / `fix, on NODE:` lines of a check's own text ("on NODE: ..." for the latter):
+    the fix words of a red whose check did not build a Problem."""
+    out = []
+    for line in text.splitlines():
+        m = re.match(r"\s*fix(, on ([^:]+))?:\s*(.+)", line)
+        if m:
+            out.append((f"on {m.group(2)}: " if m.group(2) else "") + m.group(3).strip())
+    return out

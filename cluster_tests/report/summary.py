@@ -20,7 +20,7 @@ from typing import Any, Callable
 from cluster_tests.core import nodetable
 from cluster_tests.core import testids as ids
 from cluster_tests.core.nodetable import NodeTable
-from cluster_tests.judge.problem import BLOCKED_BY
+from cluster_tests.judge.problem import BLOCKED_BY, fix_lines, report_text
 
 #: what replaces a secret value; which names are secret is judge.env.is_secret (the values of
 #: such variables are collected by Cluster.secrets)
@@ -60,25 +60,10 @@ class Outcome:
 
     @property
     def fixes(self) -> list[str]:
-        out = []
-        for line in self.message.splitlines():
-            m = re.match(r"\s*fix(, on ([^:]+))?:\s*(.+)", line)
-            if m:
-                where = f"on {m.group(2)}: " if m.group(2) else ""
-                out.append(where + m.group(3).strip())
-        return out
+        return fix_lines(self.message)
 
 
 _MARK = {"passed": ".", "failed": "X", "error": "E", "skipped": "s"}
-
-
-def _clean_message(text: str) -> str:
-    text = text.strip()
-    # under pytest-xdist the worker's report starts with "[gw1] linux -- Python 3.11.7 /path"
-    text = re.sub(r"^\[gw\d+\] [^\n]*\n", "", text).strip()
-    if text.startswith("Failed: "):
-        text = text[len("Failed: "):]
-    return text
 
 
 @dataclass
@@ -97,7 +82,7 @@ class Recorder:
         outcome = report.outcome if report.when == "call" else ("error" if report.failed else "skipped")
         message = ""
         if report.failed:
-            message = _clean_message(report.longreprtext)
+            message = report_text(report.longreprtext)
         elif report.skipped and isinstance(report.longrepr, tuple):
             message = str(report.longrepr[2]).removeprefix("Skipped: ")
         pair = tuple(props["pair"].split("->", 1)) if "pair" in props else _unordered_pair(test_id)
@@ -120,9 +105,10 @@ class Recorder:
     def matrix(self, function: str = ids.SSH_TRUST.name) -> dict[tuple[str, str], Outcome]:
         return {o.pair: o for o in self.by_function(function) if o.pair}
 
-    def fixes(self) -> list[str]:
-        """The fix of each cause, once (see causes())."""
-        return list(dict.fromkeys(c["fix"] for c in self.causes() if c["fix"]))
+    def fixes(self, causes: list[dict[str, Any]] | None = None) -> list[str]:
+        """The fix of each cause, once (of `causes`, where the caller has them already)."""
+        return list(dict.fromkeys(c["fix"] for c in (causes if causes is not None
+                                                      else self.causes()) if c["fix"]))
 
     def counts(self) -> dict[str, int]:
         out: dict[str, int] = {}
@@ -310,6 +296,7 @@ class Recorder:
                 extra: dict[str, Any] | None = None) -> dict[str, Any]:
         trust = {a: {b: o.outcome for (x, b), o in self.matrix().items() if x == a} for a in self.nodes}
         c1 = self.by_function(ids.ALLREDUCE.name)
+        causes = self.causes()
         return {
             "meta": {**meta, "started": self.started, "finished": time.time(),
                      "duration_s": round(time.time() - self.started, 3), "counts": self.counts()},
@@ -322,8 +309,8 @@ class Recorder:
                 "busbw_GBps": _number(c1[0].properties.get("busbw_GBps")) if c1 else None,
                 "pair_busbw_GBps": {f"{a}<->{b}": v for (a, b), v in sorted(self.pair_bandwidth().items())},
             },
-            "fixes": self.fixes(),
-            "causes": self.causes(),
+            "fixes": self.fixes(causes),
+            "causes": causes,
             **(extra or {}),
             "tests": [
                 {**asdict(o), "pair": "->".join(o.pair) if o.pair else None, "headline": o.headline}

@@ -16,20 +16,15 @@ from pathlib import Path
 
 import pytest
 from suite import run_suite
+from test_e2e_launch import train_script
 
 pytest.importorskip("deepspeed")
 
 OP = "deepspeed_shm_comm"
 JIT = ("-k", "test_jit_ops")
 #: the job: DeepSpeed's own init (which JIT-loads the op), then one all-reduce
-TRAIN = """\
-import datetime, deepspeed, torch, torch.distributed as dist
-deepspeed.init_distributed("gloo", timeout=datetime.timedelta(seconds=60))
-t = torch.ones(1)
-dist.all_reduce(t)
-print("CT_LAUNCH_OK rank=%d sum=%d" % (dist.get_rank(), int(t.item())), flush=True)
-dist.destroy_process_group()
-"""
+TRAIN = train_script("deepspeed, ",
+                     'deepspeed.init_distributed("gloo", timeout=datetime.timedelta(seconds=60))')
 
 
 def _kill_tagged(tag: str) -> None:

@@ -18,14 +18,18 @@ FAST = ("-m", "not collective and not training")
 NODES = ["node1", "node2", "node3"]
 #: the venv whose `deepspeed` the nodes run (its `#!` line names this path, unresolved)
 VENV = Path(sys.executable).parent.parent
-TRAIN = """\
-import datetime, torch, torch.distributed as dist
-dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=20))
-t = torch.ones(1)
-dist.all_reduce(t)
-print("CT_LAUNCH_OK rank=%d sum=%d" % (dist.get_rank(), int(t.item())), flush=True)
-dist.destroy_process_group()
-"""
+
+
+def train_script(imports: str, init: str) -> str:
+    """The launch tests' job: `init` (a process group on gloo), one all-reduce, a line per rank."""
+    return (f"import datetime, {imports}torch, torch.distributed as dist\n{init}\n"
+            "t = torch.ones(1)\n"
+            "dist.all_reduce(t)\n"
+            'print("CT_LAUNCH_OK rank=%d sum=%d" % (dist.get_rank(), int(t.item())), flush=True)\n'
+            "dist.destroy_process_group()\n")
+
+
+TRAIN = train_script("", 'dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=20))')
 
 
 def real_launch(sim, hosts: list[str], *, launch_dir: str = "/root", master: str | None = None,
