@@ -1,7 +1,7 @@
-"""R. RDMA fabric, limits, /dev/shm and GPU/NPU health (CHECKLIST R1-R8), as the launch
+"""R. RDMA fabric, limits, /dev/shm and GPU/NPU health (CHECKLIST R1-R9), as the launch
 meets them: read by `healthprobe.py` in the non-interactive ssh shell that pdsh gets, judged by
-the pure functions of `rdma.py` and `gpuhealth.py`, and compared across nodes where a port or a
-GID is only wrong because the peers differ."""
+the pure functions of `rdma.py`, `gpuhealth.py` and `dcgm.py`, and compared across nodes where a
+port or a GID is only wrong because the peers differ."""
 
 from __future__ import annotations
 
@@ -12,12 +12,13 @@ from typing import Any
 
 import pytest
 
-from cluster_tests.core import nodetable
+from cluster_tests.core import nodetable, outcome
 from cluster_tests.core.cluster import Cluster, NodeProbe, ProbeError
 from cluster_tests.core.memokey import MemoKey
 from cluster_tests.core.nodetable import NodeColumn
 from cluster_tests.core.settings import Settings
-from cluster_tests.judge import gpuhealth, rdma
+from cluster_tests.judge import dcgm, gpuhealth, rdma
+from cluster_tests.judge.problem import Problem
 
 PORTS: MemoKey[Any] = MemoKey("health", "ports")
 NPU: MemoKey[Any] = MemoKey("health", "npu")
@@ -27,7 +28,15 @@ pytestmark = pytest.mark.health
 
 def node_probes(settings: Settings) -> list[NodeProbe]:
     """The probes this section's tests ask of every node they touch (`Cluster.prefetch`)."""
-    return [("healthprobe.py", "fabric", {}), ("healthprobe.py", "accel", {})]
+    return [("healthprobe.py", "fabric", {}), ("healthprobe.py", "accel", {}),
+            ("healthprobe.py", "diag", _diag_params(settings))]
+
+
+def _diag_params(settings: Settings) -> dict[str, Any]:
+    """R9's probe: DCGM's level and deadline (the ssh command's own timeout a little longer)."""
+    level = settings.health.dcgm_level
+    deadline = dcgm.DEADLINE_S[level]
+    return {"dcgm_level": level, "deadline": deadline, "timeout": deadline + 30.0}
 
 
 def _rdma_column(cluster: Cluster, node: str) -> str | None:
@@ -342,3 +351,70 @@ def test_npu_health(cluster: Cluster, node: str, record_property) -> None:
               f"device rank, unique across nodes); TLS: hccn_tool -i <dev> -tls -s enable 0 "
               f"(the same on every node)",
             pytrace=False)
+
+
+def test_accel_diag(cluster: Cluster, node: str, record_property) -> None:
+    """R9: the accelerators' own diagnostic passes: DCGM's (`dcgmi diag -r N`, `--dcgm-level`)
+    where dcgmi is on the non-interactive PATH, per GPU and test; on Ascend nodes each NPU's RoCE
+    port's net health probe (`hccn_tool -i N -net_health -g`)."""
+    cluster.require(node)
+    facts = cluster.base(node)["which"]
+    params = _diag_params(cluster.settings)
+    try:
+        diag = cluster.probe(node, "diag", script="healthprobe.py", **params)
+    except ProbeError as exc:
+        pytest.fail(str(exc), pytrace=False)
+    if diag.get("dcgmi"):
+        _judge_dcgm(cluster, node, diag, facts, params, record_property)
+        return
+    if facts.get("npu-smi"):
+        raw = _section(cluster, node, "accel")
+        if raw.get("hccn"):
+            statuses = gpuhealth.net_health(raw)
+            record_property("npu_net_health", ", ".join(
+                f"{d}={s}" for d, s in sorted(statuses.items(), key=lambda kv: int(kv[0])))
+                or "none read")
+            problem, notes = dcgm.net_health_verdict(node, statuses)
+            for note in notes:
+                warnings.warn(HealthWarning(f"{node}: {note}"), stacklevel=1)
+            if problem is not None:
+                outcome.fail(problem)
+            return
+        pytest.skip(f"{node}: Ascend NPUs but hccn_tool not on the non-interactive PATH: the "
+                    f"RoCE ports' net health not probed")
+    if facts.get("nvidia-smi"):
+        pytest.skip(f"{node}: dcgmi not on the non-interactive PATH: DCGM's diagnostic not run "
+                    f"(R7 read the GPUs' health passively)")
+    pytest.skip(f"{node}: CPU only (no dcgmi, nvidia-smi or npu-smi on the non-interactive PATH)")
+
+
+def _judge_dcgm(cluster: Cluster, node: str, diag: dict[str, Any], facts: dict[str, Any],
+                params: dict[str, Any], record_property) -> None:
+    argv = " ".join(diag.get("argv") or ["dcgmi", "diag"])
+    res = diag.get("dcgmi_diag") or {}
+    if res.get("rc") == 124 and not str(res.get("out") or "").strip():
+        outcome.fail(Problem(
+            (node,), "DCGM diagnostic timed out",
+            f"{node}: `{argv}` did not finish in {params['deadline']:.0f} s (level "
+            f"{params['dcgm_level']} takes far less): a GPU or DCGM's host engine is hung\n"
+            f"  fix, on {node}: nvidia-smi (does it answer?), the kernel log (dmesg | grep "
+            f"NVRM), systemctl status nvidia-dcgm; reset the GPU or reboot",
+            item="R9", launch="node"))
+    run, why = dcgm.dcgm_output(diag)
+    if run is None:
+        text = (f"{node}: `{argv}` gave no result ({why}): DCGM's diagnostic not run (its "
+                f"host engine, nv-hostengine, must be running: systemctl start nvidia-dcgm)")
+        warnings.warn(HealthWarning(text), stacklevel=1)
+        pytest.skip(text)
+    bus_ids: dict[int, str] = {}
+    if facts.get("nvidia-smi"):
+        q = (_section(cluster, node, "accel").get("nvidia_smi_q") or {})
+        if q.get("rc") == 0:
+            bus_ids = {g["_index"]: g["_bus_id"]
+                       for g in gpuhealth.parse_nvidia_smi_q(q.get("out", ""))}
+    failed = sum(t.failed for t in run.tests)
+    record_property("dcgm", f"{argv}: DCGM {run.version or '?'}, {len(run.tests)} test(s), "
+                            f"{failed} failed")
+    problem = dcgm.verdict(node, run, bus_ids, argv)
+    if problem is not None:
+        outcome.fail(problem)

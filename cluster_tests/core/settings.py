@@ -170,6 +170,11 @@ class HealthSettings:
         "--min-memlock-kb",
         "lowest acceptable max locked memory (ulimit -l, KB) on nodes with RDMA devices "
         "(R4; default: unlimited, as RDMA stacks ask)", None, _positive_int)
+    dcgm_level: int = option(
+        "--dcgm-level",
+        "run level of DCGM's diagnostic on nodes with dcgmi (R9: dcgmi diag -r N): 1 quick "
+        "(seconds; the default), 2 medium (minutes), 3 long (about 30 min), 4 extended (hours)",
+        1, _checked(int, lambda i: 1 <= i <= 4, "must be 1, 2, 3 or 4"))
 
 
 @dataclass(frozen=True)

@@ -86,6 +86,8 @@ ACCELERATORS = TestId("test_accelerators", "A1")
 # R. RDMA and node health
 IB_HCA = TestId("test_ib_hca", "R2")
 MEMLOCK = TestId("test_memlock", "R4")
+GPU_HEALTH = TestId("test_gpu_health", "R7")
+ACCEL_DIAG = TestId("test_accel_diag", "R9")
 # D. storage
 OUTPUT_DIR = TestId("test_output_dir", "D1")
 # C. collectives
@@ -150,6 +152,7 @@ LAUNCH_NEEDS: dict[str, str] = {
     "test_dev_shm": "node",
     "test_gpu_health": "node",
     "test_npu_health": "node",
+    "test_accel_diag": "node",  # a GPU DCGM fails, an NPU whose RoCE port fails its probe
     # D
     "test_output_dir": "node",
     "test_output_shared": "pair",

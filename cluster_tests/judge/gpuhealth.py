@@ -308,8 +308,18 @@ def judge_nvidia(raw: Mapping[str, Any]) -> tuple[list[str], list[str], int]:
 
 # -- Ascend ----------------------------------------------------------------------------------------
 
-NET_HEALTH_BAD = ("socket failed", "receive timeout", "unreachable", "time exceeded", "fault",
-                  "thread error")
+def net_health(raw: Mapping[str, Any]) -> dict[str, str]:
+    """{device: `hccn_tool -i N -net_health -g` status} from the `accel` probe (devices whose
+    command failed or printed no status left out): judged by R9 (judge/dcgm.judge_net_health),
+    not here."""
+    out = {}
+    for dev, tools in (raw.get("hccn") or {}).items():
+        nh = tools.get("net_health") or {}
+        status = parsers.parse_hccn_tool(nh.get("out", "")).get("net health status", "") \
+            if nh.get("rc") == 0 else ""
+        if status:
+            out[dev] = status
+    return out
 
 
 def parse_tls_switch(text: str) -> str | None:
@@ -333,14 +343,6 @@ def judge_npu(raw: Mapping[str, Any]) -> tuple[list[str], list[str], dict[str, s
     ips: dict[str, str] = {}
     tls: set[str] = set()
     for dev, tools in sorted((raw.get("hccn") or {}).items(), key=lambda kv: int(kv[0])):
-        nh = tools.get("net_health") or {}
-        if nh.get("rc") == 0:
-            status = parsers.parse_hccn_tool(nh.get("out", "")).get("net health status", "")
-            if status.lower() in NET_HEALTH_BAD:
-                problems.append(f"device {dev}: net health status {status} (the RoCE port cannot "
-                                f"reach its detection address)")
-            elif status and status.lower() != "success":
-                notes.append(f"device {dev}: net health status {status}")
         link = tools.get("link") or {}
         if link.get("rc") == 0 and parsers.hccn_link_up(link.get("out", "")) is False:
             problems.append(f"device {dev}: link status DOWN")

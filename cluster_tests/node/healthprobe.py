@@ -11,6 +11,8 @@ Sections:
           ulimit -l / -n with where they come from, /dev/shm size and free space
   accel   nvidia-smi -q, nvidia-smi nvlink -s, NVSwitch + fabric manager, Xid lines of the
           kernel log; npu-smi info -t health and hccn_tool -net_health/-link/-ip/-tls per NPU
+  diag    DCGM's active diagnostic, `dcgmi diag -r <dcgm_level>` (table output), where dcgmi is
+          on the PATH, killed after <deadline> seconds (its exit status 124 then)
 
 CLUSTER_TESTS_SYSFS, when set, is read instead of /sys (a node whose sysfs is mounted
 elsewhere, and the project's simulated cluster, which has no RDMA hardware).
@@ -197,6 +199,18 @@ def section_accel(params):
                 hccn[str(dev)] = {what: run(["hccn_tool", "-i", str(dev), "-" + what, "-g"], timeout=15)
                                   for what in ("net_health", "link", "ip", "tls")}
         out["hccn"] = hccn
+    return out
+
+
+def section_diag(params):
+    tool = shutil.which("dcgmi")
+    out = {"dcgmi": tool}
+    if tool:
+        level = int(params.get("dcgm_level") or 1)
+        deadline = float(params.get("deadline") or 120)
+        argv = ["dcgmi", "diag", "-r", str(level)]
+        out["argv"] = argv
+        out["dcgmi_diag"] = run_command(argv, deadline, 400000, 10000)
     return out
 
 

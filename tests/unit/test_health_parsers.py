@@ -268,10 +268,10 @@ def test_judge_npu():
     problems, notes, ips, tls = gpuhealth.judge_npu(raw)
     assert ips == {"0": "192.161.200.10", "1": "192.161.200.10"} and tls == "0"
     assert problems == [
-        "device 0: net health status Socket failed (the RoCE port cannot reach its detection address)",
         "device 1: link status DOWN",
         "devices 0 and 1 share the device IP 192.161.200.10"]
-    assert notes == ["device 1: net health status Init"]
+    assert notes == []  # the net health is R9's (judge/dcgm.judge_net_health): one cause, one red
+    assert gpuhealth.net_health(raw) == {"0": "Socket failed", "1": "Init"}
 
 
 # -- NCCL_DEBUG=INFO -----------------------------------------------------------------------------

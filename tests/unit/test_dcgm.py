@@ -1,0 +1,181 @@
+"""R9: `dcgmi diag` parsing and judgement on REAL captures (tests/data/samples/dcgmi, sources in
+SOURCES.md: DCGM 2.x-era, 3.x and 4.x tables, a 4.x JSON), the Ascend net health verdict on the
+real hccn_tool captures, and the node-side `diag` section running a dcgmi found on PATH."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shlex
+from pathlib import Path
+
+import pytest
+from paths import PACKAGE, SAMPLES
+
+from cluster_tests import node
+from cluster_tests.judge import dcgm, gpuhealth, parsers
+
+DCGMI = SAMPLES / "dcgmi"
+H100_Q = "nvidia-smi-q-h100-gpu0-of-8.txt"
+
+
+def run_of(name: str) -> dcgm.DiagRun:
+    return dcgm.parse_diag((DCGMI / name).read_text())
+
+
+def _bus_ids() -> dict[int, str]:
+    return {g["_index"]: g["_bus_id"]
+            for g in gpuhealth.parse_nvidia_smi_q((SAMPLES / H100_Q).read_text())}
+
+
+@pytest.mark.parametrize("name, version, tests", [
+    ("dcgmi-diag-r2-pass-a100-8gpu.txt", "3.3.3", 11),
+    ("dcgmi-diag-r2-pass-a10g-dcgm4.txt", "4.4.2", 3),
+    ("dcgmi-diag-r4-pass-gpu-unknown.txt", "", 18),
+])
+def test_passing_runs_have_no_failure(name: str, version: str, tests: int) -> None:
+    run = run_of(name)
+    assert run.version == version and len(run.tests) == tests
+    assert all(t.status == "Pass" for t in run.tests)
+    assert dcgm.failures(run, 8) == []
+    assert dcgm.verdict("node1", run, {}, "dcgmi diag -r 1") is None
+
+
+def test_table_3x_rows_scopes_and_metadata() -> None:
+    run = run_of("dcgmi-diag-r2-pass-a100-8gpu.txt")
+    assert run.driver == "535.104.12"
+    assert [(t.category, t.name, t.scope) for t in run.tests[-2:]] == [
+        ("Integration", "PCIe", "All"), ("Hardware", "GPU Memory", "All")]
+
+
+def test_table_4x_per_gpu_rows() -> None:
+    run = run_of("dcgmi-diag-r2-fail-pcie-b200-8gpu-dcgm4.txt")
+    assert [t.name for t in run.tests] == ["software", "memory", "pcie"]
+    assert run.tests[0].gpus == {i: "Pass" for i in range(8)}
+    pcie = run.tests[2]
+    assert pcie.status == "Fail" and pcie.gpus == {i: "Pass" for i in range(8)}
+    # the wrapped Warning cell joins back into DCGM's own message, exactly
+    assert pcie.messages == [("Warning", (
+        "There was an internal error during the test: 'Output of child process (11167) "
+        "couldn't be parsed: '* Line 1, Column 1   Syntax error: value, object or array "
+        "expected. '' Check DCGM and system logs for errors. Reset GPU. Restart DCGM. Rerun "
+        "diagnostics."))]
+
+
+def test_r1_persistence_failure_per_gpu_with_bus_id() -> None:
+    """The level-1 capture: `Persistence Mode | Fail` with one Error cell naming GPUs 0-5 (cut
+    by dcgmi at 1023 characters mid-word)."""
+    run = run_of("dcgmi-diag-r1-fail-persistence-h200-8gpu.txt")
+    assert (run.version, run.driver) == ("3.1.8", "550.127.08")
+    fails = dcgm.failures(run, 8)
+    assert [(f.test.name, f.gpu) for f in fails] == [("Persistence Mode", g) for g in range(6)]
+    assert fails[1].messages == [
+        "Persistence mode for GPU 1 is currently disabled. The DCGM diagnostic requires "
+        "peristence mode to be enabled. Enable persistence mode by running "
+        "\"nvidia-smi -i <gpuId> -pm 1 \" as root."]
+    problem = dcgm.verdict("node3", run, _bus_ids(), "dcgmi diag -r 1")
+    assert problem is not None and problem.nodes == ("node3",) and problem.item == "R9"
+    text = problem.text()
+    assert text.startswith("node3: DCGM's diagnostic (`dcgmi diag -r 1`, DCGM 3.1.8, driver "
+                           "550.127.08) failed Persistence Mode on GPU 0,1,2,3,4,5")
+    assert ("GPU 0 (00000000:53:00.0): Persistence Mode (Deployment) Fail: Persistence mode for "
+            "GPU 0 is currently disabled.") in text
+    assert "GPU 1 (bus id unknown: not in nvidia-smi -q): Persistence Mode" in text
+    assert "nvidia-smi -pm 1" in text and "--exclude node3:0,1,2,3,4,5" in text
+    assert [f.commands for f in problem.fixes] == [("nvidia-smi -pm 1",)]
+
+
+def test_r3_memory_fail_all_names_each_gpu_and_the_cause() -> None:
+    run = run_of("dcgmi-diag-r3-fail-memory-h100-8gpu.txt")
+    by_name = {t.name: t for t in run.tests}
+    assert by_name["PCIe"].status == "Skip" and by_name["GPU Memory"].scope == "All"
+    assert by_name["Persistence Mode"].status == "Pass"  # its Info row is no failure
+    fails = dcgm.failures(run, 8)
+    assert [(f.test.name, f.gpu) for f in fails] == [("GPU Memory", g) for g in range(8)]
+    assert fails[7].messages[0].startswith("GPU 7 Error using CUDA API cuInit")
+    assert "'system not yet initialized'" in fails[7].messages[0]
+    problem = dcgm.verdict("node2", run, _bus_ids(), "dcgmi diag -r 3")
+    assert problem is not None
+    assert "GPU Memory (Hardware) Fail - All: GPU 0 Error using CUDA API cuInit" in problem.message
+    assert "nvidia-fabricmanager" in problem.message  # what 'system not yet initialized' means
+
+
+def test_4x_internal_error_is_the_test_not_a_gpu() -> None:
+    run = run_of("dcgmi-diag-fail-pcie-l40s-4gpu-dcgm4.txt")
+    fails = dcgm.failures(run, 4)
+    assert [(f.test.name, f.gpu) for f in fails] == [("pcie", None)]
+    assert len(fails[0].messages) == 4
+    assert fails[0].messages[0] == (
+        "There was an internal error during the test: 'A child process (152) exited with "
+        "non-zero status 1' Check DCGM and system logs for errors. Reset GPU. Restart DCGM. "
+        "Rerun diagnostics.")
+    problem = dcgm.verdict("node1", run, {}, "dcgmi diag -r 1")
+    assert problem is not None
+    assert "the test as a whole (no GPU named): pcie (Integration) Fail" in problem.message
+    assert "systemctl restart nvidia-dcgm" in problem.message and "--exclude" not in problem.message
+
+
+def test_json_4x_entity_results() -> None:
+    run = run_of("dcgmi-diag-r2-json-fail-software-gb10.json.txt")
+    assert (run.version, run.driver) == ("4.5.2", "580.82.09")
+    assert [(t.category, t.name, t.status) for t in run.tests] == [
+        ("Deployment", "software", "Fail"), ("Hardware", "memory", "Pass"),
+        ("Integration", "pcie", "Pass")]
+    fails = dcgm.failures(run)
+    assert [(f.test.name, f.gpu) for f in fails] == [("software", 0)]
+    assert fails[0].messages == ["Persistence Mode: Persistence mode for GPU 0 is disabled. "
+                                 "Enable persistence mode by running \"nvidia-smi -i <gpuId> "
+                                 "-pm 1 \" as root."]
+
+
+def test_dcgm_output_without_a_table() -> None:
+    run, why = dcgm.dcgm_output({"dcgmi_diag": {"rc": 127, "out": "", "err": "dcgmi: not found"}})
+    assert run is None and why == "exit 127: dcgmi: not found"
+
+
+# -- Ascend ------------------------------------------------------------------------------------
+
+def test_net_health_socket_failed_is_specific() -> None:
+    failed = parsers.parse_hccn_tool((SAMPLES / "hccn-tool-net-health-g-socket-failed.txt")
+                                     .read_text())["net health status"]
+    init = parsers.parse_hccn_tool((SAMPLES / "hccn-tool-net-health-g.txt")
+                                   .read_text())["net health status"]
+    problem, notes = dcgm.net_health_verdict("node2", {"3": failed, "1": init})
+    assert problem is not None and problem.nodes == ("node2",)
+    assert problem.message.startswith("node2: NPU RoCE net health (hccn_tool -i N -net_health "
+                                      "-g) failed on device 3")
+    assert ("device 3: net health status Socket failed: the port could not open the socket it "
+            "probes with") in problem.message
+    assert "hccn_tool -i 3 -ip -g" in problem.message and "-cfg recovery" in problem.message
+    assert notes == ["device 1: net health status Init: no detection address, so the port's "
+                     "health is not probed (hccn_tool -i 1 -netdetect -s address <an address "
+                     "in its network>)"]
+    assert dcgm.net_health_verdict("node2", {"0": "Success"}) == (None, [])
+
+
+# -- the node-side section ----------------------------------------------------------------------
+
+def _probe_module():
+    spec = importlib.util.spec_from_loader("healthprobe", loader=None)
+    mod = importlib.util.module_from_spec(spec)
+    exec(compile(node.source("healthprobe.py"), str(PACKAGE / "node" / "healthprobe.py"), "exec"),
+         mod.__dict__)
+    return mod
+
+
+def test_probe_runs_dcgmi_at_the_level_with_a_deadline(tmp_path: Path, monkeypatch) -> None:
+    sample = DCGMI / "dcgmi-diag-r1-fail-persistence-h200-8gpu.txt"
+    fake = tmp_path / "dcgmi"
+    fake.write_text(f'#!/bin/sh\necho "$@" > {shlex.quote(str(tmp_path / "argv"))}\n'
+                    f'[ "$3" = 2 ] && sleep 30\ncat {shlex.quote(str(sample))}\nexit 226\n')
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    mod = _probe_module()
+    out = mod.section_diag({"dcgm_level": 1, "deadline": 20})
+    assert out["dcgmi"] == str(fake) and out["argv"] == ["dcgmi", "diag", "-r", "1"]
+    assert (tmp_path / "argv").read_text().split() == ["diag", "-r", "1"]
+    assert out["dcgmi_diag"]["rc"] == 226 and out["dcgmi_diag"]["out"] == sample.read_text()
+    slow = mod.section_diag({"dcgm_level": 2, "deadline": 0.5})
+    assert slow["dcgmi_diag"]["rc"] == 124
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    assert mod.section_diag({"dcgm_level": 1}) == {"dcgmi": None}
