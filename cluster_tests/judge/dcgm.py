@@ -35,6 +35,7 @@ from cluster_tests.judge.problem import Fix, Problem
 DEADLINE_S = {1: 120.0, 2: 300.0, 3: 3600.0, 4: 4 * 3600.0}
 
 CELL = 45  # the width of a piece of a wrapped message in dcgmi's table
+CUT_AT = (511, 1023)  # the lengths at which dcgmi cuts a message (seen in the captures)
 MESSAGE_KINDS = ("Error", "Warning", "Info")
 
 
@@ -352,12 +353,20 @@ def verdict(node: str, run: DiagRun, bus_ids: Mapping[int, str], argv: str) -> P
         fixes = (Fix(node, "enable persistence mode on every GPU (DCGM's diagnostic requires "
                            "it; each rank's first CUDA call is faster with it)",
                      ("nvidia-smi -pm 1",), item="R9"),)
-    idx = ",".join(map(str, gpus)) or "<index>"
+    known = set(bus_ids) | {g for t in run.tests for g in t.gpus}
+    cut = list(dict.fromkeys(f.test.name for f in fails
+                             if any(len(m) in CUT_AT for _, m in f.test.messages)))
+    whole = bool(cut) or any(f.test.scope == "All" for f in fails) or \
+        bool(known and set(gpus) >= known)
+    leave_out = f"--exclude {node}" if whole else f"--exclude {node}:{','.join(map(str, gpus))}"
     return Problem(
         (node,), "DCGM diagnostic failed",
         head + "\n  " + "\n  ".join(describe(run, fails, bus_ids))
+        + "".join(f"\n  ({name}: dcgmi cut DCGM's message short; GPUs it did not reach may "
+                  f"have failed too)" for name in cut)
         + f"\n  fix, on {node}: " + "; ".join(fix_words)
-        + (f"; meanwhile leave the GPUs out (--exclude {node}:{idx})" if gpus else ""),
+        + (f"; meanwhile leave {'the node' if whole else 'the GPUs'} out ({leave_out})"
+           if gpus else ""),
         item="R9", launch="node", fixes=fixes,
         facts={"dcgm_version": run.version, "failed_tests": tests, "gpus": gpus})
 

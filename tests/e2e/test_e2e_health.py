@@ -9,7 +9,10 @@
   ~/.bashrc, which pdsh's non-interactive shell reads;
 - /dev/shm: the node's private tmpfs remounted at 64m (a container's default);
 - a GPU with uncorrectable errors: a fake nvidia-smi on that node's PATH printing the real A10
-  `nvidia-smi -q` capture (4 rows remapped for uncorrectable errors, remap pending).
+  `nvidia-smi -q` capture (4 rows remapped for uncorrectable errors, remap pending);
+- DCGM's diagnostic failing (R9): a fake dcgmi on that node's PATH printing the real H100
+  `dcgmi diag` capture (GPU Memory Fail - All, cuInit 'system not yet initialized' on GPUs 0-7),
+  beside a fake nvidia-smi printing a real healthy H100 `nvidia-smi -q` (GPU 0's bus id).
 
 This machine's own max locked memory is 8192 KB and cannot be raised here, so the RDMA runs
 pass --min-memlock-kb 8192 (what "large enough" means is the option's to say).
@@ -51,6 +54,7 @@ def test_cpu_only_sim_is_green_and_skips_with_reasons(healthy_sim):
         assert result.outcomes[f"test_ib_gid_index[{node}]"] == "skipped"
         assert "CPU only" in result.message(f"test_gpu_health[{node}]")
         assert "CPU only" in result.message(f"test_npu_health[{node}]")
+        assert "CPU only" in result.message(f"test_accel_diag[{node}]")
     assert "free of" in result.properties["test_dev_shm[node1]"]["dev_shm"]
 
 
@@ -121,6 +125,8 @@ def test_small_dev_shm_and_gpu_with_uncorrectable_errors(healthy_sim):
     assert "nvidia-smi -r -i 0" in gpu and "--exclude node1:0" in gpu
     assert "no Ascend NPU" in result.message("test_npu_health[node1]")
     assert "CPU only" in result.message("test_gpu_health[node2]")
+    assert "dcgmi not on the non-interactive PATH: DCGM's diagnostic not run" in result.message(
+        "test_accel_diag[node1]")
 
 
 def test_npu_roce_port_and_device_ips(healthy_sim):
@@ -138,12 +144,54 @@ def test_npu_roce_port_and_device_ips(healthy_sim):
                    f'case "$3" in -net_health) cat {s["net"]};; -link) cat {s["link"]};; '
                    f'-ip) cat {s["ip"]};; -tls) cat {s["tls"]};; esac\n')
     result = run_suite(healthy_sim, "-m", "health")
-    assert result.failed == {"test_npu_health[node2]", "test_npu_health[node3]"}, result.describe()
+    assert result.failed == {"test_npu_health[node2]", "test_npu_health[node3]",
+                             "test_accel_diag[node2]", "test_accel_diag[node3]"}, result.describe()
     assert "device IP(s) 192.161.200.10 also on node3" in result.message("test_npu_health[node2]")
     msg = result.message("test_npu_health[node2]")
-    assert "device 0: net health status Socket failed" in msg
-    assert "device 7: net health status Socket failed" in msg
+    assert "net health" not in msg  # R9's, one red for one cause
     assert "devices 0 and 1 share the device IP 192.161.200.10" in msg
+    diag = result.message("test_accel_diag[node2]")
+    assert "failed on device 0,1,2,3,4,5,6,7" in diag
+    assert "device 0: net health status Socket failed: the port could not open the socket" in diag
+    assert "device 7: net health status Socket failed" in diag
+    assert "hccn_tool -i 7 -ip -g" in diag
+    assert result.properties["test_accel_diag[node3]"]["npu_net_health"].startswith(
+        "0=Socket failed, 1=Socket failed")
     assert "hccn_tool -i <dev> -ip -s address" in msg
     assert "no NVIDIA GPU" in result.message("test_gpu_health[node2]")
     assert "CPU only" in result.message("test_npu_health[node1]")
+
+
+def test_dcgm_diagnostic_fails_on_one_node_only(healthy_sim):
+    """A fake dcgmi on node2's non-interactive PATH alone, answering `dcgmi diag -r 1` (the
+    default level) with the real failing H100 capture: R9 red on node2, naming each GPU, the
+    test and DCGM's message; GPU 0's bus id from the (real, healthy) nvidia-smi -q; every other
+    node skips R9 naming why. At --dcgm-level 2 the fake answers nothing: no red, a skip."""
+    diag = shlex.quote(str(SAMPLES / "dcgmi" / "dcgmi-diag-r3-fail-memory-h100-8gpu.txt"))
+    q = shlex.quote(str(SAMPLES / "nvidia-smi-q-h100-gpu0-of-8.txt"))
+    _fake_tool(healthy_sim, "node2", "dcgmi",
+               f'[ "$*" = "diag -r 1" ] || exit 1\ncat {diag}\nexit 226\n')
+    _fake_tool(healthy_sim, "node2", "nvidia-smi",
+               f'case "$1" in -q) cat {q};; *) exit 0;; esac\n')
+    result = run_suite(healthy_sim, "-m", "health")
+    assert result.failed == {"test_accel_diag[node2]"}, result.describe()
+    msg = result.message("test_accel_diag[node2]")
+    assert ("node2: DCGM's diagnostic (`dcgmi diag -r 1`, DCGM 3.3.8, driver "
+                          "560.35.03) failed GPU Memory on GPU 0,1,2,3,4,5,6,7") in msg, msg
+    assert ("GPU 0 (00000000:53:00.0): GPU Memory (Hardware) Fail - All: GPU 0 Error using "
+            "CUDA API cuInit") in msg
+    assert "GPU 7 (bus id unknown: not in nvidia-smi -q): GPU Memory" in msg
+    assert "Unable to initialize CUDA library: 'system not yet initialized'" in msg
+    assert "nvidia-fabricmanager" in msg and "leave the node out (--exclude node2)" in msg
+    assert "1 failed" in result.properties["test_accel_diag[node2]"]["dcgm"]
+    problem = json.loads(result.properties["test_accel_diag[node2]"]["problem"])
+    assert problem["nodes"] == ["node2"] and problem["item"] == "R9"
+    assert result.outcomes["test_gpu_health[node2]"] == "passed"
+    for other in ("node1", "node3"):
+        assert result.outcomes[f"test_accel_diag[{other}]"] == "skipped"
+        assert "CPU only" in result.message(f"test_accel_diag[{other}]")
+
+    deeper = run_suite(healthy_sim, "-m", "health", "--dcgm-level", "2")
+    assert deeper.returncode == 0, deeper.describe()
+    assert "`dcgmi diag -r 2` gave no result (exit 1: no output)" in deeper.message(
+        "test_accel_diag[node2]")

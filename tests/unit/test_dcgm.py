@@ -81,7 +81,21 @@ def test_r1_persistence_failure_per_gpu_with_bus_id() -> None:
     assert ("GPU 0 (00000000:53:00.0): Persistence Mode (Deployment) Fail: Persistence mode for "
             "GPU 0 is currently disabled.") in text
     assert "GPU 1 (bus id unknown: not in nvidia-smi -q): Persistence Mode" in text
-    assert "nvidia-smi -pm 1" in text and "--exclude node3:0,1,2,3,4,5" in text
+    # GPUs 6 and 7 not named because dcgmi cut the message at 1023 characters: said, and the
+    # whole node is left out, not GPUs 0-5 alone
+    assert "(Persistence Mode: dcgmi cut DCGM's message short; GPUs it did not reach" in text
+    assert "nvidia-smi -pm 1" in text and "leave the node out (--exclude node3)" in text
+
+
+def test_named_gpus_alone_are_left_out() -> None:
+    """The JSON's software test fails on GPU 0 alone: with two GPUs known (a mapping of the
+    test's own, not tool output) only GPU 0 is left out."""
+    run = run_of("dcgmi-diag-r2-json-fail-software-gb10.json.txt")
+    problem = dcgm.verdict("node1", run, {0: "00000000:01:00.0", 1: "00000000:02:00.0"},
+                           "dcgmi diag -r 2")
+    assert problem is not None and "leave the GPUs out (--exclude node1:0)" in problem.message
+    assert "GPU 0 (00000000:01:00.0): software (Deployment) Fail: Persistence Mode:" in \
+        problem.message
     assert [f.commands for f in problem.fixes] == [("nvidia-smi -pm 1",)]
 
 
@@ -98,6 +112,7 @@ def test_r3_memory_fail_all_names_each_gpu_and_the_cause() -> None:
     assert problem is not None
     assert "GPU Memory (Hardware) Fail - All: GPU 0 Error using CUDA API cuInit" in problem.message
     assert "nvidia-fabricmanager" in problem.message  # what 'system not yet initialized' means
+    assert "leave the node out (--exclude node2)" in problem.message  # Fail - All
 
 
 def test_4x_internal_error_is_the_test_not_a_gpu() -> None:
