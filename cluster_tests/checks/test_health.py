@@ -317,8 +317,8 @@ def _npu_verdict(cluster: Cluster, node: str):
 
 
 def test_npu_health(cluster: Cluster, node: str, record_property) -> None:
-    """R8: every Ascend NPU's health, RoCE port (net health, link) and device IP (set, one per
-    NPU, no clash across nodes), and the TLS switch the same on every node."""
+    """R8: every Ascend NPU's health, RoCE port link (its net health is R9's) and device IP
+    (set, one per NPU, no clash across nodes), and the TLS switch the same on every node."""
     raw = _accel_facts(cluster, node, "npu_smi_info_l", "Ascend NPU (npu-smi")
     problems, notes, ips, tls = _npu_verdict(cluster, node)
     problems, notes = list(problems), list(notes)  # the memo's lists stay as they are
@@ -399,6 +399,8 @@ def _judge_dcgm(cluster: Cluster, node: str, diag: dict[str, Any], facts: dict[s
             f"{params['dcgm_level']} takes far less): a GPU or DCGM's host engine is hung\n"
             f"  fix, on {node}: nvidia-smi (does it answer?), the kernel log (dmesg | grep "
             f"NVRM), systemctl status nvidia-dcgm; reset the GPU or reboot",
+            fix="nvidia-smi (does it answer?), the kernel log (dmesg | grep NVRM), systemctl "
+                "status nvidia-dcgm; reset the GPU or reboot",
             item="R9", launch="node"))
     run, why = dcgm.dcgm_output(diag)
     if run is None:

@@ -304,24 +304,32 @@ NET_HEALTH: dict[str, tuple[str, str]] = {
 NET_HEALTH_UNSET = ("init", "detect ip set")
 
 
-def judge_net_health(status_by_dev: Mapping[str, str]) -> tuple[list[str], list[str]]:
-    """(problems, notes) from {device: net health status} (`hccn_tool -i N -net_health -g`):
-    each failed state says which device, the state, what it means and the fix."""
+def judge_net_health(status_by_dev: Mapping[str, str]
+                     ) -> tuple[list[str], list[str], list[str]]:
+    """(problems, notes, fixes) from {device: net health status} (`hccn_tool -i N -net_health
+    -g`): each failed state says which device, the state and what it means; its fix names the
+    device."""
     problems: list[str] = []
     notes: list[str] = []
+    failing: dict[str, list[str]] = {}  # state -> its devices
     for dev, status in sorted(status_by_dev.items(), key=lambda kv: int(kv[0])):
         key = status.strip().lower()
         if key in NET_HEALTH:
-            meaning, fix = NET_HEALTH[key]
+            meaning, _ = NET_HEALTH[key]
             problems.append(f"device {dev}: net health status {status}: {meaning}; HCCL's "
-                            f"links over this NIC fail. fix: {fix.format(d=dev)}")
+                            f"links over this NIC fail")
+            failing.setdefault(key, []).append(dev)
         elif key in NET_HEALTH_UNSET:
             notes.append(f"device {dev}: net health status {status}: no detection address, so "
                          f"the port's health is not probed (hccn_tool -i {dev} -netdetect -s "
                          f"address <an address in its network>)")
         elif key and key != "success":
             notes.append(f"device {dev}: net health status {status}")
-    return problems, notes
+    fixes = [f"device {devs[0]}: {NET_HEALTH[key][1].format(d=devs[0])}" if len(devs) == 1
+             else f"devices {','.join(devs)} ({key}), for each N of them: "
+                  f"{NET_HEALTH[key][1].format(d='N')}"
+             for key, devs in failing.items()]
+    return problems, notes, fixes
 
 
 def dcgm_output(raw: Mapping[str, Any]) -> tuple[DiagRun | None, str]:
@@ -359,27 +367,29 @@ def verdict(node: str, run: DiagRun, bus_ids: Mapping[int, str], argv: str) -> P
     whole = bool(cut) or any(f.test.scope == "All" for f in fails) or \
         bool(known and set(gpus) >= known)
     leave_out = f"--exclude {node}" if whole else f"--exclude {node}:{','.join(map(str, gpus))}"
+    fix = "; ".join(fix_words) + (
+        f"; meanwhile leave {'the node' if whole else 'the GPUs'} out ({leave_out})"
+        if gpus else "")
     return Problem(
         (node,), "DCGM diagnostic failed",
         head + "\n  " + "\n  ".join(describe(run, fails, bus_ids))
         + "".join(f"\n  ({name}: dcgmi cut DCGM's message short; GPUs it did not reach may "
                   f"have failed too)" for name in cut)
-        + f"\n  fix, on {node}: " + "; ".join(fix_words)
-        + (f"; meanwhile leave {'the node' if whole else 'the GPUs'} out ({leave_out})"
-           if gpus else ""),
-        item="R9", launch="node", fixes=fixes,
+        + f"\n  fix, on {node}: {fix}",
+        fix=fix, item="R9", launch="node", fixes=fixes,
         facts={"dcgm_version": run.version, "failed_tests": tests, "gpus": gpus})
 
 
 def net_health_verdict(node: str, status_by_dev: Mapping[str, str]
                        ) -> tuple[Problem | None, list[str]]:
     """(the red of an Ascend node whose NPUs' RoCE ports fail their net health probe, notes)."""
-    problems, notes = judge_net_health(status_by_dev)
+    problems, notes, fixes = judge_net_health(status_by_dev)
     if not problems:
         return None, notes
     devs = [p.split(":")[0].split()[1] for p in problems]
     return Problem(
         (node,), "NPU net health failed",
         f"{node}: NPU RoCE net health (hccn_tool -i N -net_health -g) failed on device "
-        f"{','.join(devs)}:\n  " + "\n  ".join(problems),
-        item="R9", launch="node", facts={"devices": devs}), notes
+        f"{','.join(devs)}:\n  " + "\n  ".join(problems)
+        + f"\n  fix, on {node}: " + "; ".join(fixes),
+        fix="; ".join(fixes), item="R9", launch="node", facts={"devices": devs}), notes
