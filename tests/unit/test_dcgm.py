@@ -182,7 +182,7 @@ def test_probe_runs_dcgmi_at_the_level_with_a_deadline(tmp_path: Path, monkeypat
     sample = DCGMI / "dcgmi-diag-r1-fail-persistence-h200-8gpu.txt"
     fake = tmp_path / "dcgmi"
     fake.write_text(f'#!/bin/sh\necho "$@" > {shlex.quote(str(tmp_path / "argv"))}\n'
-                    f'[ "$3" = 2 ] && sleep 30\ncat {shlex.quote(str(sample))}\nexit 226\n')
+                    f'[ "$3" = 2 ] && exec sleep 30\ncat {shlex.quote(str(sample))}\nexit 226\n')
     fake.chmod(0o755)
     monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
     mod = _probe_module()
