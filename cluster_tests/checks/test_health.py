@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from cluster_tests.core import nodetable, outcome
+from cluster_tests.core import testids as ids
 from cluster_tests.core.cluster import Cluster, NodeProbe, ProbeError
 from cluster_tests.core.memokey import MemoKey
 from cluster_tests.core.nodetable import NodeColumn
@@ -417,6 +418,13 @@ def _judge_dcgm(cluster: Cluster, node: str, diag: dict[str, Any], facts: dict[s
     failed = sum(t.failed for t in run.tests)
     record_property("dcgm", f"{argv}: DCGM {run.version or '?'}, {len(run.tests)} test(s), "
                             f"{failed} failed")
+    if any("system not yet initialized" in text
+           for t in run.tests if t.failed for _, text in t.messages):
+        # CUDA cannot start without the fabric manager on an NVSwitch system: R7 holds that cause
+        fabric = [p for p in gpuhealth.judge_nvidia(_section(cluster, node, "accel"))[0]
+                  if "fabric" in p.lower()]
+        if fabric:
+            outcome.block(ids.GPU_HEALTH.of(node), f"{node}: {fabric[0]}")
     problem = dcgm.verdict(node, run, bus_ids, argv)
     if problem is not None:
         outcome.fail(problem)

@@ -86,6 +86,7 @@ ACCELERATORS = TestId("test_accelerators", "A1")
 # R. RDMA and node health
 IB_HCA = TestId("test_ib_hca", "R2")
 MEMLOCK = TestId("test_memlock", "R4")
+GPU_HEALTH = TestId("test_gpu_health", "R7")
 ACCEL_DIAG = TestId("test_accel_diag", "R9")
 # D. storage
 OUTPUT_DIR = TestId("test_output_dir", "D1")

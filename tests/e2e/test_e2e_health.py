@@ -24,6 +24,7 @@ import json
 import re
 import shlex
 import shutil
+import tempfile
 from pathlib import Path
 
 import ttar
@@ -195,3 +196,15 @@ def test_dcgm_diagnostic_fails_on_one_node_only(healthy_sim):
     assert deeper.returncode == 0, deeper.describe()
     assert "`dcgmi diag -r 2` gave no result (exit 1: no output)" in deeper.message(
         "test_accel_diag[node2]")
+
+    # the same node on an NVSwitch system with no fabric manager running: cuInit's "system not
+    # yet initialized" in DCGM's run is R7's cause, so R9 is blocked by R7's red (one cause)
+    switches = Path(tempfile.mkdtemp(prefix="nvswitch-node2-", dir=healthy_sim.state_dir))
+    (switches / "0").mkdir()
+    healthy_sim.append_bashrc("node2", f"export CLUSTER_TESTS_NVSWITCH_DIR={switches}\n")
+    fabric = run_suite(healthy_sim, "-m", "health")
+    assert fabric.failed == {"test_gpu_health[node2]"}, fabric.describe()
+    assert "no fabric manager running" in fabric.message("test_gpu_health[node2]")
+    assert fabric.outcomes["test_accel_diag[node2]"] == "skipped"
+    assert fabric.message("test_accel_diag[node2]").startswith(
+        "blocked by test_gpu_health[node2]: node2: 1 NVSwitch(es) but no fabric manager")
