@@ -90,7 +90,7 @@ def main() -> int:
             hostfile = work / "hostfile"
             hostfile.write_text("".join(f"node{i} slots=2\n" for i in range(1, n + 1)))
             pairs = len(P.select([f"node{i}" for i in range(1, n + 1)], P.parse_spec(mode)))
-            if per_pair_checks is not None:
+            if per_node_checks is not None and per_pair_checks is not None:
                 expected = per_node_checks * n + per_pair_checks * pairs
                 if expected > args.max_items:
                     rows.append({"nodes": n, "mode": mode, "pairs": pairs, "items": expected,

@@ -126,7 +126,7 @@ def answer(node: str, script: str, section: str, params: dict[str, Any]) -> Any:
         samples = int(params.get("samples", 5))
         out = {}
         for t in params.get("targets", []):
-            entry = {"addr": address(t["name"]), "resolve_error": None, "master": None, "ssh": None,
+            entry: dict[str, Any] = {"addr": address(t["name"]), "resolve_error": None, "master": None, "ssh": None,
                      "ports": {str(p): {"status": "ok", "ms": 0.12, "port": p} for p in t.get("ports", [])},
                      "rtt_ms": [0.1 + 0.001 * i for i in range(samples)] if t.get("ports") else []}
             if t.get("master_port"):
@@ -280,7 +280,7 @@ def _record(state_dir: str) -> None:
         out["probe.py/routes"] = c.probe(n, "routes", route_to=[a1])
         out["probe.py/ssh_pairs"] = c.probe(n, "ssh_pairs", targets=["node1"], connect_timeout=5, fanout=4)
         out["netprobe.py/firewall"] = c.probe(n, "firewall", script="netprobe.py")
-        kw = dict(script="netprobe.py", token="rec", ports=2, hold=20, timeout=30)
+        kw: dict[str, Any] = dict(script="netprobe.py", token="rec", ports=2, hold=20, timeout=30)
         out["netprobe.py/listen"] = lst = c.probe(n, "listen", master_port=None, **kw)
         out["netprobe.py/listen_master"] = lst1 = c.probe("node1", "listen", master_port=29500, **kw)
         out["netprobe.py/connect"] = c.probe(

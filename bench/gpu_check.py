@@ -107,8 +107,9 @@ def _script_module(name: str):
 
     path = REPO / "cluster_tests" / "node" / name
     spec = importlib.util.spec_from_file_location(f"gpu_check_{name[:-3]}", path)
+    assert spec is not None and spec.loader is not None, path
     module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)  # type: ignore[union-attr]
+    spec.loader.exec_module(module)
     return module
 
 
@@ -318,7 +319,8 @@ def check_t1(deadline_s: float, out: Path) -> Row:
                                                deepspeed=sys.executable,
                                                launch_grace=min(60.0, deadline_s / 2))
     (out / "T1.log").write_text(text)
-    start = result.ranks.get(0).start if 0 in result.ranks else {}
+    rank0 = result.ranks.get(0)
+    start = rank0.start if rank0 is not None else {}
     on = (f"accelerator {start.get('accelerator')}, {start.get('precision')}, "
           f"{start.get('optimizer')}, bound device {start.get('bound_device')}")
     if result.ok and start.get("accelerator") == "cuda":

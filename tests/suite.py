@@ -30,7 +30,7 @@ class SuiteResult:
     messages: dict[str, str] = field(default_factory=dict)  # test id -> failure/skip text
     properties: dict[str, dict[str, str]] = field(default_factory=dict)
     classnames: dict[str, str] = field(default_factory=dict)  # test id -> JUnit classname
-    junit: Path | None = None  # kept: reports written beside it (summary.json) can be read
+    junit: Path = field(kw_only=True)  # kept: reports written beside it (summary.json) can be read
 
     def ids(self, outcome: str, prefix: str = "") -> set[str]:
         return {t for t, o in self.outcomes.items() if o == outcome and t.startswith(prefix)}

@@ -65,7 +65,7 @@ def parse_nvidia_smi_query_csv(
     for row in rows:
         if len(row) != len(keys):
             continue
-        result.append({k: _csv_value(v, u) for k, v, u in zip(keys, row, units)})
+        result.append({k: _csv_value(v, u) for k, v, u in zip(keys, row, units, strict=False)})
     return result
 
 @dataclass
@@ -125,8 +125,8 @@ def parse_topo_matrix(text: str) -> TopoMatrix:
             continue
         row, values = cells[0], cells[1:]
         ndev = len(topo.devices)
-        topo.links[row] = dict(zip(topo.devices, values[:ndev]))
-        extra = dict(zip(columns[ndev:], values[ndev:]))
+        topo.links[row] = dict(zip(topo.devices, values[:ndev], strict=False))
+        extra = dict(zip(columns[ndev:], values[ndev:], strict=False))
         if extra:
             topo.affinity[row] = extra
         if len(values) < ndev:

@@ -315,7 +315,7 @@ def slurm_nodes(environ: Mapping[str, str], slots: int | None = None,
     per, slot_source = _slots_from_slurm(environ, len(names), slots)
     nl = NodeList("slurm", f"Slurm allocation {var}={expr} ({how}; slots from {slot_source})",
                   path=var)
-    nl.hosts = [hf.Host(name, s, i) for i, (name, s) in enumerate(zip(names, per), 1)]
+    nl.hosts = [hf.Host(name, s, i) for i, (name, s) in enumerate(zip(names, per, strict=False), 1)]
     return nl
 
 

@@ -22,12 +22,12 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import paramiko
 
@@ -411,7 +411,8 @@ class Connection:
                 t.hostname,
                 port=t.port,
                 username=t.user or _local_user(),
-                key_filename=key_files or None,
+                # paramiko takes a list of key files too (SSHClient.connect's docs); its stubs say str
+                key_filename=key_files or None,  # type: ignore[arg-type]
                 look_for_keys=not key_files,
                 allow_agent=not key_files,
                 timeout=t.connect_timeout,
@@ -547,7 +548,7 @@ class Connection:
                 chan.set_combine_stderr(True)
             chan.settimeout(0.2)
             chan.exec_command(wrapped)
-            data = feed.data if feed is not None else stdin
+            data = feed.data if feed is not None else stdin if isinstance(stdin, bytes) else b""
             if data:
                 chan.sendall(data)
             if feed is None:
@@ -609,7 +610,7 @@ class Connection:
             # bounded: a node whose shell start-up hangs runs this late, but still runs it
             chan.status_event.wait(timeout)
             chan.close()
-        except (OSError, paramiko.SSHException, socket.timeout):
+        except (TimeoutError, OSError, paramiko.SSHException):
             pass
 
     def close(self) -> None:

@@ -459,7 +459,7 @@ def _judge(report: CollectiveReport, rendezvous: Mapping) -> None:
 
 def _header_line(*cols: str) -> str:
     widths = (11, 12, 8, 6, 10, 8, 8, 7)
-    return "#" + " ".join(f"{c:>{w}}" for c, w in zip(cols, widths))
+    return "#" + " ".join(f"{c:>{w}}" for c, w in zip(cols, widths, strict=False))
 
 
 def format_table(report: CollectiveReport) -> str:

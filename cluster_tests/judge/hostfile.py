@@ -27,7 +27,6 @@ import stat
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Union
 
 __all__ = [
     "EXAMPLE_LINE",
@@ -657,7 +656,7 @@ def load_hostfile(path: str | os.PathLike[str]) -> HostfileParse:
 
 # --------------------------------------------------------------------------- H5 and H3
 
-SlotSpec = Union[int, Sequence[int]]
+SlotSpec = int | Sequence[int]
 
 
 def _parse_node_config(node_config: str) -> tuple[str, list[int]]:

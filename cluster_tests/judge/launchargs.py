@@ -16,8 +16,9 @@ import argparse
 import contextlib
 import io
 import shlex
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 SCRIPT = "ct-launch-args-placeholder.py"
 DEFAULT_PORT = 29500

@@ -26,9 +26,8 @@ import math
 import re
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Union
 
-Number = Union[int, float]
+Number = int | float
 
 _MISSING = {"", "n/a", "na", "-", "[n/a]", "[not supported]", "not supported", "[unknown error]"}
 
@@ -123,7 +122,7 @@ def parse_nvidia_smi_L(text: str) -> list[Gpu]:
         if mig and gpus:
             _, uuid = _split_uuid(mig.group(3))
             migs[-1].append(MigDevice(profile=mig.group(1), index=int(mig.group(2)), uuid=uuid))
-    return [Gpu(index=g.index, name=g.name, uuid=g.uuid, mig=tuple(m)) for g, m in zip(gpus, migs)]
+    return [Gpu(index=g.index, name=g.name, uuid=g.uuid, mig=tuple(m)) for g, m in zip(gpus, migs, strict=False)]
 
 
 # --------------------------------------------------------------------------------------------
@@ -255,12 +254,12 @@ def _key(header: str) -> str:
 def _map_row(header: list[list[str]], cells: list[str]) -> dict[str, str]:
     """Zip a data row's cells with the header's names, cell by cell; extra words join the last."""
     out: dict[str, str] = {}
-    for names, cell in zip(header, cells):
+    for names, cell in zip(header, cells, strict=False):
         tokens = _cell_tokens(cell)
         if len(tokens) > len(names) and names:
             keep = len(names) - 1
             tokens = [*tokens[:keep], " ".join(tokens[keep:])]
-        for name, token in zip(names, tokens):
+        for name, token in zip(names, tokens, strict=False):
             out[_key(name)] = token
     return out
 

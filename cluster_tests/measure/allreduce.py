@@ -320,7 +320,7 @@ def run_allreduce(cluster: Cluster, ranks: Sequence[C.Rank], *, master_addr: str
                 run.start_errors[node] = str(event.get("message"))
                 deadline = min(deadline, time.monotonic() + grace_s)
     finally:
-        confirmed = dict(zip(channels, cluster.pool.map(lambda ch: ch.stop(), channels.values())))
+        confirmed = dict(zip(channels, cluster.pool.map(lambda ch: ch.stop(), channels.values()), strict=False))
         for node, ch in channels.items():
             run.stderr[node] = list(ch.stderr) + list(ch.text)
             run.channel_exit[node] = ch.exit_status
@@ -445,7 +445,7 @@ def run_pairs(cluster: Cluster) -> dict[tuple[str, str], RemoteRun | BaseExcepti
                                  env=env, exports_word=exports_word,
                                  visible={n: ",".join(map(str, v)) for n, v in ids.items()})
 
-        for (a, b), res in zip(round_pairs, cluster.pool.map(one, list(enumerate(round_pairs)))):
+        for (a, b), res in zip(round_pairs, cluster.pool.map(one, list(enumerate(round_pairs))), strict=False):
             # keyed in hostfile order, as the tests are (the schedule may name b first)
             results[(a, b) if order[a] < order[b] else (b, a)] = res
     return results

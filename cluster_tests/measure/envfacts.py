@@ -64,7 +64,7 @@ def versions(cluster: Cluster) -> dict[str, dict[str, Any]]:
     def compute() -> dict[str, dict[str, Any]]:
         up = [n for n in cluster.names if cluster.login_error(n) is None]
         got = cluster.pool.map(lambda n: versions_probe(cluster, n), up)
-        return {n: v for n, v in zip(up, got) if not isinstance(v, BaseException)}
+        return {n: v for n, v in zip(up, got, strict=False) if not isinstance(v, BaseException)}
     return cluster.memo(VERSIONS, compute)
 
 

@@ -14,8 +14,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterable, Mapping, Sequence
-from typing import Callable
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from cluster_tests import node
 from cluster_tests.judge.collective import (

@@ -68,7 +68,7 @@ def measure(cluster: Cluster) -> PortMatrix:
                              own_address=True, gloo_ifname=env.get("GLOO_SOCKET_IFNAME"),
                              timeout=30)
 
-    sort_outcomes(zip(up, cluster.pool.map(listen, up)), matrix.listeners, matrix.listen_errors)
+    sort_outcomes(zip(up, cluster.pool.map(listen, up), strict=False), matrix.listeners, matrix.listen_errors)
     try:
         targets = []
         for node, lst in matrix.listeners.items():
@@ -90,7 +90,7 @@ def measure(cluster: Cluster) -> PortMatrix:
                                  samples=cluster.settings.network.rtt_samples,
                                  timeout=connect_budget + 10)
 
-        sort_outcomes(zip(up, cluster.pool.map(connect, up)), matrix.results, matrix.connect_errors)
+        sort_outcomes(zip(up, cluster.pool.map(connect, up), strict=False), matrix.results, matrix.connect_errors)
     finally:
         stoppable = [n for n, lst in matrix.listeners.items() if lst.get("pid")]
 
@@ -98,7 +98,7 @@ def measure(cluster: Cluster) -> PortMatrix:
             return cluster.probe(node, "stop", script=SCRIPT, token=matrix.token,
                                  pid=matrix.listeners[node]["pid"], timeout=20)
 
-        for node, res in zip(stoppable, cluster.pool.map(stop, stoppable)):
+        for node, res in zip(stoppable, cluster.pool.map(stop, stoppable), strict=False):
             matrix.stops[node] = {"error": str(res)} if isinstance(res, BaseException) else res
     matrix.seconds = time.monotonic() - start
     return matrix

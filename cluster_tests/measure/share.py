@@ -41,20 +41,20 @@ def share_matrix(cluster: Cluster, path: str) -> ShareMatrix:
                                  owner=n, token=m.tokens[n])
 
         try:
-            sort_outcomes(zip(up, cluster.pool.map(write, up)), m.writes, m.errors)
+            sort_outcomes(zip(up, cluster.pool.map(write, up), strict=False), m.writes, m.errors)
             writers = [n for n, r in m.writes.items() if r.get("ok")]
 
             def read(n: str) -> dict[str, Any]:
                 return cluster.probe(n, "read", script=SCRIPT, path=path, session=m.session,
                                      writers=writers)
 
-            sort_outcomes(zip(up, cluster.pool.map(read, up)), m.reads, m.errors)
+            sort_outcomes(zip(up, cluster.pool.map(read, up), strict=False), m.reads, m.errors)
         finally:
             written = list(m.writes)
 
             def remove(n: str) -> dict[str, Any]:
                 return cluster.probe(n, "remove", script=SCRIPT, path=path, session=m.session, owner=n)
 
-            m.removes = dict(zip(written, cluster.pool.map(remove, written)))
+            m.removes = dict(zip(written, cluster.pool.map(remove, written), strict=False))
         return m
     return cluster.memo(SHARE_MATRIX(path), compute)

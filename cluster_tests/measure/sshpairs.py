@@ -9,7 +9,7 @@ import shlex
 import shutil
 import subprocess
 import threading
-from typing import Any, Union
+from typing import Any
 
 from cluster_tests.core import pairs
 from cluster_tests.core import testids as ids
@@ -19,7 +19,7 @@ from cluster_tests.core.plugin import LAUNCHER
 
 #: a pdsh run: (exit, output, the site's PDSH_RCMD_TYPE), or the failure to report where pdsh
 #: is not installed
-PdshRun = Union[tuple[int, str, Union[str, None]], str]
+PdshRun = tuple[int, str, str | None] | str
 
 #: every source's `ssh_pairs` probe result (or its exception), started together
 PAIRS_ALL: MemoKey[list[Any]] = MemoKey("ssh", "pairs_all")

@@ -551,7 +551,7 @@ class TrainingRuns:
         left = self.cluster.pool.map(one, nodes)
         return {
             n: (str(r) if isinstance(r, BaseException) else r)
-            for n, r in zip(nodes, left)
+            for n, r in zip(nodes, left, strict=False)
             if (isinstance(r, BaseException) or r)
         }
 

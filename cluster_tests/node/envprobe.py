@@ -110,7 +110,7 @@ def section_versions(params):
 
 
 def section_devices(params):
-    out = {"torch": None, "error": None, "kind": None, "count": 0, "devices": []}
+    out: dict = {"torch": None, "error": None, "kind": None, "count": 0, "devices": []}
     try:
         import torch
     except Exception as exc:
@@ -207,7 +207,7 @@ sys.stdout.write("\nCT_LAUNCH_FACTS:" + json.dumps(out) + "\n")
 def section_launch(params):
     home = os.path.expanduser("~")
     launch_dir = os.path.abspath(os.path.expanduser(params.get("launch_dir") or home))
-    out = {"home": home, "launch_dir": launch_dir, "launch_dir_ok": os.path.isdir(launch_dir),
+    out: dict = {"home": home, "launch_dir": launch_dir, "launch_dir_ok": os.path.isdir(launch_dir),
            "path": os.environ.get("PATH", ""), "deepspeed_on_path": shutil.which("deepspeed"),
            "pdsh": shutil.which("pdsh")}
     # the `deepspeed` the user's own (interactive) shell runs, when the suite found one

@@ -140,7 +140,7 @@ def section_fabric(params):
     limits_files = ["/etc/security/limits.conf"] + sorted(glob.glob("/etc/security/limits.d/*.conf"))
     try:
         st = os.statvfs("/dev/shm")
-        shm = {"exists": True, "total_bytes": st.f_blocks * st.f_frsize,
+        shm: dict = {"exists": True, "total_bytes": st.f_blocks * st.f_frsize,
                "avail_bytes": st.f_bavail * st.f_frsize}
     except OSError as exc:
         shm = {"exists": False, "error": str(exc)}

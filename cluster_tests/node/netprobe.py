@@ -95,7 +95,7 @@ def _own_address():
     SOCK_STREAM), the first result that binds; none: the loopback fallback.  Returns (facts,
     a socket listening on exactly that address, or None)."""
     host = socket.gethostname()
-    out = {"hostname": host, "candidates": [], "addr": None, "family": None, "how": "hostname",
+    out: dict = {"hostname": host, "candidates": [], "addr": None, "family": None, "how": "hostname",
            "error": None}
     try:
         infos = socket.getaddrinfo(host, None, socket.AF_UNSPEC, socket.SOCK_STREAM)
@@ -158,7 +158,7 @@ def section_listen(params):
             own, s = _own_address()
         if s is not None:
             socks.append(s)
-    master = None
+    master: dict | None = None
     if params.get("master_port"):
         mp = int(params["master_port"])
         try:

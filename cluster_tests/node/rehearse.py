@@ -107,8 +107,9 @@ def _ext_root():
     import torch
     from torch.utils.cpp_extension import get_default_build_root
     base = get_default_build_root()
-    if getattr(torch.version, "hip", None) is not None:
-        flavour = "rocm" + torch.version.hip.replace(".", "")
+    hip = getattr(torch.version, "hip", None)
+    if hip is not None:
+        flavour = "rocm" + hip.replace(".", "")
     elif torch.version.cuda is not None:
         flavour = "cu" + torch.version.cuda.replace(".", "")
     else:

@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from cluster_tests.core import testids as ids
 from cluster_tests.report.fixes import problem_of
@@ -97,7 +97,7 @@ def _mix(lo: str, hi: str, t: float) -> str:
     t = min(1.0, max(0.0, t))
     a = [int(lo[i:i + 2], 16) for i in (1, 3, 5)]
     b = [int(hi[i:i + 2], 16) for i in (1, 3, 5)]
-    return "#" + "".join(f"{round(x + (y - x) * t):02x}" for x, y in zip(a, b))
+    return "#" + "".join(f"{round(x + (y - x) * t):02x}" for x, y in zip(a, b, strict=False))
 
 
 def _names(rec: Recorder, pairs: Any) -> list[str]:
@@ -251,10 +251,10 @@ def bandwidth_plot(rec: Recorder) -> Plot | None:
     def py(y: float) -> float:
         return plot.y0 - y / ytop * (plot.y0 - plot.y1)
 
-    plot.xticks = [(px(x), _size_label(r["size_bytes"])) for x, r in zip(xs, rows)]
+    plot.xticks = [(px(x), _size_label(r["size_bytes"])) for x, r in zip(xs, rows, strict=False)]
     plot.yticks = [(py(i * step), f"{i * step:g}") for i in range(int(round(ytop / step)) + 1)]
     for name, key, color in (("busbw", "busbw_GBps", "#1f6f3b"), ("algbw", "algbw_GBps", "#2c5d98")):
-        pts = [(px(x), py(r[key]), r) for x, r in zip(xs, rows) if key in r]
+        pts = [(px(x), py(r[key]), r) for x, r in zip(xs, rows, strict=False) if key in r]
         if not pts:
             continue
         plot.series.append({

@@ -13,9 +13,10 @@ import re
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from cluster_tests.core import nodetable
 from cluster_tests.core import testids as ids
@@ -144,8 +145,8 @@ class Recorder:
         columns, same = node_columns(facts)
         rows = [[n] + [facts.get(n, {}).get(c, "") for c in columns[1:]] for n in self.nodes if n in facts]
         widths = [max(len(c), *(len(r[i]) for r in rows)) for i, c in enumerate(columns)]
-        out = ["Nodes:", ("  " + "  ".join(c.ljust(w) for c, w in zip(columns, widths))).rstrip()]
-        out += [("  " + "  ".join(v.ljust(w) for v, w in zip(r, widths))).rstrip() for r in rows]
+        out = ["Nodes:", ("  " + "  ".join(c.ljust(w) for c, w in zip(columns, widths, strict=False))).rstrip()]
+        out += [("  " + "  ".join(v.ljust(w) for v, w in zip(r, widths, strict=False))).rstrip() for r in rows]
         if same:
             out.append("  same on every node: " + ", ".join(f"{k} {v}" for k, v in same.items()))
         return out

@@ -16,6 +16,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from suite import REPO, run_suite
@@ -304,7 +305,7 @@ def test_pair_results_are_keyed_in_hostfile_order(monkeypatch):
     assert any(names.index(a) > names.index(b) for rnd in C.circle_schedule(names) for a, b in rnd)
     settings = Settings(collective=CollectiveSettings(backend="gloo"), master_port=29500)
     pool = SimpleNamespace(map=lambda fn, items: [fn(i) for i in items])
-    cluster = SimpleNamespace(names=names, settings=settings, pool=pool, login_error=lambda n: None,
+    cluster: Any = SimpleNamespace(names=names, settings=settings, pool=pool, login_error=lambda n: None,
                               cached=lambda key: None)  # no F3 in this session
     monkeypatch.setattr(R, "worker_options", lambda *a, **k: None)
     monkeypatch.setattr(R, "chosen_sizes", lambda c: [1024])

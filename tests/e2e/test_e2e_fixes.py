@@ -79,8 +79,8 @@ def test_faults_fixed_by_the_script_then_lf_is_green_and_a_rerun_changes_nothing
     try:
         first = run(sim, work, *FAST)
         assert first.returncode == 1, first.describe()
-        summary = first.output[first.output.index("cluster summary"):]
-        summary = summary[: summary.index("short test summary info")].rstrip("= \n").splitlines()[1:]
+        tail = first.output[first.output.index("cluster summary"):]
+        summary = tail[: tail.index("short test summary info")].rstrip("= \n").splitlines()[1:]
         assert any(re.fullmatch(r"review and run \S*/fixes\.sh \(1 of its 5 blocks need a person\), "
                                 r"then pytest --lf", ln) for ln in summary), summary[-8:]
         # one red per cause, the checks each cause breaks blocked naming it

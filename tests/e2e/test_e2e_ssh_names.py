@@ -4,6 +4,7 @@ then exactly the expected test ids are red, with the cause and the fix in the me
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -211,7 +212,7 @@ def _path_without(tool: str, tmp: Path) -> str:
             link = tmp / name
             if name != tool and not link.exists():
                 link.symlink_to(Path(d) / name)
-    venv_bin = Path(os.sys.executable).parent
+    venv_bin = Path(sys.executable).parent
     return f"{venv_bin}:{tmp}"
 
 

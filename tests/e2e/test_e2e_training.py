@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 import time
+from typing import Any
 
 import pytest
 from suite import REPO, run_suite
@@ -35,7 +36,7 @@ LIMIT = DEADLINE + 20
 
 
 def _settings(**values):
-    base = {"zero_stage": 0, "deepspeed_args": "", "steps": 10, "deadline": 30.0}
+    base: dict[str, Any] = {"zero_stage": 0, "deepspeed_args": "", "steps": 10, "deadline": 30.0}
     base.update(values)
     return Settings(training=TrainingSettings(**base))
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
 from cluster_tests.core.cluster import Cluster
 from cluster_tests.core.settings import Settings
@@ -15,13 +16,13 @@ from cluster_tests.judge import collective as C
 from cluster_tests.measure import allreduce as R
 from cluster_tests.measure import localcollective as LC
 
-FAST = {"warmup": 1, "iters": 2, "connect_timeout": 10.0, "init_timeout": 10.0,
+FAST: dict[str, Any] = {"warmup": 1, "iters": 2, "connect_timeout": 10.0, "init_timeout": 10.0,
         "op_timeout": 30.0}
 
 
 def _report(backends: dict[int, str], hosts: dict[str, int]) -> C.CollectiveReport:
     ranks = C.assign_ranks(hosts)
-    events = {r.rank: [{"event": "start", "backend": backends[r.rank], "device": "cpu"},
+    events: dict[int, list[dict[str, Any]]] = {r.rank: [{"event": "start", "backend": backends[r.rank], "device": "cpu"},
                        {"event": "done", "ok": True}] for r in ranks}
     return C.collect(events, ranks, {r.rank: 0 for r in ranks})
 
@@ -78,7 +79,7 @@ def test_worker_argv_carries_the_nodes_slot_ids_only_when_given() -> None:
     assert argv[-4:] == ["--visible-devices", "4,5,6,7", "--local-size", "4"]
 
 
-def _cluster(include: str = "", exclude: str = "") -> SimpleNamespace:
+def _cluster(include: str = "", exclude: str = "") -> Any:  # a stand-in for a Cluster
     nodes = [SimpleNamespace(name=f"node{i}", slots=8) for i in (1, 2, 3)]
     return SimpleNamespace(nodes=nodes, settings=SimpleNamespace(include=include, exclude=exclude))
 
@@ -127,7 +128,8 @@ def test_fabric_warnings_are_shown_though_the_supervisor_exited_0() -> None:
 
 def test_hccl_init_hang_fix_names_its_ports_and_nics_and_the_device_stage_blames_the_device() -> None:
     ranks = C.assign_ranks({"node1": 1, "node2": 1})
-    events = {0: [{"event": "start", "backend": "hccl", "init_timeout_s": 135.0},
+    events: dict[int, list[dict[str, Any]]] = {
+              0: [{"event": "start", "backend": "hccl", "init_timeout_s": 135.0},
                   {"event": "joined"},
                   {"event": "error", "stage": "init", "message": "watchdog", "timeout": True}],
               1: [{"event": "start", "backend": "hccl", "init_timeout_s": 135.0},
@@ -138,7 +140,7 @@ def test_hccl_init_hang_fix_names_its_ports_and_nics_and_the_device_stage_blames
     assert "ports 60000-60015" in msg and "hccn_tool -i <id> -net_health -g" in msg
     assert "init 135 s" in msg and "ephemeral" not in msg
 
-    dev = {0: [{"event": "start", "backend": "hccl"},
+    dev: dict[int, list[dict[str, Any]]] = {0: [{"event": "start", "backend": "hccl"},
                {"event": "error", "stage": "device", "message": "stage device did not finish "
                 "within 120 s (watchdog): device set-up", "timeout": True}], 1: []}
     rep = C.collect(dev, ranks, {0: 5, 1: None})

@@ -6,13 +6,13 @@ visible devices, the fallback hint)."""
 
 from __future__ import annotations
 
-import importlib.util
 import random
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+from paths import load_script
 
 from cluster_tests.judge import collective as C
 from cluster_tests.measure import localcollective as LC
@@ -22,10 +22,7 @@ NP_DTYPES = {"float32": np.float32, "float16": np.float16, "float64": np.float64
 
 def _worker():
     path = LC.WORKER_SCRIPT
-    spec = importlib.util.spec_from_file_location("ct_allreduce_worker_pattern", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(path, "ct_allreduce_worker_pattern")
 
 
 W = _worker()
@@ -69,9 +66,9 @@ def test_every_element_sums_exactly_to_the_closed_form(world: int, dtype: str) -
                 acc = t(acc + t(v))
             assert float(acc) == expected
         else:  # bfloat16: torch's own rounding
-            order = torch.tensor(values, dtype=torch.int64)[torch.randperm(world)]
+            shuffled = torch.tensor(values, dtype=torch.int64)[torch.randperm(world)]
             acc = torch.zeros((), dtype=torch.bfloat16)
-            for v in order.tolist():
+            for v in shuffled.tolist():
                 acc = acc + torch.tensor(v, dtype=torch.bfloat16)
             assert float(acc) == expected
 

@@ -4,24 +4,19 @@ report, the transport read from real NCCL INFO logs, and the harness/bare ratio.
 
 from __future__ import annotations
 
-import importlib.util
 import subprocess
-import sys
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
 import pytest
-from paths import REPO, SAMPLES
+from paths import REPO, SAMPLES, load_script
 
 from cluster_tests.judge import collective as C
 
 
 def _mod():
-    spec = importlib.util.spec_from_file_location("gpu_check", REPO / "bench" / "gpu_check.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
+    return load_script(REPO / "bench" / "gpu_check.py", "gpu_check", register=True)
 
 
 G = _mod()
@@ -92,7 +87,7 @@ def _report(time_us: float, wrong: int = 0, algbw: float | None = None) -> C.Col
     ranks = C.assign_ranks({"a": 1, "b": 1})
     size = 1 << 20
     real = size / (time_us * 1e-6) / 1e9
-    events = {r.rank: [{"event": "start", "backend": "nccl"},
+    events: dict[int, list[dict[str, Any]]] = {r.rank: [{"event": "start", "backend": "nccl"},
                        {"event": "result", "size_bytes": size, "count": size // 4,
                         "dtype": "float32", "time_us": time_us, "wrong": wrong},
                        {"event": "done"}] for r in ranks}

@@ -7,16 +7,17 @@ import signal
 import subprocess
 import threading
 from itertools import combinations
+from typing import Any
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from paths import SAMPLES
+from paths import SAMPLES, load_script
 
 from cluster_tests.judge import collective as C
 from cluster_tests.measure import localcollective as LC
 
-FAST = {"warmup": 2, "iters": 5, "connect_timeout": 10.0, "init_timeout": 10.0,
+FAST: dict[str, Any] = {"warmup": 2, "iters": 5, "connect_timeout": 10.0, "init_timeout": 10.0,
         "op_timeout": 30.0}
 
 
@@ -184,8 +185,9 @@ def test_slow_link_stops_the_sweep_instead_of_running_into_the_watchdog() -> Non
     report = LC.run_local(2, C.parse_sizes("1K,16M,64M"), **FAST, size_seconds=0.0005)
     assert report.verdict == "ok", report.message
     assert [row.size_bytes for row in report.rows] == [1024]
-    assert 1 <= report.rows[0].iters <= 5 and report.iters == 5
-    if report.rows[0].iters < 5:
+    iters = report.rows[0].iters
+    assert iters is not None and 1 <= iters <= 5 and report.iters == 5
+    if iters < 5:
         assert f"# slow link: fewer timed calls at 1KB ({report.rows[0].iters})" in C.format_table(report)
     assert report.stopped is not None
     assert report.stopped.size_bytes == 16 << 20 and report.stopped.skipped == (16 << 20, 64 << 20)
@@ -202,7 +204,7 @@ def test_a_sweep_stopped_before_any_size_says_why() -> None:
     ranks = C.assign_ranks({"node1": 1, "node2": 1})
     stopped = {"event": "stopped", "size_bytes": 1 << 30, "op_seconds": 70.0,
                "left_seconds": 100.0, "size_seconds": 10.0, "skipped": [1 << 30]}
-    events = {r.rank: [{"event": "start", "backend": "gloo"}, {"event": "joined"},
+    events: dict[int, list[dict[str, Any]]] = {r.rank: [{"event": "start", "backend": "gloo"}, {"event": "joined"},
                        {"event": "init_ok"}, stopped, {"event": "done", "ok": True}]
               for r in ranks}
     report = C.collect(events, ranks, {0: 0, 1: 0})
@@ -212,13 +214,7 @@ def test_a_sweep_stopped_before_any_size_says_why() -> None:
 
 
 def _worker_module():
-    import importlib.util
-
-    path = LC.WORKER_SCRIPT
-    spec = importlib.util.spec_from_file_location("ct_allreduce_worker", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(LC.WORKER_SCRIPT, "ct_allreduce_worker")
 
 
 def test_plan_keeps_the_asked_counts_on_a_healthy_link() -> None:
@@ -272,7 +268,7 @@ def test_default_sizes() -> None:
     gpu, cpu = C.default_sizes("nccl"), C.default_sizes("gloo")
     # accelerators reach 1-8 GiB, where GPUs peak (issue 17); the CPU sweep stays small
     assert gpu[0] == cpu[0] == 1024 and gpu[-1] == 4 << 30 and cpu[-1] == 16 << 20
-    assert all(b == 4 * a for a, b in zip(gpu, gpu[1:]))
+    assert all(b == 4 * a for a, b in zip(gpu, gpu[1:], strict=False))
 
 
 def test_ranks_are_assigned_node_by_node() -> None:
@@ -288,7 +284,7 @@ def test_worker_argv() -> None:
     argv = C.worker_argv("python3", "/tmp/allreduce.py", C.Rank(5, "node2", 1), 8,
                          "node1", 29500, opts)
     assert argv[:2] == ["python3", "/tmp/allreduce.py"]
-    flags = dict(zip(argv[2::2], argv[3::2]))
+    flags = dict(zip(argv[2::2], argv[3::2], strict=False))
     assert flags == {
         "--rank": "5", "--world-size": "8", "--local-rank": "1", "--label": "node2",
         "--master-addr": "node1", "--master-port": "29500", "--backend": "nccl",
@@ -315,7 +311,7 @@ def test_collect_counts_wrong_elements() -> None:
     ranks = C.assign_ranks({"a": 2})
     row = {"event": "result", "size_bytes": 1024, "count": 256, "dtype": "float32",
            "time_us": 10.0}
-    events = {0: [{**row, "wrong": 0}, {"event": "done"}],
+    events: dict[int, list[dict[str, Any]]] = {0: [{**row, "wrong": 0}, {"event": "done"}],
               1: [{**row, "wrong": 3}, {"event": "done"}]}
     report = C.collect(events, ranks)
     assert report.verdict == "wrong"
@@ -329,7 +325,7 @@ def test_circle_schedule_covers_every_pair_once(n: int) -> None:
     nodes = [f"n{i}" for i in range(n)]
     rounds = C.circle_schedule(nodes)
     assert len(rounds) == (n - 1 if n % 2 == 0 else n)
-    seen = []
+    seen: list[frozenset[str]] = []
     for pairs in rounds:
         assert len(pairs) == n // 2
         members = [node for pair in pairs for node in pair]

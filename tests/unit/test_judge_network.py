@@ -80,7 +80,7 @@ def test_nft_input_drops():
 def test_rtt_stats_and_outliers():
     assert nc.rtt_stats([]) is None
     s = nc.rtt_stats([1.0, 2.0, 3.0])
-    assert s.median_ms == 2.0 and s.samples == 3 and s.jitter_ms > 0
+    assert s is not None and s.median_ms == 2.0 and s.samples == 3 and s.jitter_ms > 0
     base = [0.2, 0.25, 0.3, 0.22]
     assert nc.is_outlier(5.0, base) and not nc.is_outlier(0.9, base)
     assert not nc.is_outlier(50.0, [0.2])  # one pair is no baseline
@@ -96,7 +96,9 @@ def test_fault_attribution():
     names = ["n1", "n2", "n3"]
     # n3's INPUT drops inbound high ports: every source fails into n3 only
     inbound = nc.PortMatrix("t", results={a: {b: _entry(b != "n3") for b in names} for a in names})
-    assert nc.failed_ports(inbound.entry("n1", "n3")) == {40000: "timed out", 40001: "timed out"}
+    entry = inbound.entry("n1", "n3")
+    assert entry is not None
+    assert nc.failed_ports(entry) == {40000: "timed out", 40001: "timed out"}
     assert nc.target_at_fault(inbound, "n1", "n3") and not nc.source_at_fault(inbound, "n1", "n3")
     # n3 also loses the replies to its own connections: its whole row fails
     both = nc.PortMatrix("t", results={a: {b: _entry(b != "n3" and a != "n3") for b in names}

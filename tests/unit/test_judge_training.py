@@ -52,6 +52,7 @@ def test_real_two_rank_cpu_run_learns_and_agrees() -> None:
         assert rr.done and rr.started
         assert rr.start["backend"] == "gloo"
         assert rr.start["world_size"] == 2
+        assert rr.last_loss is not None and rr.first_loss is not None
         assert rr.last_loss < rr.first_loss * 0.75
         assert len(rr.losses) == 10
     assert res.hashes_identical and len(res.hashes) == 2

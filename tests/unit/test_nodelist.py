@@ -4,6 +4,7 @@ SLURM_* slot counts, MPI hostfiles linted like H1, SkyPilot, and the choice betw
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 from paths import SAMPLES
@@ -135,7 +136,7 @@ def test_a_bad_slurm_name_fails_h1_naming_its_position(tmp_path):
 
 
 def test_choose_source_names_both_when_ambiguous():
-    kw = {"hostfile": None, "hostfile_from": "--hostfile", "mpi_hostfile": None}
+    kw: dict[str, Any] = {"hostfile": None, "hostfile_from": "--hostfile", "mpi_hostfile": None}
     env = {"SLURM_JOB_NODELIST": "n[1-2]", "SKYPILOT_NODE_IPS": "10.0.0.1"}
     with pytest.raises(nl.NodeListError, match=r"SLURM_JOB_NODELIST=n\[1-2\] and SKYPILOT_NODE_IPS"):
         nl.choose_source(environ=env, **kw)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from cluster_tests.core import nodetable
 from cluster_tests.core.nodetable import NodeColumn, NodeTable
 from cluster_tests.report.summary import node_columns
@@ -29,15 +31,22 @@ def test_sections_declare_their_columns_and_layout():
 
 def test_build_fills_declared_cells_in_table_order(monkeypatch):
     monkeypatch.setattr(nodetable, "_DECLARED", {})
-    nodetable.declare(NodeColumn("zeta", lambda c, n: c.cached(("z", n))),
-                      NodeColumn("python", lambda c, n: c.cached(("py", n)), rank=6, varying_only=True))
+    def zeta(memo, node):  # the stand-in memo's keys are plain tuples
+        return memo.cached(("z", node))
+
+    def python(memo, node):
+        return memo.cached(("py", node))
+
+    nodetable.declare(NodeColumn("zeta", zeta),
+                      NodeColumn("python", python, rank=6, varying_only=True))
 
     def twice(cluster, node):
         return "twice"
 
     nodetable.declare(NodeColumn("zeta", twice))  # another reader: overrides when it has a cell
     rows = {"node1": {"reachable": "yes", "python": "3.9.0"}, "node2": {"reachable": "yes"}}
-    table = nodetable.build(_Memo({("z", "node1"): "1", ("py", "node1"): "3.11.7"}), rows)
+    memo: Any = _Memo({("z", "node1"): "1", ("py", "node1"): "3.11.7"})  # a stand-in for a Cluster
+    table = nodetable.build(memo, rows)
     assert table["node1"] == {"reachable": "yes", "python": "3.11.7", "zeta": "twice"}
     assert list(table["node1"]) == ["reachable", "python", "zeta"]
     assert table.layout["zeta"] == (nodetable.LAST, False)

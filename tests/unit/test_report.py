@@ -104,11 +104,13 @@ def test_heatmaps_draw_only_the_checked_pairs():
             "cluster_tests/checks/test_collective.py", "passed", pair=(a, b),
             properties={"busbw_GBps": "1.0"})
     ssh = html_report.trust_heatmap(rec)
+    assert ssh is not None
     assert [(c.source, c.target) for c in ssh.cells] == sorted(
         ring, key=lambda p: (nodes.index(p[0]), nodes.index(p[1])))
     assert (ssh.cells[0].x, ssh.cells[0].y) == (html_report.LABEL + html_report.CELL,
                                                 html_report.LABEL)  # node1 -> node2: row 0, col 1
     bw = html_report.bandwidth_heatmap(rec)
+    assert bw is not None
     assert len(bw.cells) == 2 * len(ring)
     page = html_report.render(rec, {}, {"hostfile": "/h", "rank0": "node1"})
     assert page.count('<rect class="cell ') == 3 * len(ring)

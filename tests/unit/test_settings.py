@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
 import pytest
 from paths import REPO
@@ -15,7 +16,7 @@ from cluster_tests.core import settings as S
 from cluster_tests.core.plugin import MARKERS
 
 
-def _config(cli: dict | None = None, ini: dict | None = None) -> SimpleNamespace:
+def _config(cli: dict | None = None, ini: dict | None = None) -> Any:  # a stand-in for pytest.Config
     """What read_settings asks of a pytest.Config: the parsed options and the ini values."""
     option = SimpleNamespace(**{opt.dest: None for opt in S.OPTIONS})
     for dest, value in (cli or {}).items():

@@ -70,7 +70,7 @@ def netns_of(pid: str) -> int | None:
     return int(link[link.index("[") + 1:-1])
 
 
-def leftovers(prefix: str, inodes: set[int] = frozenset()) -> list[str]:
+def leftovers(prefix: str, inodes: frozenset[int] | set[int] = frozenset()) -> list[str]:
     """Everything with the sim's prefix still on the machine."""
     found = []
     netns = subprocess.run(["ip", "netns", "list"], check=False, capture_output=True, text=True).stdout
@@ -145,8 +145,8 @@ def test_cluster_json_and_files(sim: SimCluster) -> None:
     assert info["status"] == "up"
     assert [n["name"] for n in info["nodes"]] == NODES
     assert sim.hostfile.read_text() == "node1 slots=2\nnode2 slots=2\nnode3 slots=2\n"
-    net = ipaddress.ip_network(info["subnet"])
-    assert net.prefixlen == 24 and net.subnet_of(ipaddress.ip_network("10.0.0.0/8"))
+    net = ipaddress.IPv4Network(info["subnet"])
+    assert net.prefixlen == 24 and net.subnet_of(ipaddress.IPv4Network("10.0.0.0/8"))
     assert info["launcher_address"] == str(net.network_address + 254)
     assert len(info["bridge"]) <= 15 and info["bridge"].startswith(sim.prefix)
     for node in sim.nodes:
@@ -586,20 +586,21 @@ def test_leftover_netns_is_cleaned_by_up() -> None:
 
 def test_subnet_choice_avoids_used_networks(tmp_path: Path) -> None:
     first = choose_subnet(tmp_path, used=[])
-    taken = ipaddress.ip_network(f"{first}.0/24")
+    taken = ipaddress.IPv4Network(f"{first}.0/24")
     second = choose_subnet(tmp_path, used=[taken])
     assert second != first
-    assert not ipaddress.ip_network(f"{second}.0/24").overlaps(taken)
+    assert not ipaddress.IPv4Network(f"{second}.0/24").overlaps(taken)
     # a wide route covering the candidate also counts
-    wide = ipaddress.ip_network(f"{first}.0/24").supernet(new_prefix=16)
-    assert not ipaddress.ip_network(f"{choose_subnet(tmp_path, used=[wide])}.0/24").overlaps(wide)
+    wide = ipaddress.IPv4Network(f"{first}.0/24").supernet(new_prefix=16)
+    assert not ipaddress.IPv4Network(f"{choose_subnet(tmp_path, used=[wide])}.0/24").overlaps(wide)
     with pytest.raises(SimError, match="no free /24"):
-        choose_subnet(tmp_path, used=[ipaddress.ip_network("10.0.0.0/8")])
+        choose_subnet(tmp_path, used=[ipaddress.IPv4Network("10.0.0.0/8")])
     # the real one overlaps none of this machine's routes
-    real = ipaddress.ip_network(f"{choose_subnet(tmp_path)}.0/24")
-    assert not real.overlaps(ipaddress.ip_network("192.0.2.0/24"))
+    real = ipaddress.IPv4Network(f"{choose_subnet(tmp_path)}.0/24")
+    assert not real.overlaps(ipaddress.IPv4Network("192.0.2.0/24"))
 
 
 def test_ssh_banner_helper(sim: SimCluster) -> None:
-    assert ssh_banner(sim.node("node1").address).startswith("SSH-2.0-")
+    banner = ssh_banner(sim.node("node1").address)
+    assert banner is not None and banner.startswith("SSH-2.0-")
     assert ssh_banner(sim.launcher_address, port=1, timeout=0.5) is None

@@ -4,8 +4,9 @@ cause, and T1 trains on the launch's own slot ids."""
 
 from __future__ import annotations
 
-import importlib.util
 from types import SimpleNamespace
+
+from paths import load_script
 
 from cluster_tests.core.settings import Settings, TrainingSettings
 from cluster_tests.judge import trainargv as targv
@@ -15,10 +16,7 @@ from cluster_tests.measure import training as trr
 
 
 def _job():
-    spec = importlib.util.spec_from_file_location("ct_train_smoke", local.SCRIPT_PATH)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(local.SCRIPT_PATH, "ct_train_smoke")
 
 
 JOB = _job()
