@@ -204,7 +204,7 @@ def section_accel(params):
 
 def section_diag(params):
     tool = shutil.which("dcgmi")
-    out = {"dcgmi": tool}
+    out: dict = {"dcgmi": tool}
     if tool:
         level = int(params.get("dcgm_level") or 1)
         deadline = float(params.get("deadline") or 120)

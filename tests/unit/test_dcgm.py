@@ -4,10 +4,10 @@ real hccn_tool captures, and the node-side `diag` section running a dcgmi found 
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import shlex
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 from paths import PACKAGE, SAMPLES
@@ -171,8 +171,7 @@ def test_net_health_socket_failed_is_specific() -> None:
 # -- the node-side section ----------------------------------------------------------------------
 
 def _probe_module():
-    spec = importlib.util.spec_from_loader("healthprobe", loader=None)
-    mod = importlib.util.module_from_spec(spec)
+    mod = ModuleType("healthprobe")
     exec(compile(node.source("healthprobe.py"), str(PACKAGE / "node" / "healthprobe.py"), "exec"),
          mod.__dict__)
     return mod
