@@ -1,13 +1,14 @@
 """pytest plugin: options, fixtures and parametrization of the cluster checks.
 
 Registered through the `pytest11` entry point so that `--hostfile` exists before pytest
-pre-parses the command line (PITFALLS 3).  The checks themselves live in the sibling
-`test_*.py` modules, one per CHECKLIST section; logic lives in the other sibling modules.
+pre-parses the command line (PITFALLS 3).  The checks themselves are the section modules
+`cluster_tests/checks/<section>.py` (core.sections), which this plugin collects.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import fnmatch
 import importlib.util
 import os
 import shutil
@@ -18,7 +19,7 @@ from typing import Any
 import pytest
 
 from cluster_tests.core import nodelist as nodelist_mod
-from cluster_tests.core import outcome, rootdir_fix
+from cluster_tests.core import outcome, rootdir_fix, sections
 from cluster_tests.core import pairs as pairs_mod
 from cluster_tests.core import testids as ids
 from cluster_tests.core.cluster import Cluster, Node, node_probes
@@ -46,18 +47,8 @@ SUMMARY_EXTRA_KEY = pytest.StashKey[list[Any]]()
 #: what the summary ends with: the nodes to launch on now (hostfile.healthy) and the launch line
 LAUNCH_LINES_KEY = pytest.StashKey[list[str]]()
 
-MARKERS = {
-    "hostfile": "H - the hostfile parses as DeepSpeed parses it, and fits the cluster",
-    "ssh": "S - SSH from the launcher and between every ordered pair of nodes",
-    "names": "N - name resolution",
-    "network": "F - network reachability and firewall",
-    "env": "E - environment as non-interactive shells see it",
-    "accelerator": "A - accelerators visible and healthy",
-    "health": "R - RDMA fabric, limits, /dev/shm and GPU/NPU health, as the launch meets them",
-    "storage": "D - checkpoint storage shared and writable",
-    "collective": "C - all-reduce bandwidth through torch.distributed",
-    "training": "T - training smoke tests through the real launcher",
-}
+#: the check modules, cluster_tests/checks/<section>.py (core.sections), collected by this plugin
+CHECKS_DIR = Path(__file__).resolve().parent.parent / "checks"
 
 LAUNCHER = "launcher"
 
@@ -79,8 +70,8 @@ def pytest_load_initial_conftests(early_config: pytest.Config, args: list[str]) 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_configure(config: pytest.Config) -> None:
-    for name, text in MARKERS.items():
-        config.addinivalue_line("markers", f"{name}: {text}")
+    for section in sections.SECTIONS:
+        config.addinivalue_line("markers", sections.marker_line(section))
     if (
         config.pluginmanager.has_plugin("timeout")
         and getattr(config.option, "timeout", "unset") is None
@@ -120,7 +111,7 @@ def pytest_configure(config: pytest.Config) -> None:
     if config.args_source == pytest.Config.ArgsSource.INVOCATION_DIR:
         # No test paths given and no ini file naming them (an installed suite, run from
         # anywhere): run the checklist, not whatever test files the current directory holds.
-        config.args = [str(Path(__file__).resolve().parent.parent / "checks")]
+        config.args = [str(CHECKS_DIR)]
     _add_site_checks(config, settings)
     if getattr(config.option, "xmlpath", "unset") is None and not hasattr(config, "workerinput"):
         reports = Path(config.invocation_params.dir) / "reports"
@@ -171,6 +162,26 @@ def _node_list(config: pytest.Config, settings: Settings
     settings = dataclasses.replace(settings, hostfile=got.hostfile,
                                    hostfile_source=got.nodes.source)
     return settings, got.parse, got.description + nodelist_mod.env_note(source, environ)
+
+
+def _is_check_module(path: Path) -> bool:
+    return path.suffix == ".py" and path.stem in sections.BY_MODULE and path.parent == CHECKS_DIR
+
+
+def _python_collects(path: Path, parent: pytest.Collector) -> bool:
+    """Whether pytest's own Python collector takes the file: a path given on the command line,
+    or a name that matches `python_files` (then it asks pytest_pycollect_makemodule, below)."""
+    return parent.session.isinitpath(path) or any(
+        fnmatch.fnmatch(path.name, pattern) for pattern in parent.config.getini("python_files"))
+
+
+def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Module | None:
+    """The checks are shipped as section modules (`checks/ssh.py`), not as `test_*.py` files that
+    IDEs, coverage and a project's own tooling would take for its tests: this plugin collects
+    them itself, as pytest's own Module (same test functions, ids, markers, fixtures)."""
+    if _is_check_module(file_path) and not _python_collects(file_path, parent):
+        return pytest.Module.from_parent(parent, path=file_path)
+    return None
 
 
 def _add_site_checks(config: pytest.Config, settings: Settings) -> None:
@@ -478,13 +489,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             "or set CLUSTER_TESTS_HOSTFILE; or --mpi-hostfile PATH, or run inside a Slurm "
             "allocation (SLURM_JOB_NODELIST) or a SkyPilot cluster (SKYPILOT_NODE_IPS)"
         )
-    # Run the checklist in its own order (H, S, N, F, E, A, D, C, T), not alphabetically: the
-    # quick checks that explain later failures come first, the long phases last.
-    order = list(MARKERS)
-
+    # Run the checklist in its own order (core.sections: H, S, N, F, E, A, R, D, C, T), not
+    # alphabetically: the quick checks that explain later failures come first, the long phases last.
     def section(item: pytest.Item) -> int:
-        marks = [m.name for m in item.iter_markers() if m.name in MARKERS]
-        return order.index(marks[0]) if marks else len(order)
+        marks = [sections.BY_MARKER[m.name] for m in item.iter_markers()
+                 if m.name in sections.BY_MARKER]
+        return marks[0].order if marks else len(sections.SECTIONS)
 
     if checks:
         position = {id(item): i for i, item in enumerate(items)}

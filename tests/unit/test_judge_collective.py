@@ -366,7 +366,7 @@ def test_flag_slow_pairs_names_the_slow_node() -> None:
 def test_suspect_node_one_rule_for_slow_and_failing_pairs() -> None:
     """C2's one suspect rule (flag_slow_pairs' suspect, and the failing pairs' note in the
     check): in two bad pairs at least, and in strictly more than any other node."""
-    from cluster_tests.checks import test_collective as check
+    from cluster_tests.checks import collective as check
 
     assert C.suspect_node([("a", "c"), ("b", "c")])[0] == "c"
     assert C.suspect_node([("a", "b")])[0] is None  # one pair: a link

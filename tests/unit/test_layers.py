@@ -26,10 +26,10 @@ ROOT = paths.PACKAGE
 #: what report/ may use of core/: keys, column declarations and test-id constants; not the
 #: cluster, the plugin or the transport (core.columns: the name the node-table columns were
 #: planned under; core.nodetable: where they are)
-REPORT_CORE = {"core.memokey", "core.columns", "core.nodetable", "core.testids"}
+REPORT_CORE = {"core.memokey", "core.columns", "core.nodetable", "core.testids", "core.sections"}
 #: what judge/ may use of core/: the test-id constants ("see test_login[node3]" in a message
 #: goes through them, so a renamed test cannot leave a stale reference); pure constants, no I/O
-JUDGE_CORE = {"core.testids"}
+JUDGE_CORE = {"core.testids", "core.sections"}
 
 #: (importer, imported) pairs allowed against the rule, each with its reason.
 EXCEPTIONS = {
@@ -141,12 +141,12 @@ def test_every_exception_is_still_needed() -> None:
     ("report.html", "from cluster_tests.core.cluster import Cluster", "core.cluster", False),
     ("core.cluster", "from cluster_tests.report.summary import mask", "report.summary", False),
     ("core.plugin", "from cluster_tests.report import html", "report.html", True),
-    ("measure.ports", "from cluster_tests.checks import test_network", "checks.test_network",
+    ("measure.ports", "from cluster_tests.checks import network", "checks.network",
      False),
     ("measure.ports", "import cluster_tests.node", "node", True),
-    ("checks.test_env", "from cluster_tests.checks.test_ssh import LAUNCHER", "checks.test_ssh",
+    ("checks.env", "from cluster_tests.checks.ssh import LAUNCHER", "checks.ssh",
      False),
-    ("checks.test_env", "from cluster_tests.measure import envfacts", "measure.envfacts", True),
+    ("checks.env", "from cluster_tests.measure import envfacts", "measure.envfacts", True),
     ("node.probe", "from cluster_tests import node", "node", False),
 ])
 def test_the_rule_reads_imports_as_written(importer: str, source: str, imported: str,
