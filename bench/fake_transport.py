@@ -33,7 +33,7 @@ from typing import Any, TypeVar
 import pytest
 
 from cluster_tests.core import cluster as cluster_mod
-from cluster_tests.core.plugin import CLUSTER_KEY
+from cluster_tests.core.cluster import CLUSTER_KEY
 from cluster_tests.core.transport import (
     CommandResult,
     Feed,

@@ -15,7 +15,7 @@ import sys
 
 import pytest
 
-PLUGIN = "cluster_tests.core.plugin"
+PLUGIN = "cluster_tests.plugin"
 
 
 def main(argv: list[str] | None = None) -> int:

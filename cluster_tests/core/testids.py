@@ -22,6 +22,10 @@ from dataclasses import dataclass
 
 from cluster_tests.core.sections import BY_LETTER
 
+#: the machine the run starts from, as a launch site in test ids (`test_pdsh_installed[launcher]`)
+#: and as the first end of a launcher -> node leg
+LAUNCHER = "launcher"
+
 
 @dataclass(frozen=True)
 class TestId:

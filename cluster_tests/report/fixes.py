@@ -25,13 +25,13 @@ from typing import Any
 
 from cluster_tests.core import sections
 from cluster_tests.core.memokey import base_key
+from cluster_tests.core.testids import LAUNCHER
 from cluster_tests.judge import netfacts
 from cluster_tests.judge.fixcmd import hostname_cmd, hosts_entry_cmd, q
 from cluster_tests.judge.problem import PROPERTY, Fix, Problem
 
 __all__ = ["Fix", "Problem"]
 
-LAUNCHER = "launcher"
 SCRIPT_NAME = "fixes.sh"
 #: checklist order of the blocks (by the test module's section)
 ORDER = sections.ORDER
