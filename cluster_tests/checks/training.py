@@ -20,7 +20,7 @@ import pytest
 from cluster_tests.core import outcome
 from cluster_tests.core import testids as ids
 from cluster_tests.core.cluster import Cluster
-from cluster_tests.judge import hostfile as hf
+from cluster_tests.judge import resourcefilter as rf
 from cluster_tests.judge import sshfail
 from cluster_tests.measure import training as trr
 
@@ -50,7 +50,7 @@ def training(cluster: Cluster, request: pytest.FixtureRequest):
         elif name == ids.TRAIN_MULTI_NODE.name:
             try:
                 wanted.extend(runs.active())
-            except hf.ResourceFilterError:
+            except rf.ResourceFilterError:
                 pass
     runs.prefetch_single_nodes(wanted)  # an unreachable node's T1 ends at once (setup error)
     yield runs
@@ -89,7 +89,7 @@ def test_train_multi_node(cluster: Cluster, training: trr.TrainingRuns, record_p
     every rank reports, the loss falls, all ranks end with identical weights."""
     try:
         active = training.active()
-    except hf.ResourceFilterError as exc:
+    except rf.ResourceFilterError as exc:
         pytest.fail(f"DeepSpeed will refuse the launch's resource filter: {exc}", pytrace=False)
     if len(active) < 2:
         pytest.skip(f"only {', '.join(active) or 'no node'} to launch on: T1 covers a single node")

@@ -37,7 +37,7 @@ def node_list(settings: Settings, environ: Mapping[str, str], reports_dir: Path
                 "--slots is for node lists without slot counts (Slurm, SkyPilot, MPI); the "
                 "hostfile's slots= are what DeepSpeed uses")
         try:
-            parse = hostfile_mod.load_hostfile(str(settings.hostfile))
+            parse = nodelist_mod.load_hostfile(str(settings.hostfile))
         except hostfile_mod.HostfileError as exc:
             raise NodeListError(str(exc)) from None
         where = f"hostfile {settings.hostfile}" + nodelist_mod.env_note(source, environ)

@@ -71,8 +71,8 @@ from cluster_tests.core.cluster import Cluster, remote_script
 from cluster_tests.core.memokey import MemoKey
 from cluster_tests.core.settings import Settings
 from cluster_tests.core.transport import ConnectError
-from cluster_tests.judge import hostfile as hf
 from cluster_tests.judge import jit as jj
+from cluster_tests.judge import resourcefilter as rf
 from cluster_tests.judge import sshfail
 from cluster_tests.judge import trainargv as targv
 from cluster_tests.judge import traindiag as tdiag
@@ -325,16 +325,16 @@ class TrainingRuns:
     # -- what runs where ----------------------------------------------------------------
     def active(self) -> OrderedDict[str, list[int]]:
         """Hosts and slots the launch uses, after --launch-include/--launch-exclude, in hostfile
-        order (DeepSpeed's resource filter; raises hf.ResourceFilterError)."""
+        order (DeepSpeed's resource filter; raises rf.ResourceFilterError)."""
         hosts = {n.name: n.slots for n in self.cluster.nodes}
-        return hf.parse_resource_filter(hosts, self.config.include, self.config.exclude)
+        return rf.parse_resource_filter(hosts, self.config.include, self.config.exclude)
 
     def slots(self, node: str) -> int:
         """The ranks T1 starts on ``node``: its slots left by the filter (hostfile slots when the
         filter itself is bad: T2 reports that)."""
         try:
             return len(self.active().get(node, []))
-        except hf.ResourceFilterError:
+        except rf.ResourceFilterError:
             return self.cluster.node(node).slots
 
     def local_include(self, node: str) -> str | None:
@@ -342,7 +342,7 @@ class TrainingRuns:
         0..K-1 (else None: ``--num_gpus K`` is the same devices)."""
         try:
             ids = list(self.active().get(node, []))
-        except hf.ResourceFilterError:
+        except rf.ResourceFilterError:
             return None
         if not ids or ids == list(range(len(ids))):
             return None
