@@ -22,6 +22,7 @@ from cluster_tests.core import testids as ids
 from cluster_tests.core.cluster import Cluster
 from cluster_tests.judge import resourcefilter as rf
 from cluster_tests.judge import sshfail
+from cluster_tests.judge import trainexplain as tx
 from cluster_tests.measure import training as trr
 
 pytestmark = pytest.mark.training
@@ -81,7 +82,7 @@ def test_train_single_node(
     launch = training.single_node(node)
     _record(record_property, launch)
     if not launch.ok:
-        pytest.fail(trr.explain(launch, training.config), pytrace=False)
+        pytest.fail(tx.explain(launch, training.config), pytrace=False)
 
 
 def test_train_multi_node(cluster: Cluster, training: trr.TrainingRuns, record_property) -> None:
@@ -104,8 +105,8 @@ def test_train_multi_node(cluster: Cluster, training: trr.TrainingRuns, record_p
         t1 = training.single_node(n)
         if not t1.ok:
             outcome.block(ids.TRAIN_SINGLE_NODE.of(n), f"{n} cannot train alone "
-                                                        f"({trr.short_cause(t1)})")
-            failed.append(f"{n} ({trr.short_cause(t1)}; see {ids.TRAIN_SINGLE_NODE.of(n)})")
+                                                        f"({tx.short_cause(t1)})")
+            failed.append(f"{n} ({tx.short_cause(t1)}; see {ids.TRAIN_SINGLE_NODE.of(n)})")
     if failed:
         pytest.skip(
             "T2 needs every node to train alone first; T1 failed on " + "; ".join(failed)
@@ -114,4 +115,4 @@ def test_train_multi_node(cluster: Cluster, training: trr.TrainingRuns, record_p
     _record(record_property, launch)
     record_property("rank0", launch.node)
     if not launch.ok:
-        pytest.fail(trr.explain(launch, training.config), pytrace=False)
+        pytest.fail(tx.explain(launch, training.config), pytrace=False)
