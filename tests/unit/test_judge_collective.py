@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from paths import SAMPLES
 
 from cluster_tests.judge import collective as C
-from cluster_tests.measure import localcollective as LC
+from fixtures import localcollective as LC
 
 FAST = {"warmup": 2, "iters": 5, "connect_timeout": 10.0, "init_timeout": 10.0,
         "op_timeout": 30.0}

@@ -11,8 +11,8 @@ from cluster_tests.core.settings import Settings, TrainingSettings
 from cluster_tests.judge import trainargv as targv
 from cluster_tests.judge import trainexplain as tx
 from cluster_tests.judge import trainresult as tres
-from cluster_tests.measure import localtrain as local
 from cluster_tests.measure import training as trr
+from fixtures import localtrain as local
 
 
 def _job():

@@ -8,7 +8,7 @@ from __future__ import annotations
 import ast
 
 from cluster_tests.judge import trainresult as tres
-from cluster_tests.measure import localtrain
+from fixtures import localtrain
 
 
 def _constants() -> dict[str, object]:
