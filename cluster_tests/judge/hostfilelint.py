@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from typing import Callable
 
 from cluster_tests.judge.hostfile import (
     ERROR,
@@ -137,87 +138,115 @@ def _lint_hostname(ln: Line, host: str, column: int) -> None:
         )
 
 
-def _lint_entry(ln: Line, code_part: str, comment: str) -> None:
-    """Judge a line that is neither blank nor a comment: host, slots, what follows."""
-    body = code_part.strip()
-    col0 = len(code_part) - len(code_part.lstrip()) + 1  # column of the host
-    parts = body.split(None, 1)
-    host = parts[0]
-    rest = parts[1] if len(parts) > 1 else ""
-    rest_col = col0 + len(body) - len(rest)
-    example = _example()
-    comment_col = len(code_part) + 1
+@dataclass
+class _Entry:
+    """A line that is neither blank nor a comment, taken apart as the entry rules read it."""
 
-    if host.lower().startswith("slots") and "=" in host:
-        ln.add(col0, ERROR, "H1-missing-host", f"no host name before {_show(host)}; {example}")
-        ln.fixed = f"<host> {host}"
-        return
-    _lint_hostname(ln, host, col0)
-    host_ok = not ln.has_error
-    ln.host = host
+    host: str
+    rest: str  # what follows the host
+    col0: int  # column of the host
+    rest_col: int
+    comment: str  # a '#' comment split off the line (or found later, glued to the slots)
+    comment_col: int
+    host_ok: bool = False
+    value_m: re.Match[str] | None = None  # `slots=(\S*)` at the start of `rest`
+    after: str = ""  # what follows the slots value
+    slots: int | None = None
 
-    if rest == "":
-        where = f"after {_show(host)}" if not comment else f"before the comment after {_show(host)}"
+
+#: what an entry rule returns: stop (the line's lint is complete) or go on to the next rule
+STOP, NEXT = True, False
+
+
+def _rule_missing_host(ln: Line, e: _Entry) -> bool:
+    if e.host.lower().startswith("slots") and "=" in e.host:
+        ln.add(e.col0, ERROR, "H1-missing-host",
+               f"no host name before {_show(e.host)}; {_example()}")
+        ln.fixed = f"<host> {e.host}"
+        return STOP
+    return NEXT
+
+
+def _rule_hostname(ln: Line, e: _Entry) -> bool:
+    _lint_hostname(ln, e.host, e.col0)
+    e.host_ok = not ln.has_error
+    ln.host = e.host
+    return NEXT
+
+
+def _rule_missing_slots(ln: Line, e: _Entry) -> bool:
+    if e.rest != "":
+        return NEXT
+    where = (f"after {_show(e.host)}" if not e.comment
+             else f"before the comment after {_show(e.host)}")
+    ln.add(
+        e.col0 + len(e.host),
+        ERROR,
+        "H1-missing-slots",
+        f"no 'slots=' {where}; DeepSpeed requires it (it does not default to 1)",
+    )
+    ln.fixed = f"{e.host} slots=<N>" if e.host_ok else None
+    return STOP
+
+
+def _rule_slots_spelling(ln: Line, e: _Entry) -> bool:
+    """Not `slots=<value>` at all: a loose spelling (`slot: 4`, `SLOTS = 4`) or something else."""
+    e.value_m = re.match(r"slots=(\S*)", e.rest)
+    if e.value_m:
+        return NEXT
+    loose = re.match(r"slots?\s*[=:]\s*(\S+)", e.rest, re.IGNORECASE)
+    if loose:
         ln.add(
-            col0 + len(host),
+            e.rest_col,
             ERROR,
-            "H1-missing-slots",
-            f"no 'slots=' {where}; DeepSpeed requires it (it does not default to 1)",
+            "H1-slots-syntax",
+            f"{_show(loose.group())} is not written 'slots=<n>' (lower case, no spaces); "
+            "DeepSpeed rejects the line",
         )
-        ln.fixed = f"{host} slots=<N>" if host_ok else None
-        return
+        digits = _ASCII_DIGITS.match(loose.group(1))
+        n = digits.group() if digits else "<N>"
+        ln.fixed = f"{e.host} slots={int(n) if digits else n}" if e.host_ok else None
+        if digits:
+            ln.slots = int(n)
+    else:
+        ln.add(
+            e.rest_col,
+            ERROR,
+            "H1-bad-entry",
+            f"{_show(e.rest)} after the host name is not 'slots=<n>'; {_example()}",
+        )
+        ln.fixed = f"{e.host} slots=<N>" if e.host_ok else None
+    return STOP
 
-    value_m = re.match(r"slots=(\S*)", rest)
-    if not value_m:
-        loose = re.match(r"slots?\s*[=:]\s*(\S+)", rest, re.IGNORECASE)
-        if loose:
-            ln.add(
-                rest_col,
-                ERROR,
-                "H1-slots-syntax",
-                f"{_show(loose.group())} is not written 'slots=<n>' (lower case, no spaces); "
-                "DeepSpeed rejects the line",
-            )
-            digits = _ASCII_DIGITS.match(loose.group(1))
-            n = digits.group() if digits else "<N>"
-            ln.fixed = f"{host} slots={int(n) if digits else n}" if host_ok else None
-            if digits:
-                ln.slots = int(n)
-        else:
-            ln.add(
-                rest_col,
-                ERROR,
-                "H1-bad-entry",
-                f"{_show(rest)} after the host name is not 'slots=<n>'; {example}",
-            )
-            ln.fixed = f"{host} slots=<N>" if host_ok else None
-        return
 
-    value = value_m.group(1)
-    value_col = rest_col + len("slots=")
-    after = rest[value_m.end() :]
+def _rule_slots_value(ln: Line, e: _Entry) -> bool:
+    """The value after `slots=`: ASCII digits (a comment glued to them is split off), other
+    Unicode digits DeepSpeed's `\\d+` takes, a negative number, or no number."""
+    assert e.value_m is not None
+    value = e.value_m.group(1)
+    value_col = e.rest_col + len("slots=")
+    e.after = e.rest[e.value_m.end() :]
     ds_digits = re.match(r"\d+", value)  # what DeepSpeed's \d+ takes, Unicode digits included
     ascii_digits = _ASCII_DIGITS.match(value)
-    slots: int | None = None
     if ds_digits and ascii_digits and ds_digits.group() == ascii_digits.group():
         try:
-            slots = int(ascii_digits.group())
+            e.slots = int(ascii_digits.group())
         except ValueError:  # beyond Python's int digit limit; DeepSpeed raises too
             ln.add(value_col, ERROR, "H1-slots-too-large", f"slots value of {len(value)} digits")
             ln.fixed = None
-            return
+            return STOP
         tail = value[ascii_digits.end() :]
         if tail.startswith("#"):
-            comment_col = value_col + ascii_digits.end()
-            comment = tail + after + comment
-            after = ""
+            e.comment_col = value_col + ascii_digits.end()
+            e.comment = tail + e.after + e.comment
+            e.after = ""
         elif tail:
             ln.add(
                 value_col + ascii_digits.end(),
                 ERROR,
                 "H1-slots-not-integer",
                 f"slots value {_show(value)} is not a whole number; "
-                f"DeepSpeed silently reads it as slots={slots}",
+                f"DeepSpeed silently reads it as slots={e.slots}",
             )
     elif ds_digits:
         ln.add(
@@ -228,9 +257,9 @@ def _lint_entry(ln: Line, code_part: str, comment: str) -> None:
             f"{int(ds_digits.group()) if len(ds_digits.group()) < 4000 else 'a number'}",
         )
         try:
-            slots = int(ds_digits.group())
+            e.slots = int(ds_digits.group())
         except ValueError:
-            slots = None
+            e.slots = None
     elif value.startswith("-") and _ASCII_DIGITS.match(value[1:]):
         ln.add(value_col, ERROR, "H1-slots-negative", f"slots={value} is negative")
     else:
@@ -238,42 +267,90 @@ def _lint_entry(ln: Line, code_part: str, comment: str) -> None:
         ln.add(
             value_col, ERROR, "H1-slots-not-integer", f"slots= is followed by {shown}, not a number"
         )
+    return NEXT
 
-    if slots is not None and slots == 0:
+
+def _rule_slots_zero(ln: Line, e: _Entry) -> bool:
+    if e.slots is None or e.slots != 0:
+        return NEXT
+    assert e.value_m is not None
+    ln.add(
+        e.rest_col + len("slots="),
+        ERROR,
+        "H1-slots-zero",
+        "slots=0: DeepSpeed still starts the node in the launch, with no ranks on it",
+    )
+    ln.fixed = None
+    ln.slots = 0
+    return STOP
+
+
+def _rule_after_slots(ln: Line, e: _Entry) -> bool:
+    """Text after the slots count: a comment (kept for the next rule) or ignored text."""
+    assert e.value_m is not None
+    tail_text = e.after.strip()
+    if not tail_text:
+        return NEXT
+    col = e.rest_col + e.value_m.end() + (len(e.after) - len(e.after.lstrip()))
+    if tail_text.startswith("#"):
+        e.comment_col = col
+        e.comment = tail_text + e.comment
+    else:
         ln.add(
-            value_col,
-            ERROR,
-            "H1-slots-zero",
-            "slots=0: DeepSpeed still starts the node in the launch, with no ranks on it",
+            col,
+            WARNING,
+            "H1-extra-text",
+            f"{_show(tail_text)} after the slots count; DeepSpeed ignores it silently",
         )
-        ln.fixed = None
-        ln.slots = 0
-        return
+    return NEXT
 
-    if after.strip():
-        tail_text = after.strip()
-        if tail_text.startswith("#"):
-            comment_col = rest_col + value_m.end() + (len(after) - len(after.lstrip()))
-            comment = tail_text + comment
-        else:
-            col = rest_col + value_m.end() + (len(after) - len(after.lstrip()))
-            ln.add(
-                col,
-                WARNING,
-                "H1-extra-text",
-                f"{_show(tail_text)} after the slots count; DeepSpeed ignores it silently",
-            )
-    if comment:
+
+def _rule_trailing_comment(ln: Line, e: _Entry) -> bool:
+    if e.comment:
         ln.add(
-            comment_col,
+            e.comment_col,
             WARNING,
             "H1-trailing-comment",
             "comment after the entry; DeepSpeed 0.19 ignores it, older releases and scripts "
             "that read the hostfile do not",
         )
-    ln.slots = slots
-    if host_ok:
-        ln.fixed = f"{host} slots={slots}" if slots is not None else f"{host} slots=<N>"
+    return NEXT
+
+
+def _rule_corrected_line(ln: Line, e: _Entry) -> bool:
+    ln.slots = e.slots
+    if e.host_ok:
+        ln.fixed = f"{e.host} slots={e.slots}" if e.slots is not None else f"{e.host} slots=<N>"
+    return STOP
+
+
+#: H1's rules for an entry line, in order; each adds its findings and may end the line's lint
+#: (STOP) with the corrected line it knows.
+ENTRY_RULES: tuple[Callable[[Line, _Entry], bool], ...] = (
+    _rule_missing_host,
+    _rule_hostname,
+    _rule_missing_slots,
+    _rule_slots_spelling,
+    _rule_slots_value,
+    _rule_slots_zero,
+    _rule_after_slots,
+    _rule_trailing_comment,
+    _rule_corrected_line,
+)
+
+
+def _lint_entry(ln: Line, code_part: str, comment: str) -> None:
+    """Judge a line that is neither blank nor a comment (host, slots, what follows) through
+    ENTRY_RULES, until one ends it."""
+    body = code_part.strip()
+    col0 = len(code_part) - len(code_part.lstrip()) + 1  # column of the host
+    parts = body.split(None, 1)
+    rest = parts[1] if len(parts) > 1 else ""
+    entry = _Entry(host=parts[0], rest=rest, col0=col0, rest_col=col0 + len(body) - len(rest),
+                   comment=comment, comment_col=len(code_part) + 1)
+    for rule in ENTRY_RULES:
+        if rule(ln, entry) is STOP:
+            return
 
 
 def _split_comment(text: str) -> tuple[str, str]:
