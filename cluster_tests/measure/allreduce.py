@@ -49,7 +49,7 @@ from cluster_tests.judge import collective as C
 from cluster_tests.judge import network as nc
 from cluster_tests.measure.ports import PORT_MATRIX, firewall_root
 
-#: Where the collective results live for the terminal summary (see plugin.py).
+#: Where the collective results live for the terminal summary (see cluster_tests/plugin.py).
 RESULTS_KEY = pytest.StashKey[dict[str, Any]]()
 
 #: Must equal node/allreduce.py's BOOTSTRAP (tests check it).

@@ -46,7 +46,7 @@ trial cluster can be checked with ``DS_ACCELERATOR=cpu pytest ...``. DeepSpeed d
 that variable by itself: a real launch needs it in ``~/.deepspeed_env`` on the rank-0 node or in
 every node's ``~/.bashrc``. (DeepSpeed 0.19 falls back to its CPU accelerator when it detects
 none, so CPU nodes also train without it.) The simulated cluster sets ``DS_ACCELERATOR=cpu`` in
-its nodes' own ``~/.bashrc`` (fixtures/sim.py); nothing of ours sets it for a real run. Whatever
+its nodes' own ``~/.bashrc`` (fixtures/sim/files.py); nothing of ours sets it for a real run. Whatever
 sets it, a rank that trains on another accelerator than its node has (A1: a GPU node on
 DeepSpeed's CPU accelerator, e.g. after DeepSpeed's fallback when CUDA is unusable) makes T1/T2
 red, naming the node and the likely cause (``judge/trainexplain.accelerator_problems``).
