@@ -12,7 +12,7 @@ benchmark tool only (bench/collection.py drives it).
         -m "not collective and not training" --pairs ring
 
 The facts are those of a real simulated node (bench/fake_facts.json, recorded from
-fixtures/sim.py with `python bench/fake_transport.py --record STATE_DIR`), with the node's name
+fixtures/sim/ with `python bench/fake_transport.py --record STATE_DIR`), with the node's name
 and address substituted, and the N-sized parts (name resolution, ssh pairs, port matrix,
 routes) generated for the targets each probe is asked about.  Node i has the address
 10.(100 + i // 65536).(i // 256 % 256).(i % 256).
@@ -33,7 +33,7 @@ from typing import Any, TypeVar
 import pytest
 
 from cluster_tests.core import cluster as cluster_mod
-from cluster_tests.core.plugin import CLUSTER_KEY
+from cluster_tests.core.cluster import CLUSTER_KEY
 from cluster_tests.core.transport import (
     CommandResult,
     Feed,

@@ -42,7 +42,7 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from cluster_tests.judge import collective as C  # noqa: E402
-from cluster_tests.measure import localcollective as LC  # noqa: E402
+from fixtures import localcollective as LC  # noqa: E402
 
 DEFAULT_SIZES = "1M,16M,256M,1G"
 MAX_BUDGET_S = 450  # + the wrapper's 30 s: 8 minutes
@@ -311,7 +311,7 @@ def check_t1(deadline_s: float, out: Path) -> Row:
                    f"deepspeed not importable ({type(exc).__name__}: {exc}); carry it: "
                    f"bench/gpu_check.sh --wheels DIR (see bench/README.md)")
     from cluster_tests.judge import traindiag as tdiag
-    from cluster_tests.measure import localtrain as local
+    from fixtures import localtrain as local
 
     # `python -m deepspeed.launcher.runner`: the carried wheels are on PYTHONPATH, not PATH
     result, text = local.run_local_single_node(1, steps=20, deadline=deadline_s,

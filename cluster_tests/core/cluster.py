@@ -8,16 +8,12 @@ will run, `prefetch` starts the logins of every node they touch at once, bounded
 from __future__ import annotations
 
 import contextlib
-import fcntl
-import hashlib
 import json
 import os
 import threading
-import time
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
@@ -36,6 +32,7 @@ from cluster_tests.core.transport import (
     resolve_target,
     wait_result,
 )
+from cluster_tests.core.workers import SharedResults
 from cluster_tests.judge import sshfail
 from cluster_tests.judge.env import is_secret
 
@@ -103,8 +100,8 @@ class Cluster:
     logged_in: set[str] = field(default_factory=set)
     #: set by the plugin: where `progress()` reports go (None: nowhere)
     progress_sink: Callable[[str, int, int], None] | None = None
-    #: set by the plugin under pytest-xdist: probe results shared by the worker processes
-    shared_dir: Path | None = None
+    #: set under pytest-xdist (core.workers): probe results shared by the worker processes
+    shared: SharedResults | None = None
 
     @classmethod
     def create(cls, settings: Settings, nodes: list[Node]) -> Cluster:
@@ -274,7 +271,7 @@ class Cluster:
         argv[1] is JSON {"sections": [...], **params}; it prints `CT_PROBE_JSON:{section: data}`.
         """
         key = probe_key(node, section, params, script)
-        if self.shared_dir is None:
+        if self.shared is None:
             return self.memo(key, lambda: self._counted_probe(node, section, params, script))
         return self.memo(key, lambda: self._shared_probe(key, node, section, params, script))
 
@@ -285,37 +282,17 @@ class Cluster:
 
     def _shared_probe(self, key: tuple[str, ...], node: str, section: str,
                       params: dict[str, Any], script: str) -> Any:
-        """Under pytest-xdist: the first worker process that needs a probe runs it and writes
-        the result (or the probe's error) to the run's shared directory, under a file lock; the
-        others wait for the lock and read it.  Logins stay per process."""
-        assert self.shared_dir is not None
-        name = hashlib.sha256(json.dumps(key).encode()).hexdigest()[:32]
-        path = self.shared_dir / f"{name}.json"
-        with open(self.shared_dir / f"{name}.lock", "w") as lock:
-            while True:  # short waits, so that Ctrl-C is not held up (see remote.wait_result)
-                try:
-                    fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    break
-                except BlockingIOError:
-                    time.sleep(0.05)
-            try:
-                if path.exists():
-                    stored = json.loads(path.read_text())
-                    with self._lock:
-                        self.stats["probes_shared"] += 1
-                else:
-                    try:
-                        stored = {"data": self._counted_probe(node, section, params, script)}
-                    except ProbeError as exc:
-                        stored = {"probe_error": str(exc)}
-                    tmp = path.with_suffix(f".{os.getpid()}.tmp")
-                    tmp.write_text(json.dumps(stored))
-                    os.replace(tmp, path)
-            finally:
-                fcntl.flock(lock, fcntl.LOCK_UN)
-        if "probe_error" in stored:
-            raise ProbeError(node, stored["probe_error"])
-        return stored["data"]
+        """Under pytest-xdist: one worker process runs the probe, the others read its result
+        (core.workers.SharedResults); logins stay per process."""
+        assert self.shared is not None
+        data, error, read = self.shared.get(
+            key, lambda: self._counted_probe(node, section, params, script), ProbeError)
+        if read:
+            with self._lock:
+                self.stats["probes_shared"] += 1
+        if error is not None:
+            raise ProbeError(node, error)
+        return data
 
     def _probe(self, node: str, section: str, params: dict[str, Any], script: str) -> Any:
         if section == "base":
@@ -384,3 +361,8 @@ class Cluster:
             self.pool.end_leftovers()
         finally:
             self.pool.close()
+
+
+#: the run's cluster, on the pytest config (`config.stash.get(CLUSTER_KEY, None)`): set by the
+#: plugin when a node list was given
+CLUSTER_KEY = pytest.StashKey[Cluster]()

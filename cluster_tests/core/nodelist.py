@@ -16,6 +16,9 @@ Pure parts (no subprocess, no network) except :func:`scontrol_hostnames`:
   machine files, linted with line numbers like H1, each finding with the DeepSpeed line to write.
 * :func:`skypilot_nodes`: ``SKYPILOT_NODE_IPS`` (one address per line, head node first) and
   ``SKYPILOT_NUM_GPUS_PER_NODE``.
+* :func:`load_hostfile`: a DeepSpeed hostfile read from disk (missing, unreadable, binary,
+  empty, absurd: one sentence each), parsed by ``judge/hostfile.py`` (DeepSpeed's parse and
+  H1's lint, pure).
 
 :func:`resolve` picks the source of a run (explicit ones win over the environment's; two
 explicit sources, or two environments with nothing explicit, are a usage error naming both).
@@ -27,6 +30,7 @@ import dataclasses
 import os
 import re
 import shutil
+import stat
 import subprocess
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -495,6 +499,72 @@ def parse_mpi_hostfile(text: str, path: str = "<mpi hostfile>", slots: int | Non
         add(1, 1, hf.ERROR, "M1-empty", "no hosts: only comments and blank lines", None)
     nl.findings = sorted(findings, key=lambda f: (f.line, f.column))
     return nl
+
+
+# --------------------------------------------------------------------------- DeepSpeed hostfile
+
+
+def _open_binary(path: str) -> bytes:
+    with open(path, "rb") as fd:
+        return fd.read(hf.MAX_BYTES + 1)
+
+
+def load_hostfile(path: str | os.PathLike[str]) -> hf.HostfileParse:
+    """Read and parse a DeepSpeed hostfile (judge.hostfile); raise hf.HostfileError, one sentence,
+    when it is not usable (missing, unreadable, binary, empty, absurd)."""
+    p = os.fspath(path)
+    try:
+        st = os.stat(p)
+    except FileNotFoundError:
+        raise hf.HostfileError(f"hostfile {p}: no such file") from None
+    except NotADirectoryError:
+        raise hf.HostfileError(
+            f"hostfile {p}: no such file (a part of the path is not a directory)"
+        ) from None
+    except OSError as exc:
+        raise hf.HostfileError(f"hostfile {p}: cannot read it ({exc.strerror})") from None
+    if stat.S_ISDIR(st.st_mode):
+        raise hf.HostfileError(f"hostfile {p} is a directory, not a file")
+    if not stat.S_ISREG(st.st_mode):
+        raise hf.HostfileError(f"hostfile {p} is not a regular file (a device, pipe or socket)")
+    if st.st_size > hf.MAX_BYTES:
+        raise hf.HostfileError(
+            f"hostfile {p} is {st.st_size} bytes, more than {hf.MAX_BYTES} (1 MiB): "
+            "that is not a hostfile"
+        )
+    try:
+        data = _open_binary(p)
+    except PermissionError:
+        raise hf.HostfileError(f"hostfile {p}: permission denied") from None
+    except OSError as exc:
+        raise hf.HostfileError(f"hostfile {p}: cannot read it ({exc.strerror})") from None
+    if len(data) > hf.MAX_BYTES:
+        raise hf.HostfileError(
+            f"hostfile {p} is more than {hf.MAX_BYTES} bytes (1 MiB): that is not a hostfile"
+        )
+    nul = data.find(b"\x00")
+    if nul >= 0:
+        raise hf.HostfileError(f"hostfile {p} is binary (a NUL byte at offset {nul}), not text")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise hf.HostfileError(
+            f"hostfile {p} is not UTF-8 text: byte 0x{data[exc.start]:02x} at offset {exc.start} "
+            "cannot be decoded"
+        ) from None
+    n_lines = len(hf.split_lines(text))
+    if n_lines > hf.MAX_LINES:
+        raise hf.HostfileError(
+            f"hostfile {p} has {n_lines} lines, more than {hf.MAX_LINES}: that is not a hostfile"
+        )
+    if text.strip() == "" or text.strip() == hf._BOM:
+        raise hf.HostfileError(f"hostfile {p} is empty: {hf._example()}")
+    result = hf.parse_hostfile_text(text, p)
+    if result.entry_lines == 0:
+        raise hf.HostfileError(
+            f"hostfile {p} has no hosts, only comments and blank lines: {hf._example()}"
+        )
+    return result
 
 
 def load_mpi_hostfile(path: str | os.PathLike[str], slots: int | None = None) -> NodeList:

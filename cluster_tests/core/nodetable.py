@@ -20,10 +20,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Generic, TypeVar
 
-if TYPE_CHECKING:
-    from cluster_tests.core.cluster import Cluster
+#: what a column's reader reads the node's cell from: the run's cluster (`Cluster.node_table`
+#: passes itself); this module needs nothing of it, so that report/ may use the table
+View = TypeVar("View")
 
 #: {column: (rank, varying_only)}: lower ranks first (equal ranks by name); a varying-only column
 #: (a version) is shown per node only where the nodes differ, else once ("same on every node")
@@ -33,9 +34,9 @@ LAST = 100
 
 
 @dataclass(frozen=True)
-class NodeColumn:
+class NodeColumn(Generic[View]):
     name: str
-    read: Callable[[Cluster, str], str | None]
+    read: Callable[[View, str], str | None]
     rank: int = LAST
     varying_only: bool = False
 
@@ -60,10 +61,10 @@ class NodeTable(dict[str, dict[str, str]]):
 CORE_LAYOUT: Layout = {"reachable": (0, False), "login": (1, False), "hostname": (2, False),
                        "slots": (3, False), "python": (6, True)}
 
-_DECLARED: dict[str, list[NodeColumn]] = {}
+_DECLARED: dict[str, list[NodeColumn[Any]]] = {}
 
 
-def declare(*columns: NodeColumn) -> None:
+def declare(*columns: NodeColumn[Any]) -> None:
     """Declare columns; idempotent, a reader being known by its module and qualified name (so
     a module imported again declares nothing new)."""
     for col in columns:
@@ -93,7 +94,7 @@ def column_order(names: Any, lay: Layout) -> list[str]:
     return sorted(set(names), key=lambda n: (lay.get(n, (LAST, False))[0], n))
 
 
-def build(cluster: Cluster, base_rows: dict[str, dict[str, str]]) -> NodeTable:
+def build(cluster: View, base_rows: dict[str, dict[str, str]]) -> NodeTable:
     """The table: `base_rows` (the nodes the run logged in to, with the cluster's own cells)
     with every declared column's cell filled from the memo."""
     table = NodeTable(layout=layout())

@@ -10,7 +10,7 @@ node is one red, not fifty. ``block`` blocks only when the blocking check is sel
 run (``-k`` may have left it out): otherwise it returns and the caller fails with its own text,
 so the cause is never hidden.
 
-The :class:`Outcomes` plugin (registered by core.plugin) gives each check the place where its
+The :class:`Outcomes` plugin (registered by cluster_tests.plugin) gives each check the place where its
 Problem and fixes go, puts them on the failed report (a red that did not fail through ``fail``
 gets a Problem made from its report: where from its parameters, the text, the fixes offered),
 and extends pytest's last-failed set with the blocked checks, so that ``pytest --lf`` after the

@@ -322,7 +322,7 @@ class Settings:
         "node pairs the pair checks cover: all, ring (each node to both ring neighbours), "
         "sample:K[:SEED] (the ring plus K random pairs), or auto "
         f"(all up to {_pairs.AUTO_ALL_MAX} nodes, ring beyond)", "auto", _pairs.normalize)
-    # Reports and run modes (cluster_tests.core.plugin, cluster_tests.core.site).
+    # Reports and run modes (cluster_tests.plugin, cluster_tests.core.site).
     html_report: str | None = option(
         "--html-report",
         "where to write the self-contained HTML report (default: cluster_report.html beside "

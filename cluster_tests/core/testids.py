@@ -10,26 +10,26 @@ string literal outside checks/ and this module (nor a message in checks/) spells
     str(ids.LOGIN)                  -> "test_login"
     ids.LOGIN.of("node1")           -> "test_login[node1]"            (the plugin's node ids)
     ids.RESOLVES.of("node1", "node2") -> "test_resolves[node1->node2]"  (its pair ids)
-    ids.ASCEND_ENV.item, .module    -> "E4", "test_env"
+    ids.ASCEND_ENV.item, .module    -> "E4", "env"
 
-Dependency-free: imports nothing from cluster_tests, so that every layer may use it.
+Dependency-free: imports nothing from cluster_tests but the section table (core.sections, itself
+dependency-free), so that every layer may use it.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-# docs/CHECKLIST.md's section letter -> the check module that holds the section
-MODULES = {"H": "test_hostfile", "S": "test_ssh", "N": "test_names", "F": "test_network",
-           "E": "test_env", "A": "test_accelerator", "R": "test_health", "D": "test_storage",
-           "C": "test_collective", "T": "test_training"}
+from cluster_tests.core.sections import BY_LETTER
+
+#: the machine the run starts from, as a launch site in test ids (`test_pdsh_installed[launcher]`)
+#: and as the first end of a launcher -> node leg
+LAUNCHER = "launcher"
 
 
 @dataclass(frozen=True)
 class TestId:
     """A check's test function: its name and the checklist item(s) its docstring opens with."""
-
-    __test__ = False  # not a pytest test class, wherever it is imported
 
     name: str  # "test_login"
     item: str  # "S1"; "C1 + C3" where one test covers two items
@@ -44,8 +44,8 @@ class TestId:
 
     @property
     def module(self) -> str:
-        """The check module that defines it: "test_ssh"."""
-        return MODULES[self.section]
+        """The check module that defines it: "ssh" (cluster_tests/checks/ssh.py)."""
+        return BY_LETTER[self.section].module
 
     def of(self, *params: str) -> str:
         """The test id of one parametrization: `of(node)` -> "test_login[node]", `of(a, b)` ->

@@ -22,8 +22,6 @@ from dataclasses import dataclass, field
 from cluster_tests.core import testids as ids
 from cluster_tests.judge.problem import Problem
 
-LAUNCHER = "launcher"
-
 #: what the launch needs of each check: core/testids.py's LAUNCH_NEEDS (the one place where
 #: test names are spelled), documented in docs/CHECKLIST.md
 LAUNCH_NEEDS = ids.LAUNCH_NEEDS
@@ -117,13 +115,13 @@ def healthy(nodes: Sequence[str], problems: Iterable[Problem], *, world_multiple
             continue  # its pairs are edges below
         if kind == "node" and p.nodes:
             for n in (*p.nodes, *p.breaks):
-                if n != LAUNCHER:
+                if n != ids.LAUNCHER:
                     dead.add(n)
                     note(n, p)
         elif kind == "as-rank0" and p.nodes:
             not_rank0.add(p.nodes[0])
             note(p.nodes[0], p)
-        elif len(p.nodes) == 2 and p.nodes[0] == LAUNCHER and kind != "none":
+        elif len(p.nodes) == 2 and p.nodes[0] == ids.LAUNCHER and kind != "none":
             dead.add(p.nodes[1])  # pdsh from the launcher cannot reach the node
             note(p.nodes[1], p)
         elif len(p.nodes) == 2 and p.nodes[0] == p.nodes[1] and kind != "none":
@@ -142,10 +140,10 @@ def healthy(nodes: Sequence[str], problems: Iterable[Problem], *, world_multiple
     edge_problems: dict[tuple[str, str], list[Problem]] = {}
     for p in problems:
         for a, b in p.pairs:  # a node's cause that breaks pairs (its firewall)
-            if a != b and LAUNCHER not in (a, b):
+            if a != b and ids.LAUNCHER not in (a, b):
                 edges.append((a, b))
                 edge_problems.setdefault((a, b), []).append(p)
-        if len(p.nodes) != 2 or p.nodes[0] == p.nodes[1] or LAUNCHER in p.nodes:
+        if len(p.nodes) != 2 or p.nodes[0] == p.nodes[1] or ids.LAUNCHER in p.nodes:
             continue
         a, b = p.nodes
         kind = needs(p)

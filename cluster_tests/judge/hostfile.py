@@ -1,8 +1,10 @@
 """The hostfile, parsed as DeepSpeed 0.19 parses it, and linted for the traps it tolerates.
 
 CHECKLIST items H1 (every line parses as DeepSpeed parses it, plus the traps of field
-guide 000 section 3), H3 (the rank-0 node is the first host) and H5 (``--include`` /
-``--exclude`` name only hosts and slots that exist).
+guide 000 section 3) and H3 (the rank-0 node is the first host). The per-line lint is
+``judge/hostfilelint.py``; H5's ``--include`` / ``--exclude`` filter is
+``judge/resourcefilter.py``; reading the file (``load_hostfile``) is ``core/nodelist.py``, with
+the other node lists.
 
 Two views of one file are kept side by side:
 
@@ -15,17 +17,15 @@ Two views of one file are kept side by side:
   own, so a file with some bad lines still yields its good lines as nodes to check, while the
   bad lines fail the hostfile test with their line, column and corrected text.
 
-Everything read from the file is data: nothing here runs a shell or a subprocess, and text
-shown in messages is escaped and shortened.
+Everything read from the file is data: nothing here reads a file, runs a shell or a
+subprocess, and text shown in messages is escaped and shortened.
 """
 
 from __future__ import annotations
 
-import os
 import re
-import stat
 from collections import OrderedDict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 __all__ = [
@@ -37,11 +37,8 @@ __all__ = [
     "Host",
     "HostfileError",
     "HostfileParse",
-    "ResourceFilterError",
     "deepspeed_parse_lines",
-    "load_hostfile",
     "parse_hostfile_text",
-    "parse_resource_filter",
     "split_lines",
 ]
 
@@ -59,16 +56,10 @@ WARNING = "warning"
 # and \d are Unicode-aware there too).
 _DEEPSPEED_PATTERN = re.compile(r"^(\S+)\s+slots=(\d+)")
 _BOM = "\ufeff"
-_SAFE_HOST = re.compile(r"[A-Za-z0-9.-]+")
-_ASCII_DIGITS = re.compile(r"[0-9]+")
 
 
 class HostfileError(Exception):
     """The hostfile cannot be used at all (missing, unreadable, binary, empty, absurd)."""
-
-
-class ResourceFilterError(ValueError):
-    """An ``--include``/``--exclude`` spec that DeepSpeed would refuse."""
 
 
 @dataclass(frozen=True)
@@ -190,308 +181,13 @@ def deepspeed_parse_lines(lines: Iterable[str]) -> OrderedDict[str, int]:
     return resource_pool
 
 
-# --------------------------------------------------------------------------- per-line lint
-
-
-@dataclass
-class _Line:
-    path: str
-    lineno: int
-    text: str  # content without line end and without a leading BOM
-    findings: list[Finding] = field(default_factory=list)
-    fixed: str | None = None
-    host: str | None = None
-    slots: int | None = None
-
-    def add(self, column: int, severity: str, code: str, message: str) -> None:
-        self.findings.append(Finding(self.path, self.lineno, column, severity, code, message, None))
-
-    def finish(self) -> list[Finding]:
-        return [
-            Finding(f.path, f.line, f.column, f.severity, f.code, f.message, self.fixed)
-            for f in self.findings
-        ]
-
-    @property
-    def has_error(self) -> bool:
-        return any(f.severity == ERROR for f in self.findings)
-
-
-def _lint_whitespace(ln: _Line, code_part: str, has_comment: bool) -> None:
-    text = code_part
-    stripped_left = text.lstrip()
-    if stripped_left != text:
-        ln.add(1, WARNING, "H1-leading-space", "whitespace before the host name")
-    for i, ch in enumerate(text):
-        if ch == "\t":
-            ln.add(
-                i + 1, WARNING, "H1-tab", "tab character; separate host and slots with one space"
-            )
-            break
-    for i, ch in enumerate(text):
-        if ch.isspace() and ch not in " \t":
-            ln.add(
-                i + 1,
-                WARNING,
-                "H1-odd-space",
-                f"unusual whitespace character {ch!r} (U+{ord(ch):04X})",
-            )
-            break
-    body = text.strip()
-    offset = len(text) - len(stripped_left)
-    m = re.search(r"\s\s+", body)
-    if m:
-        ln.add(
-            offset + m.start() + 1,
-            WARNING,
-            "H1-double-space",
-            f"{len(m.group())} whitespace characters in a row; use one space",
-        )
-    if not has_comment and text.rstrip() != text:
-        end = text.rstrip()
-        last = end.split()[-1] if end.split() else ""
-        ln.add(
-            len(end) + 1,
-            WARNING,
-            "H1-trailing-space",
-            f"trailing whitespace after {_show(last)}",
-        )
-
-
-def _lint_hostname(ln: _Line, host: str, column: int) -> None:
-    if host.startswith("-"):
-        ln.add(
-            column,
-            ERROR,
-            "H1-hostname-dash",
-            f"host name {_show(host)} starts with '-', which ssh and pdsh read as an option",
-        )
-        return
-    bad = [ch for ch in host if not _SAFE_HOST.fullmatch(ch) and ch != "_"]
-    if bad:
-        first = bad[0]
-        col = column + host.index(first)
-        if not first.isascii():
-            what = f"non-ASCII character {first!r} (U+{ord(first):04X})"
-        elif not first.isprintable():
-            what = f"control character {first!r}"
-        elif first in "$`;&|<>()'\"\\*?[]{}!~^%,=#":
-            what = f"shell metacharacter {first!r}"
-        elif first in ":@":
-            what = f"{first!r}, which DeepSpeed's --include/--exclude use as a separator"
-        else:
-            what = f"character {first!r}"
-        ln.add(
-            col,
-            ERROR,
-            "H1-hostname-chars",
-            f"host name {_show(host)} contains {what}; a host name is letters, digits, '.', '-'",
-        )
-        return
-    if "_" in host:
-        ln.add(
-            column + host.index("_"),
-            WARNING,
-            "H1-hostname-underscore",
-            f"host name {_show(host)} contains '_', which DNS does not allow",
-        )
-    if len(host) > MAX_HOSTNAME_CHARS or any(len(lab) > MAX_LABEL_CHARS for lab in host.split(".")):
-        ln.add(
-            column,
-            ERROR,
-            "H1-hostname-long",
-            f"host name {_show(host)} is too long for DNS "
-            f"(at most {MAX_HOSTNAME_CHARS} characters, {MAX_LABEL_CHARS} per label)",
-        )
-
-
-def _lint_entry(ln: _Line, code_part: str, comment: str) -> None:
-    """Judge a line that is neither blank nor a comment: host, slots, what follows."""
-    body = code_part.strip()
-    col0 = len(code_part) - len(code_part.lstrip()) + 1  # column of the host
-    parts = body.split(None, 1)
-    host = parts[0]
-    rest = parts[1] if len(parts) > 1 else ""
-    rest_col = col0 + len(body) - len(rest)
-    example = _example()
-    comment_col = len(code_part) + 1
-
-    if host.lower().startswith("slots") and "=" in host:
-        ln.add(col0, ERROR, "H1-missing-host", f"no host name before {_show(host)}; {example}")
-        ln.fixed = f"<host> {host}"
-        return
-    _lint_hostname(ln, host, col0)
-    host_ok = not ln.has_error
-    ln.host = host
-
-    if rest == "":
-        where = f"after {_show(host)}" if not comment else f"before the comment after {_show(host)}"
-        ln.add(
-            col0 + len(host),
-            ERROR,
-            "H1-missing-slots",
-            f"no 'slots=' {where}; DeepSpeed requires it (it does not default to 1)",
-        )
-        ln.fixed = f"{host} slots=<N>" if host_ok else None
-        return
-
-    value_m = re.match(r"slots=(\S*)", rest)
-    if not value_m:
-        loose = re.match(r"slots?\s*[=:]\s*(\S+)", rest, re.IGNORECASE)
-        if loose:
-            ln.add(
-                rest_col,
-                ERROR,
-                "H1-slots-syntax",
-                f"{_show(loose.group())} is not written 'slots=<n>' (lower case, no spaces); "
-                "DeepSpeed rejects the line",
-            )
-            digits = _ASCII_DIGITS.match(loose.group(1))
-            n = digits.group() if digits else "<N>"
-            ln.fixed = f"{host} slots={int(n) if digits else n}" if host_ok else None
-            if digits:
-                ln.slots = int(n)
-        else:
-            ln.add(
-                rest_col,
-                ERROR,
-                "H1-bad-entry",
-                f"{_show(rest)} after the host name is not 'slots=<n>'; {example}",
-            )
-            ln.fixed = f"{host} slots=<N>" if host_ok else None
-        return
-
-    value = value_m.group(1)
-    value_col = rest_col + len("slots=")
-    after = rest[value_m.end() :]
-    ds_digits = re.match(r"\d+", value)  # what DeepSpeed's \d+ takes, Unicode digits included
-    ascii_digits = _ASCII_DIGITS.match(value)
-    slots: int | None = None
-    if ds_digits and ascii_digits and ds_digits.group() == ascii_digits.group():
-        try:
-            slots = int(ascii_digits.group())
-        except ValueError:  # beyond Python's int digit limit; DeepSpeed raises too
-            ln.add(value_col, ERROR, "H1-slots-too-large", f"slots value of {len(value)} digits")
-            ln.fixed = None
-            return
-        tail = value[ascii_digits.end() :]
-        if tail.startswith("#"):
-            comment_col = value_col + ascii_digits.end()
-            comment = tail + after + comment
-            after = ""
-        elif tail:
-            ln.add(
-                value_col + ascii_digits.end(),
-                ERROR,
-                "H1-slots-not-integer",
-                f"slots value {_show(value)} is not a whole number; "
-                f"DeepSpeed silently reads it as slots={slots}",
-            )
-    elif ds_digits:
-        ln.add(
-            value_col,
-            ERROR,
-            "H1-slots-non-ascii",
-            f"slots value {_show(value)} uses non-ASCII digits; DeepSpeed reads them as "
-            f"{int(ds_digits.group()) if len(ds_digits.group()) < 4000 else 'a number'}",
-        )
-        try:
-            slots = int(ds_digits.group())
-        except ValueError:
-            slots = None
-    elif value.startswith("-") and _ASCII_DIGITS.match(value[1:]):
-        ln.add(value_col, ERROR, "H1-slots-negative", f"slots={value} is negative")
-    else:
-        shown = _show(value) if value else "nothing"
-        ln.add(
-            value_col, ERROR, "H1-slots-not-integer", f"slots= is followed by {shown}, not a number"
-        )
-
-    if slots is not None and slots == 0:
-        ln.add(
-            value_col,
-            ERROR,
-            "H1-slots-zero",
-            "slots=0: DeepSpeed still starts the node in the launch, with no ranks on it",
-        )
-        ln.fixed = None
-        ln.slots = 0
-        return
-
-    if after.strip():
-        tail_text = after.strip()
-        if tail_text.startswith("#"):
-            comment_col = rest_col + value_m.end() + (len(after) - len(after.lstrip()))
-            comment = tail_text + comment
-        else:
-            col = rest_col + value_m.end() + (len(after) - len(after.lstrip()))
-            ln.add(
-                col,
-                WARNING,
-                "H1-extra-text",
-                f"{_show(tail_text)} after the slots count; DeepSpeed ignores it silently",
-            )
-    if comment:
-        ln.add(
-            comment_col,
-            WARNING,
-            "H1-trailing-comment",
-            "comment after the entry; DeepSpeed 0.19 ignores it, older releases and scripts "
-            "that read the hostfile do not",
-        )
-    ln.slots = slots
-    if host_ok:
-        ln.fixed = f"{host} slots={slots}" if slots is not None else f"{host} slots=<N>"
-
-
-def _split_comment(text: str) -> tuple[str, str]:
-    """Split off a '#' comment that starts a token or follows the slots digits."""
-    m = re.search(r"(?:^|\s)(#.*)$", text)
-    if m:
-        return text[: m.start(1)], m.group(1)
-    m = re.search(r"slots=[0-9]+(#.*)$", text)
-    if m:
-        return text[: m.start(1)], m.group(1)
-    return text, ""
-
-
-def _lint_line(path: str, lineno: int, text: str) -> _Line:
-    ln = _Line(path, lineno, text)
-    body = text.strip()
-    if body == "":
-        if text:
-            ln.add(1, WARNING, "H1-blank-whitespace", "line of only whitespace")
-        return ln
-    if body.startswith("#"):
-        ln.add(
-            len(text) - len(text.lstrip()) + 1,
-            WARNING,
-            "H1-comment",
-            "comment line; DeepSpeed 0.19 skips it, but older DeepSpeed releases and scripts "
-            "that read the hostfile fail on it",
-        )
-        return ln
-    if len(text) > MAX_LINE_CHARS:
-        ln.add(
-            MAX_LINE_CHARS + 1,
-            ERROR,
-            "H1-long-line",
-            f"line of {len(text)} characters; a hostfile line is '<host> slots=<n>'",
-        )
-        return ln
-    code_part, comment = _split_comment(text)
-    _lint_whitespace(ln, code_part, bool(comment))
-    if code_part.strip() == "":  # "#" glued after only whitespace is handled above
-        return ln
-    _lint_entry(ln, code_part, comment)
-    return ln
-
-
 def parse_hostfile_text(text: str, path: str = "<hostfile>") -> HostfileParse:
     """Parse hostfile text (as read from disk, line ends untranslated) in both views.
 
     Never raises for bad content: every problem is a Finding. ``load_hostfile`` adds the
     checks on the file itself (missing, binary, empty, too large)."""
+    from cluster_tests.judge.hostfilelint import Line, lint_line  # it uses this module's model
+
     result = HostfileParse(path=path)
     raw_lines = split_lines(text)
 
@@ -509,10 +205,10 @@ def parse_hostfile_text(text: str, path: str = "<hostfile>") -> HostfileParse:
     lone_cr = [i for i, (_, end) in enumerate(raw_lines, 1) if end == "\r"]
     seen: dict[str, int] = {}
     seen_folded: dict[str, tuple[str, int]] = {}
-    lines: list[_Line] = []
+    lines: list[Line] = []
     for lineno, (content, _end) in enumerate(raw_lines, 1):
         bom = lineno == 1 and content.startswith(_BOM)
-        ln = _lint_line(path, lineno, content[1:] if bom else content)
+        ln = lint_line(path, lineno, content[1:] if bom else content)
         if bom:
             ln.add(
                 1,
@@ -587,167 +283,3 @@ def parse_hostfile_text(text: str, path: str = "<hostfile>") -> HostfileParse:
 
 def _example() -> str:
     return f"expected lines like {_show(EXAMPLE_LINE)}"
-
-
-# --------------------------------------------------------------------------- the file
-
-
-def _open_binary(path: str) -> bytes:
-    with open(path, "rb") as fd:
-        return fd.read(MAX_BYTES + 1)
-
-
-def load_hostfile(path: str | os.PathLike[str]) -> HostfileParse:
-    """Read and parse a hostfile; raise HostfileError, one sentence, when it is not usable."""
-    p = os.fspath(path)
-    try:
-        st = os.stat(p)
-    except FileNotFoundError:
-        raise HostfileError(f"hostfile {p}: no such file") from None
-    except NotADirectoryError:
-        raise HostfileError(
-            f"hostfile {p}: no such file (a part of the path is not a directory)"
-        ) from None
-    except OSError as exc:
-        raise HostfileError(f"hostfile {p}: cannot read it ({exc.strerror})") from None
-    if stat.S_ISDIR(st.st_mode):
-        raise HostfileError(f"hostfile {p} is a directory, not a file")
-    if not stat.S_ISREG(st.st_mode):
-        raise HostfileError(f"hostfile {p} is not a regular file (a device, pipe or socket)")
-    if st.st_size > MAX_BYTES:
-        raise HostfileError(
-            f"hostfile {p} is {st.st_size} bytes, more than {MAX_BYTES} (1 MiB): "
-            "that is not a hostfile"
-        )
-    try:
-        data = _open_binary(p)
-    except PermissionError:
-        raise HostfileError(f"hostfile {p}: permission denied") from None
-    except OSError as exc:
-        raise HostfileError(f"hostfile {p}: cannot read it ({exc.strerror})") from None
-    if len(data) > MAX_BYTES:
-        raise HostfileError(
-            f"hostfile {p} is more than {MAX_BYTES} bytes (1 MiB): that is not a hostfile"
-        )
-    nul = data.find(b"\x00")
-    if nul >= 0:
-        raise HostfileError(f"hostfile {p} is binary (a NUL byte at offset {nul}), not text")
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise HostfileError(
-            f"hostfile {p} is not UTF-8 text: byte 0x{data[exc.start]:02x} at offset {exc.start} "
-            "cannot be decoded"
-        ) from None
-    n_lines = len(split_lines(text))
-    if n_lines > MAX_LINES:
-        raise HostfileError(
-            f"hostfile {p} has {n_lines} lines, more than {MAX_LINES}: that is not a hostfile"
-        )
-    if text.strip() == "" or text.strip() == _BOM:
-        raise HostfileError(f"hostfile {p} is empty: {_example()}")
-    result = parse_hostfile_text(text, p)
-    if result.entry_lines == 0:
-        raise HostfileError(
-            f"hostfile {p} has no hosts, only comments and blank lines: {_example()}"
-        )
-    return result
-
-
-# --------------------------------------------------------------------------- H5 and H3
-
-SlotSpec = int | Sequence[int]
-
-
-def _parse_node_config(node_config: str) -> tuple[str, list[int]]:
-    if ":" not in node_config:
-        return node_config, []
-    pieces = node_config.split(":")
-    if len(pieces) != 2:
-        raise ResourceFilterError(
-            f"node spec {_show(node_config)} has {len(pieces) - 1} ':'; "
-            "write NAME or NAME:SLOT[,SLOT...]"
-        )
-    hostname, slot_text = pieces
-    slots: list[int] = []
-    for piece in slot_text.split(","):
-        try:
-            slots.append(int(piece))
-        except ValueError:
-            raise ResourceFilterError(
-                f"slot {_show(piece)} in {_show(node_config)} is not a slot index (0, 1, ...)"
-            ) from None
-    return hostname, slots
-
-
-def parse_resource_filter(
-    hosts: Mapping[str, SlotSpec], include: str = "", exclude: str = ""
-) -> OrderedDict[str, list[int]]:
-    """DeepSpeed 0.19 ``parse_inclusion_exclusion`` / ``parse_resource_filter``.
-
-    ``hosts`` maps host -> slot count (as the hostfile gives it; DeepSpeed turns n into slots
-    ``[0, n)``) or host -> list of slot indices. Same results and same failures as DeepSpeed,
-    raised as ResourceFilterError (a ValueError) naming the bad host or slot. DeepSpeed
-    quirks kept on purpose: a host given both whole and with slots (``a@a:0``) means only
-    those slots; slots are sorted and de-duplicated; the result follows the hostfile order;
-    hosts left with no slots are dropped, so the result may be empty.
-    """
-    host_info: OrderedDict[str, list[int]] = OrderedDict(
-        (h, list(range(s)) if isinstance(s, int) else list(s)) for h, s in hosts.items()
-    )
-    if include != "" and exclude != "":
-        raise ResourceFilterError(
-            "--include and --exclude are mutually exclusive; give only one of them"
-        )
-    if include == "" and exclude == "":
-        return host_info
-    option = "--include" if include else "--exclude"
-    spec = include if include else exclude
-
-    merged: dict[str, list[int]] = {}
-    for node_config in spec.split("@"):
-        hostname, slots = _parse_node_config(node_config)
-        merged.setdefault(hostname, []).extend(slots)
-    node_configs = {k: sorted(set(v)) for k, v in merged.items()}
-
-    filtered: dict[str, list[int]] = {h: list(s) for h, s in host_info.items()} if exclude else {}
-    for hostname, slots in node_configs.items():
-        if hostname not in host_info:
-            raise ResourceFilterError(
-                f"{option} names host {_show(hostname)}, which is not in the hostfile "
-                f"(hosts: {', '.join(host_info) or 'none'})"
-            )
-        if slots:
-            for slot in slots:
-                if slot not in host_info[hostname]:
-                    raise ResourceFilterError(
-                        f"{option} names slot {slot} on host {_show(hostname)}, which has slots "
-                        f"{_slot_range(host_info[hostname])}"
-                    )
-            if include:
-                filtered[hostname] = slots
-            else:
-                for slot in slots:
-                    filtered[hostname].remove(slot)
-        elif include:
-            filtered[hostname] = host_info[hostname]
-        else:
-            filtered[hostname] = []
-
-    ordered: OrderedDict[str, list[int]] = OrderedDict()
-    for host in host_info:
-        if host in filtered:
-            kept = list(dict.fromkeys(filtered[host]))
-            if kept:
-                ordered[host] = kept
-    return ordered
-
-
-def _slot_range(slots: Sequence[int]) -> str:
-    if not slots:
-        return "none (slots=0)"
-    if list(slots) == list(range(len(slots))):
-        return f"0..{len(slots) - 1}"
-    return ", ".join(str(s) for s in slots)
-
-

@@ -18,7 +18,7 @@ from typing import Any
 
 from cluster_tests.judge import sshfail
 from cluster_tests.judge.sshfail import Cause
-from cluster_tests.judge.trainresult import TAG, parse_output
+from cluster_tests.judge.trainresult import TAG, SmokeResult, parse_output
 
 #: Written into the log by whoever kills a launch at its deadline (a rule below reads it).
 LAUNCH_TIMEOUT_MARK = "CT_LAUNCH_TIMEOUT"
@@ -270,30 +270,40 @@ def root_causes(diags: Sequence[Diagnosis]) -> tuple[list[Diagnosis], list[Diagn
     return roots, rest
 
 
-def diagnose(
-    text: str,
-    expected_ranks: int | None = None,
-    hosts: Sequence[str] | None = None,
-) -> list[Diagnosis]:
-    """Turn a launcher log into causes that name the node where possible.
+#: One cause found, before it is merged with the same cause on the same node:
+#: (kind, node, cause, fix hint, the log line or event that shows it).
+Finding = tuple[str, "str | None", str, str, str]
 
-    ``hosts`` (the hostfile's hosts) lets a pdsh prefix or a host named inside a message be
-    matched to a node; lines without one get ``node=None`` (the launching node, or unknown).
-    """
-    known = set(hosts or ())
-    found: dict[tuple[str, str | None], Diagnosis] = {}
-    order: list[tuple[str, str | None]] = []
 
-    def add(kind: str, node: str | None, cause: str, hint: str, line: str) -> None:
-        key = (kind, node)
-        d = found.get(key)
-        if d is None:
-            d = Diagnosis(node=node, cause=cause, evidence=[], hint=hint, kind=kind)
-            found[key] = d
-            order.append(key)
-        if line not in d.evidence and len(d.evidence) < _MAX_EVIDENCE:
-            d.evidence.append(line)
+def _shape_ssh_exit(cause: str, hint: str, m: re.Match[str], node: str | None
+                    ) -> tuple[str, str]:
+    code = m.group("code")
+    if code == "255":
+        return f"{cause} (exit code 255)", hint
+    return (f"the launch on this node exited with code {code} (its ranks failed: see their "
+            "errors)"), hint
 
+
+def _shape_master_unreachable(cause: str, hint: str, m: re.Match[str], node: str | None
+                              ) -> tuple[str, str]:
+    master = m.group("m") or m.group("m2")
+    port = m.group("p") or m.group("p2")
+    return f"{cause} {master}:{port} (timed out or refused)", _master_hint(master, port, node)
+
+
+#: log rules whose cause and fix are completed from what the line says
+_SHAPES = {"ssh-exit": _shape_ssh_exit, "master-unreachable": _shape_master_unreachable}
+#: log rules whose line names another host than the failing node (the master), so that the
+#: node is not looked for in the line
+_NAMES_ANOTHER_HOST = {"master-unreachable"}
+#: log rules that mean something only with several nodes (single-node runs pass a missing
+#: hostfile on purpose)
+_MULTI_NODE_ONLY = {"hostfile-missing"}
+
+
+def _log_findings(text: str, known: set[str]) -> list[Finding]:
+    """The launcher's and pdsh's own lines, through _RULES."""
+    out: list[Finding] = []
     for raw in text.splitlines():
         line = raw.rstrip()
         if not line or TAG + " {" in line:
@@ -315,35 +325,26 @@ def diagnose(
             if node is None and rule.host_group:
                 gd = m.groupdict()
                 node = gd.get(rule.host_group) or gd.get(rule.host_group + "2")
-            if node is None and rule.kind != "master-unreachable":
-                # (that line names the master, not the node that failed to reach it)
+            if node is None and rule.kind not in _NAMES_ANOTHER_HOST:
                 node = _host_in_line(line, known)
-            if rule.kind == "hostfile-missing" and len(known) < 2:
-                continue  # single-node runs pass a missing hostfile on purpose
+            if rule.kind in _MULTI_NODE_ONLY and len(known) < 2:
+                continue
             cause, hint = rule.cause, rule.hint
-            if rule.kind == "ssh-exit":
-                code = m.group("code")
-                if code == "255":
-                    cause = f"{cause} (exit code 255)"
-                else:
-                    cause = (
-                        f"the launch on this node exited with code {code} (its ranks failed: "
-                        "see their errors)"
-                    )
-            elif rule.kind == "master-unreachable":
-                master = m.group("m") or m.group("m2")
-                port = m.group("p") or m.group("p2")
-                cause = f"{cause} {master}:{port} (timed out or refused)"
-                hint = _master_hint(master, port, node)
-            add(rule.kind, node, cause, hint, line.strip())
+            shape = _SHAPES.get(rule.kind)
+            if shape is not None:
+                cause, hint = shape(cause, hint, m, node)
+            out.append((rule.kind, node, cause, hint, line.strip()))
+    return out
 
-    # Events of the job itself.
-    res = parse_output(text, expected_ranks=expected_ranks)
+
+def _job_errors(res: SmokeResult) -> list[Finding]:
+    """What the job's ranks reported failing: a deadline, or an exception."""
+    out: list[Finding] = []
     for r, rr in sorted(res.ranks.items()):
         for e in rr.errors:
             node = rr.host or e.get("host")
             if e.get("kind") == "deadline":
-                add(
+                out.append((
                     "deadline",
                     node,
                     f"the job's deadline was exceeded there (rank {r} in phase {e.get('phase')})",
@@ -351,43 +352,80 @@ def diagnose(
                     "other diagnoses); otherwise raise the deadline (the job's --deadline, the "
                     "suite's --training-deadline) if the node is just slow",
                     _event_line(e),
-                )
+                ))
             else:
-                add(
+                out.append((
                     "job-error",
                     node,
                     f"the job raised {e.get('kind')} there: {e.get('message')}",
                     "see the traceback in the log for that rank",
                     _event_line(e),
-                )
-    if res.expected:
-        started_not_done = [r for r in res.missing_ranks if r in res.ranks and res.ranks[r].started]
-        for r in started_not_done:
-            rr = res.ranks[r]
-            if rr.errors:
-                continue
-            add(
-                "rank-not-done",
-                rr.host or res.rank_hosts.get(r),
-                f"rank {r} started but never reported done (killed, crashed or hung)",
-                "look at that node's lines above; a hang in training means a peer died or the "
-                "network between nodes drops traffic",
-                f"rank {r} started, no done event",
-            )
-        never = [r for r in res.not_started_ranks if r not in res.ranks or not res.ranks[r].errors]
-        if never:
-            by_node: dict[str | None, list[int]] = {}
-            for r in never:
-                by_node.setdefault(res.rank_hosts.get(r), []).append(r)
-            for node, rs in by_node.items():
-                add(
-                    "rank-not-started",
-                    node,
-                    f"ranks {rs} never started (never passed torch.distributed init)",
-                    "that node's launch failed or it cannot reach the master: see its lines",
-                    f"no start event from ranks {rs}",
-                )
-    return [found[k] for k in order]
+                ))
+    return out
+
+
+def _ranks_not_done(res: SmokeResult) -> list[Finding]:
+    """Ranks that started and neither finished nor reported an error."""
+    if not res.expected:
+        return []
+    started_not_done = [r for r in res.missing_ranks if r in res.ranks and res.ranks[r].started]
+    return [(
+        "rank-not-done",
+        res.ranks[r].host or res.rank_hosts.get(r),
+        f"rank {r} started but never reported done (killed, crashed or hung)",
+        "look at that node's lines above; a hang in training means a peer died or the "
+        "network between nodes drops traffic",
+        f"rank {r} started, no done event",
+    ) for r in started_not_done if not res.ranks[r].errors]
+
+
+def _ranks_not_started(res: SmokeResult) -> list[Finding]:
+    """Ranks that never passed torch.distributed init, by node."""
+    if not res.expected:
+        return []
+    never = [r for r in res.not_started_ranks if r not in res.ranks or not res.ranks[r].errors]
+    by_node: dict[str | None, list[int]] = {}
+    for r in never:
+        by_node.setdefault(res.rank_hosts.get(r), []).append(r)
+    return [(
+        "rank-not-started",
+        node,
+        f"ranks {rs} never started (never passed torch.distributed init)",
+        "that node's launch failed or it cannot reach the master: see its lines",
+        f"no start event from ranks {rs}",
+    ) for node, rs in by_node.items()]
+
+
+#: where the causes of a failed launch are found, in the order they are reported: the log's own
+#: lines, then the job's events
+_JOB_SOURCES = (_job_errors, _ranks_not_done, _ranks_not_started)
+
+
+def diagnose(
+    text: str,
+    expected_ranks: int | None = None,
+    hosts: Sequence[str] | None = None,
+) -> list[Diagnosis]:
+    """Turn a launcher log into causes that name the node where possible.
+
+    ``hosts`` (the hostfile's hosts) lets a pdsh prefix or a host named inside a message be
+    matched to a node; lines without one get ``node=None`` (the launching node, or unknown).
+    The same cause on the same node is one Diagnosis, with up to _MAX_EVIDENCE lines.
+    """
+    known = set(hosts or ())
+    found: dict[tuple[str, str | None], Diagnosis] = {}
+    res = parse_output(text, expected_ranks=expected_ranks)
+    findings = _log_findings(text, known)
+    for source in _JOB_SOURCES:
+        findings += source(res)
+    for kind, node, cause, hint, line in findings:
+        d = found.get((kind, node))
+        if d is None:
+            d = found[(kind, node)] = Diagnosis(node=node, cause=cause, evidence=[], hint=hint,
+                                                kind=kind)
+        if line not in d.evidence and len(d.evidence) < _MAX_EVIDENCE:
+            d.evidence.append(line)
+    return list(found.values())
 
 
 def _master_hint(master: str, port: str, node: str | None) -> str:

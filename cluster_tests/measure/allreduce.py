@@ -49,7 +49,7 @@ from cluster_tests.judge import collective as C
 from cluster_tests.judge import network as nc
 from cluster_tests.measure.ports import PORT_MATRIX, firewall_root
 
-#: Where the collective results live for the terminal summary (see plugin.py).
+#: Where the collective results live for the terminal summary (see cluster_tests/plugin.py).
 RESULTS_KEY = pytest.StashKey[dict[str, Any]]()
 
 #: Must equal node/allreduce.py's BOOTSTRAP (tests check it).
@@ -228,17 +228,17 @@ def launch_layout(cluster: Cluster, nodes: Sequence[str] | None = None) -> list[
     """(host, slot ids) as the launch will use them: --launch-include/--launch-exclude applied
     (DeepSpeed's resource filter; every slot when the filter is bad: T2 reports that), in
     hostfile order, optionally only ``nodes``."""
-    from cluster_tests.judge import hostfile as hf
+    from cluster_tests.judge import resourcefilter as rf
 
     nodes_ = getattr(cluster, "nodes", None)
     hosts = ({n.name: n.slots for n in nodes_} if nodes_ is not None
              else dict.fromkeys(cluster.names, 1))
     settings = cluster.settings
     try:
-        active = hf.parse_resource_filter(hosts, getattr(settings, "include", "") or "",
+        active = rf.parse_resource_filter(hosts, getattr(settings, "include", "") or "",
                                           getattr(settings, "exclude", "") or "")
         layout = [(h, list(ids)) for h, ids in active.items()]
-    except Exception:  # noqa: BLE001 - hf.ResourceFilterError: T2 names it
+    except Exception:  # noqa: BLE001 - rf.ResourceFilterError: T2 names it
         layout = [(h, list(range(n))) for h, n in hosts.items()]
     wanted = set(nodes) if nodes is not None else None
     return [(h, ids) for h, ids in layout if wanted is None or h in wanted]

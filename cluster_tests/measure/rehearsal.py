@@ -32,9 +32,9 @@ from cluster_tests.core import testids as ids
 from cluster_tests.core.cluster import Cluster, ProbeError, remote_script
 from cluster_tests.core.memokey import MemoKey
 from cluster_tests.core.transport import ConnectError
-from cluster_tests.judge import hostfile as hf
 from cluster_tests.judge import launch as le
 from cluster_tests.judge import launchargs as la
+from cluster_tests.judge import resourcefilter as rf
 from cluster_tests.measure import launchpy
 
 MEMO_KEY: MemoKey[Any] = MemoKey("rehearsal", "result")
@@ -79,8 +79,8 @@ def launch_hosts(cluster: Cluster) -> list[str]:
         return list(cluster.names)
     pool = {n.name: n.slots for n in cluster.nodes}
     try:
-        active = hf.parse_resource_filter(pool, include=s.include, exclude=s.exclude)
-    except hf.ResourceFilterError:
+        active = rf.parse_resource_filter(pool, include=s.include, exclude=s.exclude)
+    except rf.ResourceFilterError:
         return list(cluster.names)  # H5 reports the filter; rehearse every node meanwhile
     return [n for n in cluster.names if n in active]
 

@@ -15,7 +15,7 @@ from cluster_tests.core import pairs
 from cluster_tests.core import testids as ids
 from cluster_tests.core.cluster import Cluster
 from cluster_tests.core.memokey import MemoKey
-from cluster_tests.core.plugin import LAUNCHER
+from cluster_tests.core.testids import LAUNCHER
 
 #: a pdsh run: (exit, output, the site's PDSH_RCMD_TYPE), or the failure to report where pdsh
 #: is not installed

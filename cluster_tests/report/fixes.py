@@ -23,19 +23,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from cluster_tests.core import testids as ids
+from cluster_tests.core import sections
 from cluster_tests.core.memokey import base_key
+from cluster_tests.core.testids import LAUNCHER
 from cluster_tests.judge import netfacts
 from cluster_tests.judge.fixcmd import hostname_cmd, hosts_entry_cmd, q
 from cluster_tests.judge.problem import PROPERTY, Fix, Problem
 
 __all__ = ["Fix", "Problem"]
 
-LAUNCHER = "launcher"
 SCRIPT_NAME = "fixes.sh"
 #: checklist order of the blocks (by the test module's section)
-SECTIONS = {module: letter for letter, module in ids.MODULES.items()}
-ORDER = "HSNFEARDCT"
+ORDER = sections.ORDER
 
 
 # --------------------------------------------------------------------------- fix commands
@@ -124,8 +123,8 @@ class Block:
 
 def _section(module: str) -> int:
     stem = Path(module.split("::")[0]).stem
-    letter = SECTIONS.get(stem)
-    return ORDER.index(letter) if letter else len(ORDER)
+    section = sections.BY_MODULE.get(stem)
+    return section.order if section else len(ORDER)
 
 
 def blocks(outcomes: Iterable[Any]) -> list[Block]:

@@ -50,7 +50,7 @@ def test_hostfile_given_both_ways_and_anywhere(healthy_sim, tmp_path):
         assert result.passed >= {"test_hostfile_syntax", "test_hostname_matches[node1]"}
         # the rootdir (and so the test names, testpaths and markers) is the repository's,
         # not the hostfile's folder (pytest pre-parses unknown option values as paths)
-        assert result.classnames["test_hostfile_syntax"] == "cluster_tests.checks.test_hostfile"
+        assert result.classnames["test_hostfile_syntax"] == "cluster_tests.checks.hostfile"
         assert not any(o == "passed" and "tests/" in c for c, o in zip(result.classnames.values(), result.outcomes.values(), strict=False))
 
 

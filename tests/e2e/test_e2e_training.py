@@ -20,6 +20,7 @@ from suite import REPO, run_suite
 from cluster_tests.core.settings import Settings, TrainingSettings
 from cluster_tests.judge import trainargv as targv
 from cluster_tests.judge import traindiag as tdiag
+from cluster_tests.judge import trainexplain as tx
 from cluster_tests.measure import training as trr
 
 pytest.importorskip("deepspeed")
@@ -79,16 +80,16 @@ pdsh@node1: node3: ssh exited with exit code 255
 
 def test_t2_message_names_the_pair_and_keeps_consequences_short():
     cfg = trr.config_from_settings(_settings(), environ={})
-    launch = trr.Launch("T2", "node1", ["node1", "node2", "node3"], 3, "cmd", text=PDSH_PUBLICKEY,
+    launch = tx.Launch("T2", "node1", ["node1", "node2", "node3"], 3, "cmd", text=PDSH_PUBLICKEY,
                         exit_status=None, seconds=4.0, stopped="ssh-publickey")
     launch.diagnoses = tdiag.diagnose(PDSH_PUBLICKEY, 3, ["node1", "node2", "node3"])
     roots, rest = tdiag.root_causes(launch.diagnoses)
     assert [d.kind for d in roots] == ["ssh-publickey"]
     assert "ssh-exit" in {d.kind for d in rest}  # the same node's ssh failure, said once
-    msg = trr.explain(launch, cfg)
+    msg = tx.explain(launch, cfg)
     assert "node1 -> node3: ssh key login refused" in msg
     assert "test_ssh_trust[node1->node3]" in msg and "stopped after 4.0 s" in msg
-    assert trr.short_cause(launch).startswith("ssh key login refused")
+    assert tx.short_cause(launch).startswith("ssh key login refused")
 
 
 def test_exit_code_of_a_remote_launch_is_not_called_an_ssh_failure():

@@ -14,7 +14,7 @@ from cluster_tests.core.settings import Settings
 from cluster_tests.core.transport import Pool
 from cluster_tests.judge import collective as C
 from cluster_tests.measure import allreduce as R
-from cluster_tests.measure import localcollective as LC
+from fixtures import localcollective as LC
 
 FAST: dict[str, Any] = {"warmup": 1, "iters": 2, "connect_timeout": 10.0, "init_timeout": 10.0,
         "op_timeout": 30.0}

@@ -15,7 +15,7 @@ import torch
 from paths import load_script
 
 from cluster_tests.judge import collective as C
-from cluster_tests.measure import localcollective as LC
+from fixtures import localcollective as LC
 
 NP_DTYPES = {"float32": np.float32, "float16": np.float16, "float64": np.float64}
 

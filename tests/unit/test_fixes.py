@@ -92,10 +92,10 @@ def test_script_is_in_checklist_order_merged_quoted_and_bash_n_clean(tmp_path):
     hosts = fx.Fix("node3", "/etc/hosts: node1", (fixcmd.hosts_entry_cmd("node1", "10.0.0.1"),), "N2")
     modes = fx.Fix("node-2", "modes", (fixcmd.chmod_cmd(f"/root/{ODD}", 0o600),), "S2")
     outcomes = [
-        _outcome("test_name_consistent[node1]", "cluster_tests/checks/test_names.py", [hosts]),
-        _outcome("test_ssh_trust[node3->node1]", "cluster_tests/checks/test_ssh.py", [hosts]),
-        _outcome("test_ssh_modes[node-2]", "cluster_tests/checks/test_ssh.py", [modes]),
-        _outcome("test_login[node4]", "cluster_tests/checks/test_ssh.py",
+        _outcome("test_name_consistent[node1]", "cluster_tests/checks/names.py", [hosts]),
+        _outcome("test_ssh_trust[node3->node1]", "cluster_tests/checks/ssh.py", [hosts]),
+        _outcome("test_ssh_modes[node-2]", "cluster_tests/checks/ssh.py", [modes]),
+        _outcome("test_login[node4]", "cluster_tests/checks/ssh.py",
                  message="node4: public key refused",
                  fix="on node4: chmod 600 ~/.ssh/authorized_keys\n$(reboot)"),
     ]

@@ -59,7 +59,7 @@ def test_h1_red_names_the_line_never_a_crash(tmp_path, kind, mixed):
     assert "INTERNALERROR" not in out and "Traceback" not in out, out[-3000:]
     assert proc.returncode in (1, 4), out[-3000:]  # tests failed / usage error
     if proc.returncode == 1:
-        assert "FAILED cluster_tests/checks/test_hostfile.py::test_hostfile_syntax" in out, out[-3000:]
+        assert "FAILED cluster_tests/checks/hostfile.py::test_hostfile_syntax" in out, out[-3000:]
         lineno = len(text.splitlines())
         assert f"{path}:{lineno}:" in out or f"{path}: deepspeed" in out, out[-3000:]
         assert said in out, out[-3000:]

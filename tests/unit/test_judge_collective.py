@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from paths import SAMPLES, load_script
 
 from cluster_tests.judge import collective as C
-from cluster_tests.measure import localcollective as LC
+from fixtures import localcollective as LC
 
 FAST: dict[str, Any] = {"warmup": 2, "iters": 5, "connect_timeout": 10.0, "init_timeout": 10.0,
         "op_timeout": 30.0}
@@ -362,7 +362,7 @@ def test_flag_slow_pairs_names_the_slow_node() -> None:
 def test_suspect_node_one_rule_for_slow_and_failing_pairs() -> None:
     """C2's one suspect rule (flag_slow_pairs' suspect, and the failing pairs' note in the
     check): in two bad pairs at least, and in strictly more than any other node."""
-    from cluster_tests.checks import test_collective as check
+    from cluster_tests.checks import collective as check
 
     assert C.suspect_node([("a", "c"), ("b", "c")])[0] == "c"
     assert C.suspect_node([("a", "b")])[0] is None  # one pair: a link

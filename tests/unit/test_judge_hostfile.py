@@ -12,6 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from paths import REPO
 
+from cluster_tests.core.nodelist import load_hostfile
 from cluster_tests.judge.hostfile import (
     MAX_BYTES,
     MAX_LINES,
@@ -19,13 +20,11 @@ from cluster_tests.judge.hostfile import (
     Host,
     HostfileError,
     HostfileParse,
-    ResourceFilterError,
     deepspeed_parse_lines,
-    load_hostfile,
     parse_hostfile_text,
-    parse_resource_filter,
     split_lines,
 )
+from cluster_tests.judge.resourcefilter import ResourceFilterError, parse_resource_filter
 
 runner = pytest.importorskip("deepspeed.launcher.runner")
 
@@ -405,7 +404,7 @@ def test_slots_beyond_int_digit_limit(monkeypatch: pytest.MonkeyPatch) -> None:
     and as too large when the line-length limit is lifted."""
     text = "node1 slots=" + "9" * 5000 + "\n"
     assert only(text, "H1-long-line").severity == "error"
-    monkeypatch.setattr("cluster_tests.judge.hostfile.MAX_LINE_CHARS", 10**6)
+    monkeypatch.setattr("cluster_tests.judge.hostfilelint.MAX_LINE_CHARS", 10**6)
     f = only(text, "H1-slots-too-large")
     assert (f.line, f.column, f.severity, f.fixed_line) == (1, 13, "error", None)
     assert_same_as_deepspeed(text)
@@ -510,7 +509,7 @@ def test_unreadable_permission_error(tmp_path: Path, monkeypatch: pytest.MonkeyP
     def denied(path: str) -> bytes:
         raise PermissionError(13, "Permission denied", path)
 
-    monkeypatch.setattr("cluster_tests.judge.hostfile._open_binary", denied)
+    monkeypatch.setattr("cluster_tests.core.nodelist._open_binary", denied)
     with pytest.raises(HostfileError, match=r"^hostfile .*: permission denied$"):
         load_hostfile(f)
 

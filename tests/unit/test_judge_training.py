@@ -1,4 +1,4 @@
-"""Tests of judge/trainargv, trainresult, traindiag, measure/localtrain and node/train_smoke.py (checklist T1, T2).
+"""Tests of judge/trainargv, trainresult, traindiag, fixtures/localtrain and node/train_smoke.py (checklist T1, T2).
 
 Real runs use the deepspeed launcher on this machine, on CPU (DS_ACCELERATOR=cpu, gloo), with
 2 local ranks. Run: .venv/bin/python -m pytest tests/unit/test_judge_training.py -p no:cacheprovider -q
@@ -17,7 +17,7 @@ import pytest
 from cluster_tests.judge import trainargv as targv
 from cluster_tests.judge import traindiag as tdiag
 from cluster_tests.judge import trainresult as tres
-from cluster_tests.measure import localtrain as local
+from fixtures import localtrain as local
 
 pytest.importorskip("torch")
 pytest.importorskip("deepspeed")

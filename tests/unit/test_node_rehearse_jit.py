@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from cluster_tests.measure.localtrain import SCRIPT_PATH
+from fixtures.localtrain import SCRIPT_PATH
 
 REHEARSE = SCRIPT_PATH.parent / "rehearse.py"
 

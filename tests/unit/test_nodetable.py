@@ -20,8 +20,8 @@ class _Memo:
 
 
 def test_sections_declare_their_columns_and_layout():
-    import cluster_tests.checks.test_env  # noqa: F401 - declares E3's versions
-    import cluster_tests.checks.test_network  # noqa: F401 - declares the interface
+    import cluster_tests.checks.env  # noqa: F401 - declares E3's versions
+    import cluster_tests.checks.network  # noqa: F401 - declares the interface
 
     lay = nodetable.layout()
     assert lay["interface"] == (5, False)

@@ -19,10 +19,10 @@ def _recorder(red: tuple[str, str] = ("node1", "node3")) -> Recorder:
             msg = (f"{a} -> {b}: public key refused\n  fix: ssh {a} cat ~/.ssh/id_ed25519.pub | "
                    f"ssh {b} 'cat >> ~/.ssh/authorized_keys'") if bad else ""
             rec.outcomes[f"test_ssh_trust[{a}->{b}]"] = Outcome(
-                f"test_ssh_trust[{a}->{b}]", "test_ssh_trust", "cluster_tests/checks/test_ssh.py",
+                f"test_ssh_trust[{a}->{b}]", "test_ssh_trust", "cluster_tests/checks/ssh.py",
                 "failed" if bad else "passed", msg, pair=(a, b))
             rec.outcomes[f"test_reachable[{a}->{b}]"] = Outcome(
-                f"test_reachable[{a}->{b}]", "test_reachable", "cluster_tests/checks/test_network.py",
+                f"test_reachable[{a}->{b}]", "test_reachable", "cluster_tests/checks/network.py",
                 "passed", pair=(a, b), properties={"rtt_ms": f"{0.1 + NODES.index(b) / 10:.3f}",
                                                    "jitter_ms": "0.010"})
     for i, a in enumerate(NODES):
@@ -97,11 +97,11 @@ def test_heatmaps_draw_only_the_checked_pairs():
     ring = [(a, nodes[(i + 1) % len(nodes)]) for i, a in enumerate(nodes)]
     for a, b in ring:
         rec.outcomes[f"test_ssh_trust[{a}->{b}]"] = Outcome(
-            f"test_ssh_trust[{a}->{b}]", "test_ssh_trust", "cluster_tests/checks/test_ssh.py", "passed",
+            f"test_ssh_trust[{a}->{b}]", "test_ssh_trust", "cluster_tests/checks/ssh.py", "passed",
             pair=(a, b))
         rec.outcomes[f"test_allreduce_pair[{a}<->{b}]"] = Outcome(
             f"test_allreduce_pair[{a}<->{b}]", "test_allreduce_pair",
-            "cluster_tests/checks/test_collective.py", "passed", pair=(a, b),
+            "cluster_tests/checks/collective.py", "passed", pair=(a, b),
             properties={"busbw_GBps": "1.0"})
     ssh = html_report.trust_heatmap(rec)
     assert ssh is not None

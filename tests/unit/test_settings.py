@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 from paths import REPO
 
+from cluster_tests.core import sections
 from cluster_tests.core import settings as S
-from cluster_tests.core.plugin import MARKERS
 
 
 def _config(cli: dict | None = None, ini: dict | None = None) -> Any:  # a stand-in for pytest.Config
@@ -123,8 +123,8 @@ def test_markers_come_from_the_plugin_alone(tmp_path) -> None:
     out = subprocess.run([sys.executable, "-m", "pytest", "--markers", "-p", "no:cacheprovider"],
                          check=False, cwd=REPO, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
-    for name, text in MARKERS.items():
-        assert f"@pytest.mark.{name}: {text}" in out.stdout
+    for section in sections.SECTIONS:
+        assert f"@pytest.mark.{sections.marker_line(section)}" in out.stdout
     # -m selects by them under --strict-markers, with no ini file naming them
     (tmp_path / "test_m.py").write_text(
         "import pytest\n\n@pytest.mark.network\ndef test_a():\n    pass\n\n"

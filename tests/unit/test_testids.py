@@ -8,8 +8,8 @@ the constants of core/testids.py it cannot.  This file keeps that rule after eve
     whose docstring opens with the constant's checklist item ("S1: ...");
 (b) no string literal in cluster_tests/ (f-string parts included; docstrings, which explain, and
     core/testids.py, which defines, excepted) contains a test name (`test_` and a word), the
-    check modules' own messages included.  Check module names (test_env, the section keys of
-    the fixes script) are no exception: they come from `testids.MODULES` too.
+    check modules' own messages included.  Check module names (env, the section keys of the
+    fixes script) come from the section table, `core/sections.py`.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ import re
 import pytest
 from paths import PACKAGE
 
+from cluster_tests.core import sections
 from cluster_tests.core import testids as ids
 from cluster_tests.report import fixes
 
@@ -33,7 +34,9 @@ CONSTANTS = {k: v for k, v in vars(ids).items() if isinstance(v, ids.TestId)}
 def _check_functions() -> dict[str, dict[str, str]]:
     """{check module: {test function: its docstring}}, read with ast (nothing imported)."""
     out: dict[str, dict[str, str]] = {}
-    for path in sorted(CHECKS.glob("test_*.py")):
+    for path in sorted(CHECKS.glob("*.py")):
+        if path.name == "__init__.py":
+            continue
         tree = ast.parse(path.read_text(), str(path))
         out[path.stem] = {n.name: ast.get_docstring(n) or "" for n in tree.body
                           if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
@@ -57,17 +60,20 @@ def test_id_forms() -> None:
     assert f"see {ids.LOGIN}" == "see test_login"
     assert ids.LOGIN.of("node1") == "test_login[node1]"
     assert ids.RESOLVES.of("node1", "node2") == "test_resolves[node1->node2]"
-    assert (ids.ASCEND_ENV.item, ids.ASCEND_ENV.section, ids.ASCEND_ENV.module) == ("E4", "E", "test_env")
+    assert (ids.ASCEND_ENV.item, ids.ASCEND_ENV.section, ids.ASCEND_ENV.module) == ("E4", "E", "env")
     assert ids.ALLREDUCE.section == "C"
     with pytest.raises(AttributeError):
         ids.LOGIN.name = "test_other"  # type: ignore[misc]
 
 
 def test_sections_are_the_check_modules() -> None:
-    """MODULES has one letter per check module, in checklist order, as the fixes script sorts."""
-    assert sorted(ids.MODULES.values()) == sorted(_check_functions())
-    assert "".join(ids.MODULES) == fixes.ORDER
-    assert fixes.SECTIONS == {m: s for s, m in ids.MODULES.items()}
+    """The section table has one row per check module, in checklist order, as the fixes script
+    sorts; letters, markers and modules are each unique."""
+    assert sorted(s.module for s in sections.SECTIONS) == sorted(_check_functions())
+    assert fixes.ORDER == sections.ORDER == "HSNFEARDCT"
+    for column in ("letter", "marker", "module"):
+        assert len({getattr(s, column) for s in sections.SECTIONS}) == len(sections.SECTIONS)
+    assert [s.order for s in sections.SECTIONS] == list(range(len(sections.SECTIONS)))
 
 
 @pytest.mark.parametrize("const", sorted(CONSTANTS))

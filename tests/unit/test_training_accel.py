@@ -10,9 +10,10 @@ from paths import load_script
 
 from cluster_tests.core.settings import Settings, TrainingSettings
 from cluster_tests.judge import trainargv as targv
+from cluster_tests.judge import trainexplain as tx
 from cluster_tests.judge import trainresult as tres
-from cluster_tests.measure import localtrain as local
 from cluster_tests.measure import training as trr
+from fixtures import localtrain as local
 
 
 def _job():
@@ -53,38 +54,38 @@ def test_a_gpu_node_training_on_cpu_is_red_with_the_likely_cause() -> None:
                    1: {"host": "node2", "accelerator": "cpu", "backend": "gloo"},
                    2: {"host": "node2", "accelerator": "cpu", "backend": "gloo"}})
     inv = {"node1": ("nvidia", "8 GPUs"), "node2": ("nvidia", "8 GPUs")}
-    problems = trr.accelerator_problems(res, inv)
+    problems = tx.accelerator_problems(res, inv)
     assert problems == [
         "node2: ranks 1,2 trained on cpu (gloo), but node2 has 8 GPUs; DeepSpeed fell back to "
         "its CPU accelerator: torch.cuda is not usable from the remote Python (a CPU-only torch "
         "build, or a driver the CUDA runtime cannot use; see test_accelerators)"]
-    forwarded = trr.accelerator_problems(res, inv, {"DS_ACCELERATOR": "cpu"})
+    forwarded = tx.accelerator_problems(res, inv, {"DS_ACCELERATOR": "cpu"})
     assert "DS_ACCELERATOR=cpu was passed on from pytest's environment" in forwarded[0]
-    on_node = trr.accelerator_problems(
+    on_node = tx.accelerator_problems(
         _result({0: {"host": "node1", "accelerator": "cpu", "backend": "gloo", "env": "cpu"}}),
         {"node1": ("ascend", "8 NPUs")})
     assert on_node == ["node1: rank 0 trained on cpu (gloo), but node1 has 8 NPUs; "
                        "DS_ACCELERATOR=cpu is set for the ranks on node1 (~/.bashrc or "
                        "~/.deepspeed_env): remove it"]
-    npu = trr.accelerator_problems(
+    npu = tx.accelerator_problems(
         _result({0: {"host": "node1", "accelerator": "cpu", "backend": "gloo"}}),
         {"node1": ("ascend", "8 NPUs")})
     assert "CANN's set_env.sh" in npu[0]
     # CPU nodes on CPU, unknown nodes, no result: nothing to say
-    assert trr.accelerator_problems(res, {"node2": ("cpu", "no accelerator")}) == []
-    assert trr.accelerator_problems(None, inv) == []
+    assert tx.accelerator_problems(res, {"node2": ("cpu", "no accelerator")}) == []
+    assert tx.accelerator_problems(None, inv) == []
 
 
 def test_the_launch_is_not_ok_and_explains_the_accelerator() -> None:
     cfg = trr.config_from_settings(Settings(training=TrainingSettings(steps=10, deadline=30.0)),
                                    environ={})
-    launch = trr.Launch("T1-node2", "node2", ["node2"], 1, "cmd", exit_status=0)
+    launch = tx.Launch("T1-node2", "node2", ["node2"], 1, "cmd", exit_status=0)
     launch.result = SimpleNamespace(ok=True, problems=lambda: [])  # type: ignore[assignment]
     assert launch.ok
     launch.accel_problems = ["node2: rank 0 trained on cpu (gloo), but node2 has 8 GPUs; x"]
     assert not launch.ok
-    assert "  node2: rank 0 trained on cpu (gloo), but node2 has 8 GPUs; x" in trr.explain(launch, cfg)
-    assert trr.short_cause(launch).startswith("node2: rank 0 trained on cpu")
+    assert "  node2: rank 0 trained on cpu (gloo), but node2 has 8 GPUs; x" in tx.explain(launch, cfg)
+    assert tx.short_cause(launch).startswith("node2: rank 0 trained on cpu")
 
 
 def test_t1_trains_on_the_launch_slot_ids() -> None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import ast
 
 from cluster_tests.judge import trainresult as tres
-from cluster_tests.measure import localtrain
+from fixtures import localtrain
 
 
 def _constants() -> dict[str, object]:
@@ -38,15 +38,16 @@ def test_t2_ssh_leg_fixes_name_the_rank0_node() -> None:
     """T2's message for pdsh's ssh legs (the fixes come from judge/sshfail.py's PDSH_LEG)."""
     from cluster_tests.core.settings import Settings, TrainingSettings
     from cluster_tests.judge import traindiag as tdiag
+    from cluster_tests.judge import trainexplain as tx
     from cluster_tests.measure import training as trr
 
     cfg = trr.config_from_settings(Settings(training=TrainingSettings(steps=10, deadline=30.0)),
                                    environ={})
-    launch = trr.Launch("T2", "node1", ["node1", "node2"], 2, "cmd", exit_status=1)
+    launch = tx.Launch("T2", "node1", ["node1", "node2"], 2, "cmd", exit_status=1)
     launch.diagnoses = tdiag.diagnose("node2: u@node2: Permission denied (publickey).\n"
                                       "node2: Host key verification failed.\n",
                                       hosts=["node1", "node2"])
-    msg = trr.explain(launch, cfg)
+    msg = tx.explain(launch, cfg)
     assert ("  node1 -> node2: ssh key login refused (publickey): the launcher's key is not "
             "accepted there (pdsh's ssh leg from the rank-0 node)\n"
             "    node2: u@node2: Permission denied (publickey).\n"

@@ -1,65 +1,46 @@
-"""pytest plugin: options, fixtures and parametrization of the cluster checks.
+"""The pytest plugin, the package's composition root: options, hooks and fixtures, wired.
 
 Registered through the `pytest11` entry point so that `--hostfile` exists before pytest
-pre-parses the command line (PITFALLS 3).  The checks themselves live in the sibling
-`test_*.py` modules, one per CHECKLIST section; logic lives in the other sibling modules.
+pre-parses the command line (PITFALLS 3).  The checks themselves are the section modules
+`cluster_tests/checks/<section>.py` (core.sections), which this plugin collects.  It only wires
+the run together: where the nodes come from is core.source, sharing across xdist workers is
+core.workers, the report files are report.files; nothing in the package imports this module.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import fnmatch
 import importlib.util
 import os
-import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from cluster_tests.core import nodelist as nodelist_mod
-from cluster_tests.core import outcome, rootdir_fix
+from cluster_tests.core import outcome, rootdir_fix, sections, workers
 from cluster_tests.core import pairs as pairs_mod
+from cluster_tests.core import source as source_mod
 from cluster_tests.core import testids as ids
-from cluster_tests.core.cluster import Cluster, Node, node_probes
-from cluster_tests.core.nodetable import NodeTable
+from cluster_tests.core.cluster import CLUSTER_KEY, Cluster, Node, node_probes
 from cluster_tests.core.settings import Settings, add_options, read_settings
 from cluster_tests.judge import hostfile as hostfile_mod
+from cluster_tests.report import files
 from cluster_tests.report import fixes as fixes_mod
-from cluster_tests.report import healthy as healthy_mod
 from cluster_tests.report.summary import Recorder, keyword_form, mask, progress_writer
 
-CLUSTER_KEY = pytest.StashKey[Cluster]()
 SETTINGS_KEY = pytest.StashKey[Settings]()
 PARSE_KEY = pytest.StashKey[object]()
 #: where the node list came from (the report header's "from ...")
 SOURCE_KEY = pytest.StashKey[str]()
 RECORDER_KEY = pytest.StashKey[Recorder]()
-JSON_PATH_KEY = pytest.StashKey[Path]()
-HTML_PATH_KEY = pytest.StashKey[Path]()
-#: reports/fixes.sh of this run, and how many command / manual blocks it has
-FIXES_KEY = pytest.StashKey[tuple]()
-# What the xdist workers did and learnt (node facts, logins, probes), merged on the controller.
-WORKERS_KEY = pytest.StashKey[dict[str, Any]]()
+#: the report files written at the end of the run (report.files)
+WRITTEN_KEY = pytest.StashKey[files.Written]()
 # Lines that other sections (e.g. the bandwidth table) add to the terminal summary.
 SUMMARY_EXTRA_KEY = pytest.StashKey[list[Any]]()
-#: what the summary ends with: the nodes to launch on now (hostfile.healthy) and the launch line
-LAUNCH_LINES_KEY = pytest.StashKey[list[str]]()
 
-MARKERS = {
-    "hostfile": "H - the hostfile parses as DeepSpeed parses it, and fits the cluster",
-    "ssh": "S - SSH from the launcher and between every ordered pair of nodes",
-    "names": "N - name resolution",
-    "network": "F - network reachability and firewall",
-    "env": "E - environment as non-interactive shells see it",
-    "accelerator": "A - accelerators visible and healthy",
-    "health": "R - RDMA fabric, limits, /dev/shm and GPU/NPU health, as the launch meets them",
-    "storage": "D - checkpoint storage shared and writable",
-    "collective": "C - all-reduce bandwidth through torch.distributed",
-    "training": "T - training smoke tests through the real launcher",
-}
-
-LAUNCHER = "launcher"
+#: the check modules, cluster_tests/checks/<section>.py (core.sections), collected by this plugin
+CHECKS_DIR = Path(__file__).resolve().parent / "checks"
 
 
 def _testinfra_active(pluginmanager: pytest.PytestPluginManager) -> bool:
@@ -79,8 +60,8 @@ def pytest_load_initial_conftests(early_config: pytest.Config, args: list[str]) 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_configure(config: pytest.Config) -> None:
-    for name, text in MARKERS.items():
-        config.addinivalue_line("markers", f"{name}: {text}")
+    for section in sections.SECTIONS:
+        config.addinivalue_line("markers", sections.marker_line(section))
     if (
         config.pluginmanager.has_plugin("timeout")
         and getattr(config.option, "timeout", "unset") is None
@@ -99,7 +80,12 @@ def pytest_configure(config: pytest.Config) -> None:
         # pytest's -k grammar has no '>': `-k "node1->node2"` matches the keyword that
         # pytest_itemcollected gives every pair test (see report.keyword_form)
         config.option.keyword = keyword_form(config.option.keyword)
-    got = _node_list(config, settings)
+    xml = getattr(config.option, "xmlpath", None)
+    try:
+        got = source_mod.node_list(settings, os.environ, Path(xml).parent if xml else
+                                   Path(config.invocation_params.dir) / "reports")
+    except source_mod.NodeListError as exc:
+        raise pytest.UsageError(str(exc)) from None
     if got is None:
         return
     settings, parse, config.stash[SOURCE_KEY] = got
@@ -116,11 +102,11 @@ def pytest_configure(config: pytest.Config) -> None:
     config.pluginmanager.register(outcome.Outcomes(config), "cluster_tests_outcomes")
     config.pluginmanager.register(_SummaryPlugin(recorder), "cluster_tests_summary")
     if config.pluginmanager.has_plugin("xdist"):
-        _XdistPlugin.setup(config, cluster)
+        workers.XdistPlugin.setup(config, cluster)
     if config.args_source == pytest.Config.ArgsSource.INVOCATION_DIR:
         # No test paths given and no ini file naming them (an installed suite, run from
         # anywhere): run the checklist, not whatever test files the current directory holds.
-        config.args = [str(Path(__file__).resolve().parent.parent / "checks")]
+        config.args = [str(CHECKS_DIR)]
     _add_site_checks(config, settings)
     if getattr(config.option, "xmlpath", "unset") is None and not hasattr(config, "workerinput"):
         reports = Path(config.invocation_params.dir) / "reports"
@@ -128,49 +114,24 @@ def pytest_configure(config: pytest.Config) -> None:
         config.option.xmlpath = str(reports / "junit.xml")
 
 
-def _node_list(config: pytest.Config, settings: Settings
-               ) -> tuple[Settings, hostfile_mod.HostfileParse, str] | None:
-    """The run's nodes (cluster_tests.core.nodelist): a DeepSpeed --hostfile as before, or a Slurm
-    allocation, an MPI hostfile or SkyPilot, written out as the DeepSpeed hostfile that the run
-    checks (and T2 launches with). Returns (settings with that hostfile, parse, where from)."""
-    v = settings.nodelist
-    environ = os.environ
-    try:
-        source = nodelist_mod.choose_source(
-            hostfile=str(settings.hostfile) if settings.hostfile else None,
-            hostfile_from=settings.hostfile_source, mpi_hostfile=v.mpi_hostfile,
-            environ=environ, nodes_from=v.nodes_from)
-        if source is None:
-            return None
-        write = v.write_hostfile
-        out = Path(write).expanduser().absolute() if write else None
-        if source == "hostfile":
-            if v.slots is not None:
-                raise nodelist_mod.NodeListError(
-                    "--slots is for node lists without slot counts (Slurm, SkyPilot, MPI); the "
-                    "hostfile's slots= are what DeepSpeed uses")
-            try:
-                parse = hostfile_mod.load_hostfile(str(settings.hostfile))
-            except hostfile_mod.HostfileError as exc:
-                raise pytest.UsageError(str(exc)) from None
-            where = (f"hostfile {settings.hostfile}"
-                     + nodelist_mod.env_note(source, environ))
-            if out is not None and parse.hosts:
-                nodelist_mod.write_hostfile(out, "".join(f"{h.name} slots={h.slots}\n"
-                                                         for h in parse.hosts))
-                where += f", checked lines written to {out}"
-            return settings, parse, where
-        if out is None:
-            xml = getattr(config.option, "xmlpath", None)
-            base = (Path(xml).parent if xml else Path(config.invocation_params.dir) / "reports")
-            out = base.absolute() / "hostfile"
-        got = nodelist_mod.resolve(source, mpi_hostfile=v.mpi_hostfile, slots=v.slots,
-                                   environ=environ, out=out)
-    except nodelist_mod.NodeListError as exc:
-        raise pytest.UsageError(str(exc)) from None
-    settings = dataclasses.replace(settings, hostfile=got.hostfile,
-                                   hostfile_source=got.nodes.source)
-    return settings, got.parse, got.description + nodelist_mod.env_note(source, environ)
+def _is_check_module(path: Path) -> bool:
+    return path.suffix == ".py" and path.stem in sections.BY_MODULE and path.parent == CHECKS_DIR
+
+
+def _python_collects(path: Path, parent: pytest.Collector) -> bool:
+    """Whether pytest's own Python collector takes the file: a path given on the command line,
+    or a name that matches `python_files`."""
+    return parent.session.isinitpath(path) or any(
+        fnmatch.fnmatch(path.name, pattern) for pattern in parent.config.getini("python_files"))
+
+
+def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Module | None:
+    """The checks are shipped as section modules (`checks/ssh.py`), not as `test_*.py` files that
+    IDEs, coverage and a project's own tooling would take for its tests: this plugin collects
+    them itself, as pytest's own Module (same test functions, ids, markers, fixtures)."""
+    if _is_check_module(file_path) and not _python_collects(file_path, parent):
+        return pytest.Module.from_parent(parent, path=file_path)
+    return None
 
 
 def _add_site_checks(config: pytest.Config, settings: Settings) -> None:
@@ -229,16 +190,16 @@ class _SummaryPlugin:
             # the collective section prints its own table when its fixtures ran in this process;
             # else (the xdist controller) the table comes from the recorded properties, here
             extra += self.recorder.render_bandwidth()
-        lines = self.recorder.summary_lines(node_facts(config), extra=extra)
+        lines = self.recorder.summary_lines(workers.node_facts(config, _cluster(config)), extra=extra)
         if lines:
             terminalreporter.section("cluster summary")
             for line in lines:
                 terminalreporter.line(line)
-        for name, key in (("JSON summary", JSON_PATH_KEY), ("HTML report", HTML_PATH_KEY)):
-            path = config.stash.get(key, None)
+        written = config.stash.get(WRITTEN_KEY, None) or files.Written()
+        for name, path in (("JSON summary", written.json_path), ("HTML report", written.html_path)):
             if path is not None:
                 terminalreporter.line(f"{name}: {path}")
-        script = config.stash.get(FIXES_KEY, None)
+        script = written.fixes
         if script is not None and script[1] + script[2]:
             shown = script[0]
             try:
@@ -247,81 +208,6 @@ class _SummaryPlugin:
                 pass
             manual = f" ({script[2]} of its {script[1] + script[2]} blocks need a person)" if script[2] else ""
             terminalreporter.line(f"review and run {shown}{manual}, then pytest --lf")
-
-
-class _XdistPlugin:
-    """pytest-xdist: the worker processes share probe results through a directory the controller
-    makes (Cluster.shared_dir: the first worker that needs a probe runs it, the others read it);
-    each worker sends its node facts and counters back, and the controller, which alone writes
-    the summary, JSON and HTML, merges them.  The checks are distributed by file (one section per
-    worker at a time), so that the whole-cluster phases (port matrix, shared-storage matrix,
-    all-reduce, training) run once, not once per worker."""
-
-    def __init__(self, config: pytest.Config, cluster: Cluster) -> None:
-        self.config = config
-        self.cluster = cluster
-        self.shared: str | None = None
-
-    @classmethod
-    def setup(cls, config: pytest.Config, cluster: Cluster) -> None:
-        workerinput = getattr(config, "workerinput", None)
-        if workerinput is not None:
-            if workerinput.get("ct_shared_dir"):
-                cluster.shared_dir = Path(workerinput["ct_shared_dir"])
-        elif getattr(config.option, "dist", "no") in ("load", "worksteal", "loadgroup"):
-            config.option.dist = "loadfile"
-        config.stash[WORKERS_KEY] = {"stats": {}, "logged_in": set(), "facts": NodeTable(), "workers": 0}
-        config.pluginmanager.register(cls(config, cluster), "cluster_tests_xdist")
-
-    @pytest.hookimpl(optionalhook=True)
-    def pytest_configure_node(self, node) -> None:  # controller, once per worker
-        if self.shared is None:
-            self.shared = tempfile.mkdtemp(prefix="cluster-tests-xdist-")
-        node.workerinput["ct_shared_dir"] = self.shared
-
-    @pytest.hookimpl(optionalhook=True)
-    def pytest_testnodedown(self, node, error) -> None:  # controller, once per worker
-        got = getattr(node, "workeroutput", {}).get("ct_cluster") or {}
-        merged = self.config.stash[WORKERS_KEY]
-        merged["workers"] += 1
-        for k, v in got.get("stats", {}).items():
-            merged["stats"][k] = merged["stats"].get(k, 0) + v
-        merged["logged_in"] |= set(got.get("logged_in", []))
-        merged["facts"].merge(got.get("facts", {}), {
-            k: (int(r), bool(v)) for k, (r, v) in got.get("columns", {}).items()})
-
-    def pytest_sessionfinish(self, session: pytest.Session) -> None:
-        if hasattr(self.config, "workeroutput"):  # a worker: hand what it did to the controller
-            table = self.cluster.node_table()
-            self.config.workeroutput["ct_cluster"] = {
-                "stats": dict(self.cluster.stats), "logged_in": sorted(self.cluster.logged_in),
-                "facts": dict(table), "columns": table.layout}
-
-    def pytest_unconfigure(self) -> None:
-        if self.shared is not None:
-            shutil.rmtree(self.shared, ignore_errors=True)
-
-
-def node_facts(config: pytest.Config) -> NodeTable:
-    """Per-node facts learnt by this process and (under xdist) by every worker, with the layout
-    of their columns (declared by the sections, in the workers too)."""
-    cluster = _cluster(config)
-    workers: NodeTable = config.stash.get(WORKERS_KEY, {}).get("facts", NodeTable())
-    facts = NodeTable({n: dict(r) for n, r in workers.items()}, workers.layout)
-    if cluster is not None:
-        mine = cluster.node_table()
-        facts.merge(mine, mine.layout)
-    names = cluster.names if cluster else []
-    return NodeTable({n: facts[n] for n in names if n in facts}, facts.layout)
-
-
-def _remote_counts(config: pytest.Config, cluster: Cluster) -> dict[str, object]:
-    """SSH logins and probes of this run, all processes together (for the JSON meta)."""
-    workers: dict[str, Any] = config.stash.get(
-        WORKERS_KEY, {"stats": {}, "logged_in": set(), "workers": 0})
-    stats = {k: v + workers["stats"].get(k, 0) for k, v in cluster.stats.items()}
-    return {**stats, "logged_in": sorted(cluster.logged_in | workers["logged_in"]),
-            "xdist_workers": workers["workers"]}
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
@@ -343,46 +229,20 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     selection = pairs_mod.selection(cluster)
     if selection is not None:
         meta["pairs"] = selection.meta(len(cluster.nodes))
-    meta.update(_remote_counts(config, cluster))
-    facts = node_facts(config)
-    healthy_path = path.with_name(healthy_mod.FILE_NAME)
-    result = healthy_mod.decide(recorder, cluster.names, cluster.settings.world_multiple)
-    red = any(o.outcome in ("failed", "error") for o in recorder.outcomes.values())
-    try:
-        if red:
-            healthy_mod.write(healthy_path, result, {n.name: n.slots for n in cluster.nodes})
-        else:
-            healthy_path.unlink(missing_ok=True)  # a green run leaves no stale file behind
-    except OSError as exc:
-        config.stash[SUMMARY_EXTRA_KEY] = [*config.stash.get(SUMMARY_EXTRA_KEY, []),
-                                           f"{healthy_path} not written: {exc}"]
-    config.stash[LAUNCH_LINES_KEY] = healthy_mod.launch_lines(
-        result, healthy_path, Path(config.invocation_params.dir),
-        str(cluster.settings.hostfile) if cluster.settings.hostfile else None) if red else []
-    try:
-        recorder.write_json(path, facts, meta,
-                            {"healthy": healthy_mod.to_json(result, healthy_path if red else None)})
-        config.stash[JSON_PATH_KEY] = path
-    except OSError:
-        pass
-    fixes_path = path.with_name(fixes_mod.SCRIPT_NAME)
+    meta.update(workers.remote_counts(config, cluster))
     s = cluster.settings
-    ssh = fixes_mod.ssh_prefix(s.ssh_config, s.ssh_user, s.timeout_connect, s.accept_new_host_keys)
-    try:
-        n_cmd, n_manual = fixes_mod.write(fixes_path, recorder.outcomes.values(), ssh,
-                                          " ".join(["pytest", *config.invocation_params.args]))
-        config.stash[FIXES_KEY] = (fixes_path, n_cmd, n_manual)
-    except OSError:
-        pass
-    from cluster_tests.report import html as html_report
-
-    html = cluster.settings.html_report
-    html_path = Path(html).expanduser() if html else path.with_name("cluster_report.html")
-    try:
-        config.stash[HTML_PATH_KEY] = html_report.write(html_path, recorder, facts, meta)
-    except OSError as exc:
-        config.stash[SUMMARY_EXTRA_KEY] = [*config.stash.get(SUMMARY_EXTRA_KEY, []),
-                                           f"HTML report not written: {exc}"]
+    written = files.write_all(
+        path, recorder, workers.node_facts(config, cluster), meta,
+        slots={n.name: n.slots for n in cluster.nodes}, world_multiple=s.world_multiple,
+        hostfile=str(s.hostfile) if s.hostfile else None,
+        ssh=fixes_mod.ssh_prefix(s.ssh_config, s.ssh_user, s.timeout_connect,
+                                 s.accept_new_host_keys),
+        command=" ".join(["pytest", *config.invocation_params.args]),
+        html_path=Path(s.html_report).expanduser() if s.html_report else None,
+        invocation_dir=Path(config.invocation_params.dir))
+    config.stash[WRITTEN_KEY] = written
+    if written.notes:
+        config.stash[SUMMARY_EXTRA_KEY] = [*config.stash.get(SUMMARY_EXTRA_KEY, []), *written.notes]
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
@@ -431,7 +291,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         pairs = list(sel.pairs) if sel is not None else [(a, b) for a in names for b in names]
         metafunc.parametrize("pair", pairs, ids=[f"{a}->{b}" for a, b in pairs])
     if "launch_site" in metafunc.fixturenames:
-        sites = [LAUNCHER, *names[:1]]
+        sites = [ids.LAUNCHER, *names[:1]]
         metafunc.parametrize("launch_site", sites, ids=sites)
     if "rank0_node" in metafunc.fixturenames:
         # checks about the rank-0 node alone (H3): its name in the id
@@ -443,7 +303,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "pdsh_leg" in metafunc.fixturenames:
         # S5: from each launch site (the launcher, the rank-0 node) to every node, so that a
         # node that pdsh cannot reach is red under its own name, not the site's
-        legs = [(site, t) for site in [LAUNCHER, *names[:1]] for t in names]
+        legs = [(site, t) for site in [ids.LAUNCHER, *names[:1]] for t in names]
         metafunc.parametrize("pdsh_leg", legs, ids=[f"{a}->{b}" for a, b in legs])
 
 
@@ -462,11 +322,11 @@ def _touched_nodes(item: pytest.Item) -> list[str]:
             touched.append(params[one])
     if "pair" in params:
         touched.extend(params["pair"])
-    if "launch_site" in params and params["launch_site"] != LAUNCHER:
+    if "launch_site" in params and params["launch_site"] != ids.LAUNCHER:
         touched.append(params["launch_site"])
     for legs in ("pdsh_leg", "rendezvous_leg"):
         if legs in params:
-            touched.extend(n for n in params[legs] if n != LAUNCHER)
+            touched.extend(n for n in params[legs] if n != ids.LAUNCHER)
     return touched
 
 
@@ -478,13 +338,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             "or set CLUSTER_TESTS_HOSTFILE; or --mpi-hostfile PATH, or run inside a Slurm "
             "allocation (SLURM_JOB_NODELIST) or a SkyPilot cluster (SKYPILOT_NODE_IPS)"
         )
-    # Run the checklist in its own order (H, S, N, F, E, A, D, C, T), not alphabetically: the
-    # quick checks that explain later failures come first, the long phases last.
-    order = list(MARKERS)
-
+    # Run the checklist in its own order (core.sections: H, S, N, F, E, A, R, D, C, T), not
+    # alphabetically: the quick checks that explain later failures come first, the long phases last.
     def section(item: pytest.Item) -> int:
-        marks = [m.name for m in item.iter_markers() if m.name in MARKERS]
-        return order.index(marks[0]) if marks else len(order)
+        marks = [sections.BY_MARKER[m.name] for m in item.iter_markers()
+                 if m.name in sections.BY_MARKER]
+        return marks[0].order if marks else len(sections.SECTIONS)
 
     if checks:
         position = {id(item): i for i, item in enumerate(items)}
@@ -590,7 +449,8 @@ def cluster_host(cluster: Cluster, node: str):
 def pytest_terminal_summary_launch(terminalreporter, config: pytest.Config) -> None:
     """The summary's last lines, after every other part: the nodes to launch on now
     (hostfile.healthy) and the launch line."""
-    lines = config.stash.get(LAUNCH_LINES_KEY, [])
+    written = config.stash.get(WRITTEN_KEY, None)
+    lines = written.launch_lines if written is not None else []
     if lines:
         terminalreporter.write_sep("=", "launch now")
         for line in lines:

@@ -43,7 +43,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     """``node_pair``: unordered pairs (a before b in the hostfile), ids ``a<->b``."""
     if "node_pair" in metafunc.fixturenames:
         from cluster_tests.core import pairs as pairs_mod
-        from cluster_tests.core.plugin import CLUSTER_KEY
+        from cluster_tests.core.cluster import CLUSTER_KEY
 
         cluster = metafunc.config.stash.get(CLUSTER_KEY, None)
         pairs = pairs_mod.node_pairs(cluster) if cluster else []  # all, or those of --pairs

@@ -11,6 +11,7 @@ from cluster_tests.core.cluster import Cluster, NodeProbe
 from cluster_tests.core.settings import Settings
 from cluster_tests.judge import hostfile as hf
 from cluster_tests.judge import masteraddr as ma
+from cluster_tests.judge import resourcefilter as rf
 from cluster_tests.judge import sshfail
 from cluster_tests.judge.netfacts import all_ips, is_ip, is_loopback, parse_interfaces
 from cluster_tests.judge.problem import Problem
@@ -128,8 +129,8 @@ def test_include_exclude(cluster: Cluster, hostfile: hf.HostfileParse) -> None:
     if not s.include and not s.exclude:
         pytest.skip("no --launch-include / --launch-exclude given")
     try:
-        active = hf.parse_resource_filter(hostfile.resources, include=s.include, exclude=s.exclude)
-    except hf.ResourceFilterError as exc:
+        active = rf.parse_resource_filter(hostfile.resources, include=s.include, exclude=s.exclude)
+    except rf.ResourceFilterError as exc:
         pytest.fail(f"the launch's resource filter will be refused by DeepSpeed: {exc}", pytrace=False)
     if not active:
         pytest.fail("the include/exclude filters leave no slot to launch on", pytrace=False)

@@ -20,8 +20,9 @@ import pytest
 from cluster_tests.core import outcome
 from cluster_tests.core import testids as ids
 from cluster_tests.core.cluster import Cluster
-from cluster_tests.judge import hostfile as hf
+from cluster_tests.judge import resourcefilter as rf
 from cluster_tests.judge import sshfail
+from cluster_tests.judge import trainexplain as tx
 from cluster_tests.measure import training as trr
 
 pytestmark = pytest.mark.training
@@ -50,7 +51,7 @@ def training(cluster: Cluster, request: pytest.FixtureRequest):
         elif name == ids.TRAIN_MULTI_NODE.name:
             try:
                 wanted.extend(runs.active())
-            except hf.ResourceFilterError:
+            except rf.ResourceFilterError:
                 pass
     runs.prefetch_single_nodes(wanted)  # an unreachable node's T1 ends at once (setup error)
     yield runs
@@ -81,7 +82,7 @@ def test_train_single_node(
     launch = training.single_node(node)
     _record(record_property, launch)
     if not launch.ok:
-        pytest.fail(trr.explain(launch, training.config), pytrace=False)
+        pytest.fail(tx.explain(launch, training.config), pytrace=False)
 
 
 def test_train_multi_node(cluster: Cluster, training: trr.TrainingRuns, record_property) -> None:
@@ -89,7 +90,7 @@ def test_train_multi_node(cluster: Cluster, training: trr.TrainingRuns, record_p
     every rank reports, the loss falls, all ranks end with identical weights."""
     try:
         active = training.active()
-    except hf.ResourceFilterError as exc:
+    except rf.ResourceFilterError as exc:
         pytest.fail(f"DeepSpeed will refuse the launch's resource filter: {exc}", pytrace=False)
     if len(active) < 2:
         pytest.skip(f"only {', '.join(active) or 'no node'} to launch on: T1 covers a single node")
@@ -104,8 +105,8 @@ def test_train_multi_node(cluster: Cluster, training: trr.TrainingRuns, record_p
         t1 = training.single_node(n)
         if not t1.ok:
             outcome.block(ids.TRAIN_SINGLE_NODE.of(n), f"{n} cannot train alone "
-                                                        f"({trr.short_cause(t1)})")
-            failed.append(f"{n} ({trr.short_cause(t1)}; see {ids.TRAIN_SINGLE_NODE.of(n)})")
+                                                        f"({tx.short_cause(t1)})")
+            failed.append(f"{n} ({tx.short_cause(t1)}; see {ids.TRAIN_SINGLE_NODE.of(n)})")
     if failed:
         pytest.skip(
             "T2 needs every node to train alone first; T1 failed on " + "; ".join(failed)
@@ -114,4 +115,4 @@ def test_train_multi_node(cluster: Cluster, training: trr.TrainingRuns, record_p
     _record(record_property, launch)
     record_property("rank0", launch.node)
     if not launch.ok:
-        pytest.fail(trr.explain(launch, training.config), pytrace=False)
+        pytest.fail(tx.explain(launch, training.config), pytrace=False)

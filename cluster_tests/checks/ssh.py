@@ -9,8 +9,8 @@ import pytest
 from cluster_tests.core import outcome
 from cluster_tests.core import testids as ids
 from cluster_tests.core.cluster import Cluster, NodeProbe, ProbeError
-from cluster_tests.core.plugin import LAUNCHER
 from cluster_tests.core.settings import Settings
+from cluster_tests.core.testids import LAUNCHER
 from cluster_tests.judge import launch as launchenv
 from cluster_tests.judge import ssh as sshcheck
 from cluster_tests.judge import sshfail

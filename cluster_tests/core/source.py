@@ -1,0 +1,55 @@
+"""Where the run's nodes come from: a DeepSpeed --hostfile, or a Slurm allocation, an MPI
+hostfile or SkyPilot (core.nodelist), written out as the DeepSpeed hostfile that the run checks
+(and T2 launches with)."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from pathlib import Path
+
+from cluster_tests.core import nodelist as nodelist_mod
+from cluster_tests.core.nodelist import NodeListError
+from cluster_tests.core.settings import Settings
+from cluster_tests.judge import hostfile as hostfile_mod
+
+__all__ = ["NodeListError", "node_list"]
+
+
+def node_list(settings: Settings, environ: Mapping[str, str], reports_dir: Path
+              ) -> tuple[Settings, hostfile_mod.HostfileParse, str] | None:
+    """The run's nodes: (settings with the hostfile the run checks, its parse, where they came
+    from, for the report header), or None where no node source is given. `reports_dir`: where
+    a hostfile written from another source goes unless --write-hostfile says. Raises
+    NodeListError (a usage error) for a source that cannot be read."""
+    v = settings.nodelist
+    source = nodelist_mod.choose_source(
+        hostfile=str(settings.hostfile) if settings.hostfile else None,
+        hostfile_from=settings.hostfile_source, mpi_hostfile=v.mpi_hostfile,
+        environ=environ, nodes_from=v.nodes_from)
+    if source is None:
+        return None
+    write = v.write_hostfile
+    out = Path(write).expanduser().absolute() if write else None
+    if source == "hostfile":
+        if v.slots is not None:
+            raise NodeListError(
+                "--slots is for node lists without slot counts (Slurm, SkyPilot, MPI); the "
+                "hostfile's slots= are what DeepSpeed uses")
+        try:
+            parse = nodelist_mod.load_hostfile(str(settings.hostfile))
+        except hostfile_mod.HostfileError as exc:
+            raise NodeListError(str(exc)) from None
+        where = f"hostfile {settings.hostfile}" + nodelist_mod.env_note(source, environ)
+        if out is not None and parse.hosts:
+            nodelist_mod.write_hostfile(out, "".join(f"{h.name} slots={h.slots}\n"
+                                                     for h in parse.hosts))
+            where += f", checked lines written to {out}"
+        return settings, parse, where
+    if out is None:
+        out = reports_dir.absolute() / "hostfile"
+    got = nodelist_mod.resolve(source, mpi_hostfile=v.mpi_hostfile, slots=v.slots,
+                               environ=environ, out=out)
+    settings = dataclasses.replace(settings, hostfile=got.hostfile,
+                                   hostfile_source=got.nodes.source)
+    return settings, got.parse, got.description + nodelist_mod.env_note(source, environ)
