@@ -1,57 +1,7 @@
 """Training smoke over SSH (checklist T1, T2): ship the job, start it as a user would, watch it,
-and leave nothing behind.
-
-Scratch. The job (``node/train_smoke.py``) travels through the SSH session (stdin)
-to ``/tmp/ct-train-<session>-<run>/`` on every node that runs it, at the same path everywhere:
-DeepSpeed's pdsh leg runs ``cd <launch dir>; python -u -m deepspeed.launcher.launch ... <script>``
-on every node (PITFALLS 10). The directory is removed afterwards. T2 also gets the hostfile
-copied there on the rank-0 node.
-
-T1, each node alone, started on that node over SSH::
-
-    cd D && exec timeout -s KILL <deadline+grace> python3 -u -m deepspeed.launcher.runner \\
-        --hostfile /nonexistent/ct-no-hostfile --num_gpus <slots> --master_port P [ARGS] \\
-        D/train_smoke.py --steps S --deadline T --zero-stage Z --dist-timeout X --run-id ID
-
-T2, all nodes, started on the rank-0 node over SSH, so that the real runner -> pdsh -> ssh ->
-launch.py -> torch.distributed path runs::
-
-    cd D && exec timeout -s KILL ... python3 -u -m deepspeed.launcher.runner --hostfile D/hostfile \\
-        [--master_addr A] --master_port P [--include|--exclude S] [ARGS] D/train_smoke.py ...
-
-(``python3`` is ``--remote-python``; ARGS is the user's other ``--launch-args``, then
-``--deepspeed-args``; ``--master_addr`` only when the user gives one, so that DeepSpeed derives
-it from ``ssh <rank 0> hostname -I`` as in the user's launch.)
-
-Deadlines. Each rank has a watchdog (``--deadline``, ``--training-deadline``); the launcher is
-SIGKILLed by ``timeout`` after the deadline plus a grace for pdsh, ssh and imports. The output is
-read while it arrives, and the launch is stopped as soon as it shows a cause (an ssh leg refused,
-a module missing, a rank's error) instead of waiting for the others to time out in rendezvous
-(PITFALLS 8).
-
-Cleanup. On every path (pass, failure, deadline, Ctrl-C: the session fixture's finalizer),
-every node involved runs ``pkill -KILL -f ct-train-<session>-<run>/``: every process of a run
-(launcher, pdsh, its ssh legs, the remote shells, launch.py, the ranks) has that unique path in
-its command line, and no other process has. DeepSpeed's own kill command (``pkill -f "python -u
--m deepspeed.launcher.launch"`` on every node, sent when its runner gets SIGINT or SIGTERM) would
-kill every DeepSpeed launch on those nodes, other people's included, so the runner only ever
-gets SIGKILL here.
-
-Environment. The ranks see what the real launch gives them: the node's non-interactive shell
-(``~/.bashrc``) and, for T2, what DeepSpeed exports (``PYTHON*``, the rank-0 node's
-``~/.deepspeed_env``). One addition: ``DS_ACCELERATOR``, when set where pytest runs, is passed
-on (T1: on the command line; T2: to the runner, and to every rank through a ``.deepspeed_env``
-in the launch directory, which DeepSpeed reads after ``~/.deepspeed_env``), so that a CPU-only
-trial cluster can be checked with ``DS_ACCELERATOR=cpu pytest ...``. DeepSpeed does not forward
-that variable by itself: a real launch needs it in ``~/.deepspeed_env`` on the rank-0 node or in
-every node's ``~/.bashrc``. (DeepSpeed 0.19 falls back to its CPU accelerator when it detects
-none, so CPU nodes also train without it.) The simulated cluster sets ``DS_ACCELERATOR=cpu`` in
-its nodes' own ``~/.bashrc`` (fixtures/sim/files.py); nothing of ours sets it for a real run. Whatever
-sets it, a rank that trains on another accelerator than its node has (A1: a GPU node on
-DeepSpeed's CPU accelerator, e.g. after DeepSpeed's fallback when CUDA is unusable) makes T1/T2
-red, naming the node and the likely cause (``judge/trainexplain.accelerator_problems``).
-
-The failure messages of a launch (``explain``, ``short_cause``) are ``judge/trainexplain.py``.
+and leave nothing behind. How: docs/training-launch.md (scratch directory, the T1 and T2 command
+lines, deadlines, cleanup, environment). The failure messages of a launch are
+``judge/trainexplain.py``.
 """
 
 from __future__ import annotations
