@@ -75,17 +75,15 @@ def test_ssh_trust(cluster: Cluster, pair: tuple[str, str]) -> None:
         results = sshpairs.pairs_from(cluster, a)
     except ProbeError as exc:
         pytest.fail(str(exc), pytrace=False)
-    res = results[b]
-    if res["rc"] == 0:
+    leg = results[b]
+    if leg.cause is None:
         return
-    cause = sshfail.classify(res["err"], res["rc"])
-    sshroot.block_by_root(cluster, a, b, cause)
-    evidence = (res["err"].strip() or f"exit {res['rc']}")[-800:]
-    outcome.fail(sshcheck.trust_problem(a, b, cause, evidence, _trust_facts(cluster, a, b, cause),
-                                        rank0=cluster.rank0.name))
+    sshroot.block_by_root(cluster, a, b, leg.cause)
+    outcome.fail(sshcheck.trust_problem(a, b, leg.cause, leg.evidence,
+                                        _trust_facts(cluster, a, b), rank0=cluster.rank0.name))
 
 
-def _trust_facts(cluster: Cluster, a: str, b: str, cause: sshfail.Cause) -> sshcheck.TrustFacts:
+def _trust_facts(cluster: Cluster, a: str, b: str) -> sshcheck.TrustFacts:
     """What S4's fix of a -> b needs to know, from the facts the run has."""
     fa, fb = cluster.base_or_none(a), cluster.base_or_none(b)
     key = getattr(cluster.pool.connection(b), "host_key", None) if fb is not None else None

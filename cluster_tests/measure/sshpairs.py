@@ -16,28 +16,37 @@ from cluster_tests.core import testids as ids
 from cluster_tests.core.cluster import Cluster
 from cluster_tests.core.memokey import MemoKey
 from cluster_tests.core.testids import LAUNCHER
+from cluster_tests.judge import facts
+from cluster_tests.judge.facts import SshLeg
 
 #: a pdsh run: (exit, output, the site's PDSH_RCMD_TYPE), or the failure to report where pdsh
 #: is not installed
 PdshRun = tuple[int, str, str | None] | str
 
-#: every source's `ssh_pairs` probe result (or its exception), started together
+#: every source's legs (or its exception), started together
 PAIRS_ALL: MemoKey[list[Any]] = MemoKey("ssh", "pairs_all")
+#: per source: its `ssh_pairs` probe read once, per target
+LEGS: MemoKey[dict[str, SshLeg]] = MemoKey("ssh", "legs")
 #: per launch site: PDSH(site)
 PDSH: MemoKey[PdshRun] = MemoKey("pdsh")
 
 PDSH_OK = "CT_PDSH_OK"
 
 
-def pairs_from(cluster: Cluster, source: str) -> dict:
+def pairs_from(cluster: Cluster, source: str) -> dict[str, SshLeg]:
     """ssh from `source` to its targets in the selected pairs (--pairs), fanned out on `source`
-    in one round trip (cached).  The first call starts every source the session's S4 tests
-    need at once (bounded by --fanout), so the sources overlap instead of taking turns."""
+    in one round trip (cached), per target.  The first call starts every source the session's
+    S4 tests need at once (bounded by --fanout), so the sources overlap instead of taking
+    turns."""
     sources = pairs.collected_sources(cluster, ids.SSH_TRUST.name)
     if source in sources and len(sources) > 1:
         cluster.memo(PAIRS_ALL, lambda: cluster.pool.map(
-            lambda s: cluster.login_error(s) is None and _probe_pairs(cluster, s), sources))
-    return _probe_pairs(cluster, source)
+            lambda s: cluster.login_error(s) is None and _legs(cluster, s), sources))
+    return _legs(cluster, source)
+
+
+def _legs(cluster: Cluster, source: str) -> dict[str, SshLeg]:
+    return cluster.memo(LEGS(source), lambda: facts.ssh_legs(_probe_pairs(cluster, source)))
 
 
 # sshd's default MaxStartups is "10:30:100": past 10 connections that have not yet logged in, it
@@ -47,7 +56,7 @@ def pairs_from(cluster: Cluster, source: str) -> dict:
 SSHD_SAFE_FANOUT = 8
 
 
-def _probe_pairs(cluster: Cluster, source: str) -> dict:
+def _probe_pairs(cluster: Cluster, source: str) -> dict[str, Any]:
     timeout = cluster.settings.timeout_connect
     targets = pairs.targets_of(cluster, source)
     names = cluster.names

@@ -17,6 +17,7 @@ from cluster_tests.core.cluster import Cluster, ProbeError
 from cluster_tests.core.memokey import base_key
 from cluster_tests.judge import netfacts, sshfail
 from cluster_tests.judge import ssh as sshcheck
+from cluster_tests.judge.facts import SshLeg
 from cluster_tests.measure import ports, sshpairs
 
 
@@ -70,24 +71,22 @@ def block_by_root(cluster: Cluster, a: str, b: str, cause: sshfail.Cause) -> Non
         outcome.block(ids.SSH_MODES.of(b), f"sshd on {b} refuses every key because of file modes")
 
 
-def trust_result(cluster: Cluster, a: str, b: str) -> dict[str, Any] | None:
-    """S4's result of `ssh b` on a, where this run measures that pair (None otherwise)."""
+def trust_result(cluster: Cluster, a: str, b: str) -> SshLeg | None:
+    """S4's `ssh b` on a, where this run measures that pair (None otherwise)."""
     if a not in pairs.collected_sources(cluster, ids.SSH_TRUST.name):
         return None
     try:
-        got: dict[str, Any] | None = sshpairs.pairs_from(cluster, a).get(b)
+        return sshpairs.pairs_from(cluster, a).get(b)
     except ProbeError:
         return None
-    return got
 
 
 def block_by_trust(cluster: Cluster, a: str, b: str) -> None:
     """Block the calling check when S4 found `ssh b` on a failing (pdsh's leg a -> b, the
     rehearsal's, DeepSpeed's own `ssh <first host>`): by the red that holds S4's cause, else by
     S4's own red; return when S4 passed or did not measure the pair."""
-    res = trust_result(cluster, a, b)
-    if res is None or res["rc"] == 0:
+    leg = trust_result(cluster, a, b)
+    if leg is None or leg.cause is None:
         return
-    cause = sshfail.classify(res["err"], res["rc"])
-    block_by_root(cluster, a, b, cause)
-    outcome.block(ids.SSH_TRUST.of(a, b), f"{a} -> {b}: {cause.value}")
+    block_by_root(cluster, a, b, leg.cause)
+    outcome.block(ids.SSH_TRUST.of(a, b), f"{a} -> {b}: {leg.cause.value}")

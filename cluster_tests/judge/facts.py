@@ -1,0 +1,66 @@
+"""Typed facts at the node boundary: what a probe's JSON says, read once by measure/ into
+values that judge/ takes (instead of `dict[str, Any]`).
+
+A probe section's JSON is read here and nowhere else; where a node script reports a status in
+its own words, the enum's values are those words (tests/unit/test_facts.py holds the node
+scripts to them).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from cluster_tests.judge import sshfail
+
+
+@dataclass(frozen=True)
+class Command:
+    """One command a probe ran on a node (node/prelude.py `run_command`): its exit status, the
+    tails of its output, and how long it took. Exit 124: it ran past its deadline; 127: not
+    found; 126: it could not start."""
+
+    rc: int
+    out: str = ""
+    err: str = ""
+    seconds: float | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.rc == 0
+
+    @classmethod
+    def from_json(cls, raw: Mapping[str, Any]) -> Command:
+        seconds = raw.get("seconds")
+        return cls(rc=int(raw["rc"]), out=str(raw.get("out") or ""),
+                   err=str(raw.get("err") or ""),
+                   seconds=float(seconds) if seconds is not None else None)
+
+
+@dataclass(frozen=True)
+class SshLeg:
+    """`ssh <target> true` run on a node as pdsh runs it (node/probe.py `ssh_pairs`): S4's
+    measurement of one ordered pair, with the cause OpenSSH's own words name when it failed."""
+
+    target: str
+    command: Command
+
+    @property
+    def ok(self) -> bool:
+        return self.command.ok
+
+    @property
+    def cause(self) -> sshfail.Cause | None:
+        """Why it failed (None: it did not)."""
+        return None if self.ok else sshfail.classify(self.command.err, self.command.rc)
+
+    @property
+    def evidence(self) -> str:
+        """What ssh said, for the red: the tail of its stderr, else its exit status."""
+        return (self.command.err.strip() or f"exit {self.command.rc}")[-800:]
+
+
+def ssh_legs(raw: Mapping[str, Any]) -> dict[str, SshLeg]:
+    """The `ssh_pairs` section's JSON ({target: command}) as legs, per target."""
+    return {target: SshLeg(target, Command.from_json(res)) for target, res in raw.items()}
