@@ -8,15 +8,15 @@ import pytest
 
 from cluster_tests.core import outcome
 from cluster_tests.core.cluster import Cluster, NodeProbe
+from cluster_tests.core.memokey import base_key
 from cluster_tests.core.settings import Settings
+from cluster_tests.judge import fixcmd, sshfail
 from cluster_tests.judge import hostfile as hf
 from cluster_tests.judge import masteraddr as ma
 from cluster_tests.judge import resourcefilter as rf
-from cluster_tests.judge import sshfail
 from cluster_tests.judge.netfacts import all_ips, is_ip, is_loopback, parse_interfaces
 from cluster_tests.judge.problem import Problem
 from cluster_tests.measure import accel, masteraddr, sshroot
-from cluster_tests.report import fixes as fx
 
 pytestmark = pytest.mark.hostfile
 
@@ -84,7 +84,8 @@ def test_hostname_matches(cluster: Cluster, node: str, record_property) -> None:
         fix=f"on {node}: hostnamectl set-hostname {node} and add "
             f"'{own[0] if own else '<its address>'} {node}' to /etc/hosts (or write '{actual}' in "
             f"the hostfile, line {cluster.node(node).lineno})",
-        fixes=tuple(fx.hostname_fix(cluster, node)), item="H2"))
+        fixes=tuple(fixcmd.hostname_fix(node, cluster.cached(base_key(node)))
+                    if cluster.login_error(node) is None else ()), item="H2"))
 
 
 def test_master_addr(cluster: Cluster, rank0_node: str, record_property) -> None:

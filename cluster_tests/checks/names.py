@@ -9,9 +9,10 @@ import pytest
 from cluster_tests.core import outcome
 from cluster_tests.core import testids as ids
 from cluster_tests.core.cluster import Cluster
+from cluster_tests.core.memokey import base_key
+from cluster_tests.judge import fixcmd
 from cluster_tests.judge.netfacts import all_ips, is_ip, is_loopback, parse_interfaces
 from cluster_tests.judge.problem import Problem
-from cluster_tests.report import fixes as fx
 
 pytestmark = pytest.mark.names
 
@@ -33,7 +34,7 @@ def test_resolves(cluster: Cluster, pair: tuple[str, str]) -> None:
         outcome.fail(Problem(
             (a, b), "name not resolved", f"{a} cannot resolve {b}: {res['error']}",
             fix=f"on {a}: add {hint} to /etc/hosts (or a DNS record)",
-            fixes=(fx.hosts_fix(cluster, a, b, addr),) if is_ip(addr) else (), item="N1"))
+            fixes=(fixcmd.hosts_fix(a, cluster.cached(base_key(a)), b, addr),) if is_ip(addr) else (), item="N1"))
     facts_b = cluster.base_or_none(b)
     if facts_b is None:
         cluster.require(b)
@@ -52,7 +53,7 @@ def test_resolves(cluster: Cluster, pair: tuple[str, str]) -> None:
             f"would go elsewhere",
             fix=f"on {a}: make the /etc/hosts line read '{right[0] if right else '<its address>'} "
                 f"{b}' (or fix the DNS record)",
-            fixes=(fx.hosts_fix(cluster, a, b, right[0], res["addrs"]),) if right else (),
+            fixes=(fixcmd.hosts_fix(a, cluster.cached(base_key(a)), b, right[0], res["addrs"]),) if right else (),
             item="N1"))
 
 
@@ -91,7 +92,7 @@ def test_name_consistent(cluster: Cluster, node: str) -> None:
         right = sorted(own)[0] if own else "<its address>"
         bad = ", ".join(sorted(wrong)) or "some nodes"
         if own:
-            outcome.offer(*[fx.hosts_fix(cluster, v, node, right, views[v]) for v in sorted(wrong)
+            outcome.offer(*[fixcmd.hosts_fix(v, cluster.cached(base_key(v)), node, right, views[v]) for v in sorted(wrong)
                        if v != "launcher"])
         pytest.fail(
             f"{node} resolves differently across the cluster; its own addresses are "

@@ -5,6 +5,11 @@ nothing), every path, name and key shlex-quoted. Pure text builders: the S check
 from __future__ import annotations
 
 import shlex
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from cluster_tests.judge.netfacts import is_ip, own_addresses
+from cluster_tests.judge.problem import Fix
 
 
 def q(text: str) -> str:
@@ -74,3 +79,43 @@ def known_host_cmd(known_hosts: str, name: str, keytype: str, blob: str) -> str:
             f"{{ grep -qF -- {q(f'{name} {keytype} {blob}')} {f} 2>/dev/null || "
             f"{{ ssh-keygen -R {q(name)} -f {f} >/dev/null 2>&1; "
             f"(umask 077; printf '%s\\n' {line} >> {f}); }}; }}")
+
+
+# -- fixes built from a node's base facts (the `base` probe: uid, hostname, resolve, interfaces)
+
+
+def as_root(base: Mapping[str, Any] | None, command: str) -> str:
+    """The command as root on a node whose base facts are `base`: as it is where the run logs
+    in as root, else through `sudo -n`."""
+    if (base or {}).get("uid", 0) == 0:
+        return command
+    return f"sudo -n sh -c {q(command)}"
+
+
+def hostname_fix(node: str, base: Mapping[str, Any] | None) -> list[Fix]:
+    """H2: the node's hostfile name leads elsewhere on the node itself (H2 is red only then):
+    its hostname becomes that name and its /etc/hosts maps the name to its own address (an
+    address line is left alone). `base`: the node's base facts (none: no fix)."""
+    if is_ip(node) or base is None:
+        return []
+    actual = base.get("hostname")
+    cmds = []
+    if actual and actual != node:
+        cmds.append(as_root(base, hostname_cmd(node)))
+    own = own_addresses(dict(base))
+    got = list(base.get("resolve", {}).get(node, {}).get("addrs") or [])
+    if own and not set(got) <= set(own) | {a for a in got if a.startswith("127.")}:
+        cmds.append(as_root(base, hosts_entry_cmd(node, own[0])))
+    if not cmds:
+        return []
+    return [Fix(node, f"make {node} name this node (hostname {actual}; it resolves to "
+                      f"{', '.join(got) or 'nothing'} there)", tuple(cmds), "H2",
+                "without systemd, hostname(1) lasts until reboot: also write it to /etc/hostname")]
+
+
+def hosts_fix(viewer: str, viewer_base: Mapping[str, Any] | None, name: str, address: str,
+              wrong: Sequence[str] = ()) -> Fix:
+    """N1/N2: `viewer`'s /etc/hosts maps `name` to `address` (it said `wrong`)."""
+    said = f" (it says {', '.join(wrong)})" if wrong else ""
+    return Fix(viewer, f"/etc/hosts: {name} is {address}{said}",
+               (as_root(viewer_base, hosts_entry_cmd(name, address)),), "N2")

@@ -8,9 +8,6 @@ node it runs on; a cause whose fix needs a person (a login the node refuses, a d
 firewall policy) is a comment with the fix in words. Commands for a node are run as
 ``ssh -F <the run's ssh config> [-l <user>] -o BatchMode=yes <node> '<commands>'``, so the
 script reaches the nodes exactly as the run did; every host, path and key is shlex-quoted.
-
-The fact-based fix builders here (``hosts_fix``, ``hostname_fix``) are called by the checks
-that judge those facts (N1, N2, H2), which put the fixes on their Problems.
 """
 
 from __future__ import annotations
@@ -24,10 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from cluster_tests.core import sections
-from cluster_tests.core.memokey import base_key
 from cluster_tests.core.testids import LAUNCHER
-from cluster_tests.judge import netfacts
-from cluster_tests.judge.fixcmd import hostname_cmd, hosts_entry_cmd, q
+from cluster_tests.judge.fixcmd import q
 from cluster_tests.judge.problem import PROPERTY, Fix, Problem
 
 __all__ = ["Fix", "Problem"]
@@ -35,65 +30,6 @@ __all__ = ["Fix", "Problem"]
 SCRIPT_NAME = "fixes.sh"
 #: checklist order of the blocks (by the test module's section)
 ORDER = sections.ORDER
-
-
-# --------------------------------------------------------------------------- fix commands
-# (the command builders are judge/fixcmd.py)
-
-
-def as_root(cluster: Any, node: str, command: str) -> str:
-    """The command as root: as it is where the run logs in as root, else through `sudo -n`."""
-    base = cluster.cached(base_key(node)) or {}
-    if base.get("uid", 0) == 0:
-        return command
-    return f"sudo -n sh -c {q(command)}"
-
-
-# --------------------------------------------------------------------------- derived fixes
-
-
-def hostname_fix(cluster: Any, node: str) -> list[Fix]:
-    """H2: the node's hostfile name leads elsewhere on the node itself (H2 is red only then):
-    its hostname becomes that name and its /etc/hosts maps the name to its own address (an
-    address line is left alone)."""
-    from cluster_tests.judge.netfacts import is_ip
-
-    if is_ip(node) or cluster.login_error(node) is not None:
-        return []
-    base = cluster.cached(base_key(node)) or {}
-    actual = base.get("hostname")
-    cmds = []
-    if actual and actual != node:
-        cmds.append(as_root(cluster, node, hostname_cmd(node)))
-    own = own_addresses(cluster, node)
-    got = list(base.get("resolve", {}).get(node, {}).get("addrs") or [])
-    if own and not set(got) <= set(own) | {a for a in got if a.startswith("127.")}:
-        cmds.append(as_root(cluster, node, hosts_entry_cmd(node, own[0])))
-    if not cmds:
-        return []
-    return [Fix(node, f"make {node} name this node (hostname {actual}; it resolves to "
-                      f"{', '.join(got) or 'nothing'} there)", tuple(cmds), "H2",
-                "without systemd, hostname(1) lasts until reboot: also write it to /etc/hostname")]
-
-
-def own_addresses(cluster: Any, node: str) -> list[str]:
-    """The node's non-loopback addresses, from the facts already probed (sorted)."""
-    return netfacts.own_addresses(cluster.cached(base_key(node)))
-
-
-def misresolved(cluster: Any, a: str, b: str) -> tuple[list[str], str] | None:
-    """(what `a` resolves `b` to, b's right address) when a's answer is none of b's own
-    addresses (judge/netfacts.misresolved, over the facts already probed)."""
-    if a == LAUNCHER:
-        return None
-    return netfacts.misresolved(cluster.cached(base_key(a)), cluster.cached(base_key(b)), b)
-
-
-def hosts_fix(cluster: Any, viewer: str, name: str, address: str, wrong: Sequence[str] = ()
-              ) -> Fix:
-    said = f" (it says {', '.join(wrong)})" if wrong else ""
-    return Fix(viewer, f"/etc/hosts: {name} is {address}{said}",
-               (as_root(cluster, viewer, hosts_entry_cmd(name, address)),), "N2")
 
 
 # --------------------------------------------------------------------------- the script

@@ -137,3 +137,26 @@ def test_known_host_records_the_verified_key_once_and_replaces_a_stale_one(tmp_p
     assert "node1 ssh-ed25519 AAAAone" in lines and f"node3 ssh-ed25519 {blob}" in lines
     assert not any("AAAAold" in ln for ln in lines)
     assert not (tmp_path / "pwned").exists()
+
+
+def test_fixes_from_base_facts_run_as_root_or_through_sudo() -> None:
+    """H2's and N1/N2's fixes are built from the node's base facts (judge/fixcmd): as root
+    where the run logs in as root, else `sudo -n`; H2 names both the hostname and the hosts
+    line when the name resolves elsewhere on the node, nothing when it already leads there.
+    The interfaces are this machine's own `ip -o addr/link show`, as the base probe reads them."""
+    ip = {k: subprocess.run(["ip", "-o", k, "show"], capture_output=True, text=True,
+                            check=True).stdout for k in ("addr", "link")}
+    root = {"uid": 0, "hostname": "gpu-7", "resolve": {"node3": {"addrs": ["192.0.2.99"]}},
+            "ip_addr": ip["addr"], "ip_link": ip["link"]}
+    user = dict(root, uid=1000)
+    fix = fixcmd.hosts_fix("node1", user, "node3", "10.0.0.3", ["10.9.9.9"])
+    assert fix.where == "node1" and fix.what == "/etc/hosts: node3 is 10.0.0.3 (it says 10.9.9.9)"
+    assert fix.commands[0].startswith("sudo -n sh -c ")
+    assert fixcmd.hosts_fix("node1", root, "node3", "10.0.0.3").commands == (
+        fixcmd.hosts_entry_cmd("node3", "10.0.0.3"),)
+    own = fixcmd.own_addresses(root)  # none on a machine with only a loopback
+    assert fixcmd.hostname_fix("node3", root)[0].commands == (
+        fixcmd.hostname_cmd("node3"), *[fixcmd.hosts_entry_cmd("node3", a) for a in own[:1]])
+    assert fixcmd.hostname_fix("10.0.0.3", root) == [] and fixcmd.hostname_fix("node3", None) == []
+    right = dict(root, hostname="node3", resolve={"node3": {"addrs": own[:1]}})
+    assert fixcmd.hostname_fix("node3", right) == []
