@@ -10,10 +10,7 @@ import pytest
 
 def pytest_configure(config: pytest.Config) -> None:
     pm = config.pluginmanager
-    # "cluster_tests": the entry point; the module's own name: `-p` it (the cluster-tests command
-    # does where PYTEST_DISABLE_PLUGIN_AUTOLOAD is set)
-    if (not any(pm.has_plugin(name) for name in ("cluster_tests", "cluster_tests.plugin"))
-            and not pm.is_blocked("cluster_tests")):
+    if not pm.has_plugin("cluster_tests") and not pm.is_blocked("cluster_tests"):
         raise pytest.UsageError(
             "the cluster_tests plugin is not installed in this Python: run `make setup` "
             "(or `pip install -e .`) and use .venv/bin/pytest"

@@ -1,4 +1,4 @@
-"""`cluster-tests`: the checklist from any directory, the same as `pytest -p <the plugin> ...`.
+"""`cluster-tests`: the checklist from any directory, the same as `pytest -p cluster_tests ...`.
 
     cluster-tests --hostfile /path/to/hostfile
     cluster-tests --hostfile hostfile -m "ssh or names" -n 4
@@ -10,20 +10,18 @@ runs its own checklist (cluster_tests/checks/), wherever the command runs from.
 
 from __future__ import annotations
 
-import os
 import sys
 
 import pytest
 
-PLUGIN = "cluster_tests.plugin"
+#: the plugin's pytest11 entry point (cluster_tests.plugin): `-p` loads it by that name even
+#: where PYTEST_DISABLE_PLUGIN_AUTOLOAD is set, and is a no-op where it is already loaded
+PLUGIN = "cluster_tests"
 
 
 def main(argv: list[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
-    if os.environ.get("PYTEST_DISABLE_PLUGIN_AUTOLOAD"):
-        # the pytest11 entry point is not loaded: name the plugin, as `pytest -p` would
-        args = ["-p", PLUGIN, *args]
-    return int(pytest.main(args))
+    return int(pytest.main(["-p", PLUGIN, *args]))
 
 
 if __name__ == "__main__":
