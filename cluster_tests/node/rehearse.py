@@ -20,10 +20,9 @@ interpreter and imports torch once for E3 and E5 together.
 """
 
 import glob
-import re
-
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
