@@ -13,7 +13,11 @@ and, in the same run, alternates `--repeat` times:
 * (b) pdsh: ``pdsh -R ssh -w node1..nodeN 'for h in ...; do ssh -o BatchMode=yes $h hostname;
   done'``: every node checks ssh to every node, the nodes in parallel (pdsh's fan-out), the
   targets of one node one after another;
-* (b') pdsh-par: the same with the inner loop in parallel (``ssh ... & done; wait``).
+* (b') pdsh-par: the same with the inner loop in parallel (``ssh ... & done; wait``);
+* (c) pdsh-import: (b) followed, on every node, by the launch's import done by hand with the
+  launch's interpreter by absolute path (``<venv>/bin/python -c 'import deepspeed.launcher.launch,
+  torch'``): trust and the launch's import, the by-hand line the fast checklist is held against
+  (issue 24: suite/(c) <= 1.3 at 16 nodes).
 
 (a), (b), (b') only check SSH trust; the suite checks the 40-odd items of CHECKLIST H/S/N/F/E/A/D.
 Launcher SSH sessions are counted from the nodes' sshd logs (LogLevel VERBOSE: "Accepted
@@ -113,10 +117,15 @@ def run_loop(sim: SimCluster) -> dict:
     return timed(sim, ["bash", "-c", script])
 
 
-def run_pdsh(sim: SimCluster, parallel: bool) -> dict:
+def run_pdsh(sim: SimCluster, parallel: bool, imports: bool = False) -> dict:
     names = [n.name for n in sim.nodes]
     hosts = " ".join(names)
-    if parallel:
+    if imports:
+        python = shlex.quote(str(REPO / ".venv/bin/python"))
+        inner = (f"for h in {hosts}; do ssh -o BatchMode=yes $h hostname >/dev/null || echo FAIL $h; "
+                 f"done; {python} -c 'import deepspeed.launcher.launch, torch' >/dev/null 2>&1 "
+                 f"|| echo FAIL import")
+    elif parallel:
         inner = (f"for h in {hosts}; do (ssh -o BatchMode=yes $h hostname >/dev/null || echo FAIL $h) & "
                  f"done; wait")
     else:
@@ -135,7 +144,7 @@ def main() -> int:
     ap.add_argument("--nodes", default="2,4,8,16")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--suite-args", default="", help="extra pytest arguments for the suite run")
-    ap.add_argument("--skip", default="", help="comma-separated: loop, pdsh, pdsh-par")
+    ap.add_argument("--skip", default="", help="comma-separated: loop, pdsh, pdsh-par, pdsh-import")
     ap.add_argument("--json", help="write all raw figures here")
     args = ap.parse_args()
     skip = set(filter(None, args.skip.split(",")))
@@ -147,7 +156,8 @@ def main() -> int:
     for n in sizes:
         with tempfile.TemporaryDirectory(prefix=f"ct-scale{n}-") as tmp:
             with SimCluster(Path(tmp) / "sim", nodes=n, slots=1) as sim:
-                runs: dict[str, list[dict]] = {"suite": [], "loop": [], "pdsh": [], "pdsh-par": []}
+                runs: dict[str, list[dict]] = {"suite": [], "loop": [], "pdsh": [], "pdsh-par": [],
+                                               "pdsh-import": []}
                 for rep in range(args.repeat):
                     out = Path(tmp) / f"run{rep}"
                     out.mkdir()
@@ -156,6 +166,8 @@ def main() -> int:
                         runs["pdsh"].append(run_pdsh(sim, parallel=False))
                     if "pdsh-par" not in skip:
                         runs["pdsh-par"].append(run_pdsh(sim, parallel=True))
+                    if "pdsh-import" not in skip:
+                        runs["pdsh-import"].append(run_pdsh(sim, parallel=False, imports=True))
                     if "loop" not in skip:
                         runs["loop"].append(run_loop(sim))
                     for name, rs in runs.items():
@@ -178,6 +190,8 @@ def main() -> int:
             row["suite_over_pdsh"] = med["suite"] / med["pdsh"]
         if "pdsh-par" in med:
             row["suite_over_pdsh_par"] = med["suite"] / med["pdsh-par"]
+        if "pdsh-import" in med:
+            row["suite_over_pdsh_import"] = med["suite"] / med["pdsh-import"]
         if "loop" in med:
             row["loop_over_suite"] = med["loop"] / med["suite"]
         rows.append(row)
@@ -185,7 +199,8 @@ def main() -> int:
     print()
     print(f"medians of {args.repeat} runs; load average at end {load()}")
     head = ("| nodes | items | suite s | peak RSS MB | launcher ssh sessions (suite / loop / pdsh) "
-            "| (a) loop s | (b) pdsh s | (b') pdsh-par s | suite/(b) | suite/(b') | (a)/suite |")
+            "| (a) loop s | (b) pdsh s | (b') pdsh-par s | (c) pdsh-import s | suite/(b) | suite/(b') "
+            "| suite/(c) | (a)/suite |")
     print(head)
     print("|" + "|".join("---" for _ in range(head.count("|") - 1)) + "|")
     for r in rows:
@@ -193,8 +208,9 @@ def main() -> int:
             return fmt.format(r[key]) if key in r else "-"
         print(f"| {r['nodes']} | {r['items']} | {f('suite_s')} | {f('suite_rss_mb', '{:.0f}')} | "
               f"{r['suite_sessions']} / {r.get('loop_sessions', '-')} / {r.get('pdsh_sessions', '-')} | "
-              f"{f('loop_s')} | {f('pdsh_s')} | {f('pdsh-par_s')} | {f('suite_over_pdsh')} | "
-              f"{f('suite_over_pdsh_par')} | {f('loop_over_suite', '{:.1f}')} |")
+              f"{f('loop_s')} | {f('pdsh_s')} | {f('pdsh-par_s')} | {f('pdsh-import_s')} | "
+              f"{f('suite_over_pdsh')} | {f('suite_over_pdsh_par')} | {f('suite_over_pdsh_import')} | "
+              f"{f('loop_over_suite', '{:.1f}')} |")
     if args.json:
         Path(args.json).write_text(json.dumps({"rows": rows, "raw": raw}, indent=2))
     return 0

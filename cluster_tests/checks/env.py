@@ -275,6 +275,7 @@ def test_launch_rehearsal(cluster: Cluster, node: str, record_property) -> None:
         pytest.skip(leg.text)
     if leg.kind == "fail":
         pytest.fail(leg.text + (f"\n  each node ran: {r.line}" if r.line else "")
+                    + f"\n  the launch rehearsed: {rehearsal.command_line(cluster)}"
                     + (f"\n  fix: {leg.fix}" if leg.fix else ""), pytrace=False)
 
 

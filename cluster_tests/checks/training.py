@@ -114,5 +114,6 @@ def test_train_multi_node(cluster: Cluster, training: trr.TrainingRuns, record_p
     launch = training.multi_node()
     _record(record_property, launch)
     record_property("rank0", launch.node)
+    record_property("launch_command", launch.line)
     if not launch.ok:
         pytest.fail(tx.explain(launch, training.config), pytrace=False)

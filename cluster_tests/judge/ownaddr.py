@@ -5,6 +5,8 @@ resolve the node's own hostname (``gethostname()``) with ``getaddrinfo(AF_UNSPEC
 and bind the first result that binds; that address is what the rank advertises to every peer
 through the store.  If none binds, torch warns and falls back to 127.0.0.1.  With
 ``GLOO_SOCKET_IFNAME`` the named interface's address is used (F5 judges the name).
+``MASTER_ADDR`` plays no part in it (torch reads it only for the TCPStore every rank dials,
+which H3/F2 judge): a rank's environment setting it leaves this address where it is.
 
 The node probe (netprobe.py ``listen``) binds a listener on exactly that address, and every peer
 connects to it (``connect``).  Who dials whom: in gloo's tcp pair (``Pair::connect``) the side

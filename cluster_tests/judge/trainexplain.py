@@ -40,6 +40,8 @@ class Launch:
     stopped: str | None = None  # the diagnosis kind that made us stop it early
     setup_error: str | None = None
     result: tres.SmokeResult | None = None
+    #: T2: the `deepspeed` command line as launched (the user's --launch-args resolved)
+    line: str = ""
     diagnoses: list[tdiag.Diagnosis] = field(default_factory=list)
     leftovers: dict[str, str] = field(default_factory=dict)  # node -> processes cleanup missed
     log_path: Path | None = None
@@ -192,6 +194,8 @@ def explain(launch: Launch, config: Describes) -> str:
     if not roots and launch.result is not None and not launch.setup_error:
         parts += [f"  {p}" for p in launch.result.problems()]
     parts += [f"  {p}" for p in launch.accel_problems]
+    if launch.line:
+        parts.append(f"  launched as: {launch.line}")
     parts.append(f"  full log: {_rel(launch.log_path)}")
     return "\n".join(parts)
 

@@ -58,14 +58,27 @@ def comm_table(cluster: Cluster) -> dict[str, dict[str, str | None]]:
 
 
 def versions(cluster: Cluster) -> dict[str, dict[str, Any]]:
-    """Versions on every reachable node, probed in parallel, once (torch imported once each),
-    with the launch's interpreter (the one every rank runs, by absolute path) where the rank-0
-    node tells it, else with --remote-python."""
+    """Versions on every reachable node, once: from the rehearsal's import where its leg ran (the
+    launch's interpreter, exports and directory, through pdsh: one interpreter start and one
+    `import torch` per node serve E3 and E5 together); elsewhere (a node outside the launch, a leg
+    that hung or never ran, a launch that cannot start) probed over our ssh, in parallel, with the
+    launch's interpreter where the rank-0 node tells it, else with --remote-python."""
     def compute() -> dict[str, dict[str, Any]]:
         up = [n for n in cluster.names if cluster.login_error(n) is None]
-        got = cluster.pool.map(lambda n: versions_probe(cluster, n), up)
-        return {n: v for n, v in zip(up, got, strict=False) if not isinstance(v, BaseException)}
+        got: dict[str, dict[str, Any]] = rehearsed_versions(cluster)
+        rest = [n for n in up if n not in got]
+        probed = cluster.pool.map(lambda n: versions_probe(cluster, n), rest)
+        got.update({n: v for n, v in zip(rest, probed, strict=False) if not isinstance(v, BaseException)})
+        return {n: got[n] for n in up if n in got}
     return cluster.memo(VERSIONS, compute)
+
+
+def rehearsed_versions(cluster: Cluster) -> dict[str, dict[str, Any]]:
+    """node -> E3's versions as the rehearsal's import reported them (rehearse.py, `versions`),
+    for the nodes whose leg delivered its report."""
+    r = rehearsal.rehearse(cluster)
+    return {n: dict(leg.data["versions"]) for n, leg in r.legs.items()
+            if leg.data and isinstance(leg.data.get("versions"), dict)}
 
 
 def versions_probe(cluster: Cluster, node: str) -> dict[str, Any]:

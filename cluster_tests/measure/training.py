@@ -338,7 +338,8 @@ class TrainingRuns:
             launcher_args=(*cfg.launch_passthrough, *cfg.launcher_args),
         )
         expected = sum(len(s) for s in active.values())
-        launch = Launch("T2", rank0, nodes, expected, self._command(d, argv))
+        launch = Launch("T2", rank0, nodes, expected, self._command(d, argv),
+                        line=shlex.join(argv))
         involved = list(dict.fromkeys([rank0, *nodes]))
         try:
             script = remote_script(SCRIPT_NAME)

@@ -13,6 +13,11 @@ def test_healthy_env_is_green(healthy_sim):
     assert "test_versions[node2]" in result.passed
     assert result.properties["test_versions[node2]"]["torch"].startswith("2.")
     assert "not an Ascend node" in result.message("test_ascend_env[node1]")
+    # E3 alone (-k): its versions come from the rehearsal's one import per node all the same
+    alone = run_suite(healthy_sim, "-m", "env", "-k", "test_versions")
+    assert alone.passed == {f"test_versions[{nd.name}]" for nd in healthy_sim.nodes}, \
+        alone.describe()
+    assert alone.properties["test_versions[node2]"] == result.properties["test_versions[node2]"]
 
 
 def test_bashrc_early_return_hides_required_variable(healthy_sim):

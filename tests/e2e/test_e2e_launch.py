@@ -269,6 +269,56 @@ def test_a_master_addr_deepspeed_derives_badly_is_red_on_rank0(healthy_sim, faul
         sim.exec("node1", ["ip", "addr", "del", "10.99.0.1/24", "dev", "eth0"])
 
 
+def test_hostname_I_failing_on_the_first_host_is_red_on_rank0(healthy_sim):
+    """`hostname` cannot run on node1 (the first host): DeepSpeed's `ssh node1 hostname -I`
+    fails, so a launch without --master_addr stops before starting any rank.  Red on node1's H3
+    id, saying why, with the fix; the real launch fails so; with the fix (--master_addr given
+    through --launch-args) H3 is green and the real launch works."""
+    sim = healthy_sim
+    put_script(sim, NODES)
+    assert sim.hide_tool("node1", "hostname"), "no hostname on node1's PATH"
+    assert sim.ssh("node1", "hostname -I").returncode != 0
+    r = run_suite(sim, *FAST)
+    assert "test_master_addr[node1]" in r.failed, r.describe()
+    msg = r.message("test_master_addr[node1]")
+    assert "DeepSpeed cannot derive --master_addr" in msg and "hostname -I` on node1 fails" in msg, msg
+    assert "deepspeed stops before starting any rank" in msg and "pass --master_addr node1" in msg, msg
+    assert names_only(r.failed, "node1") == [], r.describe()
+    out = real_launch(sim, NODES, derive_master=True, timeout=120)
+    assert "Unable to detect suitable master address via `hostname -I`" in out, out[-3000:]
+    assert not launch_ok(out, 3), out[-3000:]
+    fixed = run_suite(sim, *FAST, "-k", "master_addr", "--launch-args", "--master_addr node1")
+    assert "test_master_addr[node1]" in fixed.passed, fixed.describe()
+    out = real_launch(sim, NODES)
+    assert launch_ok(out, 3), out[-3000:]
+
+
+def test_launch_args_round_trip_to_t2_and_the_rehearsals_red(healthy_sim):
+    """--launch-args "--master_port 29533 --exclude node3": the command line T2 launches and the
+    one the rehearsal mirrors carry exactly those flags, and say so: in T2's record and in the
+    rehearsal's red on node2 (a stray old deepspeed in node2's launch directory)."""
+    sim = healthy_sim
+    put_script(sim, NODES)
+    sim.exec("node2", ["sh", "-c", "mkdir -p /root/deepspeed && "
+                                   "echo '__version__ = \"0.14.0\"' > /root/deepspeed/__init__.py"])
+    try:
+        r = run_suite(sim, "-m", "env or training", "-k", "launch_rehearsal or multi_node",
+                      "--launch-args", "--master_port 29533 --exclude node3")
+        assert "test_launch_rehearsal[node2]" in r.failed, r.describe()
+        said = r.message("test_launch_rehearsal[node2]")
+        assert "the launch rehearsed: deepspeed --hostfile" in said, said
+        assert "--master_port 29533 --exclude node3" in said and "--master_addr" not in said, said
+        assert "test_launch_rehearsal[node3]" in r.ids("skipped"), r.describe()
+        t2 = r.properties["test_train_multi_node"]
+        line = t2.get("launch_command") or ""
+        assert "--master_port 29533" in line and "--exclude node3" in line, (t2, r.describe())
+        assert "--master_addr" not in line, line
+        if "test_train_multi_node" in r.failed:
+            assert f"launched as: {line}" in r.message("test_train_multi_node")
+    finally:
+        sim.exec("node2", ["rm", "-rf", "/root/deepspeed"])
+
+
 def test_banner_on_stderr_is_green_and_launch_args_round_trip(healthy_sim):
     """Rank 0's bashrc prints a banner to stderr (DeepSpeed reads stdout only): green, the value
     is node1's address, and the real launch without --master_addr works.  --launch-args is read
