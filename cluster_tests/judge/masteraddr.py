@@ -173,9 +173,13 @@ def problems(d: Derived, rank0_ips: dict[str, str], routes: dict[str, Route]) ->
             return [f"`{d.command}` did not run on {d.site} ({d.stderr.strip() or 'no output'}).\n"
                     f"  fix: pass --master_addr {d.first_host}"]
         if d.exit_status != 0:
-            said = (d.stderr.strip() or d.stdout.strip() or "nothing").splitlines()[-1]
-            unsupported = re.search(r"invalid option|unrecognized option|illegal option|usage", said,
-                                    re.IGNORECASE)
+            lines = (d.stderr.strip() or d.stdout.strip() or "nothing").splitlines()
+            # GNU and busybox tools name the refused option first, then "Try '... --help'" or
+            # their usage: the line that says why, else the last one
+            refusal = re.compile(r"invalid option|unrecognized option|illegal option|usage",
+                                 re.IGNORECASE)
+            said = next((ln.strip() for ln in lines if refusal.search(ln)), lines[-1].strip())
+            unsupported = refusal.search(said)
             cause = ("this `hostname` has no -I option" if unsupported
                      else f"it exited {d.exit_status}")
             return [f"DeepSpeed cannot derive --master_addr: `{d.command}` on {d.site} fails "
