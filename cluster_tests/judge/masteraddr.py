@@ -142,7 +142,8 @@ class Route:
 
 def read_route(exit_status: int, stdout: str, stderr: str) -> Route:
     if exit_status != 0:
-        return Route(False, (stderr.strip() or stdout.strip() or f"exit {exit_status}").splitlines()[-1])
+        said = stderr.strip() or stdout.strip() or f"exit {exit_status}"
+        return Route(False, said.splitlines()[-1])
     text = stdout.strip().splitlines()[0] if stdout.strip() else ""
     if text.startswith("local ") or " dev lo " in f" {text} ":
         return Route(True, text, local=True)
