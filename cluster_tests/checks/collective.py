@@ -123,7 +123,17 @@ def _socket_fallbacks(cluster: Cluster, run: R.RemoteRun, record_property) -> li
     return nccllog.socket_fallbacks(nodes, rdma_nodes)
 
 
-def test_allreduce(allreduce_run: R.RemoteRun, cluster: Cluster, record_property) -> None:
+def _stacks(config: pytest.Config, run: R.RemoteRun, label: str, record_property) -> str:
+    """Where every rank was when a deadline passed (their dumps), for the red."""
+    from cluster_tests.measure import stackdump
+
+    hosts = {r.rank: r.host for r in run.report.ranks}
+    return stackdump.tell(config, label, run.stacks, run.native, hosts,
+                          [r.rank for r in run.report.ranks], record_property)
+
+
+def test_allreduce(allreduce_run: R.RemoteRun, cluster: Cluster, record_property,
+                   pytestconfig: pytest.Config) -> None:
     """C1 + C3: every rank of every node joins, inits and completes the sweep within its stage
     deadlines, with no wrong element; the table goes to the properties and the summary.  A
     node with active RDMA ports whose NCCL ranks used TCP sockets fails it (10-50x slower)."""
@@ -132,7 +142,8 @@ def test_allreduce(allreduce_run: R.RemoteRun, cluster: Cluster, record_property
     fallbacks = _socket_fallbacks(cluster, run, record_property)
     if not run.report.ok:
         pytest.fail(R.explain(cluster, run, f"all-reduce over {run.report.world_size} ranks on "
-                              f"{', '.join(run.nodes)}"), pytrace=False)
+                              f"{', '.join(run.nodes)}")
+                    + _stacks(pytestconfig, run, "allreduce", record_property), pytrace=False)
     if fallbacks:
         pytest.fail("all-reduce went over TCP sockets where RDMA is there:\n  "
                     + "\n  ".join(fallbacks)
@@ -181,7 +192,7 @@ def test_allreduce_busbw(allreduce_run: R.RemoteRun, cluster: Cluster, record_pr
 
 
 def test_allreduce_pair(pair_runs: dict, node_pair: tuple[str, str], cluster: Cluster,
-                        record_property) -> None:
+                        record_property, pytestconfig: pytest.Config) -> None:
     """C2: all-reduce between two nodes completes, and its busbw is not far below the typical
     good pair's; a node common to the slow (or failing) pairs is named."""
     a, b = node_pair
@@ -200,7 +211,9 @@ def test_allreduce_pair(pair_runs: dict, node_pair: tuple[str, str], cluster: Cl
         failing = [p for p, r in pair_runs["runs"].items()
                    if not (isinstance(r, R.RemoteRun) and r.report.ok)]
         pytest.fail(R.explain(cluster, run, C.pair_id(node_pair))
-                    + _common_node(failing, "failing"), pytrace=False)
+                    + _common_node(failing, "failing")
+                    + _stacks(pytestconfig, run, f"allreduce_pair-{a}-{b}", record_property),
+                    pytrace=False)
     _leftover_fail(run)
     _accelerator_fail(cluster, run, C.pair_id(node_pair))
     slow = pair_runs["slow"]

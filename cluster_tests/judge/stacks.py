@@ -82,6 +82,14 @@ def where(thread: Thread | None) -> str:
     innermost frame of our worker script (the step of ours that made it)."""
     if thread is None:
         return "no stack"
+    module = next((f for f in thread.frames if f.func == "<module>"), None)
+    if module is not None and module is not thread.frames[-1] and \
+            module.file.rsplit("/", 1)[-1] not in WORKER_FILES and module.file != "<string>":
+        # still importing (torch, torch_npu, a driver binding): the module's own frame
+        name = module.file.rsplit("/", 1)[-1].removesuffix(".py")
+        if name == "__init__":
+            name = module.file.rsplit("/", 2)[-2]
+        return f"importing {name} ({module.short})"
     ours = next((f for f in thread.frames
                  if f.file.rsplit("/", 1)[-1] in WORKER_FILES and f.func != "<module>"), None)
     call = next((f for f in thread.frames if f.func in KNOWN_CALLS and f is not ours), None)
@@ -111,6 +119,8 @@ class Grouped:
 
     def lines(self, hosts: Mapping[int, str]) -> list[str]:
         out = [f"{describe(g.ranks, hosts)} {g.where}" for g in self.groups]
+        if len(self.groups) == 1 and len(self.groups[0].ranks) > 1:
+            out.append("every rank was in the same place: the stacks single out no node")
         if self.missing:
             out.append(f"{describe(self.missing, hosts)}: no stack (ended before, or the node did "
                        f"not answer)")

@@ -65,6 +65,8 @@ STARTUP_S = 30.0
 GRACE_S = 3.0
 #: Seconds to wait for a supervisor's confirmation that its workers are dead.
 REAP_S = 5.0
+#: Seconds the supervisors get to relay the stacks they were asked for.
+DUMP_S = 2.0
 #: On HCCL the worker's init deadline is at least HCCL_CONNECT_TIMEOUT (120 s unless set) + 15 s;
 #: the remote ``timeout`` must outlast that too when the backend may be hccl.
 HCCL_INIT_FLOOR_S = 135.0
@@ -160,6 +162,11 @@ class _NodeChannel:
             self.reaped.set()
         self._inbox.put((self.node, event))
 
+    def dump(self) -> None:
+        """Ask the supervisor for every live worker's stacks (``stack`` events follow)."""
+        if not self.ended.is_set() and not self.stdin.closed:
+            self.stdin.send(b"D")
+
     def stop(self) -> bool:
         """Close the supervisor's stdin (it kills its workers), wait for its word, close.
         True when the node confirmed that every worker is gone."""
@@ -194,6 +201,9 @@ class RemoteRun:
     unconfirmed: dict[str, dict[int, int]] = field(default_factory=dict)  # node -> rank -> pid
     start_errors: dict[str, str] = field(default_factory=dict)
     python: str = "python3"
+    stacks: dict[int, str] = field(default_factory=dict)  # rank -> faulthandler dump(s)
+    native: dict[int, str] = field(default_factory=dict)  # rank -> py-spy dump --native
+    stacks_dir: str = ""  # where they were written (the report's output dir), if anywhere
 
     @property
     def where(self) -> str:
@@ -263,6 +273,7 @@ def run_allreduce(cluster: Cluster, ranks: Sequence[C.Rank], *, master_addr: str
     stages = options.connect_timeout + options.init_timeout + options.op_timeout
     deadline = start + startup_s + stages + 5.0
     shortened = False  # a rank failed: the others only get the grace
+    dumped = False  # the supervisors were asked for their workers' stacks
     hccl_extra = (max(0.0, HCCL_INIT_FLOOR_S - options.init_timeout)
                   if options.backend in ("auto", "hccl") else 0.0)
     remote_timeout = int(startup_s + stages + hccl_extra + 15.0)
@@ -306,9 +317,16 @@ def run_allreduce(cluster: Cluster, ranks: Sequence[C.Rank], *, master_addr: str
                     shortened = True
             elif kind in ("workers", "reaped"):
                 continue
+            elif kind == "stack":
+                _keep_stack(run, event)
+                continue
             elif isinstance(event.get("rank"), int) and event["rank"] in events:
                 events[event["rank"]].append(event)
                 if kind == "error":
+                    if event.get("timeout") and not dumped:
+                        # a stage deadline passed: every rank still running says where it is
+                        # before the grace ends and the others are killed
+                        dumped = _ask_stacks(channels)
                     deadline = min(deadline, time.monotonic() + grace_s)
                     shortened = True
                 elif (kind == "start" and not shortened
@@ -319,6 +337,17 @@ def run_allreduce(cluster: Cluster, ranks: Sequence[C.Rank], *, master_addr: str
             elif kind == "error":  # the supervisor itself
                 run.start_errors[node] = str(event.get("message"))
                 deadline = min(deadline, time.monotonic() + grace_s)
+        if open_channels and not dumped and channels:
+            # our own deadline passed with ranks still running: their stacks first
+            dumped = _ask_stacks(channels)
+            until = time.monotonic() + DUMP_S
+            while time.monotonic() < until:
+                try:
+                    node, event = inbox.get(timeout=0.2)
+                except queue.Empty:
+                    continue
+                if event is not None and event.get("event") == "stack":
+                    _keep_stack(run, event)
     finally:
         confirmed = dict(zip(channels, cluster.pool.map(lambda ch: ch.stop(), channels.values()), strict=False))
         for node, ch in channels.items():
@@ -326,11 +355,34 @@ def run_allreduce(cluster: Cluster, ranks: Sequence[C.Rank], *, master_addr: str
             run.channel_exit[node] = ch.exit_status
             if confirmed.get(node) is not True:
                 run.unconfirmed[node] = dict(ch.pids)
+    while True:  # stacks relayed while the channels closed
+        try:
+            node, event = inbox.get_nowait()
+        except queue.Empty:
+            break
+        if event is not None and event.get("event") == "stack":
+            _keep_stack(run, event)
     run.report = C.collect(events, ranks, exit_codes)
     for ch in channels.values():
         run.report.pids.update(ch.pids)
     run.seconds = time.monotonic() - start
     return run
+
+
+def _ask_stacks(channels: Mapping[str, _NodeChannel]) -> bool:
+    for ch in channels.values():
+        ch.dump()
+    return True
+
+
+def _keep_stack(run: RemoteRun, event: Mapping[str, Any]) -> None:
+    rank = event.get("stack_rank")
+    if not isinstance(rank, int):
+        return
+    if event.get("text"):
+        run.stacks[rank] = run.stacks.get(rank, "") + str(event["text"])
+    if event.get("native"):
+        run.native[rank] = run.native.get(rank, "") + str(event["native"])
 
 
 # --- what to run -----------------------------------------------------------------------------

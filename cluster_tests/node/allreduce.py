@@ -452,6 +452,7 @@ def rendezvous(store: object, args: argparse.Namespace, deadline: float) -> None
             missing = [r for r in range(args.world_size)
                        if not store.check([f"joined/{r}"])]  # type: ignore[attr-defined]
             joined = [r for r in range(args.world_size) if r not in missing]
+            dump_own_stack()
             emit("missing_ranks", stage="rendezvous", missing=missing, joined=joined,
                  master=master, timeout_s=args.connect_timeout)
             fail("rendezvous", f"ranks {','.join(map(str, missing))} never joined the rendezvous"

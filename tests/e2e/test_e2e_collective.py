@@ -163,6 +163,65 @@ def test_communicator_init_hang_fails_at_its_deadline(healthy_sim) -> None:
     assert_no_workers()
 
 
+# --- issue 26: where every rank was when the deadline passed ---------------------------------
+
+
+def test_hang_after_rendezvous_lists_every_ranks_stack_grouped(healthy_sim) -> None:
+    """node3's firewall lets the rendezvous port through and drops every other high port: the
+    store works, gloo's own connections to and from node3 never come up. Before anything is
+    killed every rank dumps its stack; the red groups them and names the node that differs; the
+    dumps lie in the report directory and the HTML report folds them; nothing is left running."""
+    for rule in (["--sport", "29500"], ["--dport", "29500"], ["--dport", "1024:65535", "-j", "DROP"]):
+        healthy_sim.iptables("node3", ["-A", "INPUT", "-p", "tcp", *rule]
+                             + ([] if "DROP" in rule else ["-j", "ACCEPT"]))
+    result = run_suite(healthy_sim, *FAST, "-k", "test_allreduce and not pair",
+                       "--collective-init-timeout", "6")
+    assert result.failed == {"test_allreduce"}, result.describe()
+    msg = result.message("test_allreduce")
+    assert "where the ranks were when the deadline passed (every dump in " in msg, msg
+    block = msg.split("where the ranks were when the deadline passed", 1)[1]
+    # every rank is listed, by node, in a group that says where it was
+    for who in ("(node1)", "(node2)", "(node3)"):
+        assert who in block, block
+    # gloo connects its full mesh inside init_process_group: every rank waits there, the Python
+    # stacks are alike (py-spy's native frames, where installed, tell the peers apart)
+    assert re.search(r"rank 0 \(node1\), rank 1 \(node2\), rank 2 \(node3\) in "
+                     r"init_process_group \(allreduce\.py:\d+ main\)", block), block
+    assert "the stacks single out no node" in block, block
+    folder = result.junit.parent / "stacks" / "allreduce"
+    dumps = sorted(p.name for p in folder.glob("rank*.txt"))
+    assert dumps == ["rank0-node1.txt", "rank1-node2.txt", "rank2-node3.txt"], dumps
+    for name in dumps:
+        assert "(most recent call first):" in (folder / name).read_text()
+    html = (result.junit.parent / "cluster_report.html").read_text()
+    assert html.count('<details class="stacks">') == 1, "the stacks are not folded by group"
+    assert_no_workers()
+
+
+def test_ranks_that_never_join_are_shown_where_they_hang(healthy_sim, tmp_path: Path) -> None:
+    """node3's `import torch` hangs (a wedged driver binding or a hung mount under
+    site-packages, played by a torch.py on node3's PYTHONPATH that sleeps): ranks 0,1 wait in the
+    rendezvous until its deadline; before anything is killed rank 2 dumps its stack too, and the
+    red names node3 as the node whose rank differs."""
+    hang = tmp_path / "hang"
+    hang.mkdir()
+    (hang / "torch.py").write_text("import time\ntime.sleep(3600)\n")
+    healthy_sim.prepend_bashrc("node3", f"export PYTHONPATH={hang}\n")
+    result = run_suite(healthy_sim, *FAST, "-k", "test_allreduce and not pair")
+    assert "test_allreduce" in result.failed, result.describe()
+    msg = result.message("test_allreduce")
+    block = msg.split("where the ranks were when the deadline passed", 1)[1]
+    assert re.search(r"ranks? 0 \(node1\), rank 1 \(node2\) in rendezvous \(allreduce\.py:",
+                     block), block
+    assert re.search(r"rank 2 \(node3\) importing torch \(torch\.py:2 <module>\)", block), block
+    assert "node3 differs: its ranks are not where the others are: look there first" in block
+    assert result.properties["test_allreduce"].get("stack_differ") == "node3"
+    html = (result.junit.parent / "cluster_report.html").read_text()
+    assert html.count('<details class="stacks">') == 2
+    assert "rank 2 (node3) importing torch" in html and "(differs)" in html
+    assert_no_workers()
+
+
 # --- PITFALLS 9: inbound high ports dropped, replies let in: the pair that node serves fails --
 
 

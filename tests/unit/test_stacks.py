@@ -49,6 +49,7 @@ def test_all_in_all_reduce_is_one_group_and_no_node_differs() -> None:
     assert g.groups[0].nodes == ["node1", "node3"]
     assert g.differ == [] and g.missing == []
     assert g.lines(HOSTS)[0].startswith("ranks 0,1 (node1), rank 2 (node3) in all_reduce")
+    assert g.lines(HOSTS)[1] == "every rank was in the same place: the stacks single out no node"
 
 
 def test_ranks_in_different_stages_are_grouped_and_the_odd_node_named() -> None:
