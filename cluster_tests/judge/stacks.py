@@ -35,6 +35,10 @@ KNOWN_CALLS = ("all_reduce", "barrier", "broadcast", "all_gather", "reduce_scatt
                "init_distributed", "backward", "step", "wait", "get", "connect", "rendezvous")
 
 
+#: Our own dump machinery (a rank that dumps itself before it ends): not where it was.
+DUMP_FUNCS = ("dump_own_stack",)
+
+
 @dataclass(frozen=True)
 class Frame:
     file: str
@@ -63,6 +67,8 @@ def parse(text: str) -> list[Thread]:
             continue
         frame = _FRAME.match(line)
         if frame and threads:
+            if frame["func"] in DUMP_FUNCS and not threads[-1].frames:
+                continue
             threads[-1].frames.append(Frame(frame["file"], int(frame["line"]), frame["func"]))
     return [t for t in threads if t.frames]
 

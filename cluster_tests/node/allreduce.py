@@ -435,6 +435,7 @@ def connect(args: argparse.Namespace) -> object:
     except Exception as exc:  # noqa: BLE001 - any failure here is a connect failure
         # rank 0 listens, then connects to its own store through the master address too
         verb = "create (listen on, then connect to)" if args.rank == 0 else "reach"
+        dump_own_stack()  # where it waited: the others will say where they did
         fail("connect", f"cannot {verb} the rendezvous store at {master} within "
              f"{args.connect_timeout:g} s: {exc}", master=master)
     raise AssertionError("unreachable")

@@ -198,27 +198,24 @@ def test_hang_after_rendezvous_lists_every_ranks_stack_grouped(healthy_sim) -> N
     assert_no_workers()
 
 
-def test_ranks_that_never_join_are_shown_where_they_hang(healthy_sim, tmp_path: Path) -> None:
-    """node3's `import torch` hangs (a wedged driver binding or a hung mount under
-    site-packages, played by a torch.py on node3's PYTHONPATH that sleeps): ranks 0,1 wait in the
-    rendezvous until its deadline; before anything is killed rank 2 dumps its stack too, and the
-    red names node3 as the node whose rank differs."""
-    hang = tmp_path / "hang"
-    hang.mkdir()
-    (hang / "torch.py").write_text("import time\ntime.sleep(3600)\n")
-    healthy_sim.prepend_bashrc("node3", f"export PYTHONPATH={hang}\n")
+def test_ranks_that_never_join_are_shown_where_they_wait(healthy_sim) -> None:
+    """node3's firewall drops every inbound high port, the store's replies included: ranks 0,1
+    wait in the rendezvous until its deadline, rank 2 in the store's connect; every rank dumps
+    its stack before it ends, and the red names node3 as the node whose rank differs."""
+    healthy_sim.iptables("node3", ["-A", "INPUT", "-p", "tcp", "--dport", "1024:65535",
+                                   "-j", "DROP"])
     result = run_suite(healthy_sim, *FAST, "-k", "test_allreduce and not pair")
     assert "test_allreduce" in result.failed, result.describe()
     msg = result.message("test_allreduce")
     block = msg.split("where the ranks were when the deadline passed", 1)[1]
-    assert re.search(r"ranks? 0 \(node1\), rank 1 \(node2\) in rendezvous \(allreduce\.py:",
+    assert re.search(r"rank 0 \(node1\), rank 1 \(node2\) in rendezvous \(allreduce\.py:",
                      block), block
-    assert re.search(r"rank 2 \(node3\) importing torch \(torch\.py:2 <module>\)", block), block
+    assert re.search(r"rank 2 \(node3\) in connect \(allreduce\.py:\d+ connect\)", block), block
     assert "node3 differs: its ranks are not where the others are: look there first" in block
     assert result.properties["test_allreduce"].get("stack_differ") == "node3"
     html = (result.junit.parent / "cluster_report.html").read_text()
     assert html.count('<details class="stacks">') == 2
-    assert "rank 2 (node3) importing torch" in html and "(differs)" in html
+    assert "rank 2 (node3) in connect" in html and "(differs)" in html
     assert_no_workers()
 
 
