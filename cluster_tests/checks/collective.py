@@ -65,8 +65,11 @@ def allreduce_run(cluster: Cluster, pytestconfig: pytest.Config) -> R.RemoteRun:
 def pair_runs(cluster: Cluster, pytestconfig: pytest.Config) -> dict:
     """C2's runs (every pair, circle rounds), once per session, plus the slow-pair analysis."""
     runs = cluster.memo(PAIR_RUNS, lambda: R.run_pairs(cluster))
+    # a pair whose sweep stopped before the largest size (too slow for its share of
+    # --collective-budget) is slow whatever the others measured: compared apart
     measured = {p: r.report.rows[-1].busbw_GBps for p, r in runs.items()
-                if isinstance(r, R.RemoteRun) and r.report.ok and r.report.rows}
+                if isinstance(r, R.RemoteRun) and r.report.ok and r.report.rows
+                and r.report.stopped is None}
     ratio = cluster.settings.collective.pair_slow_ratio
     slow = C.flag_slow_pairs(measured, ratio=ratio, reference="upper_median")
     R.stash(pytestconfig).update(pairs=runs, slow=slow)
@@ -217,6 +220,21 @@ def test_allreduce_pair(pair_runs: dict, node_pair: tuple[str, str], cluster: Cl
     _leftover_fail(run)
     _accelerator_fail(cluster, run, C.pair_id(node_pair))
     slow = pair_runs["slow"]
+    stopped = [p for p, r in pair_runs["runs"].items()
+               if isinstance(r, R.RemoteRun) and r.report.stopped is not None]
+    if run.report.stopped is not None:
+        row = run.report.rows[-1] if run.report.rows else None
+        got = (f"busbw {row.busbw_GBps:.4f} GB/s at {C.format_size(row.size_bytes)}B; "
+               if row else "")
+        pytest.fail(
+            f"{C.pair_id(node_pair)}: too slow for its share of the budget: {got}"
+            f"{run.report.stopped.describe()}"
+            + (f"; the typical good pair: {slow.reference_GBps:.3f} GB/s" if slow.reference_GBps
+               else "")
+            + _common_node(sorted(set(stopped) | {p for p, _ in slow.slow}), "slow")
+            + f"\n  fix: compare `ethtool <iface>` speeds and `tc qdisc show` on {a} and {b}; "
+              f"iperf3 -s on {a}, iperf3 -c {a} on {b}",
+            pytrace=False)
     mine = dict(slow.slow).get(node_pair)
     if mine is not None:
         row = run.report.rows[-1]
@@ -228,7 +246,8 @@ def test_allreduce_pair(pair_runs: dict, node_pair: tuple[str, str], cluster: Cl
             f" of {len(pair_runs['runs'])} pairs)"
             + (f"; median of the other slow pairs {statistics.median(others):.3f} GB/s"
                if others else "")
-            + _common_node([p for p, _ in slow.slow], "slow", slow.suspect)
+            + _common_node(sorted({p for p, _ in slow.slow} | set(stopped)), "slow",
+                           slow.suspect if not stopped else None)
             + f"\n  fix: compare `ethtool <iface>` speeds and `tc qdisc show` on {a} and {b}; "
               f"iperf3 -s on {a}, iperf3 -c {a} on {b}",
             pytrace=False)

@@ -30,6 +30,7 @@ port.
 from __future__ import annotations
 
 import collections
+import dataclasses
 import json
 import queue
 import threading
@@ -363,6 +364,8 @@ def run_allreduce(cluster: Cluster, ranks: Sequence[C.Rank], *, master_addr: str
         if event is not None and event.get("event") == "stack":
             _keep_stack(run, event)
     run.report = C.collect(events, ranks, exit_codes)
+    if run.report.stopped is not None and options.budget_s is not None:
+        run.report.stopped = dataclasses.replace(run.report.stopped, budget_s=options.budget_s)
     for ch in channels.values():
         run.report.pids.update(ch.pids)
     run.seconds = time.monotonic() - start
@@ -388,15 +391,33 @@ def _keep_stack(run: RemoteRun, event: Mapping[str, Any]) -> None:
 # --- what to run -----------------------------------------------------------------------------
 
 
-def worker_options(cluster: Cluster, backend: str, sizes: Sequence[int]) -> C.WorkerOptions:
+def worker_options(cluster: Cluster, backend: str, sizes: Sequence[int],
+                   size_seconds: float | None = None) -> C.WorkerOptions:
+    """The workers' options; ``size_seconds``: the run's share of --collective-budget per size
+    (:func:`C.budget_shares`), where lower than --collective-size-seconds."""
     c = cluster.settings.collective
+    budget = getattr(c, "budget", None)
+    capped = size_seconds is not None and size_seconds < c.size_seconds
     return C.WorkerOptions(
         sizes=list(sizes), backend=backend,
         warmup=c.warmup, iters=c.iters,
         connect_timeout=c.connect_timeout,
         init_timeout=c.init_timeout,
         op_timeout=c.op_timeout,
-        size_seconds=c.size_seconds)
+        size_seconds=size_seconds if capped and size_seconds is not None else c.size_seconds,
+        budget_s=budget if capped else None)
+
+
+def shares(cluster: Cluster) -> tuple[float, float]:
+    """(C1's, C2's) seconds per size under --collective-budget."""
+    c = cluster.settings.collective
+    budget = getattr(c, "budget", None)
+    if not budget:
+        return c.size_seconds, c.size_seconds
+    sizes = chosen_sizes(cluster)
+    rounds = len(list(pairs_mod.node_pair_rounds(cluster)))
+    return C.budget_shares(budget, c.size_seconds, len(sizes), rounds,
+                           len(C.pair_sizes(sizes)))
 
 
 def chosen_sizes(cluster: Cluster) -> list[int]:
@@ -445,7 +466,7 @@ def run_cluster(cluster: Cluster) -> RemoteRun:
     layout = launch_layout(cluster)
     ranks = C.assign_ranks([(host, len(ids)) for host, ids in layout])
     backend = cluster.settings.collective.backend
-    options = worker_options(cluster, backend, chosen_sizes(cluster))
+    options = worker_options(cluster, backend, chosen_sizes(cluster), shares(cluster)[0])
     master = layout[0][0] if layout else cluster.rank0.name
     return run_allreduce(cluster, ranks, master_addr=master_address(cluster, master, cluster.names),
                          port=cluster.settings.master_port, options=options,
@@ -473,7 +494,8 @@ def run_pairs(cluster: Cluster) -> dict[tuple[str, str], RemoteRun | BaseExcepti
     pairs are scheduled in circle rounds of disjoint pairs, each round's pairs at once, with the
     rendezvous on alternating sides (:func:`pair_master`)."""
     backend = cluster.settings.collective.backend
-    options = worker_options(cluster, backend, chosen_sizes(cluster)[-1:])
+    options = worker_options(cluster, backend, C.pair_sizes(chosen_sizes(cluster)),
+                             shares(cluster)[1])
     env = worker_env(_launcher_env())
     exports_word = launch_exports_word(cluster)
     slots = dict(launch_layout(cluster))

@@ -682,9 +682,21 @@ def sweep(torch: object, dist: object, args: argparse.Namespace, backend: str,
     if args.rank == 0:
         say(f"{'size(B)':>12} {'count':>12} {'type':>8} {'time(us)':>10} {'algbw':>10} "
             f"{'busbw':>10} {'#wrong':>7}   (GB/s = 1e9 B/s)")
+    last = None  # (bytes, seconds per op, slowest rank) of the last size measured
     for index, size in enumerate(sizes):
         count = max(1, size // elsize)
         nbytes = count * elsize
+        if last is not None and last[1] * nbytes / last[0] > args.size_seconds:
+            # the same on every rank (the time is the MAX over ranks): not even one call of a
+            # size that would take longer than its share
+            predicted = last[1] * nbytes / last[0]
+            emit("stopped", size_bytes=nbytes, op_seconds=round(predicted, 6), predicted=True,
+                 left_seconds=round(budget_end - time.monotonic(), 3),
+                 size_seconds=args.size_seconds, skipped=sizes[index:])
+            if args.rank == 0:
+                say(f"sweep stopped before {nbytes} B: one all_reduce would take about "
+                    f"{predicted:.2f} s (--size-seconds {args.size_seconds:g})")
+            break
         buf = torch.zeros(count, dtype=dtype, device=device)  # type: ignore[attr-defined]
         dist.all_reduce(buf)  # type: ignore[attr-defined]  # cold: this size's first call
         sync(torch, backend)
@@ -723,6 +735,7 @@ def sweep(torch: object, dist: object, args: argparse.Namespace, backend: str,
         wrongs = torch.tensor([wrong], dtype=torch.int64, device=device)  # type: ignore
         dist.all_reduce(wrongs)  # type: ignore[attr-defined]
         time_s = float(stats.item())
+        last = (nbytes, time_s)
         time_us = time_s * 1e6
         algbw = nbytes / time_s / 1e9 if time_s > 0 else 0.0
         busbw = algbw * factor
