@@ -13,7 +13,7 @@ This module reads that text::
       ...
 
 picks each rank's main thread (the one whose outermost frame is ``<module>``), says where it was
-("in all_reduce (allreduce.py:619 timed_loop)"), groups the ranks by that place and names the
+("in all_reduce (allreduce.py timed_loop)"), groups the ranks by that place and names the
 node(s) whose ranks are not where the most ranks are.
 """
 
@@ -84,7 +84,7 @@ def main_thread(threads: Sequence[Thread]) -> Thread | None:
 
 
 def where(thread: Thread | None) -> str:
-    """'in all_reduce (allreduce.py:619 timed_loop)': the innermost known call, and the
+    """'in all_reduce (allreduce.py timed_loop)': the innermost known call, and the
     innermost frame of our worker script (the step of ours that made it)."""
     if thread is None:
         return "no stack"
@@ -95,7 +95,7 @@ def where(thread: Thread | None) -> str:
         name = module.file.rsplit("/", 1)[-1].removesuffix(".py")
         if name == "__init__":
             name = module.file.rsplit("/", 2)[-2]
-        return f"importing {name} ({module.short})"
+        return f"importing {name}"
     ours = next((f for f in thread.frames
                  if f.file.rsplit("/", 1)[-1] in WORKER_FILES and f.func != "<module>"), None)
     call = next((f for f in thread.frames if f.func in KNOWN_CALLS and f is not ours), None)
@@ -103,9 +103,10 @@ def where(thread: Thread | None) -> str:
         call = ours
     if call is None:
         call = thread.frames[0]
+    # no line numbers: a rank polling in a loop is at one line or the next
     if ours is None or ours is call:
-        return f"in {call.func} ({call.short})"
-    return f"in {call.func} ({ours.short})"
+        return f"in {call.func} ({call.file.rsplit('/', 1)[-1]})"
+    return f"in {call.func} ({ours.file.rsplit('/', 1)[-1]} {ours.func})"
 
 
 @dataclass

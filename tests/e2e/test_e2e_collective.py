@@ -53,7 +53,11 @@ def assert_no_workers(within: float = 5.0) -> None:
     deadline = time.monotonic() + within
     while worker_pids() and time.monotonic() < deadline:
         time.sleep(0.2)
-    assert worker_pids() == [], "all-reduce workers left running"
+    left = worker_pids()
+    if left:
+        ps = subprocess.run(["ps", "-o", "pid,ppid,stat,etime,wchan:20,args", "-p",
+                             ",".join(map(str, left))], capture_output=True, text=True).stdout
+        raise AssertionError(f"all-reduce workers left running:\n{ps[:3000]}")
 
 
 @pytest.fixture(scope="module")
@@ -186,7 +190,7 @@ def test_hang_after_rendezvous_lists_every_ranks_stack_grouped(healthy_sim) -> N
     # gloo connects its full mesh inside init_process_group: every rank waits there, the Python
     # stacks are alike (py-spy's native frames, where installed, tell the peers apart)
     assert re.search(r"rank 0 \(node1\), rank 1 \(node2\), rank 2 \(node3\) in "
-                     r"init_process_group \(allreduce\.py:\d+ main\)", block), block
+                     r"init_process_group \(allreduce\.py main\)", block), block
     assert "the stacks single out no node" in block, block
     folder = result.junit.parent / "stacks" / "allreduce"
     dumps = sorted(p.name for p in folder.glob("rank*.txt"))
@@ -208,9 +212,9 @@ def test_ranks_that_never_join_are_shown_where_they_wait(healthy_sim) -> None:
     assert "test_allreduce" in result.failed, result.describe()
     msg = result.message("test_allreduce")
     block = msg.split("where the ranks were when the deadline passed", 1)[1]
-    assert re.search(r"rank 0 \(node1\), rank 1 \(node2\) in rendezvous \(allreduce\.py:",
+    assert re.search(r"rank 0 \(node1\), rank 1 \(node2\) in rendezvous \(allreduce\.py\)",
                      block), block
-    assert re.search(r"rank 2 \(node3\) in connect \(allreduce\.py:\d+ connect\)", block), block
+    assert re.search(r"rank 2 \(node3\) in connect \(allreduce\.py\)", block), block
     assert "node3 differs: its ranks are not where the others are: look there first" in block
     assert result.properties["test_allreduce"].get("stack_differ") == "node3"
     html = (result.junit.parent / "cluster_report.html").read_text()

@@ -39,7 +39,7 @@ def test_parse_finds_both_threads_and_the_main_one() -> None:
 def test_where_names_the_call_and_our_step() -> None:
     text = dumps("stacks_gloo_allreduce_hang.json")[1]
     place = S.where(S.main_thread(S.parse(text)))
-    assert place.startswith("in all_reduce (allreduce.py:") and place.endswith(" timed_loop)")
+    assert place == "in all_reduce (allreduce.py timed_loop)"
 
 
 def test_all_in_all_reduce_is_one_group_and_no_node_differs() -> None:
@@ -56,8 +56,8 @@ def test_ranks_in_different_stages_are_grouped_and_the_odd_node_named() -> None:
     stacks = dumps("stacks_gloo_connect_vs_rendezvous.json")
     g = S.group(stacks, HOSTS, ranks=[0, 1, 2])
     assert [grp.ranks for grp in g.groups] == [[0, 1], [2]]
-    assert g.groups[0].where.startswith("in rendezvous (allreduce.py:")
-    assert g.groups[1].where.startswith("in connect (allreduce.py:")
+    assert g.groups[0].where == "in rendezvous (allreduce.py)"
+    assert g.groups[1].where == "in connect (allreduce.py)"
     assert g.differ == ["node3"]
     lines = g.lines(HOSTS)
     assert lines[0].startswith("ranks 0,1 (node1) in rendezvous")
