@@ -271,6 +271,34 @@ def test_rate_limited_node_named_by_its_pairs(healthy_sim, baseline: Path) -> No
     assert_no_workers()
 
 
+# --- issue 26: a crawling link is named within --collective-budget ----------------------------
+
+
+def test_crawling_link_named_within_the_budget(healthy_sim) -> None:
+    """node2's link shaped to 40 Mbit/s, the default options (sizes 1K..16M, the default
+    budget): C1's sweep stops before the first size that would exceed its share and says so;
+    node2's pairs stop before their largest size and are red as slow, naming node2; the
+    pair without node2 passes. (The wall time is measured by bench, see README.)"""
+    healthy_sim.tc("node2", ["qdisc", "add", "dev", "eth0", "root", "tbf", "rate", "40mbit",
+                             "burst", "32kbit", "latency", "50ms"])
+    result = run_suite(healthy_sim, "-m", "collective")
+    print(result.output)
+    assert result.failed == {"test_allreduce_busbw", "test_allreduce_pair[node1<->node2]",
+                             "test_allreduce_pair[node2<->node3]"}, result.describe()
+    assert result.passed == {"test_allreduce", "test_allreduce_pair[node1<->node3]"}
+    msg = result.message("test_allreduce_busbw")
+    assert re.search(r"sweep stopped before \d+MB: one all_reduce of that size would take about "
+                     r"[\d.]+ s \(scaled from the last size measured\) \(budget [\d.]+ s per "
+                     r"size, its share of --collective-budget 40 s\)", msg), msg
+    for pair in ("node1<->node2", "node2<->node3"):
+        text = result.message(f"test_allreduce_pair[{pair}]")
+        assert f"{pair}: too slow for its share of the budget: busbw " in text, text
+        assert "sweep stopped before 16MB" in text, text
+        assert "node2 is in 2 of 2 slow pairs: suspect node2" in text, text
+    assert "SLOW (sweep stopped)" in result.output
+    assert_no_workers()
+
+
 # --- C3: pytest killed mid-run leaves nothing behind on the nodes -----------------------------
 
 
