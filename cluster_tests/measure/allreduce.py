@@ -365,7 +365,9 @@ def run_allreduce(cluster: Cluster, ranks: Sequence[C.Rank], *, master_addr: str
             _keep_stack(run, event)
     run.report = C.collect(events, ranks, exit_codes)
     if run.report.stopped is not None and options.budget_s is not None:
+        said = run.report.stopped.describe()
         run.report.stopped = dataclasses.replace(run.report.stopped, budget_s=options.budget_s)
+        run.report.message = run.report.message.replace(said, run.report.stopped.describe())
     for ch in channels.values():
         run.report.pids.update(ch.pids)
     run.seconds = time.monotonic() - start
