@@ -283,7 +283,7 @@ def test_crawling_link_named_within_the_budget(healthy_sim) -> None:
     healthy_sim.tc("node2", ["qdisc", "add", "dev", "eth0", "root", "tbf", "rate", "40mbit",
                              "burst", "32kbit", "latency", "50ms"])
     result = run_suite(healthy_sim, "-m", "collective")
-    print(result.output)
+    print(result.output)  # with -s: the tables and the run's time (README's figure)
     assert result.failed == {"test_allreduce_busbw", "test_allreduce_pair[node1<->node2]",
                              "test_allreduce_pair[node2<->node3]"}, result.describe()
     assert result.passed == {"test_allreduce", "test_allreduce_pair[node1<->node3]"}
