@@ -65,8 +65,11 @@ def allreduce_run(cluster: Cluster, pytestconfig: pytest.Config) -> R.RemoteRun:
 def pair_runs(cluster: Cluster, pytestconfig: pytest.Config) -> dict:
     """C2's runs (every pair, circle rounds), once per session, plus the slow-pair analysis."""
     runs = cluster.memo(PAIR_RUNS, lambda: R.run_pairs(cluster))
+    # a pair whose sweep stopped before the largest size (too slow for its share of
+    # --collective-budget) is slow whatever the others measured: compared apart
     measured = {p: r.report.rows[-1].busbw_GBps for p, r in runs.items()
-                if isinstance(r, R.RemoteRun) and r.report.ok and r.report.rows}
+                if isinstance(r, R.RemoteRun) and r.report.ok and r.report.rows
+                and r.report.stopped is None}
     ratio = cluster.settings.collective.pair_slow_ratio
     slow = C.flag_slow_pairs(measured, ratio=ratio, reference="upper_median")
     R.stash(pytestconfig).update(pairs=runs, slow=slow)
@@ -123,7 +126,17 @@ def _socket_fallbacks(cluster: Cluster, run: R.RemoteRun, record_property) -> li
     return nccllog.socket_fallbacks(nodes, rdma_nodes)
 
 
-def test_allreduce(allreduce_run: R.RemoteRun, cluster: Cluster, record_property) -> None:
+def _stacks(config: pytest.Config, run: R.RemoteRun, label: str, record_property) -> str:
+    """Where every rank was when a deadline passed (their dumps), for the red."""
+    from cluster_tests.measure import stackdump
+
+    hosts = {r.rank: r.host for r in run.report.ranks}
+    return stackdump.tell(config, label, run.stacks, run.native, hosts,
+                          [r.rank for r in run.report.ranks], record_property)
+
+
+def test_allreduce(allreduce_run: R.RemoteRun, cluster: Cluster, record_property,
+                   pytestconfig: pytest.Config) -> None:
     """C1 + C3: every rank of every node joins, inits and completes the sweep within its stage
     deadlines, with no wrong element; the table goes to the properties and the summary.  A
     node with active RDMA ports whose NCCL ranks used TCP sockets fails it (10-50x slower)."""
@@ -132,7 +145,8 @@ def test_allreduce(allreduce_run: R.RemoteRun, cluster: Cluster, record_property
     fallbacks = _socket_fallbacks(cluster, run, record_property)
     if not run.report.ok:
         pytest.fail(R.explain(cluster, run, f"all-reduce over {run.report.world_size} ranks on "
-                              f"{', '.join(run.nodes)}"), pytrace=False)
+                              f"{', '.join(run.nodes)}")
+                    + _stacks(pytestconfig, run, "allreduce", record_property), pytrace=False)
     if fallbacks:
         pytest.fail("all-reduce went over TCP sockets where RDMA is there:\n  "
                     + "\n  ".join(fallbacks)
@@ -181,7 +195,7 @@ def test_allreduce_busbw(allreduce_run: R.RemoteRun, cluster: Cluster, record_pr
 
 
 def test_allreduce_pair(pair_runs: dict, node_pair: tuple[str, str], cluster: Cluster,
-                        record_property) -> None:
+                        record_property, pytestconfig: pytest.Config) -> None:
     """C2: all-reduce between two nodes completes, and its busbw is not far below the typical
     good pair's; a node common to the slow (or failing) pairs is named."""
     a, b = node_pair
@@ -200,10 +214,27 @@ def test_allreduce_pair(pair_runs: dict, node_pair: tuple[str, str], cluster: Cl
         failing = [p for p, r in pair_runs["runs"].items()
                    if not (isinstance(r, R.RemoteRun) and r.report.ok)]
         pytest.fail(R.explain(cluster, run, C.pair_id(node_pair))
-                    + _common_node(failing, "failing"), pytrace=False)
+                    + _common_node(failing, "failing")
+                    + _stacks(pytestconfig, run, f"allreduce_pair-{a}-{b}", record_property),
+                    pytrace=False)
     _leftover_fail(run)
     _accelerator_fail(cluster, run, C.pair_id(node_pair))
     slow = pair_runs["slow"]
+    stopped = [p for p, r in pair_runs["runs"].items()
+               if isinstance(r, R.RemoteRun) and r.report.stopped is not None]
+    if run.report.stopped is not None:
+        row = run.report.rows[-1] if run.report.rows else None
+        got = (f"busbw {row.busbw_GBps:.4f} GB/s at {C.format_size(row.size_bytes)}B; "
+               if row else "")
+        pytest.fail(
+            f"{C.pair_id(node_pair)}: too slow for its share of the budget: {got}"
+            f"{run.report.stopped.describe()}"
+            + (f"; the typical good pair: {slow.reference_GBps:.3f} GB/s" if slow.reference_GBps
+               else "")
+            + _common_node(sorted(set(stopped) | {p for p, _ in slow.slow}), "slow")
+            + f"\n  fix: compare `ethtool <iface>` speeds and `tc qdisc show` on {a} and {b}; "
+              f"iperf3 -s on {a}, iperf3 -c {a} on {b}",
+            pytrace=False)
     mine = dict(slow.slow).get(node_pair)
     if mine is not None:
         row = run.report.rows[-1]
@@ -215,7 +246,8 @@ def test_allreduce_pair(pair_runs: dict, node_pair: tuple[str, str], cluster: Cl
             f" of {len(pair_runs['runs'])} pairs)"
             + (f"; median of the other slow pairs {statistics.median(others):.3f} GB/s"
                if others else "")
-            + _common_node([p for p, _ in slow.slow], "slow", slow.suspect)
+            + _common_node(sorted({p for p, _ in slow.slow} | set(stopped)), "slow",
+                           slow.suspect if not stopped else None)
             + f"\n  fix: compare `ethtool <iface>` speeds and `tc qdisc show` on {a} and {b}; "
               f"iperf3 -s on {a}, iperf3 -c {a} on {b}",
             pytrace=False)

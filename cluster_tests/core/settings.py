@@ -232,6 +232,12 @@ class CollectiveSettings:
         "seconds at most per message size: on a slow link fewer timed calls (at least one), and "
         "a size whose single call takes longer ends the sweep (C1's busbw check then fails)",
         10.0, _positive_float)
+    budget: float = option(
+        "--collective-budget",
+        "seconds of all-reduce sweep for C1 and C2 together: C1 gets half, each C2 round an "
+        "equal share of the other half, each size of a sweep an equal share of its run's (at "
+        "most --collective-size-seconds); a sweep stops before the first size that would "
+        "exceed its share, and says so", 40.0, _positive_float)
     pair_slow_ratio: float = option(
         "--pair-slow-ratio",
         "a node pair is slow below this fraction of the typical good pair's busbw (C2)", 0.5,

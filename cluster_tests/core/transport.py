@@ -186,6 +186,18 @@ class Feed:
     def __init__(self, data: bytes = b"") -> None:
         self.data = data
         self._closed = threading.Event()
+        self._lock = threading.Lock()
+        self._more: list[bytes] = []
+
+    def send(self, data: bytes) -> None:
+        """More bytes for the command's stdin (written by `stream` while the feed is open)."""
+        with self._lock:
+            self._more.append(data)
+
+    def take(self) -> bytes:
+        with self._lock:
+            data, self._more = b"".join(self._more), []
+        return data
 
     def close(self) -> None:
         self._closed.set()
@@ -563,6 +575,10 @@ class Connection:
                     progressed = True
                 if chan.exit_status_ready() and not chan.recv_ready() and not chan.recv_stderr_ready():
                     break
+                more = feed.take() if feed is not None else b""
+                if more:
+                    with contextlib.suppress(OSError, EOFError):
+                        chan.sendall(more)
                 if feed is not None and feed.closed:
                     feed = None
                     with contextlib.suppress(OSError, EOFError):

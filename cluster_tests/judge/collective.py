@@ -229,6 +229,7 @@ class WorkerOptions:
     init_timeout: float = 60.0
     op_timeout: float = 300.0
     size_seconds: float = 10.0
+    budget_s: float | None = None  # --collective-budget, when its share lowered size_seconds
 
 
 def worker_argv(python: str, script_path: str | Path, rank: Rank, world_size: int,
@@ -278,12 +279,18 @@ class Stopped:
     op_seconds: float  # its first call, slowest rank
     size_seconds: float  # the per-size budget it exceeded
     skipped: tuple[int, ...]
+    predicted: bool = False  # op_seconds scaled from the last size measured (none was run)
+    budget_s: float | None = None  # --collective-budget, when its share set size_seconds
 
     def describe(self) -> str:
         rest = ", ".join(format_size(s) + "B" for s in self.skipped)
+        took = (f"would take about {self.op_seconds:.2f} s (scaled from the last size measured)"
+                if self.predicted else f"took {self.op_seconds:.2f} s")
+        limit = (f"its share of --collective-budget {self.budget_s:g} s"
+                 if self.budget_s is not None else "--collective-size-seconds")
         return (f"sweep stopped before {format_size(self.size_bytes)}B: one all_reduce of that "
-                f"size took {self.op_seconds:.2f} s (budget {self.size_seconds:g} s per size, "
-                f"--collective-size-seconds); not measured: {rest}")
+                f"size {took} (budget {self.size_seconds:g} s per size, {limit}); "
+                f"not measured: {rest}")
 
 
 @dataclass
@@ -378,7 +385,8 @@ def collect(events_by_rank: Mapping[int, Sequence[dict]], ranks: Sequence[Rank],
                 report.stopped = Stopped(
                     size_bytes=int(ev["size_bytes"]), op_seconds=float(ev["op_seconds"]),
                     size_seconds=float(ev["size_seconds"]),
-                    skipped=tuple(int(x) for x in ev.get("skipped", [])))
+                    skipped=tuple(int(x) for x in ev.get("skipped", [])),
+                    predicted=bool(ev.get("predicted")))
             elif kind == "capped" and report.capped is None:
                 report.capped = dict(ev)
             elif kind == "transport":
@@ -484,7 +492,7 @@ def format_table(report: CollectiveReport) -> str:
     if fewer:
         lines.append("# slow link: fewer timed calls at " + ", ".join(
             f"{format_size(row.size_bytes)}B ({row.iters})" for row in fewer)
-            + " to stay within --collective-size-seconds")
+            + " to stay within --collective-size-seconds (or its share of --collective-budget)")
     if report.stopped is not None:
         lines.append(f"# {report.stopped.describe()}")
     if report.capped:
@@ -618,6 +626,25 @@ def pair_id(pair: tuple[str, str]) -> str:
     return f"{pair[0]}<->{pair[1]}"
 
 
+def budget_shares(budget_s: float, size_seconds: float, c1_sizes: int, c2_rounds: int,
+                  c2_sizes: int) -> tuple[float, float]:
+    """(C1's seconds per size, C2's seconds per size) under ``--collective-budget``: C1 gets
+    half the budget, each C2 round (its pairs run at once) an equal share of the other half,
+    every size of a run an equal share of its run's; never more than --collective-size-seconds."""
+    c1 = budget_s / 2 / max(1, c1_sizes)
+    c2 = budget_s / 2 / max(1, c2_rounds) / max(1, c2_sizes)
+    return min(size_seconds, c1), min(size_seconds, c2)
+
+
+def pair_sizes(sizes: Sequence[int]) -> list[int]:
+    """C2's sizes: the largest, after one 16 times smaller (when the sweep has one): the smaller
+    one is measured first, so that a link too slow for the largest within its share is stopped
+    before even one call of it (the worker predicts from the smaller)."""
+    top = max(sizes)
+    smaller = [s for s in sizes if s <= top // 16]
+    return [max(smaller), top] if smaller else [top]
+
+
 def format_pairs_table(reports: Mapping[tuple[str, str], CollectiveReport],
                        errors: Mapping[tuple[str, str], str] | None = None,
                        slow: SlowPairs | None = None) -> str:
@@ -634,7 +661,8 @@ def format_pairs_table(reports: Mapping[tuple[str, str], CollectiveReport],
                          f"{rep.verdict if rep else 'error'}: {why[:100]}")
             continue
         row = rep.rows[-1]
-        verdict = "SLOW" if pair in slow_pairs else rep.verdict
+        verdict = ("SLOW (sweep stopped)" if rep.stopped is not None
+                   else "SLOW" if pair in slow_pairs else rep.verdict)
         lines.append(f"{pair_id(pair):>28} {row.size_bytes:12d} {row.time_us:10.2f} "
                      f"{row.algbw_GBps:8.2f} {row.busbw_GBps:8.2f} {row.wrong:7d}  {verdict}")
     if slow and slow.reference_GBps:

@@ -30,6 +30,7 @@ port.
 from __future__ import annotations
 
 import collections
+import dataclasses
 import json
 import queue
 import threading
@@ -65,6 +66,8 @@ STARTUP_S = 30.0
 GRACE_S = 3.0
 #: Seconds to wait for a supervisor's confirmation that its workers are dead.
 REAP_S = 5.0
+#: Seconds the supervisors get to relay the stacks they were asked for.
+DUMP_S = 2.0
 #: On HCCL the worker's init deadline is at least HCCL_CONNECT_TIMEOUT (120 s unless set) + 15 s;
 #: the remote ``timeout`` must outlast that too when the backend may be hccl.
 HCCL_INIT_FLOOR_S = 135.0
@@ -160,6 +163,11 @@ class _NodeChannel:
             self.reaped.set()
         self._inbox.put((self.node, event))
 
+    def dump(self) -> None:
+        """Ask the supervisor for every live worker's stacks (``stack`` events follow)."""
+        if not self.ended.is_set() and not self.stdin.closed:
+            self.stdin.send(b"D")
+
     def stop(self) -> bool:
         """Close the supervisor's stdin (it kills its workers), wait for its word, close.
         True when the node confirmed that every worker is gone."""
@@ -194,6 +202,9 @@ class RemoteRun:
     unconfirmed: dict[str, dict[int, int]] = field(default_factory=dict)  # node -> rank -> pid
     start_errors: dict[str, str] = field(default_factory=dict)
     python: str = "python3"
+    stacks: dict[int, str] = field(default_factory=dict)  # rank -> faulthandler dump(s)
+    native: dict[int, str] = field(default_factory=dict)  # rank -> py-spy dump --native
+    stacks_dir: str = ""  # where they were written (the report's output dir), if anywhere
 
     @property
     def where(self) -> str:
@@ -263,6 +274,7 @@ def run_allreduce(cluster: Cluster, ranks: Sequence[C.Rank], *, master_addr: str
     stages = options.connect_timeout + options.init_timeout + options.op_timeout
     deadline = start + startup_s + stages + 5.0
     shortened = False  # a rank failed: the others only get the grace
+    dumped = False  # the supervisors were asked for their workers' stacks
     hccl_extra = (max(0.0, HCCL_INIT_FLOOR_S - options.init_timeout)
                   if options.backend in ("auto", "hccl") else 0.0)
     remote_timeout = int(startup_s + stages + hccl_extra + 15.0)
@@ -306,9 +318,16 @@ def run_allreduce(cluster: Cluster, ranks: Sequence[C.Rank], *, master_addr: str
                     shortened = True
             elif kind in ("workers", "reaped"):
                 continue
+            elif kind == "stack":
+                _keep_stack(run, event)
+                continue
             elif isinstance(event.get("rank"), int) and event["rank"] in events:
                 events[event["rank"]].append(event)
                 if kind == "error":
+                    if event.get("timeout") and not dumped:
+                        # a stage deadline passed: every rank still running says where it is
+                        # before the grace ends and the others are killed
+                        dumped = _ask_stacks(channels)
                     deadline = min(deadline, time.monotonic() + grace_s)
                     shortened = True
                 elif (kind == "start" and not shortened
@@ -319,6 +338,17 @@ def run_allreduce(cluster: Cluster, ranks: Sequence[C.Rank], *, master_addr: str
             elif kind == "error":  # the supervisor itself
                 run.start_errors[node] = str(event.get("message"))
                 deadline = min(deadline, time.monotonic() + grace_s)
+        if open_channels and not dumped and channels:
+            # our own deadline passed with ranks still running: their stacks first
+            dumped = _ask_stacks(channels)
+            until = time.monotonic() + DUMP_S
+            while time.monotonic() < until:
+                try:
+                    node, event = inbox.get(timeout=0.2)
+                except queue.Empty:
+                    continue
+                if event is not None and event.get("event") == "stack":
+                    _keep_stack(run, event)
     finally:
         confirmed = dict(zip(channels, cluster.pool.map(lambda ch: ch.stop(), channels.values()), strict=False))
         for node, ch in channels.items():
@@ -326,25 +356,70 @@ def run_allreduce(cluster: Cluster, ranks: Sequence[C.Rank], *, master_addr: str
             run.channel_exit[node] = ch.exit_status
             if confirmed.get(node) is not True:
                 run.unconfirmed[node] = dict(ch.pids)
+    while True:  # stacks relayed while the channels closed
+        try:
+            node, event = inbox.get_nowait()
+        except queue.Empty:
+            break
+        if event is not None and event.get("event") == "stack":
+            _keep_stack(run, event)
     run.report = C.collect(events, ranks, exit_codes)
+    if run.report.stopped is not None and options.budget_s is not None:
+        said = run.report.stopped.describe()
+        run.report.stopped = dataclasses.replace(run.report.stopped, budget_s=options.budget_s)
+        run.report.message = run.report.message.replace(said, run.report.stopped.describe())
     for ch in channels.values():
         run.report.pids.update(ch.pids)
     run.seconds = time.monotonic() - start
     return run
 
 
+def _ask_stacks(channels: Mapping[str, _NodeChannel]) -> bool:
+    for ch in channels.values():
+        ch.dump()
+    return True
+
+
+def _keep_stack(run: RemoteRun, event: Mapping[str, Any]) -> None:
+    rank = event.get("stack_rank")
+    if not isinstance(rank, int):
+        return
+    if event.get("text"):
+        run.stacks[rank] = run.stacks.get(rank, "") + str(event["text"])
+    if event.get("native"):
+        run.native[rank] = run.native.get(rank, "") + str(event["native"])
+
+
 # --- what to run -----------------------------------------------------------------------------
 
 
-def worker_options(cluster: Cluster, backend: str, sizes: Sequence[int]) -> C.WorkerOptions:
+def worker_options(cluster: Cluster, backend: str, sizes: Sequence[int],
+                   size_seconds: float | None = None) -> C.WorkerOptions:
+    """The workers' options; ``size_seconds``: the run's share of --collective-budget per size
+    (:func:`C.budget_shares`), where lower than --collective-size-seconds."""
     c = cluster.settings.collective
+    budget = getattr(c, "budget", None)
+    capped = size_seconds is not None and size_seconds < c.size_seconds
     return C.WorkerOptions(
         sizes=list(sizes), backend=backend,
         warmup=c.warmup, iters=c.iters,
         connect_timeout=c.connect_timeout,
         init_timeout=c.init_timeout,
         op_timeout=c.op_timeout,
-        size_seconds=c.size_seconds)
+        size_seconds=size_seconds if capped and size_seconds is not None else c.size_seconds,
+        budget_s=budget if capped else None)
+
+
+def shares(cluster: Cluster) -> tuple[float, float]:
+    """(C1's, C2's) seconds per size under --collective-budget."""
+    c = cluster.settings.collective
+    budget = getattr(c, "budget", None)
+    if not budget:
+        return c.size_seconds, c.size_seconds
+    sizes = chosen_sizes(cluster)
+    rounds = len(list(pairs_mod.node_pair_rounds(cluster)))
+    return C.budget_shares(budget, c.size_seconds, len(sizes), rounds,
+                           len(C.pair_sizes(sizes)))
 
 
 def chosen_sizes(cluster: Cluster) -> list[int]:
@@ -393,7 +468,7 @@ def run_cluster(cluster: Cluster) -> RemoteRun:
     layout = launch_layout(cluster)
     ranks = C.assign_ranks([(host, len(ids)) for host, ids in layout])
     backend = cluster.settings.collective.backend
-    options = worker_options(cluster, backend, chosen_sizes(cluster))
+    options = worker_options(cluster, backend, chosen_sizes(cluster), shares(cluster)[0])
     master = layout[0][0] if layout else cluster.rank0.name
     return run_allreduce(cluster, ranks, master_addr=master_address(cluster, master, cluster.names),
                          port=cluster.settings.master_port, options=options,
@@ -421,7 +496,8 @@ def run_pairs(cluster: Cluster) -> dict[tuple[str, str], RemoteRun | BaseExcepti
     pairs are scheduled in circle rounds of disjoint pairs, each round's pairs at once, with the
     rendezvous on alternating sides (:func:`pair_master`)."""
     backend = cluster.settings.collective.backend
-    options = worker_options(cluster, backend, chosen_sizes(cluster)[-1:])
+    options = worker_options(cluster, backend, C.pair_sizes(chosen_sizes(cluster)),
+                             shares(cluster)[1])
     env = worker_env(_launcher_env())
     exports_word = launch_exports_word(cluster)
     slots = dict(launch_layout(cluster))

@@ -190,6 +190,7 @@ class Watchdog:
                 stage, seconds = self._stage, self._seconds
             if expired:
                 what = STAGE_WHAT.get(stage)
+                dump_own_stack()
                 fail(
                     stage,
                     f"stage {stage} did not finish within {seconds:g} s (watchdog)"
@@ -197,6 +198,42 @@ class Watchdog:
                     timeout=True,
                     timeout_s=seconds,
                 )
+
+
+# --- where this rank is: its stack, on request or at its deadline ------------------------------
+
+#: File descriptor the stacks go to: a pipe of the supervisor's (``CT_STACK_FD``), else stderr.
+_STACK_FD = -1
+
+
+def register_stack_dump(environ: dict) -> int:
+    """``faulthandler`` on SIGUSR1, all threads, into ``CT_STACK_FD`` (the supervisor's pipe for
+    this rank) or stderr: a rank blocked inside gloo/NCCL/HCCL still answers, because the dump
+    is written by the C signal handler, not by Python code."""
+    global _STACK_FD
+    import faulthandler
+    import signal
+
+    try:
+        fd = int(environ.get("CT_STACK_FD", "2"))
+        os.fstat(fd)
+    except (ValueError, OSError):
+        fd = 2
+    faulthandler.register(signal.SIGUSR1, file=fd, all_threads=True)
+    _STACK_FD = fd
+    return fd
+
+
+def dump_own_stack() -> None:
+    """This rank's stacks (all threads) before its watchdog ends it."""
+    if _STACK_FD < 0:
+        return
+    import faulthandler
+
+    try:
+        faulthandler.dump_traceback(file=_STACK_FD, all_threads=True)
+    except (OSError, ValueError):
+        pass
 
 
 def parse_size(text: str) -> int:
@@ -398,6 +435,7 @@ def connect(args: argparse.Namespace) -> object:
     except Exception as exc:  # noqa: BLE001 - any failure here is a connect failure
         # rank 0 listens, then connects to its own store through the master address too
         verb = "create (listen on, then connect to)" if args.rank == 0 else "reach"
+        dump_own_stack()  # where it waited: the others will say where they did
         fail("connect", f"cannot {verb} the rendezvous store at {master} within "
              f"{args.connect_timeout:g} s: {exc}", master=master)
     raise AssertionError("unreachable")
@@ -415,6 +453,7 @@ def rendezvous(store: object, args: argparse.Namespace, deadline: float) -> None
             missing = [r for r in range(args.world_size)
                        if not store.check([f"joined/{r}"])]  # type: ignore[attr-defined]
             joined = [r for r in range(args.world_size) if r not in missing]
+            dump_own_stack()
             emit("missing_ranks", stage="rendezvous", missing=missing, joined=joined,
                  master=master, timeout_s=args.connect_timeout)
             fail("rendezvous", f"ranks {','.join(map(str, missing))} never joined the rendezvous"
@@ -643,9 +682,21 @@ def sweep(torch: object, dist: object, args: argparse.Namespace, backend: str,
     if args.rank == 0:
         say(f"{'size(B)':>12} {'count':>12} {'type':>8} {'time(us)':>10} {'algbw':>10} "
             f"{'busbw':>10} {'#wrong':>7}   (GB/s = 1e9 B/s)")
+    last = None  # (bytes, seconds per op, slowest rank) of the last size measured
     for index, size in enumerate(sizes):
         count = max(1, size // elsize)
         nbytes = count * elsize
+        if last is not None and last[1] * nbytes / last[0] > args.size_seconds:
+            # the same on every rank (the time is the MAX over ranks): not even one call of a
+            # size that would take longer than its share
+            predicted = last[1] * nbytes / last[0]
+            emit("stopped", size_bytes=nbytes, op_seconds=round(predicted, 6), predicted=True,
+                 left_seconds=round(budget_end - time.monotonic(), 3),
+                 size_seconds=args.size_seconds, skipped=sizes[index:])
+            if args.rank == 0:
+                say(f"sweep stopped before {nbytes} B: one all_reduce would take about "
+                    f"{predicted:.2f} s (--size-seconds {args.size_seconds:g})")
+            break
         buf = torch.zeros(count, dtype=dtype, device=device)  # type: ignore[attr-defined]
         dist.all_reduce(buf)  # type: ignore[attr-defined]  # cold: this size's first call
         sync(torch, backend)
@@ -684,6 +735,7 @@ def sweep(torch: object, dist: object, args: argparse.Namespace, backend: str,
         wrongs = torch.tensor([wrong], dtype=torch.int64, device=device)  # type: ignore
         dist.all_reduce(wrongs)  # type: ignore[attr-defined]
         time_s = float(stats.item())
+        last = (nbytes, time_s)
         time_us = time_s * 1e6
         algbw = nbytes / time_s / 1e9 if time_s > 0 else 0.0
         busbw = algbw * factor
@@ -734,6 +786,7 @@ def main(argv: list) -> int:
     global _RANK
     args = parse_args(argv)
     _RANK = args.rank
+    register_stack_dump(os.environ)  # type: ignore[arg-type]
     watchdog = Watchdog()
     watchdog.arm("device", args.setup_timeout)
     visible = apply_visible_devices(args.visible_devices, os.environ)  # type: ignore[arg-type]
@@ -821,13 +874,65 @@ def _die_with_parent() -> None:
         pass
 
 
+class _Stacks:
+    """The supervisor's end of one worker's stack pipe: what faulthandler wrote, read as it
+    comes, handed on as ``stack`` events."""
+
+    def __init__(self, rank: int, fd: int) -> None:
+        self.rank = rank
+        self._fd = fd
+        self._buf = bytearray()
+        self._lock = threading.Lock()
+        self.thread = threading.Thread(target=self._read, daemon=True, name=f"stacks-{rank}")
+        self.thread.start()
+
+    def _read(self) -> None:
+        while True:
+            try:
+                chunk = os.read(self._fd, 65536)
+            except OSError:
+                break
+            if not chunk:
+                break
+            with self._lock:
+                self._buf += chunk
+        os.close(self._fd)
+
+    def flush(self, why: str, native: str = "") -> None:
+        with self._lock:
+            text, self._buf = bytes(self._buf), bytearray()
+        if text or native:
+            emit("stack", stack_rank=self.rank, why=why, text=text.decode(errors="replace"),
+                 native=native)
+
+
+def _py_spy(pid: int) -> str:
+    """``py-spy dump --native`` of a worker, where py-spy is on the node ('' where not)."""
+    import shutil
+    import subprocess
+
+    tool = shutil.which("py-spy")
+    if not tool:
+        return ""
+    try:
+        out = subprocess.run([tool, "dump", "--native", "--pid", str(pid)], capture_output=True,
+                             timeout=10, check=False)
+    except (OSError, subprocess.SubprocessError) as exc:
+        return f"py-spy failed: {exc}"
+    return (out.stdout or out.stderr).decode(errors="replace")
+
+
 def supervise(spec: dict, source: bytes) -> int:
     """Start one worker per entry of ``spec["workers"]`` (argv lists), relay their JSON lines,
-    and kill them all as soon as stdin reaches EOF or carries any byte: the launcher closes
-    the SSH channel (or dies: sshd then closes it) and nothing is left running on the node.
+    and kill them all as soon as stdin reaches EOF or carries any byte but ``D``: the launcher
+    closes the SSH channel (or dies: sshd then closes it) and nothing is left running on the node.
+    A ``D`` on stdin asks every live worker for its stacks (SIGUSR1: faulthandler, all threads;
+    plus ``py-spy dump --native`` where py-spy is installed), relayed as ``stack`` events; a
+    worker's own watchdog dumps its stacks before it exits (relayed the same way).
 
     Workers get the script on their stdin too, so nothing is written to the node's disk.
-    Extra events: ``workers`` (pids), ``exit`` (rank, code; negative = signal), ``reaped``.
+    Extra events: ``workers`` (pids), ``exit`` (rank, code; negative = signal), ``stack``
+    (stack_rank, why, text, native), ``reaped``.
     The remote ``timeout`` around this process kills its whole process group (workers
     included: they stay in it) if everything else fails.
     """
@@ -840,13 +945,40 @@ def supervise(spec: dict, source: bytes) -> int:
     env["CT_ALLREDUCE_SUPERVISED"] = "1"
     payload = str(len(source)).encode() + b"\n" + source
     procs = {}  # rank -> Popen
+    stacks = {}  # rank -> _Stacks
     stop = threading.Event()
 
+    def dump() -> None:
+        live = {r: p for r, p in procs.items() if p.poll() is None}
+        for proc in live.values():
+            try:
+                os.kill(proc.pid, signal.SIGUSR1)
+            except OSError:
+                pass
+        native = {}  # rank -> py-spy text
+
+        def spy(rank: int, pid: int) -> None:
+            native[rank] = _py_spy(pid)
+
+        spies = [threading.Thread(target=spy, args=(r, p.pid), daemon=True)
+                 for r, p in live.items()]
+        for t in spies:
+            t.start()
+        time.sleep(0.5)  # faulthandler writes from the signal handler: well within this
+        for t in spies:
+            t.join(12)
+        for rank in live:
+            stacks[rank].flush("asked", native.get(rank, ""))
+
     def watch_stdin() -> None:
-        try:
-            sys.stdin.buffer.read(1)
-        except Exception:  # noqa: BLE001, S110 - a broken stdin means the launcher is gone too
-            pass
+        while True:
+            try:
+                byte = sys.stdin.buffer.read(1)
+            except Exception:  # noqa: BLE001 - a broken stdin means the launcher is gone too
+                break
+            if byte != b"D":
+                break
+            threading.Thread(target=dump, name="dump", daemon=True).start()
         stop.set()
 
     def pump(rank: int, proc: object) -> None:
@@ -856,18 +988,23 @@ def supervise(spec: dict, source: bytes) -> int:
                 sys.stdout.flush()
 
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    threading.Thread(target=watch_stdin, name="stdin-watch", daemon=True).start()
     pumps = {}  # rank -> thread relaying its stdout
     for worker in spec["workers"]:
         rank = int(worker["rank"])
+        read_end, write_end = os.pipe()
         proc = subprocess.Popen([sys.executable, "-u", "-c", BOOTSTRAP, *worker["argv"]],
-                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                env={**env, "CT_STACK_FD": str(write_end)},
+                                pass_fds=(write_end,))
+        os.close(write_end)
+        stacks[rank] = _Stacks(rank, read_end)
         proc.stdin.write(payload)  # type: ignore[union-attr]
         proc.stdin.close()  # type: ignore[union-attr]
         procs[rank] = proc
         thread = threading.Thread(target=pump, args=(rank, proc), daemon=True)
         thread.start()
         pumps[rank] = thread
+    threading.Thread(target=watch_stdin, name="stdin-watch", daemon=True).start()
     emit("workers", pids={str(r): p.pid for r, p in procs.items()}, host=socket.gethostname())
     reported = set()
     while len(reported) < len(procs):
@@ -880,6 +1017,8 @@ def supervise(spec: dict, source: bytes) -> int:
             if code is not None:
                 reported.add(rank)
                 pumps[rank].join(timeout=1.0)  # relay what it printed before its exit line
+                stacks[rank].thread.join(timeout=1.0)
+                stacks[rank].flush("exit")  # its watchdog's own dump, if it had one
                 emit("exit", exit_rank=rank, code=code, killed=stop.is_set())
         time.sleep(0.05)
     for proc in procs.values():  # a worker killed mid-init leaves its NCCL log behind

@@ -279,7 +279,20 @@ def _failure(o: Outcome, blocks: int) -> dict[str, Any]:
         f"fixes.sh: {f.what}" for f in (p.fixes if p is not None else ()) if f.commands]
     return {"id": o.test_id, "module": o.module, "outcome": o.outcome, "where": where,
             "headline": o.headline, "message": o.message, "fixes": fixes or o.fixes,
-            "blocks": blocks}
+            "blocks": blocks, "stacks": _stack_groups(o)}
+
+
+def _stack_groups(o: Outcome) -> list[dict[str, Any]]:
+    """The ranks' stacks at a deadline, by group (C1/C2, T1/T2's ``stack_groups`` property)."""
+    groups = o.properties.get("stack_groups")
+    if isinstance(groups, str):  # read back from a JUnit file: the property's repr
+        import ast
+
+        try:
+            groups = ast.literal_eval(groups)
+        except (ValueError, SyntaxError):
+            return []
+    return [g for g in groups if isinstance(g, dict)] if isinstance(groups, list) else []
 
 
 def context(rec: Recorder, facts: dict[str, dict[str, str]], meta: dict[str, Any]) -> dict[str, Any]:

@@ -53,7 +53,12 @@ def assert_no_workers(within: float = 5.0) -> None:
     deadline = time.monotonic() + within
     while worker_pids() and time.monotonic() < deadline:
         time.sleep(0.2)
-    assert worker_pids() == [], "all-reduce workers left running"
+    left = worker_pids()
+    if left:
+        ps = subprocess.run(["ps", "-o", "pid,ppid,stat,etime,wchan:20,args", "-p",
+                             ",".join(map(str, left))], capture_output=True, text=True,
+                            check=False).stdout
+        raise AssertionError(f"all-reduce workers left running:\n{ps[:3000]}")
 
 
 @pytest.fixture(scope="module")
@@ -163,6 +168,62 @@ def test_communicator_init_hang_fails_at_its_deadline(healthy_sim) -> None:
     assert_no_workers()
 
 
+# --- issue 26: where every rank was when the deadline passed ---------------------------------
+
+
+def test_hang_after_rendezvous_lists_every_ranks_stack_grouped(healthy_sim) -> None:
+    """node3's firewall lets the rendezvous port through and drops every other high port: the
+    store works, gloo's own connections to and from node3 never come up. Before anything is
+    killed every rank dumps its stack; the red groups them and names the node that differs; the
+    dumps lie in the report directory and the HTML report folds them; nothing is left running."""
+    for rule in (["--sport", "29500"], ["--dport", "29500"], ["--dport", "1024:65535", "-j", "DROP"]):
+        healthy_sim.iptables("node3", ["-A", "INPUT", "-p", "tcp", *rule]
+                             + ([] if "DROP" in rule else ["-j", "ACCEPT"]))
+    result = run_suite(healthy_sim, *FAST, "-k", "test_allreduce and not pair",
+                       "--collective-init-timeout", "6")
+    assert result.failed == {"test_allreduce"}, result.describe()
+    msg = result.message("test_allreduce")
+    assert "where the ranks were when the deadline passed (every dump in " in msg, msg
+    block = msg.split("where the ranks were when the deadline passed", 1)[1]
+    # every rank is listed, by node, in a group that says where it was
+    for who in ("(node1)", "(node2)", "(node3)"):
+        assert who in block, block
+    # gloo connects its full mesh inside init_process_group: every rank waits there, the Python
+    # stacks are alike (py-spy's native frames, where installed, tell the peers apart)
+    assert re.search(r"rank 0 \(node1\), rank 1 \(node2\), rank 2 \(node3\) in "
+                     r"init_process_group \(allreduce\.py main\)", block), block
+    assert "the stacks single out no node" in block, block
+    folder = result.junit.parent / "stacks" / "allreduce"
+    dumps = sorted(p.name for p in folder.glob("rank*.txt"))
+    assert dumps == ["rank0-node1.txt", "rank1-node2.txt", "rank2-node3.txt"], dumps
+    for name in dumps:
+        assert "(most recent call first):" in (folder / name).read_text()
+    html = (result.junit.parent / "cluster_report.html").read_text()
+    assert html.count('<details class="stacks">') == 1, "the stacks are not folded by group"
+    assert_no_workers()
+
+
+def test_ranks_that_never_join_are_shown_where_they_wait(healthy_sim) -> None:
+    """node3's firewall drops every inbound high port, the store's replies included: ranks 0,1
+    wait in the rendezvous until its deadline, rank 2 in the store's connect; every rank dumps
+    its stack before it ends, and the red names node3 as the node whose rank differs."""
+    healthy_sim.iptables("node3", ["-A", "INPUT", "-p", "tcp", "--dport", "1024:65535",
+                                   "-j", "DROP"])
+    result = run_suite(healthy_sim, *FAST, "-k", "test_allreduce and not pair")
+    assert "test_allreduce" in result.failed, result.describe()
+    msg = result.message("test_allreduce")
+    block = msg.split("where the ranks were when the deadline passed", 1)[1]
+    assert re.search(r"rank 0 \(node1\), rank 1 \(node2\) in rendezvous \(allreduce\.py\)",
+                     block), block
+    assert re.search(r"rank 2 \(node3\) in connect \(allreduce\.py\)", block), block
+    assert "node3 differs: its ranks are not where the others are: look there first" in block
+    assert result.properties["test_allreduce"].get("stack_differ") == "node3"
+    html = (result.junit.parent / "cluster_report.html").read_text()
+    assert html.count('<details class="stacks">') == 2
+    assert "rank 2 (node3) in connect" in html and "(differs)" in html
+    assert_no_workers()
+
+
 # --- PITFALLS 9: inbound high ports dropped, replies let in: the pair that node serves fails --
 
 
@@ -208,6 +269,34 @@ def test_rate_limited_node_named_by_its_pairs(healthy_sim, baseline: Path) -> No
     msg = result.message("test_allreduce_busbw")
     assert re.search(r"busbw 0\.\d+ GB/s at 1MB < --min-busbw 0\.05 GB/s", msg), msg
     assert re.search(r"vs baseline \d+\.\d+ GB/s \(-\d+%; tolerance -20%", msg), msg
+    assert_no_workers()
+
+
+# --- issue 26: a crawling link is named within --collective-budget ----------------------------
+
+
+def test_crawling_link_named_within_the_budget(healthy_sim) -> None:
+    """node2's link shaped to 40 Mbit/s, the default options (sizes 1K..16M, the default
+    budget): C1's sweep stops before the first size that would exceed its share and says so;
+    node2's pairs stop before their largest size and are red as slow, naming node2; the
+    pair without node2 passes. (The wall time is measured by bench, see README.)"""
+    healthy_sim.tc("node2", ["qdisc", "add", "dev", "eth0", "root", "tbf", "rate", "40mbit",
+                             "burst", "32kbit", "latency", "50ms"])
+    result = run_suite(healthy_sim, "-m", "collective")
+    print(result.output)  # with -s: the tables and the run's time (README's figure)
+    assert result.failed == {"test_allreduce_busbw", "test_allreduce_pair[node1<->node2]",
+                             "test_allreduce_pair[node2<->node3]"}, result.describe()
+    assert result.passed == {"test_allreduce", "test_allreduce_pair[node1<->node3]"}
+    msg = result.message("test_allreduce_busbw")
+    assert re.search(r"sweep stopped before \d+MB: one all_reduce of that size would take about "
+                     r"[\d.]+ s \(scaled from the last size measured\) \(budget [\d.]+ s per "
+                     r"size, its share of --collective-budget 40 s\)", msg), msg
+    for pair in ("node1<->node2", "node2<->node3"):
+        text = result.message(f"test_allreduce_pair[{pair}]")
+        assert f"{pair}: too slow for its share of the budget: busbw " in text, text
+        assert "sweep stopped before 16MB" in text, text
+        assert "node2 is in 2 of 2 slow pairs: suspect node2" in text, text
+    assert "SLOW (sweep stopped)" in result.output
     assert_no_workers()
 
 

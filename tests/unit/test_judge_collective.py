@@ -181,7 +181,7 @@ def test_rank_stopped_mid_sweep_trips_the_collective_watchdog() -> None:
 
 def test_slow_link_stops_the_sweep_instead_of_running_into_the_watchdog() -> None:
     """A per-size budget far below one 16M call: the first size is still measured (at least one
-    timed call), the 16M size ends the sweep with a `stopped` event, and the busbw check fails."""
+    timed call), the 16M size, predicted from 1K above the budget, ends the sweep with a `stopped` event before any call of it, and the busbw check fails."""
     report = LC.run_local(2, C.parse_sizes("1K,16M,64M"), **FAST, size_seconds=0.0005)
     assert report.verdict == "ok", report.message
     assert [row.size_bytes for row in report.rows] == [1024]
@@ -193,7 +193,7 @@ def test_slow_link_stops_the_sweep_instead_of_running_into_the_watchdog() -> Non
     assert report.stopped.size_bytes == 16 << 20 and report.stopped.skipped == (16 << 20, 64 << 20)
     assert report.stopped.op_seconds > 0.0005
     assert "sweep stopped before 16MB" in report.message
-    assert "# sweep stopped before 16MB: one all_reduce of that size took" in C.format_table(report)
+    assert "# sweep stopped before 16MB: one all_reduce of that size would take about" in C.format_table(report)
     verdict = C.judge_busbw(report.rows, stopped=report.stopped)
     assert verdict.judged and not verdict.ok
     assert "not measured: 16MB, 64MB" in verdict.message
@@ -374,3 +374,38 @@ def test_suspect_node_one_rule_for_slow_and_failing_pairs() -> None:
     assert check._common_node([("n1", "n2"), ("n3", "n4")], "slow") == (
         "\n  2 slow pair(s) with no node in common: suspect the link(s)")
     assert check._common_node([("n1", "n2")], "slow") == ""
+
+
+# --- issue 26: --collective-budget -----------------------------------------------------------
+
+
+def test_budget_shares_split_c1_and_c2_rounds_and_sizes() -> None:
+    from cluster_tests.judge import collective as CC
+
+    # 30 s: C1 15 s over 8 sizes; C2 15 s over 3 rounds of 2 sizes
+    c1, c2 = CC.budget_shares(30.0, 10.0, 8, 3, 2)
+    assert c1 == 15.0 / 8 and c2 == 2.5
+    # never above --collective-size-seconds
+    assert CC.budget_shares(1000.0, 10.0, 8, 3, 2) == (10.0, 10.0)
+
+
+def test_pair_sizes_measure_a_smaller_size_first() -> None:
+    from cluster_tests.judge import collective as CC
+
+    assert CC.pair_sizes(CC.parse_sizes("1K,4K,16K,64K,256K,1M,4M,16M")) == [1 << 20, 16 << 20]
+    assert CC.pair_sizes([65536, 1 << 20]) == [65536, 1 << 20]
+    assert CC.pair_sizes([1 << 20]) == [1 << 20]
+    assert CC.pair_sizes([1 << 19, 1 << 20]) == [1 << 20]
+
+
+def test_stopped_by_prediction_names_the_budget() -> None:
+    from cluster_tests.judge import collective as CC
+
+    s = CC.Stopped(size_bytes=16 << 20, op_seconds=3.41, size_seconds=2.5,
+                   skipped=(16 << 20,), predicted=True, budget_s=30.0)
+    text = s.describe()
+    assert "one all_reduce of that size would take about 3.41 s (scaled from the last size " \
+        "measured)" in text
+    assert "budget 2.5 s per size, its share of --collective-budget 30 s" in text
+    plain = CC.Stopped(size_bytes=16 << 20, op_seconds=3.41, size_seconds=10.0, skipped=())
+    assert "took 3.41 s (budget 10 s per size, --collective-size-seconds)" in plain.describe()

@@ -138,3 +138,29 @@ def test_progress_is_throttled_and_says_done():
 def test_keyword_form_of_pair_ids():
     assert keyword_form("ssh and node1->node2") == "ssh and node1_to_node2"
     assert keyword_form("test_allreduce_pair[gpu-01<->gpu-02]") == "test_allreduce_pair[gpu-01_to_gpu-02]"
+
+
+def test_html_folds_the_ranks_stacks_by_group():
+    """Issue 26: a C1 red's stacks (the `stack_groups` property) fold one <details> per group,
+    the group whose node differs marked; read back from JUnit the property is its repr."""
+    import json
+    from pathlib import Path
+
+    from cluster_tests.judge import stacks as S
+
+    events = json.loads((Path(__file__).resolve().parents[1] / "data" / "samples"
+                         / "stacks_gloo_connect_vs_rendezvous.json").read_text())
+    dumps = {e["stack_rank"]: e["text"] for e in events if e["event"] == "stack"}
+    hosts = {0: "node1", 1: "node1", 2: "node3"}
+    g = S.group(dumps, hosts, [0, 1, 2])
+    groups = [{"label": f"{S.describe(x.ranks, hosts)} {x.where}", "text": x.text, "native": "",
+               "differ": any(n in g.differ for n in x.nodes)} for x in g.groups]
+    for value in (groups, repr(groups)):
+        rec = _recorder()
+        rec.outcomes["test_allreduce"] = Outcome("test_allreduce", "test_allreduce", "m", "failed",
+                                                 "hang", properties={"stack_groups": value})
+        page = html_report.render(rec, FACTS, {"hostfile": "/h", "rank0": "node1"})
+        assert page.count('<details class="stacks">') == 2
+        assert "<summary>ranks 0,1 (node1) in rendezvous (allreduce.py)</summary>" in page
+        assert "<summary>rank 2 (node3) in connect (allreduce.py) (differs)</summary>" in page
+        assert "in connect" in page and "Current thread 0x" in page
