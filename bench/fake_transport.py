@@ -50,7 +50,7 @@ R = TypeVar("R")
 
 FACTS_PATH = Path(__file__).with_name("fake_facts.json")
 PROBE_MARK = cluster_mod.PROBE_MARK
-SCRIPTS = ("probe.py", "netprobe.py", "envprobe.py", "storeprobe.py")
+SCRIPTS = ("probe.py", "netprobe.py", "envprobe.py", "storeprobe.py", "healthprobe.py")
 
 _facts: dict[str, Any] | None = None
 _addresses: dict[str, str] = {}
@@ -61,7 +61,8 @@ STATS = {"commands": 0, "probes": 0}
 def facts() -> dict[str, Any]:
     global _facts
     if _facts is None:
-        _facts = json.loads(FACTS_PATH.read_text())
+        repo = str(Path(__file__).resolve().parent.parent)
+        _facts = json.loads(FACTS_PATH.read_text().replace("{REPO}", repo))
     return _facts
 
 
@@ -141,6 +142,15 @@ def answer(node: str, script: str, section: str, params: dict[str, Any]) -> Any:
     return {"error": f"fake transport: no facts for {key}"}
 
 
+def _pdsh_output(command: str) -> str:
+    """pdsh's output on a healthy cluster: each host's recorded lines, `host: ` prefixed."""
+    m = re.search(r" -w (\S+)", command)
+    hosts = [h for h in (m.group(1).strip("'\"").split(",") if m else []) if h]
+    key = "raw/rehearsal" if "base64" in command else "raw/pdsh"
+    lines = facts()[key]
+    return "".join(f"{h}: {ln}\n" for h in hosts for ln in _substitute(lines, h))
+
+
 class FakeSession:
     """One node's `NodeSession`: logs in at once, answers at once, never touches the network."""
 
@@ -174,6 +184,8 @@ class FakeSession:
             script = _script_name(stdin)
             result = {s: answer(node, script, s, params) for s in params.get("sections", ["base"])}
             stdout = PROBE_MARK + json.dumps(result) + "\n"
+        elif "pdsh" in command and " -w " in command:  # S5's and the rehearsal's pdsh runs
+            stdout = _pdsh_output(command)
         elif ma.BEGIN in command:  # H3: DeepSpeed's `ssh <first host> hostname -I`, a route
             m = re.search(r" (\S+) hostname -I", command)
             words = (f"{address(m.group(1))} " if m else
@@ -264,15 +276,27 @@ def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:
 
 
 def _record(state_dir: str) -> None:
-    """Record the templates from node2 of a running sim (`python -m fixtures.sim up --nodes 3`)."""
+    """Record the templates from node2 of a running sim (`python -m fixtures.sim up --nodes 3`),
+    node2 taking rank 0 (first in the hostfile order) so that the rank-0 sections (the launch
+    plan, pdsh runs, the rehearsal) are its own too.  Paths under this checkout are stored as
+    {REPO} and filled in with the checkout that runs the bench."""
     repo = Path(__file__).resolve().parent.parent
     sys.path.insert(0, str(repo))
     from cluster_tests.core.cluster import Cluster, Node
     from cluster_tests.core.settings import Settings
-    names = ["node1", "node2", "node3"]
+    from cluster_tests.measure import rehearsal, sshpairs
+    names = ["node2", "node1", "node3"]
     s = Settings(hostfile=None, hostfile_source="-", ssh_config=f"{state_dir}/ssh_config")
     c = Cluster.create(s, [Node(n, 1, i) for i, n in enumerate(names, 1)])
     n, out = "node2", {}
+    raw: list[tuple[str, str]] = []
+    real_run = c.pool.run
+
+    def keep_run(node: str, argv: Sequence[str] | str, **kw: Any) -> CommandResult:
+        res = real_run(node, argv, **kw)
+        raw.append((argv if isinstance(argv, str) else " ".join(map(str, argv)), res.stdout + res.stderr))
+        return res
+    c.pool.run = keep_run  # type: ignore[method-assign]
     try:
         for sec in ("base", "sshd", "accelerators"):
             out[f"probe.py/{sec}"] = c.probe(n, sec)
@@ -290,10 +314,27 @@ def _record(state_dir: str) -> None:
         c.probe("node1", "stop", script="netprobe.py", token="rec", pid=lst1["pid"], timeout=20)
         out["envprobe.py/envfiles"] = c.probe(n, "envfiles", script="envprobe.py", launch_dir=None)
         out["envprobe.py/versions"] = c.probe(n, "versions", script="envprobe.py", timeout=120)
+        out["envprobe.py/tmpdir"] = c.probe(n, "tmpdir", script="envprobe.py")
+        out["envprobe.py/launch"] = rehearsal.launch_plan(c)
+        out["envprobe.py/launch"].pop("found_by", None)
+        for sec in ("fabric", "accel"):
+            out[f"healthprobe.py/{sec}"] = c.probe(n, sec, script="healthprobe.py")
+        raw.clear()
+        sshpairs._pdsh(c, n)
+        out["raw/pdsh"] = _own_lines(raw[-1][1], n)
+        raw.clear()
+        rehearsal.rehearse(c)
+        out["raw/rehearsal"] = _own_lines(raw[-1][1], n)
     finally:
         c.close()
-    FACTS_PATH.write_text(json.dumps(out, indent=1, sort_keys=True) + "\n")
+    text = json.dumps(out, indent=1, sort_keys=True) + "\n"
+    FACTS_PATH.write_text(text.replace(str(repo), "{REPO}"))
     print(f"recorded {len(out)} sections into {FACTS_PATH}")
+
+
+def _own_lines(output: str, node: str) -> list[str]:
+    """The lines pdsh prefixed with `node: ` (pdsh's own output format), prefix removed."""
+    return [ln[len(node) + 2:] for ln in output.splitlines() if ln.startswith(f"{node}: ")]
 
 
 if __name__ == "__main__":
