@@ -93,12 +93,17 @@ _SCRIPT_BY_BYTES: dict[bytes, str] = {}
 
 
 def _script_name(stdin: bytes | None) -> str:
+    global _SCRIPT_BY_BYTES
     if not _SCRIPT_BY_BYTES:
-        for name in SCRIPTS:
-            try:
-                _SCRIPT_BY_BYTES[cluster_mod.remote_script(name)] = name
-            except (OSError, FileNotFoundError):
-                pass
+        with _lock:  # built whole, then published: probes run from many threads at once
+            if not _SCRIPT_BY_BYTES:
+                table = {}
+                for name in SCRIPTS:
+                    try:
+                        table[cluster_mod.remote_script(name)] = name
+                    except (OSError, FileNotFoundError):
+                        pass
+                _SCRIPT_BY_BYTES = table
     return _SCRIPT_BY_BYTES.get(stdin or b"", "?")
 
 

@@ -15,6 +15,7 @@ import pytest
 from cluster_tests.core import nodetable, outcome
 from cluster_tests.core import testids as ids
 from cluster_tests.core.cluster import Cluster, NodeProbe, ProbeError
+from cluster_tests.core.memokey import MemoKey
 from cluster_tests.core.nodetable import NodeColumn
 from cluster_tests.core.settings import Settings
 from cluster_tests.judge import env as ec
@@ -25,6 +26,9 @@ from cluster_tests.measure import accel, envfacts, rehearsal, sshroot
 from cluster_tests.measure.envfacts import SCRIPT
 
 pytestmark = pytest.mark.env
+
+#: E7's verdicts for every node, judged once from the rehearsal (not once per node's item)
+JIT_VERDICTS: MemoKey[dict[str, jj.JitVerdict]] = MemoKey("jit", "verdicts")
 
 
 def node_probes(settings: Settings) -> list[NodeProbe]:
@@ -322,8 +326,9 @@ def test_jit_ops(cluster: Cluster, node: str, record_property) -> None:
             outcome.block(ids.LAUNCH_REHEARSAL.of(node), f"the launch's step fails on {node}")
         pytest.skip(f"{node}: the launch's interpreter did not import deepspeed and torch there, "
                     f"so what it builds is unknown: see {ids.LAUNCH_REHEARSAL.of(node)}")
-    facts = {n: (r.leg(n).data or {}).get("jit") for n in cluster.names}
-    verdicts = jj.judge_jit(facts, cluster.names, python=r.python)
+    verdicts = cluster.memo(JIT_VERDICTS, lambda: jj.judge_jit(
+        {n: (r.leg(n).data or {}).get("jit") for n in cluster.names}, cluster.names,
+        python=r.python))
     verdict = verdicts[node]
     for key, value in verdict.facts.items():
         record_property(key, value)

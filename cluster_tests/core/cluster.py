@@ -122,7 +122,12 @@ class Cluster:
 
     @property
     def names(self) -> list[str]:
-        return [n.name for n in self.nodes]
+        """The node names in hostfile order: one list, built once (items ask for it thousands
+        of times on a big cluster); not to be changed by callers."""
+        got = self.__dict__.get("_names")
+        if got is None or len(got) != len(self.nodes):
+            got = self.__dict__["_names"] = [n.name for n in self.nodes]
+        return got
 
     @property
     def rank0(self) -> Node:
