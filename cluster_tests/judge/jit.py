@@ -158,9 +158,9 @@ def judge_jit(facts: Mapping[str, Mapping[str, Any] | None], order: Sequence[str
     # the nodes of each extensions directory, once (not a scan of all nodes per node)
     by_dir: dict[tuple[Any, ...], list[str]] = {}
     for n in nodes:
-        k = dir_key((facts[n] or {}).get("ext"))
-        if k is not None:
-            by_dir.setdefault(k, []).append(n)
+        d = dir_key((facts[n] or {}).get("ext"))
+        if d is not None:
+            by_dir.setdefault(d, []).append(n)
     for n in nodes:
         jit = facts[n] or {}
         v = out[n] = JitVerdict()
