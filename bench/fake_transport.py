@@ -16,12 +16,17 @@ fixtures/sim.py with `python bench/fake_transport.py --record STATE_DIR`), with 
 and address substituted, and the N-sized parts (name resolution, ssh pairs, port matrix,
 routes) generated for the targets each probe is asked about.  Node i has the address
 10.(100 + i // 65536).(i // 256 % 256).(i % 256).
+
+FAKE_DEAD=K (environment) makes every K-th node of the hostfile (node K, 2K, ...; 10: 10 % of
+the nodes) dead the way a powered-off host is: its login times out, every peer's ssh, TCP
+connect and pdsh leg to it time out (OpenSSH's and pdsh's own words).
 """
 
 from __future__ import annotations
 
 import copy
 import json
+import os
 import re
 import sys
 import threading
@@ -36,6 +41,7 @@ from cluster_tests.core import cluster as cluster_mod
 from cluster_tests.core.plugin import CLUSTER_KEY
 from cluster_tests.core.transport import (
     CommandResult,
+    ConnectError,
     Feed,
     NodeSession,
     SSHTarget,
@@ -44,6 +50,7 @@ from cluster_tests.core.transport import (
     fan_out,
 )
 from cluster_tests.judge import masteraddr as ma
+from cluster_tests.judge.sshfail import Cause
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -73,6 +80,23 @@ def address(name: str) -> str:
             i = len(_addresses) + 1
             _addresses[name] = f"10.{100 + i // 65536}.{i // 256 % 256}.{i % 256}"
         return _addresses[name]
+
+
+DEAD_EVERY = int(os.environ.get("FAKE_DEAD", "0") or 0)
+_dead: set[str] = set()
+
+
+def dead(name: str) -> bool:
+    return name in _dead
+
+
+def mark_dead(names: Sequence[str]) -> None:
+    if DEAD_EVERY > 0:
+        _dead.update(n for i, n in enumerate(names, 1) if i % DEAD_EVERY == 0)
+
+
+def _ssh_timeout(name: str) -> str:
+    return f"ssh: connect to host {address(name)} port 22: Connection timed out"
 
 
 def _template_identity() -> tuple[str, str]:
@@ -115,7 +139,8 @@ def answer(node: str, script: str, section: str, params: dict[str, Any]) -> Any:
         base["resolve"] = {n: {"addrs": [address(n)], "seconds": 0.0004, "error": None} for n in names}
         return base
     if script == "probe.py" and section == "ssh_pairs":
-        return {t: {"rc": 0, "out": "", "err": ""} for t in params.get("targets", [])}
+        return {t: ({"rc": 255, "out": "", "err": _ssh_timeout(t)} if dead(t) else
+                    {"rc": 0, "out": "", "err": ""}) for t in params.get("targets", [])}
     if script == "probe.py" and section == "routes":
         tmpl = f["probe.py/routes"]
         out = next(iter(tmpl.values()))["out"]
@@ -132,13 +157,15 @@ def answer(node: str, script: str, section: str, params: dict[str, Any]) -> Any:
         samples = int(params.get("samples", 5))
         out = {}
         for t in params.get("targets", []):
+            gone = dead(t["name"])
+            st = ({"status": "timed out", "ms": 3000.0} if gone else {"status": "ok", "ms": 0.12})
             entry = {"addr": address(t["name"]), "resolve_error": None, "master": None, "ssh": None,
-                     "ports": {str(p): {"status": "ok", "ms": 0.12, "port": p} for p in t.get("ports", [])},
-                     "rtt_ms": [0.1 + 0.001 * i for i in range(samples)] if t.get("ports") else []}
+                     "ports": {str(p): dict(st, port=p) for p in t.get("ports", [])},
+                     "rtt_ms": [0.1 + 0.001 * i for i in range(samples)] if t.get("ports") and not gone else []}
             if t.get("master_port"):
-                entry["master"] = {"status": "ok", "ms": 0.12, "port": t["master_port"]}
+                entry["master"] = dict(st, port=t["master_port"])
             if not t.get("ports"):
-                entry["ssh"] = {"status": "ok", "ms": 0.1}
+                entry["ssh"] = dict(st)
             out[t["name"]] = entry
         return out
     key = f"{script}/{section}"
@@ -153,7 +180,13 @@ def _pdsh_output(command: str) -> str:
     hosts = [h for h in (m.group(1).strip("'\"").split(",") if m else []) if h]
     key = "raw/rehearsal" if "base64" in command else "raw/pdsh"
     lines = facts()[key]
-    return "".join(f"{h}: {ln}\n" for h in hosts for ln in _substitute(lines, h))
+    out = []
+    for h in hosts:
+        if dead(h):  # pdsh's words for a host whose ssh timed out
+            out.append(f"{h}: {_ssh_timeout(h)}\npdsh@site: {h}: ssh exited with exit code 255\n")
+        else:
+            out.extend(f"{h}: {ln}\n" for ln in _substitute(lines, h))
+    return "".join(out)
 
 
 class FakeSession:
@@ -166,6 +199,9 @@ class FakeSession:
         self._connected = False
 
     def connect(self) -> object:
+        if dead(self.target.alias):
+            raise ConnectError(self.target, Cause.TIMEOUT, "timed out after 10 s (fake: dead node)",
+                               f"check that {self.target.alias} is powered on and on the network")
         if not self._connected:
             self.login_seconds = 0.001
             self._connected = True
@@ -258,6 +294,7 @@ def pytest_configure(config: pytest.Config) -> None:
     (and so before any login or probe): swap its transport for the fake."""
     cluster = config.stash.get(CLUSTER_KEY, None)
     if cluster is not None:
+        mark_dead(cluster.names)
         transport: Transport = FakeTransport(cluster.names, cluster.settings.fanout)
         cluster.pool = transport
 
