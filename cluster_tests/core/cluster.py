@@ -163,6 +163,12 @@ class Cluster:
             return None
         return fut.result()
 
+    def _failed(self, key: MemoKey[Any]) -> bool:
+        """Whether a memo entry is computed and failed (never computes or waits)."""
+        with self._lock:
+            fut = self._memo.get(key)
+        return fut is not None and fut.done() and fut.exception() is not None
+
     def node_table(self) -> NodeTable:
         """What the run learnt about each node it logged in to, for the reports (from the memo
         only): the login and the base probe here, the sections' columns (`core/nodetable.py`)."""
@@ -380,6 +386,10 @@ class Cluster:
                     base = self.cached(base_key(name))
                     if base:
                         cache[name] = _secret_values(base.get("env", {}))
+                    elif self._failed(LOGIN(name)) or self._failed(base_key(name)):
+                        # a dead node has no facts, ever: settled, or every report would scan
+                        # all nodes again (10 % dead nodes made a run 1.6x slower)
+                        cache[name] = set()
             self.__dict__["_secret_union"] = set().union(*cache.values())
         return set(self.__dict__["_secret_union"])
 

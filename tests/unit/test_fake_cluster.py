@@ -23,11 +23,12 @@ from paths import REPO
 NODES = 8
 
 
-def _run(tmp_path: Path, pairs: str, extra: tuple[str, ...] = ()) -> tuple[subprocess.CompletedProcess[str], ET.Element]:
+def _run(tmp_path: Path, pairs: str, extra: tuple[str, ...] = (), dead: int = 0) -> tuple[subprocess.CompletedProcess[str], ET.Element]:
     hostfile = tmp_path / "hostfile"
     hostfile.write_text("".join(f"node{i} slots=2\n" for i in range(1, NODES + 1)))
     env = {k: v for k, v in os.environ.items() if k != "PYTEST_ADDOPTS"}
     env["PYTHONPATH"] = str(REPO / "bench")
+    env["FAKE_DEAD"] = str(dead)
     junit = tmp_path / "junit.xml"
     proc = subprocess.run(
         [sys.executable, "-m", "pytest", "-p", "fake_transport", "-p", "no:cacheprovider",
@@ -58,3 +59,14 @@ def test_healthy_fake_cluster_is_green(tmp_path: Path) -> None:
         assert sum(1 for c in passed if (c.get("name") or "").startswith(check)) >= NODES, check
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary.get("causes", []) == [], summary.get("causes")
+
+
+def test_dead_nodes_are_one_red_each(tmp_path: Path) -> None:
+    """The bench's dead-node mode (FAKE_DEAD=4: node4 and node8 time out) gives what a real run
+    with two powered-off nodes gives: one red per dead node (its login), nothing else red."""
+    proc, root = _run(tmp_path, "ring", dead=4)
+    failed = sorted(c.get("name") or "" for c in _cases(root)
+                    if c.find("failure") is not None or c.find("error") is not None)
+    assert failed == ["test_login[node4]", "test_login[node8]"], proc.stdout[-4000:]
+    causes = json.loads((tmp_path / "summary.json").read_text())["causes"]
+    assert len(causes) == 2, causes
