@@ -16,12 +16,17 @@ fixtures/sim/ with `python bench/fake_transport.py --record STATE_DIR`), with th
 and address substituted, and the N-sized parts (name resolution, ssh pairs, port matrix,
 routes) generated for the targets each probe is asked about.  Node i has the address
 10.(100 + i // 65536).(i // 256 % 256).(i % 256).
+
+FAKE_DEAD=K (environment) makes every K-th node of the hostfile (node K, 2K, ...; 10: 10 % of
+the nodes) dead the way a powered-off host is: its login times out, every peer's ssh, TCP
+connect and pdsh leg to it time out (OpenSSH's and pdsh's own words).
 """
 
 from __future__ import annotations
 
 import copy
 import json
+import os
 import re
 import sys
 import threading
@@ -36,6 +41,7 @@ from cluster_tests.core import cluster as cluster_mod
 from cluster_tests.core.cluster import CLUSTER_KEY
 from cluster_tests.core.transport import (
     CommandResult,
+    ConnectError,
     Feed,
     NodeSession,
     SSHTarget,
@@ -44,13 +50,14 @@ from cluster_tests.core.transport import (
     fan_out,
 )
 from cluster_tests.judge import masteraddr as ma
+from cluster_tests.judge.sshfail import Cause
 
 T = TypeVar("T")
 R = TypeVar("R")
 
 FACTS_PATH = Path(__file__).with_name("fake_facts.json")
 PROBE_MARK = cluster_mod.PROBE_MARK
-SCRIPTS = ("probe.py", "netprobe.py", "envprobe.py", "storeprobe.py")
+SCRIPTS = ("probe.py", "netprobe.py", "envprobe.py", "storeprobe.py", "healthprobe.py")
 
 _facts: dict[str, Any] | None = None
 _addresses: dict[str, str] = {}
@@ -61,7 +68,8 @@ STATS = {"commands": 0, "probes": 0}
 def facts() -> dict[str, Any]:
     global _facts
     if _facts is None:
-        _facts = json.loads(FACTS_PATH.read_text())
+        repo = str(Path(__file__).resolve().parent.parent)
+        _facts = json.loads(FACTS_PATH.read_text().replace("{REPO}", repo))
     return _facts
 
 
@@ -72,6 +80,23 @@ def address(name: str) -> str:
             i = len(_addresses) + 1
             _addresses[name] = f"10.{100 + i // 65536}.{i // 256 % 256}.{i % 256}"
         return _addresses[name]
+
+
+DEAD_EVERY = int(os.environ.get("FAKE_DEAD", "0") or 0)
+_dead: set[str] = set()
+
+
+def dead(name: str) -> bool:
+    return name in _dead
+
+
+def mark_dead(names: Sequence[str]) -> None:
+    if DEAD_EVERY > 0:
+        _dead.update(n for i, n in enumerate(names, 1) if i % DEAD_EVERY == 0)
+
+
+def _ssh_timeout(name: str) -> str:
+    return f"ssh: connect to host {address(name)} port 22: Connection timed out"
 
 
 def _template_identity() -> tuple[str, str]:
@@ -92,12 +117,17 @@ _SCRIPT_BY_BYTES: dict[bytes, str] = {}
 
 
 def _script_name(stdin: bytes | None) -> str:
+    global _SCRIPT_BY_BYTES
     if not _SCRIPT_BY_BYTES:
-        for name in SCRIPTS:
-            try:
-                _SCRIPT_BY_BYTES[cluster_mod.remote_script(name)] = name
-            except (OSError, FileNotFoundError):
-                pass
+        with _lock:  # built whole, then published: probes run from many threads at once
+            if not _SCRIPT_BY_BYTES:
+                table = {}
+                for name in SCRIPTS:
+                    try:
+                        table[cluster_mod.remote_script(name)] = name
+                    except (OSError, FileNotFoundError):
+                        pass
+                _SCRIPT_BY_BYTES = table
     return _SCRIPT_BY_BYTES.get(stdin or b"", "?")
 
 
@@ -109,7 +139,8 @@ def answer(node: str, script: str, section: str, params: dict[str, Any]) -> Any:
         base["resolve"] = {n: {"addrs": [address(n)], "seconds": 0.0004, "error": None} for n in names}
         return base
     if script == "probe.py" and section == "ssh_pairs":
-        return {t: {"rc": 0, "out": "", "err": ""} for t in params.get("targets", [])}
+        return {t: ({"rc": 255, "out": "", "err": _ssh_timeout(t)} if dead(t) else
+                    {"rc": 0, "out": "", "err": ""}) for t in params.get("targets", [])}
     if script == "probe.py" and section == "routes":
         tmpl = f["probe.py/routes"]
         out = next(iter(tmpl.values()))["out"]
@@ -126,19 +157,36 @@ def answer(node: str, script: str, section: str, params: dict[str, Any]) -> Any:
         samples = int(params.get("samples", 5))
         out = {}
         for t in params.get("targets", []):
+            gone = dead(t["name"])
+            st = ({"status": "timed out", "ms": 3000.0} if gone else {"status": "ok", "ms": 0.12})
             entry: dict[str, Any] = {"addr": address(t["name"]), "resolve_error": None, "master": None, "ssh": None,
-                     "ports": {str(p): {"status": "ok", "ms": 0.12, "port": p} for p in t.get("ports", [])},
-                     "rtt_ms": [0.1 + 0.001 * i for i in range(samples)] if t.get("ports") else []}
+                     "ports": {str(p): dict(st, port=p) for p in t.get("ports", [])},
+                     "rtt_ms": [0.1 + 0.001 * i for i in range(samples)] if t.get("ports") and not gone else []}
             if t.get("master_port"):
-                entry["master"] = {"status": "ok", "ms": 0.12, "port": t["master_port"]}
+                entry["master"] = dict(st, port=t["master_port"])
             if not t.get("ports"):
-                entry["ssh"] = {"status": "ok", "ms": 0.1}
+                entry["ssh"] = dict(st)
             out[t["name"]] = entry
         return out
     key = f"{script}/{section}"
     if key in f:
         return _substitute(f[key], node)
     return {"error": f"fake transport: no facts for {key}"}
+
+
+def _pdsh_output(command: str) -> str:
+    """pdsh's output on a healthy cluster: each host's recorded lines, `host: ` prefixed."""
+    m = re.search(r" -w (\S+)", command)
+    hosts = [h for h in (m.group(1).strip("'\"").split(",") if m else []) if h]
+    key = "raw/rehearsal" if "base64" in command else "raw/pdsh"
+    lines = facts()[key]
+    out = []
+    for h in hosts:
+        if dead(h):  # pdsh's words for a host whose ssh timed out
+            out.append(f"{h}: {_ssh_timeout(h)}\npdsh@site: {h}: ssh exited with exit code 255\n")
+        else:
+            out.extend(f"{h}: {ln}\n" for ln in _substitute(lines, h))
+    return "".join(out)
 
 
 class FakeSession:
@@ -151,6 +199,9 @@ class FakeSession:
         self._connected = False
 
     def connect(self) -> object:
+        if dead(self.target.alias):
+            raise ConnectError(self.target, Cause.TIMEOUT, "timed out after 10 s (fake: dead node)",
+                               f"check that {self.target.alias} is powered on and on the network")
         if not self._connected:
             self.login_seconds = 0.001
             self._connected = True
@@ -174,6 +225,8 @@ class FakeSession:
             script = _script_name(stdin)
             result = {s: answer(node, script, s, params) for s in params.get("sections", ["base"])}
             stdout = PROBE_MARK + json.dumps(result) + "\n"
+        elif "pdsh" in command and " -w " in command:  # S5's and the rehearsal's pdsh runs
+            stdout = _pdsh_output(command)
         elif ma.BEGIN in command:  # H3: DeepSpeed's `ssh <first host> hostname -I`, a route
             m = re.search(r" (\S+) hostname -I", command)
             words = (f"{address(m.group(1))} " if m else
@@ -241,6 +294,7 @@ def pytest_configure(config: pytest.Config) -> None:
     (and so before any login or probe): swap its transport for the fake."""
     cluster = config.stash.get(CLUSTER_KEY, None)
     if cluster is not None:
+        mark_dead(cluster.names)
         transport: Transport = FakeTransport(cluster.names, cluster.settings.fanout)
         cluster.pool = transport
 
@@ -264,15 +318,27 @@ def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:
 
 
 def _record(state_dir: str) -> None:
-    """Record the templates from node2 of a running sim (`python -m fixtures.sim up --nodes 3`)."""
+    """Record the templates from node2 of a running sim (`python -m fixtures.sim up --nodes 3`),
+    node2 taking rank 0 (first in the hostfile order) so that the rank-0 sections (the launch
+    plan, pdsh runs, the rehearsal) are its own too.  Paths under this checkout are stored as
+    {REPO} and filled in with the checkout that runs the bench."""
     repo = Path(__file__).resolve().parent.parent
     sys.path.insert(0, str(repo))
     from cluster_tests.core.cluster import Cluster, Node
     from cluster_tests.core.settings import Settings
-    names = ["node1", "node2", "node3"]
+    from cluster_tests.measure import rehearsal, sshpairs
+    names = ["node2", "node1", "node3"]
     s = Settings(hostfile=None, hostfile_source="-", ssh_config=f"{state_dir}/ssh_config")
     c = Cluster.create(s, [Node(n, 1, i) for i, n in enumerate(names, 1)])
     n, out = "node2", {}
+    raw: list[tuple[str, str]] = []
+    real_run = c.pool.run
+
+    def keep_run(node: str, argv: Sequence[str] | str, **kw: Any) -> CommandResult:
+        res = real_run(node, argv, **kw)
+        raw.append((argv if isinstance(argv, str) else " ".join(map(str, argv)), res.stdout + res.stderr))
+        return res
+    c.pool.run = keep_run  # type: ignore[method-assign]
     try:
         for sec in ("base", "sshd", "accelerators"):
             out[f"probe.py/{sec}"] = c.probe(n, sec)
@@ -290,10 +356,27 @@ def _record(state_dir: str) -> None:
         c.probe("node1", "stop", script="netprobe.py", token="rec", pid=lst1["pid"], timeout=20)
         out["envprobe.py/envfiles"] = c.probe(n, "envfiles", script="envprobe.py", launch_dir=None)
         out["envprobe.py/versions"] = c.probe(n, "versions", script="envprobe.py", timeout=120)
+        out["envprobe.py/tmpdir"] = c.probe(n, "tmpdir", script="envprobe.py")
+        out["envprobe.py/launch"] = rehearsal.launch_plan(c)
+        out["envprobe.py/launch"].pop("found_by", None)
+        for sec in ("fabric", "accel"):
+            out[f"healthprobe.py/{sec}"] = c.probe(n, sec, script="healthprobe.py")
+        raw.clear()
+        sshpairs._pdsh(c, n)
+        out["raw/pdsh"] = _own_lines(raw[-1][1], n)
+        raw.clear()
+        rehearsal.rehearse(c)
+        out["raw/rehearsal"] = _own_lines(raw[-1][1], n)
     finally:
         c.close()
-    FACTS_PATH.write_text(json.dumps(out, indent=1, sort_keys=True) + "\n")
+    text = json.dumps(out, indent=1, sort_keys=True) + "\n"
+    FACTS_PATH.write_text(text.replace(str(repo), "{REPO}"))
     print(f"recorded {len(out)} sections into {FACTS_PATH}")
+
+
+def _own_lines(output: str, node: str) -> list[str]:
+    """The lines pdsh prefixed with `node: ` (pdsh's own output format), prefix removed."""
+    return [ln[len(node) + 2:] for ln in output.splitlines() if ln.startswith(f"{node}: ")]
 
 
 if __name__ == "__main__":

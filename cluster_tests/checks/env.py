@@ -15,6 +15,7 @@ import pytest
 from cluster_tests.core import nodetable, outcome
 from cluster_tests.core import testids as ids
 from cluster_tests.core.cluster import Cluster, NodeProbe, ProbeError
+from cluster_tests.core.memokey import MemoKey
 from cluster_tests.core.nodetable import NodeColumn
 from cluster_tests.core.settings import Settings
 from cluster_tests.judge import env as ec
@@ -25,6 +26,19 @@ from cluster_tests.measure import accel, envfacts, rehearsal, sshroot
 from cluster_tests.measure.envfacts import SCRIPT
 
 pytestmark = pytest.mark.env
+
+#: E7's verdicts for every node, judged once from the rehearsal (not once per node's item)
+JIT_VERDICTS: MemoKey[dict[str, jj.JitVerdict]] = MemoKey("jit", "verdicts")
+#: per table kind and node set: the values most nodes have (E2, E3), once, not once per node
+MAJORITIES: MemoKey[dict[str, object]] = MemoKey("env", "majorities")
+
+
+def _differing(cluster: Cluster, kind: str, table: dict[str, dict[str, Any]], node: str) -> list[str]:
+    """ec.differing for `node`, the majorities computed once per kind of table and set of nodes
+    (the tables are built from memoized facts: the same nodes give the same table)."""
+    prefer = cluster.rank0.name
+    most = cluster.memo(MAJORITIES(kind, str(hash(tuple(table)))), lambda: ec.majorities(table, prefer))
+    return ec.differing(table, node, prefer=prefer, most=most)
 
 
 def node_probes(settings: Settings) -> list[NodeProbe]:
@@ -130,7 +144,7 @@ def test_env_agrees(cluster: Cluster, node: str) -> None:
     table = envfacts.comm_table(cluster)
     if node not in table:
         pytest.fail(f"{node}: could not read its environment", pytrace=False)
-    diff = ec.differing(table, node, prefer=cluster.rank0.name)
+    diff = _differing(cluster, "comm", table, node)
     if not diff:
         return
     pytest.fail(
@@ -187,7 +201,7 @@ def test_versions(cluster: Cluster, node: str, record_property) -> None:
         if mine.get(k):
             record_property(k, str(mine[k]))
     table = {n: {k: v.get(k) for k in VERSION_KEYS} for n, v in versions.items()}
-    diff = ec.differing(table, node, prefer=cluster.rank0.name)
+    diff = _differing(cluster, "versions", table, node)
     problems = []
     if mine.get("torch_error"):
         problems.append(f"torch does not import with {mine['python_executable']}: {mine['torch_error']}")
@@ -205,7 +219,7 @@ def test_versions(cluster: Cluster, node: str, record_property) -> None:
                      for f in ec.import_findings(imported[node])]
         itable = {n: {f"{k} (imported)": (v.get("version") if v.get("imported") else None)
                       for k, v in pk.items()} for n, pk in imported.items()}
-        idiff = ec.differing(itable, node, prefer=cluster.rank0.name)
+        idiff = _differing(cluster, "imported", itable, node)
         if idiff and len(itable) > 1:
             problems.append(f"the launch's interpreter ({python}) imports other versions here "
                             f"than on the other nodes:\n"
@@ -323,8 +337,9 @@ def test_jit_ops(cluster: Cluster, node: str, record_property) -> None:
             outcome.block(ids.LAUNCH_REHEARSAL.of(node), f"the launch's step fails on {node}")
         pytest.skip(f"{node}: the launch's interpreter did not import deepspeed and torch there, "
                     f"so what it builds is unknown: see {ids.LAUNCH_REHEARSAL.of(node)}")
-    facts = {n: (r.leg(n).data or {}).get("jit") for n in cluster.names}
-    verdicts = jj.judge_jit(facts, cluster.names, python=r.python)
+    verdicts = cluster.memo(JIT_VERDICTS, lambda: jj.judge_jit(
+        {n: (r.leg(n).data or {}).get("jit") for n in cluster.names}, cluster.names,
+        python=r.python))
     verdict = verdicts[node]
     for key, value in verdict.facts.items():
         record_property(key, value)

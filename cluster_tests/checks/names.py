@@ -9,12 +9,15 @@ import pytest
 from cluster_tests.core import outcome
 from cluster_tests.core import testids as ids
 from cluster_tests.core.cluster import Cluster
-from cluster_tests.core.memokey import base_key
+from cluster_tests.core.memokey import MemoKey, base_key
 from cluster_tests.judge import fixcmd
 from cluster_tests.judge.netfacts import all_ips, is_ip, is_loopback, parse_interfaces
 from cluster_tests.judge.problem import Problem
 
 pytestmark = pytest.mark.names
+
+#: target -> the viewers whose N1 pair this session runs, once (not once per node's N2 item)
+CHECKED_SOURCES: MemoKey[dict[str, set[str]]] = MemoKey("names", "checked_sources")
 
 
 def _addresses_of(cluster: Cluster, node: str) -> set[str]:
@@ -79,7 +82,7 @@ def test_name_consistent(cluster: Cluster, node: str) -> None:
     views["launcher"] = launcher_view
     wrong = {v: addrs for v, addrs in views.items() if addrs and not set(addrs) & own}
     distinct = {addrs for addrs in views.values() if addrs}
-    checked = _checked_sources(cluster)
+    checked = cluster.memo(CHECKED_SOURCES, lambda: _checked_sources(cluster))
     elsewhere = sorted(v for v in wrong if v in checked.get(node, ()))
     if wrong and len(elsewhere) == len(wrong):
         outcome.block(ids.RESOLVES.of(elsewhere[0], node),

@@ -396,8 +396,9 @@ def test_own_address(cluster: Cluster, node: str, record_property) -> None:
         record_property("own_address", f"{own['addr']} ({own.get('how')})")
     # a peer whose connections into node fail on the high ports too is F3's (the firewall of
     # either end, named there): here only what the address itself breaks
-    peers = {a: (m.entry(a, node) or {}).get("own") for a in m.results
-             if a != node and not nc.failed_ports(m.entry(a, node) or {})}
+    # (the peers that tried node: with --pairs ring two, not all; judge only reads those)
+    peers = {a: e.get("own") for a in m.results
+             if a != node and (e := m.entry(a, node)) is not None and not nc.failed_ports(e)}
     peer_addrs = {a: (m.listeners.get(a, {}).get("own") or {}).get("addr") for a in peers}
     found, latent = ownaddr.judge(node, own, peers, peer_addrs)
     for text in latent:

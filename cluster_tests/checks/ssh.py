@@ -9,6 +9,7 @@ import pytest
 from cluster_tests.core import outcome
 from cluster_tests.core import testids as ids
 from cluster_tests.core.cluster import Cluster, NodeProbe, ProbeError
+from cluster_tests.core.memokey import MemoKey
 from cluster_tests.core.settings import Settings
 from cluster_tests.core.testids import LAUNCHER
 from cluster_tests.judge import launch as launchenv
@@ -16,6 +17,9 @@ from cluster_tests.judge import ssh as sshcheck
 from cluster_tests.judge import sshfail
 from cluster_tests.judge.problem import Problem
 from cluster_tests.measure import sshpairs, sshroot
+
+#: per launch site: its pdsh run's output split by host, once (not once per target's item)
+PDSH_LEGS: MemoKey[dict[str, launchenv.HostOutput]] = MemoKey("pdsh", "legs")
 
 pytestmark = pytest.mark.ssh
 
@@ -132,8 +136,7 @@ def test_pdsh(cluster: Cluster, pdsh_leg: tuple[str, str]) -> None:
     rc, out, _ = got
     if rc == 124 and out == "pdsh timed out":
         pytest.fail(f"{site}: pdsh did not finish within its deadline", pytrace=False)
-    legs = launchenv.split_pdsh_output(out, cluster.names)
-    leg = legs[target]
+    leg = cluster.memo(PDSH_LEGS(site), lambda: launchenv.split_pdsh_output(out, cluster.names))[target]
     if sshpairs.PDSH_OK in leg.lines:
         return
     said = "\n    ".join([*leg.lines, *(f"(pdsh: {e})" for e in leg.pdsh_errors)]

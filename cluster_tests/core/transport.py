@@ -385,6 +385,9 @@ class Connection:
         #: the node's host key (type, base64) as this login verified it
         self.host_key: tuple[str, str] | None = None
         self.closing = threading.Event()  # set: stop waiting for commands (the run is ending)
+        #: set by the Pool: at most --fanout handshakes at a time from this launcher, whichever
+        #: threads ask (a map's workers, a background phase, tests)
+        self.handshakes: threading.Semaphore | None = None
 
     def __repr__(self) -> str:
         return f"Connection({self.target.alias!r})"
@@ -397,7 +400,11 @@ class Connection:
             if self._error is not None:
                 raise self._error
             try:
-                self._client = self._open()
+                if self.handshakes is None:
+                    self._client = self._open()
+                else:
+                    with self.handshakes:  # (the wait is outside _open's login timing)
+                        self._client = self._open()
             except ConnectError as exc:
                 self._error = exc
                 raise
@@ -646,12 +653,16 @@ class Pool:
     tag: str = field(default_factory=new_run_tag)
     _conns: dict[str, Connection] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
+    _handshakes: threading.Semaphore | None = None
 
     def connection(self, node: str) -> Connection:
         with self._lock:
             conn = self._conns.get(node)
             if conn is None:
+                if self._handshakes is None:
+                    self._handshakes = threading.Semaphore(max(1, self.fanout))
                 conn = self._conns[node] = Connection(self.targets[node], self.ssh_config, self.tag)
+                conn.handshakes = self._handshakes
             return conn
 
     def run(self, node: str, argv: Sequence[str] | str, **kw: Any) -> CommandResult:

@@ -267,17 +267,22 @@ def _hashable(v: object) -> object:
     return tuple(sorted(v.items())) if isinstance(v, dict) else v
 
 
-def differing(table: Mapping[str, Mapping[str, str | None]], node: str,
-              prefer: str | None = None) -> list[str]:
-    """Keys whose value on `node` differs from the value most nodes have.
-    `table` is node -> {key: value or None (unset)}."""
+def majorities(table: Mapping[str, Mapping[str, Any]], prefer: str | None = None) -> dict[str, object]:
+    """key -> the value most nodes have (`majority`), for every key of `table` (node -> {key:
+    value or None}); computed once, it answers `differing` for every node."""
     keys = sorted({k for row in table.values() for k in row})
-    out = []
-    for key in keys:
-        per_node = {n: row.get(key) for n, row in table.items()}
-        if per_node.get(node) != majority(per_node, prefer):
-            out.append(key)
-    return out
+    return {key: majority({n: row.get(key) for n, row in table.items()}, prefer) for key in keys}
+
+
+def differing(table: Mapping[str, Mapping[str, Any]], node: str,
+              prefer: str | None = None, most: Mapping[str, object] | None = None) -> list[str]:
+    """Keys whose value on `node` differs from the value most nodes have.
+    `table` is node -> {key: value or None (unset)}; `most`: its `majorities`, where the caller
+    has them (a check that asks for every node of a big cluster computes them once)."""
+    if most is None:
+        most = majorities(table, prefer)
+    row = table.get(node) or {}
+    return [key for key, value in most.items() if _hashable(row.get(key)) != value]
 
 
 def side_by_side(table: Mapping[str, Mapping[str, str | None]], keys: Iterable[str],

@@ -129,6 +129,14 @@ def sharers(facts: Mapping[str, Mapping[str, Any] | None], order: Sequence[str],
     return [n for n in order if (f := facts.get(n)) and dir_key(f.get(which)) == key]
 
 
+def some(names: Sequence[str], limit: int = 8) -> str:
+    """`names` joined, the first `limit` of them and a count of the rest (a text that stays
+    short on a thousand nodes sharing one volume)."""
+    if len(names) <= limit:
+        return ", ".join(names)
+    return f"{', '.join(names[:limit])} and {len(names) - limit} more"
+
+
 def judge_jit(facts: Mapping[str, Mapping[str, Any] | None], order: Sequence[str], *,
               python: str = "the launch's python",
               min_free_bytes: int = MIN_FREE_BYTES) -> dict[str, JitVerdict]:
@@ -147,6 +155,12 @@ def judge_jit(facts: Mapping[str, Mapping[str, Any] | None], order: Sequence[str
             locks.setdefault(k, lock)
             seen.setdefault(k, []).append(n)
             procs.setdefault(k, []).extend(_proc(p, n) for p in lock.get("processes") or [])
+    # the nodes of each extensions directory, once (not a scan of all nodes per node)
+    by_dir: dict[tuple[Any, ...], list[str]] = {}
+    for n in nodes:
+        d = dir_key((facts[n] or {}).get("ext"))
+        if d is not None:
+            by_dir.setdefault(d, []).append(n)
     for n in nodes:
         jit = facts[n] or {}
         v = out[n] = JitVerdict()
@@ -156,10 +170,11 @@ def judge_jit(facts: Mapping[str, Mapping[str, Any] | None], order: Sequence[str
         ext = jit.get("ext") or {}
         tri = jit.get("triton") or {}
         load = ops_to_load(jit)
-        shared = sharers(facts, order, dir_key(ext))
+        k_ext = dir_key(ext)
+        shared = by_dir.get(k_ext, []) if k_ext is not None else []
         v.facts = {
             "extensions_dir": f"{ext.get('path')} ({ext.get('source')}; "
-                              + (f"shared with {', '.join(s for s in shared if s != n)}"
+                              + (f"shared with {some([s for s in shared if s != n])}"
                                  if len(shared) > 1 else "not shared with another node")
                               + f"; {_free(ext.get('free_bytes'))} free)",
             "triton_cache_dir": f"{tri.get('path')} ({tri.get('source')}"
@@ -222,7 +237,7 @@ def judge_jit(facts: Mapping[str, Mapping[str, Any] | None], order: Sequence[str
             k = lock_key(lock)
             who = seen[k]
             others = [m for m in who if m != n]
-            where = (f"shared by {', '.join(who)}" if others else f"on {n}")
+            where = (f"shared by {some(who)}" if others else f"on {n}")
             if procs[k]:
                 if who[0] == n:
                     v.warnings.append(

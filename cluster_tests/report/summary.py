@@ -305,8 +305,9 @@ class Recorder:
 
     def to_json(self, facts: dict[str, dict[str, str]], meta: dict[str, Any],
                 extra: dict[str, Any] | None = None) -> dict[str, Any]:
-        trust = {a: {b: o.outcome for (x, b), o in self.matrix().items() if x == a}
-                 for a in self.nodes}
+        trust: dict[str, dict[str, str]] = {a: {} for a in self.nodes}
+        for (a, b), o in self.matrix().items():  # one pass over the outcomes, not one per node
+            trust.setdefault(a, {})[b] = o.outcome
         c1 = self.by_function(ids.ALLREDUCE.name)
         causes = self.causes()
         return {
