@@ -23,8 +23,11 @@ and the pdsh process itself runs under the session's `timeout` and run tag.
 from __future__ import annotations
 
 import base64
+import contextlib
 import shlex
+import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,6 +41,7 @@ from cluster_tests.judge import resourcefilter as rf
 from cluster_tests.measure import launchpy
 
 MEMO_KEY: MemoKey[Any] = MemoKey("rehearsal", "result")
+BACKGROUND: MemoKey[bool] = MemoKey("rehearsal", "background")
 SCRIPT = "envprobe.py"
 
 
@@ -119,6 +123,36 @@ def launch_python(cluster: Cluster) -> str | None:
 
 def rehearse(cluster: Cluster) -> Rehearsal:
     return cluster.memo(MEMO_KEY, lambda: _rehearse(cluster))
+
+
+def start_background(cluster: Cluster, quiet: Callable[[], object] | None = None) -> None:
+    """Start the rehearsal in the background, once per session, so that its imports overlap the
+    other checks instead of following them: at once the rank-0 node's launch probe (`deepspeed`
+    found, its interpreter and DeepSpeed's export rules: one `import deepspeed` there), then,
+    after `quiet` returns (S4's ssh matrix, when this session runs it: pdsh's logins on top of
+    S4's would pass sshd's MaxStartups, see sshpairs.SSHD_SAFE_FANOUT), the pdsh legs.  The
+    checks read the same memo entries: whoever asks first computes, the others wait; an error is
+    re-raised to the check that reads it."""
+    started = [False]
+
+    def claim() -> bool:
+        started[0] = True
+        return True
+
+    cluster.memo(BACKGROUND, claim)
+    if not started[0]:
+        return
+
+    def run() -> None:
+        with contextlib.suppress(Exception):
+            launch_plan(cluster)
+        if quiet is not None:
+            with contextlib.suppress(Exception):
+                quiet()
+        with contextlib.suppress(Exception):
+            rehearse(cluster)
+
+    threading.Thread(target=run, name="ct-rehearsal", daemon=True).start()
 
 
 def _code_word() -> str:

@@ -45,6 +45,14 @@ def pairs_from(cluster: Cluster, source: str) -> dict[str, SshLeg]:
     return _legs(cluster, source)
 
 
+def matrix_done(cluster: Cluster) -> None:
+    """Return once S4's ssh matrix has run, when this session runs S4 (starting it if no check
+    has yet); at once when it does not."""
+    sources = pairs.collected_sources(cluster, ids.SSH_TRUST.name)
+    if sources:
+        pairs_from(cluster, sources[0])
+
+
 def _legs(cluster: Cluster, source: str) -> dict[str, SshLeg]:
     return cluster.memo(LEGS(source), lambda: facts.ssh_legs(_probe_pairs(cluster, source)))
 
