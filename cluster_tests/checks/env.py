@@ -21,7 +21,7 @@ from cluster_tests.judge import env as ec
 from cluster_tests.judge import jit as jj
 from cluster_tests.judge import parsers, rdma
 from cluster_tests.judge.problem import Problem
-from cluster_tests.measure import accel, envfacts, rehearsal, sshpairs, sshroot
+from cluster_tests.measure import accel, envfacts, rehearsal, sshroot
 from cluster_tests.measure.envfacts import SCRIPT
 
 pytestmark = pytest.mark.env
@@ -40,9 +40,9 @@ REHEARSAL_READERS = frozenset({"test_deepspeed_env", "test_versions", "test_laun
 def session_start(cluster: Cluster, selected: frozenset[str]) -> None:
     """After collection (`selected`: the test functions' names): start the rehearsal in the
     background when one of its readers runs, so that its imports overlap the S, N and F checks
-    (its pdsh waits for S4's ssh matrix)."""
+    (S4's ssh matrix included)."""
     if selected & REHEARSAL_READERS:
-        rehearsal.start_background(cluster, quiet=lambda: sshpairs.matrix_done(cluster))
+        rehearsal.start_background(cluster)
 
 
 #: E3's versions: compared across nodes, and node-table columns shown where they differ

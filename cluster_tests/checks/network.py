@@ -21,7 +21,7 @@ from cluster_tests.judge import network as nc
 from cluster_tests.judge.netfacts import route_device
 from cluster_tests.judge.problem import Problem
 from cluster_tests.measure import ifaces as mi
-from cluster_tests.measure import masteraddr, ports, rehearsal, sshpairs
+from cluster_tests.measure import masteraddr, ports, rehearsal
 
 pytestmark = pytest.mark.network
 
@@ -30,7 +30,7 @@ def session_start(cluster: Cluster, selected: frozenset[str]) -> None:
     """After collection: F5 reads the launch's exports from the rehearsal; start it in the
     background (see env.session_start)."""
     if "test_socket_ifname" in selected:
-        rehearsal.start_background(cluster, quiet=lambda: sshpairs.matrix_done(cluster))
+        rehearsal.start_background(cluster)
 
 
 def node_probes(settings: Settings) -> list[NodeProbe]:

@@ -27,7 +27,6 @@ import contextlib
 import shlex
 import threading
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -125,14 +124,12 @@ def rehearse(cluster: Cluster) -> Rehearsal:
     return cluster.memo(MEMO_KEY, lambda: _rehearse(cluster))
 
 
-def start_background(cluster: Cluster, quiet: Callable[[], object] | None = None) -> None:
-    """Start the rehearsal in the background, once per session, so that its imports overlap the
-    other checks instead of following them: at once the rank-0 node's launch probe (`deepspeed`
-    found, its interpreter and DeepSpeed's export rules: one `import deepspeed` there), then,
-    after `quiet` returns (S4's ssh matrix, when this session runs it: pdsh's logins on top of
-    S4's would pass sshd's MaxStartups, see sshpairs.SSHD_SAFE_FANOUT), the pdsh legs.  The
-    checks read the same memo entries: whoever asks first computes, the others wait; an error is
-    re-raised to the check that reads it."""
+def start_background(cluster: Cluster) -> None:
+    """Start the rehearsal in the background, once per session, so that its imports (the rank-0
+    node's launch probe, then one import per node through pdsh) overlap the other checks instead
+    of following them.  Its pdsh opens one login per node, which S4's per-source fan-out leaves
+    room for (sshpairs.SSHD_SAFE_FANOUT).  The checks read the same memo entry: whoever asks
+    first computes, the others wait; an error is re-raised to the check that reads it."""
     started = [False]
 
     def claim() -> bool:
@@ -144,11 +141,6 @@ def start_background(cluster: Cluster, quiet: Callable[[], object] | None = None
         return
 
     def run() -> None:
-        with contextlib.suppress(Exception):
-            launch_plan(cluster)
-        if quiet is not None:
-            with contextlib.suppress(Exception):
-                quiet()
         with contextlib.suppress(Exception):
             rehearse(cluster)
 

@@ -45,14 +45,6 @@ def pairs_from(cluster: Cluster, source: str) -> dict[str, SshLeg]:
     return _legs(cluster, source)
 
 
-def matrix_done(cluster: Cluster) -> None:
-    """Return once S4's ssh matrix has run, when this session runs S4 (starting it if no check
-    has yet); at once when it does not."""
-    sources = pairs.collected_sources(cluster, ids.SSH_TRUST.name)
-    if sources:
-        pairs_from(cluster, sources[0])
-
-
 def _legs(cluster: Cluster, source: str) -> dict[str, SshLeg]:
     return cluster.memo(LEGS(source), lambda: facts.ssh_legs(_probe_pairs(cluster, source)))
 
@@ -60,8 +52,9 @@ def _legs(cluster: Cluster, source: str) -> dict[str, SshLeg]:
 # sshd's default MaxStartups is "10:30:100": past 10 connections that have not yet logged in, it
 # drops 30% of new ones ("Connection closed by ... [preauth]"), which would read as a broken pair.
 # With every source probing at once, each source starts at its own successor (a rotation) and
-# has at most this many logins in flight, so no node sees more than about this many at once.
-SSHD_SAFE_FANOUT = 8
+# has at most this many logins in flight, so no node sees more than about this many at once, plus
+# the one login of the launch rehearsal's pdsh, which runs meanwhile (rehearsal.start_background).
+SSHD_SAFE_FANOUT = 7
 
 
 def _probe_pairs(cluster: Cluster, source: str) -> dict[str, Any]:

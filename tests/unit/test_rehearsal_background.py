@@ -1,10 +1,10 @@
 """The rehearsal started in the background after collection (measure/rehearsal.start_background,
-checks' session_start): once per session, the rank-0 probe first, the pdsh legs only after the
-`quiet` phase (S4's ssh matrix), and only when a reader of the rehearsal is selected."""
+checks' session_start): once per session, and only when a reader of the rehearsal is selected."""
 
 from __future__ import annotations
 
 import threading
+import time
 from typing import Any
 
 from cluster_tests.checks import env as env_checks
@@ -23,47 +23,41 @@ class _Memo:
     memo = Cluster.memo
 
 
-def test_started_once_plan_then_quiet_then_legs(monkeypatch):
-    order: list[str] = []
+def test_started_once_per_session(monkeypatch):
+    calls: list[str] = []
     done = threading.Event()
     release = threading.Event()
-    monkeypatch.setattr(rehearsal, "launch_plan", lambda c: order.append("plan"))
 
     def rehearse(c):
-        order.append("legs")
+        release.wait(10)
+        calls.append("rehearse")
         done.set()
 
     monkeypatch.setattr(rehearsal, "rehearse", rehearse)
-
-    def quiet():
-        release.wait(10)
-        order.append("quiet")
-
     cluster: Any = _Memo()
-    rehearsal.start_background(cluster, quiet=quiet)
-    rehearsal.start_background(cluster, quiet=quiet)  # a second section asking: no second run
-    # the pdsh legs wait for the quiet phase
-    assert not done.wait(0.3)
+    rehearsal.start_background(cluster)
+    rehearsal.start_background(cluster)  # a second section asking: no second run
     release.set()
     assert done.wait(10)
-    assert order == ["plan", "quiet", "legs"]
+    time.sleep(0.2)
+    assert calls == ["rehearse"]
 
 
-def test_a_failing_step_does_not_stop_the_next(monkeypatch):
+def test_an_error_stays_in_the_thread(monkeypatch):
     done = threading.Event()
 
-    def plan(c):
-        raise RuntimeError("rank 0 down")
+    def rehearse(c):
+        done.set()
+        raise RuntimeError("rank 0 down")  # re-raised to the check that reads the memo
 
-    monkeypatch.setattr(rehearsal, "launch_plan", plan)
-    monkeypatch.setattr(rehearsal, "rehearse", lambda c: done.set())
-    rehearsal.start_background(_Memo(), quiet=None)  # type: ignore[arg-type]
+    monkeypatch.setattr(rehearsal, "rehearse", rehearse)
+    rehearsal.start_background(_Memo())  # type: ignore[arg-type]
     assert done.wait(10)
 
 
 def test_started_only_for_the_readers_of_the_rehearsal(monkeypatch):
     calls: list[object] = []
-    monkeypatch.setattr(rehearsal, "start_background", lambda c, quiet=None: calls.append(c))
+    monkeypatch.setattr(rehearsal, "start_background", lambda c: calls.append(c))
     cluster: Any = object()
     env_checks.session_start(cluster, frozenset({"test_required_env", "test_env_agrees"}))
     net_checks.session_start(cluster, frozenset({"test_reachable", "test_mtu"}))
