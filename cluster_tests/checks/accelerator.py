@@ -54,7 +54,8 @@ def test_accelerators(cluster: Cluster, node: str, record_property) -> None:
         problems.append(f"{framework}: {dev['error']}")
     elif dev.get("count", 0) < inv.count:
         build = f"torch {dev.get('torch')}" if dev.get("torch") else "torch"
-        problems.append(f"{build} sees {dev.get('count', 0)} {'CUDA' if inv.kind == 'nvidia' else 'NPU'} device(s) where the vendor "
+        kind = 'CUDA' if inv.kind == 'nvidia' else 'NPU'
+        problems.append(f"{build} sees {dev.get('count', 0)} {kind} device(s) where the vendor "
                         f"tool lists {inv.count} (a CPU-only build, CUDA_VISIBLE_DEVICES/"
                         f"ASCEND_RT_VISIBLE_DEVICES, or a driver/runtime mismatch)")
     problems += [f"{framework} device {d['index']}: allocation failed: {d['error']}"

@@ -219,8 +219,9 @@ def test_open_files(cluster: Cluster, node: str, record_property) -> None:
         need = rdma.nofile_needed(world, node == cluster.rank0.name)
         set_by = [f"{p}:{i}: {t}" for p, i, t in lim.get("rc_ulimit_lines") or [] if "-n" in t] + \
             [f"{p}:{i}: {t}" for p, i, t in lim.get("limits_conf_lines") or [] if "nofile" in t]
+        where = "  set by:\n    " + "\n    ".join(set_by) + "\n" if set_by else ""
         pytest.fail(
-            f"{node}: {wrong}.\n" + ("  set by:\n    " + "\n    ".join(set_by) + "\n" if set_by else "")
+            f"{node}: {wrong}.\n" + where
             + f"  fix, on {node}: '* soft nofile {max(need, 65536)}' in /etc/security/limits.d/"
               f"90-nofile.conf (and a hard limit at least that), LimitNOFILE= for sshd, or the "
               f"container's --ulimit nofile={max(need, 65536)}:{max(need, 65536)}",

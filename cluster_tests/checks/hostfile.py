@@ -36,7 +36,8 @@ def test_hostfile_syntax(hostfile: hf.HostfileParse) -> None:
         warnings.warn(HostfileWarning(str(finding)), stacklevel=1)
     problems = [str(f) for f in hostfile.errors]
     if not hostfile.deepspeed_accepts and hostfile.deepspeed_error:
-        problems.insert(0, f"{hostfile.path}: deepspeed --hostfile would stop with: {hostfile.deepspeed_error}")
+        problems.insert(0, f"{hostfile.path}: deepspeed --hostfile would stop with: "
+                           f"{hostfile.deepspeed_error}")
     if problems:
         pytest.fail("the hostfile will not launch as it is:\n" + "\n".join(problems), pytrace=False)
 
@@ -53,7 +54,8 @@ def test_hostname_matches(cluster: Cluster, node: str, record_property) -> None:
             pytest.fail(
                 f"{node}: the hostfile names address {node}, but the node that answers there has "
                 f"{', '.join(sorted(ips)) or 'no addresses'} (hostname {facts['hostname']}).\n"
-                f"  fix: write one of its addresses in the hostfile line {cluster.node(node).lineno}",
+                f"  fix: write one of its addresses in the hostfile line "
+                f"{cluster.node(node).lineno}",
                 pytrace=False,
             )
         return
@@ -119,7 +121,8 @@ def test_slots_fit_accelerators(cluster: Cluster, node: str) -> None:
         pytest.fail(
             f"{node}: the hostfile gives slots={slots} but the node has {inventory.describe()}; "
             f"DeepSpeed would start {slots} ranks there.\n"
-            f"  fix: write '{node} slots={inventory.count}' (hostfile line {cluster.node(node).lineno})",
+            f"  fix: write '{node} slots={inventory.count}' "
+            f"(hostfile line {cluster.node(node).lineno})",
             pytrace=False,
         )
 
@@ -132,6 +135,7 @@ def test_include_exclude(cluster: Cluster, hostfile: hf.HostfileParse) -> None:
     try:
         active = rf.parse_resource_filter(hostfile.resources, include=s.include, exclude=s.exclude)
     except rf.ResourceFilterError as exc:
-        pytest.fail(f"the launch's resource filter will be refused by DeepSpeed: {exc}", pytrace=False)
+        pytest.fail(f"the launch's resource filter will be refused by DeepSpeed: {exc}",
+                    pytrace=False)
     if not active:
         pytest.fail("the include/exclude filters leave no slot to launch on", pytrace=False)

@@ -72,7 +72,8 @@ def test_name_consistent(cluster: Cluster, node: str) -> None:
         views[viewer] = tuple(facts["resolve"][node]["addrs"])
     target = cluster.pool.targets[node].hostname
     try:
-        launcher_view = tuple(dict.fromkeys(str(i[4][0]) for i in socket.getaddrinfo(target, None, socket.AF_INET)))
+        launcher_view = tuple(dict.fromkeys(
+            str(i[4][0]) for i in socket.getaddrinfo(target, None, socket.AF_INET)))
     except socket.gaierror:
         launcher_view = ()
     views["launcher"] = launcher_view
@@ -88,7 +89,8 @@ def test_name_consistent(cluster: Cluster, node: str) -> None:
         pytest.skip(f"{', '.join(elsewhere)} resolve(s) {node} elsewhere: see "
                     + ", ".join(ids.RESOLVES.of(v, node) for v in elsewhere))
     if wrong or len(distinct) > 1:
-        table = "\n".join(f"    {v:>12} -> {', '.join(addrs) or '(unresolved)'}" for v, addrs in views.items())
+        table = "\n".join(f"    {v:>12} -> {', '.join(addrs) or '(unresolved)'}"
+                          for v, addrs in views.items())
         right = sorted(own)[0] if own else "<its address>"
         bad = ", ".join(sorted(wrong)) or "some nodes"
         if own:
@@ -97,7 +99,8 @@ def test_name_consistent(cluster: Cluster, node: str) -> None:
         pytest.fail(
             f"{node} resolves differently across the cluster; its own addresses are "
             f"{', '.join(sorted(own)) or 'unknown'}:\n{table}\n"
-            f"  fix, on {bad}: make the /etc/hosts line read '{right} {node}' (or fix the DNS record)",
+            f"  fix, on {bad}: make the /etc/hosts line read '{right} {node}' "
+            f"(or fix the DNS record)",
             pytrace=False,
         )
 
@@ -122,9 +125,10 @@ def test_hostname_not_loopback(cluster: Cluster, node: str) -> None:
     if loop:
         own = sorted(a for a in _addresses_of(cluster, node) if not is_loopback(a))
         pytest.fail(
-            f"{node}: its hostname '{hostname}' resolves to {', '.join(loop)} on the node itself, so its "
-            f"ranks advertise an address nobody else can reach.\n  fix, on {node}: remove '{hostname}' from "
-            f"the 127.x line in /etc/hosts and add '{own[0] if own else '<its address>'} {hostname}'",
+            f"{node}: its hostname '{hostname}' resolves to {', '.join(loop)} on the node itself, "
+            f"so its ranks advertise an address nobody else can reach.\n"
+            f"  fix, on {node}: remove '{hostname}' from the 127.x line in /etc/hosts and add "
+            f"'{own[0] if own else '<its address>'} {hostname}'",
             pytrace=False,
         )
 
@@ -136,6 +140,7 @@ def test_resolve_fast(cluster: Cluster, pair: tuple[str, str], record_property) 
     record_property("resolve_seconds", round(res["seconds"], 4))
     limit = cluster.settings.names.slow_resolve
     if res["seconds"] > limit:
-        pytest.fail(f"{a}: resolving {b} took {res['seconds']:.2f} s (limit {limit:g} s, --slow-resolve): "
-                    f"DNS is slow or failing over.\n  fix, on {a}: put '{b}' in /etc/hosts, or fix the resolver "
+        pytest.fail(f"{a}: resolving {b} took {res['seconds']:.2f} s "
+                    f"(limit {limit:g} s, --slow-resolve): DNS is slow or failing over.\n"
+                    f"  fix, on {a}: put '{b}' in /etc/hosts, or fix the resolver "
                     f"in /etc/resolv.conf", pytrace=False)

@@ -50,19 +50,24 @@ def test_sshd_config(cluster: Cluster, node: str, record_property) -> None:
     facts = cluster.base(node)
     res = cluster.probe(node, "sshd")
     if res.get("rc") != 0:
-        pytest.skip(f"{node}: cannot read sshd's effective settings (`sshd -T`, exit {res.get('rc')}): "
+        pytest.skip(f"{node}: cannot read sshd's effective settings "
+                    f"(`sshd -T`, exit {res.get('rc')}): "
                     f"{(res.get('err') or '').strip()[:200]}")
     cfg = sshcheck.parse_sshd_T(res["out"])
     record_property("passwordauthentication", cfg.get("passwordauthentication", "?"))
     problems = []
     if cfg.get("pubkeyauthentication", "yes") != "yes":
-        problems.append("PubkeyAuthentication is 'no': sshd refuses every key, so pdsh cannot log in\n"
-                        f"  fix, on {node}: set 'PubkeyAuthentication yes' in /etc/ssh/sshd_config; systemctl reload ssh")
+        problems.append("PubkeyAuthentication is 'no': sshd refuses every key, "
+                        "so pdsh cannot log in\n"
+                        f"  fix, on {node}: set 'PubkeyAuthentication yes' in "
+                        f"/etc/ssh/sshd_config; systemctl reload ssh")
     if facts["uid"] == 0 and cfg.get("permitrootlogin", "prohibit-password") not in (
         "yes", "prohibit-password", "without-password"
     ):
-        problems.append(f"PermitRootLogin is '{cfg.get('permitrootlogin')}': root cannot log in with a key\n"
-                        f"  fix, on {node}: set 'PermitRootLogin prohibit-password'; systemctl reload ssh")
+        problems.append(f"PermitRootLogin is '{cfg.get('permitrootlogin')}': "
+                        f"root cannot log in with a key\n"
+                        f"  fix, on {node}: set 'PermitRootLogin prohibit-password'; "
+                        f"systemctl reload ssh")
     if problems:
         pytest.fail(f"{node}: " + f"\n{node}: ".join(problems), pytrace=False)
 
@@ -108,8 +113,9 @@ def test_pdsh_installed(cluster: Cluster, launch_site: str) -> None:
     rcmd = got[2]
     if rcmd != "ssh":
         warnings.warn(SshWarning(
-            f"{launch_site}: PDSH_RCMD_TYPE is {'unset' if rcmd is None else repr(rcmd)}; deepspeed sets it "
-            f"itself, but pdsh commands run by hand (the field guide's checks) fall back to rsh.\n"
+            f"{launch_site}: PDSH_RCMD_TYPE is {'unset' if rcmd is None else repr(rcmd)}; "
+            f"deepspeed sets it itself, but pdsh commands run by hand (the field guide's checks) "
+            f"fall back to rsh.\n"
             f"  fix: echo 'export PDSH_RCMD_TYPE=ssh' >> ~/.bashrc"), stacklevel=1)
 
 
@@ -156,9 +162,10 @@ def test_login_time(cluster: Cluster, node: str, record_property) -> None:
     limit = cluster.settings.ssh.slow_login
     if seconds > limit:
         pytest.fail(
-            f"{node}: SSH login took {seconds:.1f} s (limit {limit:g} s, --slow-login). The usual causes: "
-            f"sshd does a reverse DNS lookup of the client that times out, or GSSAPI is tried first.\n"
-            f"  fix, on {node}: 'UseDNS no' in /etc/ssh/sshd_config; on the launcher: 'GSSAPIAuthentication no' "
-            f"in the ssh config",
+            f"{node}: SSH login took {seconds:.1f} s (limit {limit:g} s, --slow-login). "
+            f"The usual causes: sshd does a reverse DNS lookup of the client that times out, "
+            f"or GSSAPI is tried first.\n"
+            f"  fix, on {node}: 'UseDNS no' in /etc/ssh/sshd_config; "
+            f"on the launcher: 'GSSAPIAuthentication no' in the ssh config",
             pytrace=False,
         )

@@ -17,7 +17,9 @@ pytestmark = pytest.mark.storage
 
 def node_probes(settings: Settings) -> list[NodeProbe]:
     """The probes this section's tests ask of every node they touch (`Cluster.prefetch`)."""
-    return [(SCRIPT, "dir", {"path": settings.storage.output_dir})] if settings.storage.output_dir else []
+    if not settings.storage.output_dir:
+        return []
+    return [(SCRIPT, "dir", {"path": settings.storage.output_dir})]
 
 
 def _output_dir(cluster: Cluster) -> str:
@@ -51,7 +53,8 @@ def test_output_dir(cluster: Cluster, node: str, record_property) -> None:
                     f"if it lives on a volume already shared)", pytrace=False)
     if not info["writable"]:
         pytest.fail(f"{node}: cannot create a file in {path}: {info['error']} ({_mount(info)}).\n"
-                    f"  fix, on {node}: chown/chmod it for the login user, or remount it read-write",
+                    f"  fix, on {node}: chown/chmod it for the login user, "
+                    f"or remount it read-write",
                     pytrace=False)
     free_gb = (info["free_bytes"] or 0) / 1e9
     need = cluster.settings.storage.min_free_gb
@@ -60,7 +63,8 @@ def test_output_dir(cluster: Cluster, node: str, record_property) -> None:
     if info["free_bytes"] is not None and free_gb < need:
         pytest.fail(f"{node}: {path} has {free_gb:.1f} GB free, less than --min-free-gb {need:g} "
                     f"({_mount(info)}); checkpoints would fail half-written.\n"
-                    f"  fix: free space on that volume, or point --output-dir elsewhere", pytrace=False)
+                    f"  fix: free space on that volume, or point --output-dir elsewhere",
+                    pytrace=False)
 
 
 def test_output_shared(cluster: Cluster, pair: tuple[str, str]) -> None:

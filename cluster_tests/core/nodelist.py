@@ -212,7 +212,8 @@ def scontrol_hostnames(expression: str, scontrol: str, timeout: float = 15.0) ->
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise NodeListError(f"`scontrol show hostnames` failed: {exc}") from None
     names = proc.stdout.split()
-    if proc.returncode != 0 or "Invalid hostlist" in proc.stderr or (expression.strip() and not names):
+    if (proc.returncode != 0 or "Invalid hostlist" in proc.stderr
+            or (expression.strip() and not names)):
         said = proc.stderr.strip().splitlines()
         raise NodeListError(f"SLURM_JOB_NODELIST={expression!r}: `scontrol show hostnames` said: "
                             f"{said[-1] if said else f'exit {proc.returncode}'}")
@@ -270,13 +271,15 @@ class NodeList:
         return "".join(f"{h.name} slots={h.slots}\n" for h in self.hosts)
 
 
-def _slots_from_slurm(environ: Mapping[str, str], n: int, slots: int | None) -> tuple[list[int], str]:
+def _slots_from_slurm(environ: Mapping[str, str], n: int,
+                      slots: int | None) -> tuple[list[int], str]:
     if slots is not None:
         return [slots] * n, f"--slots {slots}"
     gpus = (environ.get("SLURM_GPUS_ON_NODE") or "").strip()
     if gpus:
         if not gpus.isdigit() or int(gpus) < 1:
-            raise NodeListError(f"SLURM_GPUS_ON_NODE={gpus!r} is not a positive count; pass --slots N")
+            raise NodeListError(f"SLURM_GPUS_ON_NODE={gpus!r} is not a positive count; "
+                                "pass --slots N")
         return [int(gpus)] * n, f"SLURM_GPUS_ON_NODE={gpus} (this node's, for every node)"
     job_gpus = (environ.get("SLURM_JOB_GPUS") or "").strip()
     if job_gpus:
@@ -292,8 +295,9 @@ def _slots_from_slurm(environ: Mapping[str, str], n: int, slots: int | None) -> 
                 f"SLURM_TASKS_PER_NODE={tasks!r} gives {len(per)} counts for the {n} nodes of "
                 f"SLURM_JOB_NODELIST; pass --slots N")
         return per, f"SLURM_TASKS_PER_NODE={tasks}"
-    raise NodeListError("SLURM_JOB_NODELIST is set but no slot count is: none of SLURM_GPUS_ON_NODE, "
-                        "SLURM_JOB_GPUS, SLURM_TASKS_PER_NODE; pass --slots N")
+    raise NodeListError("SLURM_JOB_NODELIST is set but no slot count is: none of "
+                        "SLURM_GPUS_ON_NODE, SLURM_JOB_GPUS, SLURM_TASKS_PER_NODE; "
+                        "pass --slots N")
 
 
 def slurm_nodes(environ: Mapping[str, str], slots: int | None = None,
@@ -341,8 +345,8 @@ def skypilot_nodes(environ: Mapping[str, str], slots: int | None = None) -> Node
             raise NodeListError("SKYPILOT_NODE_IPS is set but SKYPILOT_NUM_GPUS_PER_NODE is not; "
                                 "pass --slots N")
         if not g.isdigit() or int(g) < 1:
-            raise NodeListError(f"SKYPILOT_NUM_GPUS_PER_NODE={g!r}: no GPUs per node; pass --slots N "
-                                "(e.g. --slots 1 on CPU nodes)")
+            raise NodeListError(f"SKYPILOT_NUM_GPUS_PER_NODE={g!r}: no GPUs per node; "
+                                "pass --slots N (e.g. --slots 1 on CPU nodes)")
         per, where = int(g), f"SKYPILOT_NUM_GPUS_PER_NODE={g}"
     nl = NodeList("skypilot", f"SkyPilot SKYPILOT_NODE_IPS ({len(ips)} nodes, head node first; "
                   f"slots from {where})", path="SKYPILOT_NODE_IPS")
@@ -473,7 +477,8 @@ def parse_mpi_hostfile(text: str, path: str = "<mpi hostfile>", slots: int | Non
                     "DeepSpeed needs slots=N (or pass --slots N)", f"{host} slots=<N>")
                 continue
             count = slots
-        for at, found in enumerate(findings[line_start:], line_start):  # warnings: the line to write
+        # warnings: the line to write
+        for at, found in enumerate(findings[line_start:], line_start):
             if found.severity == hf.WARNING:
                 findings[at] = dataclasses.replace(found, fixed_line=f"{host} slots={count}")
         if max_slots is not None and max_slots < count:
@@ -648,7 +653,8 @@ def choose_source(*, hostfile: str | None, hostfile_from: str, mpi_hostfile: str
             raise NodeListError(f"--nodes-from {nodes_from}: {var} is not set")
         return nodes_from
     if len(explicit) > 1:
-        raise NodeListError(f"two node lists given: {explicit[0][1]} and {explicit[1][1]}; give one")
+        raise NodeListError(f"two node lists given: {explicit[0][1]} and {explicit[1][1]}; "
+                            "give one")
     if explicit:
         return explicit[0][0]
     if len(envs) > 1:
@@ -671,7 +677,8 @@ def resolve(source: str, *, mpi_hostfile: str | None, slots: int | None,
             environ: Mapping[str, str], out: Path) -> Resolved:
     """Read a non-hostfile source and write the DeepSpeed hostfile the run will check to `out`."""
     if source == "slurm":
-        nl = slurm_nodes(environ, slots, scontrol=shutil.which("scontrol", path=environ.get("PATH")))
+        nl = slurm_nodes(environ, slots,
+                         scontrol=shutil.which("scontrol", path=environ.get("PATH")))
     elif source == "skypilot":
         nl = skypilot_nodes(environ, slots)
     elif source == "mpi-hostfile":

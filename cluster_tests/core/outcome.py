@@ -10,9 +10,10 @@ node is one red, not fifty. ``block`` blocks only when the blocking check is sel
 run (``-k`` may have left it out): otherwise it returns and the caller fails with its own text,
 so the cause is never hidden.
 
-The :class:`Outcomes` plugin (registered by cluster_tests.plugin) gives each check the place where its
-Problem and fixes go, puts them on the failed report (a red that did not fail through ``fail``
-gets a Problem made from its report: where from its parameters, the text, the fixes offered),
+The :class:`Outcomes` plugin (registered by cluster_tests.plugin) gives each check the place
+where its Problem and fixes go, puts them on the failed report (a red that did not fail through
+``fail`` gets a Problem made from its report: where from its parameters, the text, the fixes
+offered),
 and extends pytest's last-failed set with the blocked checks, so that ``pytest --lf`` after the
 fix reruns the root and everything it blocked.
 """
@@ -150,7 +151,8 @@ class Outcomes:
             where = _where(params)
             # the cause in words: the headline, without the "a -> b: " the id says already
             cause = re.sub(r"^\S+ -> \S+?( \([^)]*\))?: |^\S+: ", "", headline)[:120]
-            problem = Problem(nodes=where, cause=cause, message=text, fix="; ".join(dict.fromkeys(fix_lines(text))),
+            problem = Problem(nodes=where, cause=cause, message=text,
+                              fix="; ".join(dict.fromkeys(fix_lines(text))),
                               check=item.name, facts={"headline": headline})
         if offered:
             merged = {f.key(): f for f in (*problem.fixes, *offered)}

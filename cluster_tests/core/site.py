@@ -9,8 +9,9 @@ testinfra's own paramiko backend (10.2) is not used as it is: it accepts unknown
 warning, loads no known_hosts, ignores the ssh config's UserKnownHostsFile and ConnectTimeout,
 and runs commands without a deadline (PITFALLS 1). :class:`ClusterBackend` keeps testinfra's
 paramiko personality (modules see the connection type "paramiko") but runs every command through
-the run's already verified connection to the node (cluster_tests.core.transport.Connection: the same ssh
-config, user, identity and strict known_hosts, one session per node shared with the checklist)
+the run's already verified connection to the node (cluster_tests.core.transport.Connection: the
+same ssh config, user, identity and strict known_hosts, one session per node shared with the
+checklist)
 with ``--timeout-command`` as the deadline, enforced on the node too.
 """
 

@@ -3,8 +3,8 @@
 The reports pick results by test function (`summary.Recorder.by_function(ids.ALLREDUCE.name)`),
 the fix tables are keyed by it, and many failure messages send the user to another check
 ("see test_login[node3]").  A string there would go stale silently when a check is renamed;
-through these constants it cannot: tests/unit/test_testids.py checks that every constant names a test
-function of cluster_tests/checks/ whose docstring opens with its checklist item, and that no
+through these constants it cannot: tests/unit/test_testids.py checks that every constant names a
+test function of cluster_tests/checks/ whose docstring opens with its checklist item, and that no
 string literal outside checks/ and this module (nor a message in checks/) spells a test name.
 
     str(ids.LOGIN)                  -> "test_login"

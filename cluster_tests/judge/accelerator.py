@@ -48,6 +48,7 @@ def from_probe(raw: dict) -> Inventory:
                 for n in info.npus
                 if n.health is not parsers.NpuHealth.OK
             ]
-            return Inventory("ascend", count, [n.name for n in info.npus], unhealthy, evidence=res["out"])
+            return Inventory("ascend", count, [n.name for n in info.npus], unhealthy,
+                             evidence=res["out"])
         problems.append(f"npu-smi info failed (exit {res['rc']}): {res['err'].strip()[:300]}")
     return Inventory("cpu", int(raw.get("cpu_count") or 1), problems=problems)

@@ -1,4 +1,5 @@
-"""Environment checks' logic (CHECKLIST E1-E6): pure functions, tested in tests/unit/test_judge_env.py.
+"""Environment checks' logic (CHECKLIST E1-E6): pure functions, tested in
+tests/unit/test_judge_env.py.
 
 * `.deepspeed_env` is linted the way DeepSpeed 0.19's runner reads it: it looks in `~` and in
   the directory deepspeed runs in (`DEEPSPEED_ENVIRONMENT_PATHS = [expanduser("~"), "."]`, the
@@ -55,7 +56,8 @@ class EnvFileFinding:
 
 
 def parse_deepspeed_env(text: str) -> dict[str, str]:
-    """What DeepSpeed 0.19 exports from the file (lines it can read), values as the shell gets them."""
+    """What DeepSpeed 0.19 exports from the file (lines it can read), values as the shell gets
+    them."""
     out: dict[str, str] = {}
     for line in text.splitlines(keepends=True):
         if "=" not in line:
@@ -122,7 +124,8 @@ def _masked_line(line: str) -> str:
 # -- ~/.bashrc ---------------------------------------------------------------------------------
 
 _EARLY_RETURN = (
-    re.compile(r"^\s*\*\)\s*return\b"),                              # case $- in *i*) ;; *) return;; esac
+    # case $- in *i*) ;; *) return;; esac
+    re.compile(r"^\s*\*\)\s*return\b"),
     re.compile(r"case\s+\$-\s+in.*\*\)\s*return"),                   # the same on one line
     re.compile(r"\[\[?\s*-z\s+\"?\$PS1\"?\s*\]\]?\s*&&\s*return"),   # [ -z "$PS1" ] && return
     re.compile(r"\[\[?\s*\$-\s*!?=\s*\*i\*\s*\]\]?\s*\|\|\s*return"),  # [[ $- == *i* ]] || return

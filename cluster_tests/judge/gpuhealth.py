@@ -43,7 +43,7 @@ HARDWARE_XIDS = {
 BAD_THROTTLE = ("HW Slowdown", "HW Thermal Slowdown", "HW Power Brake Slowdown")
 
 
-# -- nvidia-smi -q ---------------------------------------------------------------------------------
+# -- nvidia-smi -q --------------------------------------------------------------------------------
 
 def parse_nvidia_smi_q(text: str) -> list[dict[str, Any]]:
     """`nvidia-smi -q` as one nested dict per GPU (keys as printed, values as strings); the
@@ -151,7 +151,8 @@ def judge_gpu(gpu: Mapping[str, Any]) -> GpuFinding:
     pstate = str(gpu.get("Performance State") or "")
     gen = _get(gpu, "PCI", "GPU Link Info", "PCIe Generation") or {}
     width = _get(gpu, "PCI", "GPU Link Info", "Link Width") or {}
-    wmax, wcur = _count(str(width.get("Max", "")).rstrip("x")), _count(str(width.get("Current", "")).rstrip("x"))
+    wmax = _count(str(width.get("Max", "")).rstrip("x"))
+    wcur = _count(str(width.get("Current", "")).rstrip("x"))
     if wmax and wcur and wcur < wmax:
         f.problems.append(f"PCIe link width x{wcur}, below its x{wmax}")
     gmax, gcur = _count(gen.get("Max")), _count(gen.get("Current"))
@@ -211,7 +212,7 @@ def nvlink_problems(status: dict[int, dict[str, Any]]) -> dict[int, list[str]]:
     return out
 
 
-# -- kernel log ------------------------------------------------------------------------------------
+# -- kernel log -----------------------------------------------------------------------------------
 
 @dataclass
 class Xid:
@@ -267,7 +268,7 @@ def summarize_xids(xids: list[Xid]) -> tuple[dict[str, list[str]], list[str]]:
     return hard, soft
 
 
-# -- the node's verdict -----------------------------------------------------------------------------
+# -- the node's verdict ---------------------------------------------------------------------------
 
 def judge_nvidia(raw: Mapping[str, Any]) -> tuple[list[str], list[str], int]:
     """(problems, notes, number of GPUs) from the `accel` probe section of a node."""
@@ -275,7 +276,8 @@ def judge_nvidia(raw: Mapping[str, Any]) -> tuple[list[str], list[str], int]:
     notes: list[str] = []
     q = raw.get("nvidia_smi_q") or {}
     if q.get("rc") != 0:
-        return [f"nvidia-smi -q failed (exit {q.get('rc')}): {(q.get('err') or '').strip()[:300]}"], [], 0
+        said = (q.get('err') or '').strip()[:300]
+        return [f"nvidia-smi -q failed (exit {q.get('rc')}): {said}"], [], 0
     gpus = parse_nvidia_smi_q(q.get("out", ""))
     findings = [judge_gpu(g) for g in gpus]
     link = raw.get("nvlink_s") or {}
@@ -306,7 +308,7 @@ def judge_nvidia(raw: Mapping[str, Any]) -> tuple[list[str], list[str], int]:
     return problems, notes, len(gpus)
 
 
-# -- Ascend ----------------------------------------------------------------------------------------
+# -- Ascend ---------------------------------------------------------------------------------------
 
 def net_health(raw: Mapping[str, Any]) -> dict[str, str]:
     """{device: `hccn_tool -i N -net_health -g` status} from the `accel` probe (devices whose
@@ -347,7 +349,8 @@ def judge_npu(raw: Mapping[str, Any]) -> tuple[list[str], list[str], dict[str, s
         if link.get("rc") == 0 and parsers.hccn_link_up(link.get("out", "")) is False:
             problems.append(f"device {dev}: link status DOWN")
         ip = tools.get("ip") or {}
-        addr = parsers.parse_hccn_tool(ip.get("out", "")).get("ipaddr") if ip.get("rc") == 0 else None
+        addr = (parsers.parse_hccn_tool(ip.get("out", "")).get("ipaddr")
+                if ip.get("rc") == 0 else None)
         if addr:
             ips[dev] = addr
         else:

@@ -65,7 +65,8 @@ def _cover(nodes: Sequence[str], edges: list[tuple[str, str]], pinned: str) -> s
     """The fewest nodes (never `pinned`) whose removal breaks every edge; ties go to the nodes
     later in the hostfile. Exact for up to 16 candidate nodes, greedy beyond."""
     forced = {b if a == pinned else a for a, b in edges if pinned in (a, b)}
-    rest = [(a, b) for a, b in edges if a not in forced and b not in forced and pinned not in (a, b)]
+    rest = [(a, b) for a, b in edges
+            if a not in forced and b not in forced and pinned not in (a, b)]
     if not rest:
         return forced
     cand = [n for n in nodes if any(n in e for e in rest)]

@@ -167,7 +167,8 @@ def deepspeed_parse_lines(lines: Iterable[str]) -> OrderedDict[str, int]:
             num_slots = int(match.group(2))  # may raise, as in DeepSpeed (int digit limit)
             if host in resource_pool:
                 raise ValueError(
-                    f"Hostfile contains multiple entries for {host}, unable to proceed with launching"
+                    f"Hostfile contains multiple entries for {host}, "
+                    f"unable to proceed with launching"
                 )
             resource_pool[host] = num_slots
         else:
@@ -226,7 +227,8 @@ def parse_hostfile_text(text: str, path: str = "<hostfile>") -> HostfileParse:
                     1,
                     ERROR,
                     "H1-duplicate",
-                    f"host {_show(ln.host)} is already on line {prev}; DeepSpeed refuses a host twice",
+                    f"host {_show(ln.host)} is already on line {prev}; "
+                    f"DeepSpeed refuses a host twice",
                 )
                 ln.fixed = None
             elif folded is not None:

@@ -172,7 +172,8 @@ def judge_jit(facts: Mapping[str, Mapping[str, Any] | None], order: Sequence[str
             v.warnings.append(f"DeepSpeed's op builders did not answer with {python}: "
                               f"{jit['ops_error']}; only the ops already built are judged")
         if jit.get("ext_error"):
-            v.problems.append(f"the extensions directory could not be inspected: {jit['ext_error']}")
+            v.problems.append(f"the extensions directory could not be inspected: "
+                              f"{jit['ext_error']}")
         # the toolchain, for the ops this node loads
         if load:
             ops = ", ".join(load)

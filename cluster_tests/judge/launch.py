@@ -21,9 +21,9 @@ DeepSpeed 0.19's runner (``deepspeed/launcher/runner.py`` ``main()``, with
    with ``PDSH_RCMD_TYPE=ssh``.  pdsh joins the words with spaces; each node's login shell runs
    the line, so a failed ``cd`` does not stop the interpreter from starting elsewhere.
 
-The rehearsal (cluster_tests/measure/rehearsal.py) builds exactly that line with a small import check in
-place of ``-m deepspeed.launcher.launch ...``; tests/unit/test_judge_launch.py compares these functions
-with DeepSpeed's own code.
+The rehearsal (cluster_tests/measure/rehearsal.py) builds exactly that line with a small import
+check in place of ``-m deepspeed.launcher.launch ...``; tests/unit/test_judge_launch.py compares
+these functions with DeepSpeed's own code.
 """
 
 from __future__ import annotations
@@ -270,7 +270,8 @@ def _fix_for_import(error: str, node: str, site: str, python: str,
     file = stray.get("file")
     if stray.get("imported") and (file is None or stray.get("version") is None
                                   or stray.get("owned") is False):
-        where = os.path.dirname(str(file)) if file else ", ".join(str(x) for x in stray.get("paths") or [])  # type: ignore[attr-defined]
+        where = (os.path.dirname(str(file)) if file
+                 else ", ".join(str(x) for x in stray.get("paths") or []))  # type: ignore[attr-defined]
         return (f"on {node}: remove or rename {where}: it shadows the installed {top} on the "
                 f"launch's sys.path (see {ids.VERSIONS.of(node)})")
     if m:
@@ -306,8 +307,9 @@ def judge_leg(node: str, out: HostOutput, *, site: str, python: str, launch_dir:
         if (out.exit_code == 127 or f"{python}: No such file or directory" in text
                 or f"{python}: not found" in text):
             return Leg("fail",
-                       f"{where}: the launch runs {python} there (the interpreter of `deepspeed` on "
-                       f"{site}), which does not exist on {node}:\n    {_said(out)}",
+                       f"{where}: the launch runs {python} there "
+                       f"(the interpreter of `deepspeed` on {site}), which does not exist on "
+                       f"{node}:\n    {_said(out)}",
                        f"on {node}: install the same environment at the same path ({python}); "
                        f"deepspeed starts every rank with the rank-0 node's interpreter path")
         if out.exit_code == 126:

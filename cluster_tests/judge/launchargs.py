@@ -94,7 +94,8 @@ def _call(parse_args: Callable[[list[str]], Any], args: list[str]) -> Any:
             return parse_args(args)
     except SystemExit:
         text = err.getvalue().strip().splitlines()
-        raise LaunchArgsError(text[-1] if text else "refused by DeepSpeed's argument parser") from None
+        raise LaunchArgsError(text[-1] if text
+                              else "refused by DeepSpeed's argument parser") from None
 
 
 def _passthrough(words: list[str]) -> tuple[str, ...]:
@@ -145,7 +146,8 @@ def merge(option: str, ours: Any, ours_given: bool, theirs: Any, theirs_given: b
 
 
 def command_line(hostfile: str, master_addr: str | None, master_port: int, include: str = "",
-                 exclude: str = "", passthrough: tuple[str, ...] = (), script: str = "<script>") -> str:
+                 exclude: str = "", passthrough: tuple[str, ...] = (),
+                 script: str = "<script>") -> str:
     """The ``deepspeed`` command line the checks mirror (for reports)."""
     argv = ["deepspeed", "--hostfile", hostfile]
     if master_addr:

@@ -142,7 +142,8 @@ class Route:
 
 def read_route(exit_status: int, stdout: str, stderr: str) -> Route:
     if exit_status != 0:
-        return Route(False, (stderr.strip() or stdout.strip() or f"exit {exit_status}").splitlines()[-1])
+        said = stderr.strip() or stdout.strip() or f"exit {exit_status}"
+        return Route(False, said.splitlines()[-1])
     text = stdout.strip().splitlines()[0] if stdout.strip() else ""
     if text.startswith("local ") or " dev lo " in f" {text} ":
         return Route(True, text, local=True)
@@ -173,9 +174,13 @@ def problems(d: Derived, rank0_ips: dict[str, str], routes: dict[str, Route]) ->
             return [f"`{d.command}` did not run on {d.site} ({d.stderr.strip() or 'no output'}).\n"
                     f"  fix: pass --master_addr {d.first_host}"]
         if d.exit_status != 0:
-            said = (d.stderr.strip() or d.stdout.strip() or "nothing").splitlines()[-1]
-            unsupported = re.search(r"invalid option|unrecognized option|illegal option|usage", said,
-                                    re.IGNORECASE)
+            lines = (d.stderr.strip() or d.stdout.strip() or "nothing").splitlines()
+            # GNU and busybox tools name the refused option first, then "Try '... --help'" or
+            # their usage: the line that says why, else the last one
+            refusal = re.compile(r"invalid option|unrecognized option|illegal option|usage",
+                                 re.IGNORECASE)
+            said = next((ln.strip() for ln in lines if refusal.search(ln)), lines[-1].strip())
+            unsupported = refusal.search(said)
             cause = ("this `hostname` has no -I option" if unsupported
                      else f"it exited {d.exit_status}")
             return [f"DeepSpeed cannot derive --master_addr: `{d.command}` on {d.site} fails "

@@ -116,7 +116,8 @@ def socket_fallback_reason(t: Transports) -> str:
 
 # -- C1: per node, from the workers' `transport` events -------------------------------------------
 
-def by_node(lines_by_rank: Mapping[int, Sequence[str]], ranks: Sequence[Any]) -> dict[str, Transports]:
+def by_node(lines_by_rank: Mapping[int, Sequence[str]],
+            ranks: Sequence[Any]) -> dict[str, Transports]:
     """{host: what its ranks chose}, the lines of all its ranks together (`ranks`: objects
     with `.rank` and `.host`, collective.Rank), in hostfile order."""
     host_of = {r.rank: r.host for r in ranks}
@@ -129,7 +130,8 @@ def by_node(lines_by_rank: Mapping[int, Sequence[str]], ranks: Sequence[Any]) ->
 
 def table_lines(lines_by_rank: Mapping[int, Sequence[str]], ranks: Sequence[Any]) -> list[str]:
     """`# transport node1: net IB (mlx5_0:1/IB); intra-node P2P/IPC` per node, for C1's table."""
-    return [f"# transport {host}: {t.describe()}" for host, t in by_node(lines_by_rank, ranks).items()]
+    return [f"# transport {host}: {t.describe()}"
+            for host, t in by_node(lines_by_rank, ranks).items()]
 
 
 def socket_fallbacks(nodes: Mapping[str, Transports], rdma_nodes: Mapping[str, str]) -> list[str]:

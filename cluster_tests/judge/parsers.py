@@ -122,7 +122,8 @@ def parse_nvidia_smi_L(text: str) -> list[Gpu]:
         if mig and gpus:
             _, uuid = _split_uuid(mig.group(3))
             migs[-1].append(MigDevice(profile=mig.group(1), index=int(mig.group(2)), uuid=uuid))
-    return [Gpu(index=g.index, name=g.name, uuid=g.uuid, mig=tuple(m)) for g, m in zip(gpus, migs, strict=False)]
+    return [Gpu(index=g.index, name=g.name, uuid=g.uuid, mig=tuple(m))
+            for g, m in zip(gpus, migs, strict=False)]
 
 
 # --------------------------------------------------------------------------------------------

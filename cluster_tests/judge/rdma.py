@@ -202,7 +202,7 @@ def ports_from_probe(rdma: Mapping[str, Any]) -> tuple[list[Port], str]:
     return [], ""
 
 
-# -- peer comparison --------------------------------------------------------------------------------
+# -- peer comparison ------------------------------------------------------------------------------
 
 def compare_ports(node: str, mine: list[Port], peers: Mapping[str, list[Port]],
                   spec: HcaSpec | None = None) -> list[str]:
@@ -241,7 +241,7 @@ def _names(names: list[str], limit: int = 4) -> str:
     return shown + (f" and {len(names) - limit} more" if len(names) > limit else "")
 
 
-# -- NCCL_IB_HCA --------------------------------------------------------------------------------------
+# -- NCCL_IB_HCA ----------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
 class HcaSpec:
@@ -302,7 +302,7 @@ def judge_hca(spec: HcaSpec, ports: list[Port]) -> tuple[list[Port], list[str]]:
     return active, problems
 
 
-# -- NCCL_IB_GID_INDEX ------------------------------------------------------------------------------
+# -- NCCL_IB_GID_INDEX ----------------------------------------------------------------------------
 
 def gid_at(port: Port, index: int) -> tuple[str, str] | None:
     """(gid, type) at `index`, None when the entry is missing or all zeros (unset)."""
@@ -331,7 +331,7 @@ def judge_gid_index(index: int, ports: list[Port]) -> tuple[dict[str, str], list
     return types, problems
 
 
-# -- limits and /dev/shm ----------------------------------------------------------------------------
+# -- limits and /dev/shm --------------------------------------------------------------------------
 
 UNLIMITED = -1
 
@@ -424,11 +424,13 @@ def fmt_bytes(n: float | None) -> str:
     return f"{int(n)} B"
 
 
-def judge_shm(shm: Mapping[str, Any], slots: int, per_rank_mb: float = SHM_PER_RANK_MB) -> str | None:
+def judge_shm(shm: Mapping[str, Any], slots: int,
+              per_rank_mb: float = SHM_PER_RANK_MB) -> str | None:
     """/dev/shm must have room for the node's local ranks (free space, not only size: stale
     segments of a killed job count against it)."""
     if not shm.get("exists"):
-        return "/dev/shm does not exist (NCCL's SHM transport and DeepSpeed's shm all-reduce need it)"
+        return ("/dev/shm does not exist "
+                "(NCCL's SHM transport and DeepSpeed's shm all-reduce need it)")
     need = shm_needed_bytes(slots, per_rank_mb)
     total, avail = shm.get("total_bytes"), shm.get("avail_bytes")
     if avail is None or avail >= need:

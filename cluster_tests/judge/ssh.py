@@ -28,7 +28,8 @@ def _writable_by_others(entry: dict, user_uid: int) -> str | None:
     if mode & 0o002:
         return f"world-writable (mode {mode:04o})"
     if mode & 0o020 and not entry.get("group_private"):
-        return f"group-writable by group {entry['group']}, which is not the user's private group (mode {mode:04o})"
+        return (f"group-writable by group {entry['group']}, which is not the user's private group "
+                f"(mode {mode:04o})")
     return None
 
 
@@ -49,7 +50,8 @@ def strict_modes(ssh_facts: dict, uid: int, user: str, strict: bool = True) -> M
         commands += [fixcmd.mkdir_cmd(ssh_dir["path"]), fixcmd.touch_cmd(ak["path"])]
     elif not ak.get("exists"):
         errors.append(f"{ak['path']} does not exist: no key can log in")
-        fixes.append(f"install -m 600 /dev/null {shlex.quote(ak['path'])}  # then add the public keys")
+        fixes.append(f"install -m 600 /dev/null {shlex.quote(ak['path'])}  "
+                     f"# then add the public keys")
         commands.append(fixcmd.touch_cmd(ak["path"]))
     if strict:
         for entry in chain:
@@ -78,7 +80,8 @@ def strict_modes(ssh_facts: dict, uid: int, user: str, strict: bool = True) -> M
                 fixes.append(f"chmod go-w {path}")
                 commands.append(fixcmd.chmod_go_w_cmd(entry["path"]))
     for entry, wanted in ((ak, 0o600), (ssh_dir, 0o700)):
-        if entry.get("exists") and entry["mode"] & ~wanted & 0o777 and not any(entry["path"] in e for e in errors):
+        if (entry.get("exists") and entry["mode"] & ~wanted & 0o777
+                and not any(entry["path"] in e for e in errors)):
             warnings.append(
                 f"{entry['path']} has mode {entry['mode']:04o}; the guide asks for {wanted:04o} "
                 f"(sshd accepts it, but tighten it: chmod {wanted:o} {shlex.quote(entry['path'])})"
@@ -87,7 +90,8 @@ def strict_modes(ssh_facts: dict, uid: int, user: str, strict: bool = True) -> M
         if entry.get("exists") and entry["mode"] & 0o077:
             errors.append(
                 f"private key {entry['path']} has mode {entry['mode']:04o}: ssh ignores a key that "
-                f"others can read ('UNPROTECTED PRIVATE KEY FILE'), so this node cannot log in anywhere with it"
+                f"others can read ('UNPROTECTED PRIVATE KEY FILE'), "
+                f"so this node cannot log in anywhere with it"
             )
             fixes.append(f"chmod 600 {shlex.quote(entry['path'])}")
             commands.append(fixcmd.chmod_cmd(entry["path"], 0o600))
@@ -188,10 +192,12 @@ def trust_problem(a: str, b: str, cause: sshfail.Cause, evidence: str, facts: Tr
         keys = public_keys(facts.pubkeys)
         pub = next(iter(sorted(facts.pubkeys)), "id_ed25519.pub")
         ak = facts.authorized_keys or "~/.ssh/authorized_keys"
-        text = next((t for _, t in sorted(facts.pubkeys.items()) if t and len(t.split()) >= 2), None)
+        text = next((t for _, t in sorted(facts.pubkeys.items()) if t and len(t.split()) >= 2),
+                    None)
         known = key_authorized(keys, facts.authorized_keys_text)
         if not keys:
-            fix = (f"{a} has no key pair: on {a}: ssh-keygen -t ed25519 -N '' -f ~/.ssh/id_ed25519; "
+            fix = (f"{a} has no key pair: on {a}: "
+                   f"ssh-keygen -t ed25519 -N '' -f ~/.ssh/id_ed25519; "
                    f"then add it to {ak} on {b}")
         else:
             prefix = f"{a}'s key (~/.ssh/{pub}) is not in {ak} on {b}: " if known is False else ""
@@ -218,7 +224,8 @@ def trust_problem(a: str, b: str, cause: sshfail.Cause, evidence: str, facts: Tr
     elif cause == sshfail.Cause.DNS:
         fix = f"on {a}: add '{facts.address} {b}' to /etc/hosts (or fix DNS)"
     elif cause == sshfail.Cause.REFUSED:
-        fix = f"sshd on {b} refuses {a} (a firewall REJECT rule, or sshd's ListenAddress): on {b}: iptables -S INPUT"
+        fix = (f"sshd on {b} refuses {a} (a firewall REJECT rule, or sshd's ListenAddress): "
+               f"on {b}: iptables -S INPUT")
     elif cause in (sshfail.Cause.TIMEOUT, sshfail.Cause.UNREACHABLE):
         fix = (f"packets from {a} to {b}:22 are dropped: check the firewall on {b} "
                f"(iptables -S INPUT) and routing on {a}")

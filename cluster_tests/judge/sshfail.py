@@ -34,7 +34,8 @@ class Cause(str, enum.Enum):
 # What OpenSSH's messages say for each cause (checked in this order), and the generic fix.
 WORDS: dict[Cause, tuple[str, ...]] = {
     Cause.DNS: ("Could not resolve hostname", "Name or service not known"),
-    Cause.HOSTKEY_CHANGED: ("REMOTE HOST IDENTIFICATION HAS CHANGED", "Host key for ... has changed"),
+    Cause.HOSTKEY_CHANGED: ("REMOTE HOST IDENTIFICATION HAS CHANGED",
+                            "Host key for ... has changed"),
     Cause.HOSTKEY_UNKNOWN: ("Host key verification failed", "host key is known"),
     Cause.KEYS_NOT_ACCEPTED: ("Permission denied (<methods without publickey>)",),
     Cause.AUTH: ("Permission denied (publickey...)", "Too many authentication failures"),
@@ -47,12 +48,17 @@ WORDS: dict[Cause, tuple[str, ...]] = {
 FIX: dict[Cause, str] = {
     Cause.DNS: "add the node to /etc/hosts (same line on every node) or DNS, or use its IP",
     Cause.REFUSED: "start sshd on the node: systemctl start ssh (or give the right port)",
-    Cause.TIMEOUT: "check the node is up and no firewall drops the ssh port: ping <node>; nc -vz -w 3 <node> 22",
+    Cause.TIMEOUT: ("check the node is up and no firewall drops the ssh port: "
+                    "ping <node>; nc -vz -w 3 <node> 22"),
     Cause.UNREACHABLE: "check the node is up and routed: ping <node>",
-    Cause.HOSTKEY_UNKNOWN: "ssh-keyscan -H <node> >> ~/.ssh/known_hosts (then compare the fingerprint)",
-    Cause.HOSTKEY_CHANGED: "if the node was reinstalled: ssh-keygen -R <node>; ssh-keyscan -H <node> >> ~/.ssh/known_hosts",
-    Cause.AUTH: "ssh-copy-id <node>; then chmod go-w ~; chmod 700 ~/.ssh; chmod 600 ~/.ssh/authorized_keys",
-    Cause.KEYS_NOT_ACCEPTED: "set PubkeyAuthentication yes in the node's sshd_config and restart sshd",
+    Cause.HOSTKEY_UNKNOWN: ("ssh-keyscan -H <node> >> ~/.ssh/known_hosts "
+                            "(then compare the fingerprint)"),
+    Cause.HOSTKEY_CHANGED: ("if the node was reinstalled: ssh-keygen -R <node>; "
+                            "ssh-keyscan -H <node> >> ~/.ssh/known_hosts"),
+    Cause.AUTH: ("ssh-copy-id <node>; then chmod go-w ~; chmod 700 ~/.ssh; "
+                 "chmod 600 ~/.ssh/authorized_keys"),
+    Cause.KEYS_NOT_ACCEPTED: ("set PubkeyAuthentication yes in the node's sshd_config "
+                              "and restart sshd"),
     Cause.PROTOCOL: "ssh -v <node> true, and read where it stops",
     Cause.NOT_INSTALLED: "apt-get install openssh-client",
     Cause.FAILED: "ssh -v -o BatchMode=yes <node> true, and read the error",
@@ -121,20 +127,24 @@ def classify(stderr: str, rc: int) -> Cause:
 #: ssh target (``dest`` its alias, ``hostname``, ``port``, ``known_hosts`` its first
 #: known_hosts file, ``key`` its first identity file, ``f`` `` -F <ssh config>`` or "").
 LAUNCHER_FIX: dict[Cause, str] = {
-    Cause.DNS: "add '{hostname}' to DNS or /etc/hosts on the launcher, or set HostName for it in the ssh config",
+    Cause.DNS: ("add '{hostname}' to DNS or /etc/hosts on the launcher, "
+                "or set HostName for it in the ssh config"),
     Cause.REFUSED: "start sshd on {dest}: systemctl start ssh (port {port} refused the connection)",
     Cause.TIMEOUT: (
         "check that {dest} is up and that no firewall drops port {port}: "
         "ping {hostname}; nc -vz -w 3 {hostname} {port}"
     ),
-    Cause.HOSTKEY_UNKNOWN: "ssh-keyscan -p {port} {hostname} >> {known_hosts} (then compare the fingerprint)",
+    Cause.HOSTKEY_UNKNOWN: ("ssh-keyscan -p {port} {hostname} >> {known_hosts} "
+                            "(then compare the fingerprint)"),
     Cause.HOSTKEY_CHANGED: (
         "if {dest} was reinstalled: ssh-keygen -R {hostname} -f {known_hosts}; "
         "ssh-keyscan {hostname} >> {known_hosts}; otherwise investigate"
     ),
     Cause.AUTH: (
-        "ssh-copy-id{f} -i {key}.pub {dest} (or append {key}.pub to ~/.ssh/authorized_keys on {dest}); "
-        "if the key is there already, sshd refuses it because of file modes (StrictModes): on {dest}: "
+        "ssh-copy-id{f} -i {key}.pub {dest} "
+        "(or append {key}.pub to ~/.ssh/authorized_keys on {dest}); "
+        "if the key is there already, sshd refuses it because of file modes (StrictModes): "
+        "on {dest}: "
         "chmod go-w ~; chmod 700 ~/.ssh; chmod 600 ~/.ssh/authorized_keys"
     ),
 }
@@ -191,7 +201,8 @@ PDSH_LEG: tuple[LegWords, ...] = (
         "ssh host key unknown or changed (strict host key checking)",
         "on the launching node: ssh-keyscan -H <node> >> ~/.ssh/known_hosts "
         "(or ssh-keygen -R <node> first if the key changed), then ssh <node> true",
-        from_rank0="on {src}: ssh-keyscan -H {node} >> ~/.ssh/known_hosts (compare the fingerprint)",
+        from_rank0="on {src}: ssh-keyscan -H {node} >> ~/.ssh/known_hosts "
+                   "(compare the fingerprint)",
     ),
     LegWords(
         Cause.DNS,

@@ -23,7 +23,8 @@ from cluster_tests.judge.trainresult import TAG, SmokeResult, parse_output
 #: Written into the log by whoever kills a launch at its deadline (a rule below reads it).
 LAUNCH_TIMEOUT_MARK = "CT_LAUNCH_TIMEOUT"
 
-__all__ = ["CONSEQUENCE_KINDS", "LAUNCH_TIMEOUT_MARK", "SSH_KINDS", "Diagnosis", "diagnose", "root_causes"]
+__all__ = ["CONSEQUENCE_KINDS", "LAUNCH_TIMEOUT_MARK", "SSH_KINDS", "Diagnosis", "diagnose",
+           "root_causes"]
 
 
 _PDSH_PREFIX = re.compile(r"^(?P<host>[A-Za-z0-9_.\-\[\]:]+?): (?P<rest>.*)$")

@@ -46,7 +46,8 @@ def usable_matches(cluster: Cluster, node: str) -> dict[str, list[str]]:
     out = {}
     for var, value in ifname_vars(cluster, node)[0].items():
         spec = nc.parse_ifspec(value, var)
-        out[var] = [i.name for i in nc.matched_interfaces(spec, found) if nc.usable(i) and i.name != "lo"]
+        out[var] = [i.name for i in nc.matched_interfaces(spec, found)
+                    if nc.usable(i) and i.name != "lo"]
     return out
 
 

@@ -57,7 +57,8 @@ def _find(cluster: Cluster) -> LaunchDeepspeed:
     if facts is not None and facts.get("hostname") == socket.gethostname() and here.exists():
         return LaunchDeepspeed(str(here), "this environment")
     try:
-        res = cluster.run(site, interactive_lookup_command(), timeout=cluster.settings.timeout_connect + 30)
+        res = cluster.run(site, interactive_lookup_command(),
+                          timeout=cluster.settings.timeout_connect + 30)
     except Exception:  # noqa: BLE001 - no session to the site: the launch probe will say why
         return LaunchDeepspeed(None, "")
     body, _ = ma.read_marked(res.stdout)

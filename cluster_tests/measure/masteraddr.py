@@ -63,7 +63,8 @@ def _routes(cluster: Cluster) -> dict[str, ma.Route]:
     cmd = (f"echo {ma.BEGIN}; ip -o route get {shlex.quote(d.value)} 2>&1; rc=$?; echo; "
            f"echo \"{ma.END} $rc\"")
     out: dict[str, ma.Route] = {}
-    for node, res in zip(peers, cluster.pool.map(lambda n: cluster.run(n, cmd, timeout=20), peers), strict=False):
+    results = cluster.pool.map(lambda n: cluster.run(n, cmd, timeout=20), peers)
+    for node, res in zip(peers, results, strict=False):
         if isinstance(res, BaseException):
             out[node] = ma.Route(False, f"could not ask: {res}")
         else:

@@ -53,7 +53,8 @@ def share_matrix(cluster: Cluster, path: str) -> ShareMatrix:
             written = list(m.writes)
 
             def remove(n: str) -> dict[str, Any]:
-                return cluster.probe(n, "remove", script=SCRIPT, path=path, session=m.session, owner=n)
+                return cluster.probe(n, "remove", script=SCRIPT, path=path, session=m.session,
+                                     owner=n)
 
             m.removes = dict(zip(written, cluster.pool.map(remove, written), strict=False))
         return m

@@ -96,7 +96,8 @@ def _pdsh(cluster: Cluster, site: str) -> PdshRun:
     if not facts["which"].get("pdsh"):
         return (f"{site} (rank 0, where `deepspeed --hostfile` starts) has no pdsh on the PATH "
                 f"of a non-interactive shell.\n  fix, on {site}: apt-get install pdsh")
-    res = cluster.run(site, ["env", "PDSH_RCMD_TYPE=ssh", f"PDSH_SSH_ARGS_APPEND={ssh_args}", *pdsh],
+    res = cluster.run(site, ["env", "PDSH_RCMD_TYPE=ssh", f"PDSH_SSH_ARGS_APPEND={ssh_args}",
+                             *pdsh],
                       timeout=timeout * 2 + 30)
     return res.exit_status, res.stdout + res.stderr, facts["env"].get("PDSH_RCMD_TYPE")
 

@@ -46,7 +46,8 @@ def _ib_tree(root):
         return tree
     for dev in devices:
         d = os.path.join(base, dev)
-        info = {k: read(os.path.join(d, k)) for k in ("fw_ver", "board_id", "hca_type", "node_type")}
+        info = {k: read(os.path.join(d, k))
+                for k in ("fw_ver", "board_id", "hca_type", "node_type")}
         ports = {}
         try:
             nums = sorted(os.listdir(os.path.join(d, "ports")))
@@ -54,7 +55,8 @@ def _ib_tree(root):
             nums = []
         for num in nums:
             p = os.path.join(d, "ports", num)
-            files = {k: read(os.path.join(p, k)) for k in ("state", "phys_state", "rate", "link_layer")}
+            files = {k: read(os.path.join(p, k))
+                     for k in ("state", "phys_state", "rate", "link_layer")}
             gids, types, ndevs = {}, {}, {}
             try:
                 idxs = os.listdir(os.path.join(p, "gids"))
@@ -95,7 +97,8 @@ def _ancestors():
         if not m:
             break
         soft, hard = _proc_limits(pid)
-        out.append({"pid": pid, "comm": m.group(1), "memlock_soft_kb": soft, "memlock_hard_kb": hard})
+        out.append({"pid": pid, "comm": m.group(1),
+                    "memlock_soft_kb": soft, "memlock_hard_kb": hard})
         ppid = int(m.group(2))
         if ppid <= 0:
             break
@@ -137,7 +140,8 @@ def section_fabric(params):
     home = os.path.expanduser("~")
     rc_files = [os.path.join(home, f) for f in (".bashrc", ".bash_profile", ".profile")] + \
         ["/etc/bash.bashrc", "/etc/profile"] + sorted(glob.glob("/etc/profile.d/*.sh"))
-    limits_files = ["/etc/security/limits.conf"] + sorted(glob.glob("/etc/security/limits.d/*.conf"))
+    limits_files = (["/etc/security/limits.conf"]
+                    + sorted(glob.glob("/etc/security/limits.d/*.conf")))
     try:
         st = os.statvfs("/dev/shm")
         shm: dict = {"exists": True, "total_bytes": st.f_blocks * st.f_frsize,
@@ -146,7 +150,8 @@ def section_fabric(params):
         shm = {"exists": False, "error": str(exc)}
     mounts = read("/proc/self/mounts", 1024 * 1024) or ""
     # the last mount on /dev/shm is the one in force (a container's or a namespace's on top)
-    shm["mount"] = ([ln for ln in mounts.splitlines() if ln.split()[1:2] == ["/dev/shm"]] or [""])[-1]
+    shm["mount"] = ([ln for ln in mounts.splitlines() if ln.split()[1:2] == ["/dev/shm"]]
+                    or [""])[-1]
     return {
         "rdma": {"sysfs_root": root, "sysfs": tree, "tools": tools, "show_gids": show_gids},
         "limits": {
@@ -176,7 +181,8 @@ def section_accel(params):
     if shutil.which("nvidia-smi"):
         out["nvidia_smi_q"] = run(["nvidia-smi", "-q"], timeout=40)
         out["nvlink_s"] = run(["nvidia-smi", "nvlink", "-s"], timeout=20)
-        nvswitch = os.environ.get("CLUSTER_TESTS_NVSWITCH_DIR") or "/proc/driver/nvidia-nvswitch/devices"
+        nvswitch = (os.environ.get("CLUSTER_TESTS_NVSWITCH_DIR")
+                    or "/proc/driver/nvidia-nvswitch/devices")
         try:
             out["nvswitches"] = sorted(os.listdir(nvswitch))
         except OSError:
@@ -185,18 +191,22 @@ def section_accel(params):
             out["fabric_manager"] = _fabric_manager()
         dmesg = run(["dmesg"], timeout=10) if shutil.which("dmesg") else None
         if dmesg is not None:
-            lines = [ln for ln in dmesg["out"].splitlines() if "NVRM: Xid" in ln or "fallen off the bus" in ln]
+            lines = [ln for ln in dmesg["out"].splitlines()
+                     if "NVRM: Xid" in ln or "fallen off the bus" in ln]
             out["dmesg"] = {"rc": dmesg["rc"], "err": dmesg["err"][-500:], "lines": lines[-200:]}
     if shutil.which("npu-smi"):
         listing = run(["npu-smi", "info", "-l"], timeout=20)
         out["npu_smi_info_l"] = listing
         ids = re.findall(r"NPU ID\s*:\s*(\d+)", listing["out"]) if listing["rc"] == 0 else []
-        out["npu_health"] = {i: run(["npu-smi", "info", "-t", "health", "-i", i, "-c", "0"], timeout=20) for i in ids}
+        out["npu_health"] = {i: run(["npu-smi", "info", "-t", "health", "-i", i, "-c", "0"],
+                                    timeout=20)
+                             for i in ids}
         hccn = {}
         if shutil.which("hccn_tool"):
             count = int(params.get("npu_devices") or 0) or len(ids)
             for dev in range(count):
-                hccn[str(dev)] = {what: run(["hccn_tool", "-i", str(dev), "-" + what, "-g"], timeout=15)
+                hccn[str(dev)] = {what: run(["hccn_tool", "-i", str(dev), "-" + what, "-g"],
+                                            timeout=15)
                                   for what in ("net_health", "link", "ip", "tls")}
         out["hccn"] = hccn
     return out

@@ -151,7 +151,8 @@ def section_base(params):
         "resolve": resolved,
         "ip_addr": addrs["out"] if addrs["rc"] == 0 else "",
         "ip_link": links["out"] if links["rc"] == 0 else "",
-        "which": {t: shutil.which(t) for t in ("pdsh", "ssh", "sshd", "nvidia-smi", "npu-smi", "hccn_tool", "deepspeed", "iptables", "timeout")},
+        "which": {t: shutil.which(t) for t in ("pdsh", "ssh", "sshd", "nvidia-smi", "npu-smi",
+                                               "hccn_tool", "deepspeed", "iptables", "timeout")},
         "cpu_count": os.cpu_count(),
     }
 

@@ -26,7 +26,8 @@ def _mount_of(path):
                 mnt = fields[4].replace("\\040", " ")
                 if path == mnt or path.startswith(mnt.rstrip("/") + "/"):
                     if best is None or len(mnt) >= len(best[0]):
-                        best = (mnt, rfields[0] if rfields else "?", rfields[1] if len(rfields) > 1 else "?")
+                        best = (mnt, rfields[0] if rfields else "?",
+                                rfields[1] if len(rfields) > 1 else "?")
     except OSError:
         pass
     return best

@@ -80,7 +80,8 @@ class Recorder:
             return
         props = dict(report.user_properties)
         test_id = report.nodeid.split("::")[-1]
-        outcome = report.outcome if report.when == "call" else ("error" if report.failed else "skipped")
+        outcome = (report.outcome if report.when == "call"
+                   else ("error" if report.failed else "skipped"))
         message = ""
         if report.failed:
             message = report_text(report.longreprtext)
@@ -118,7 +119,8 @@ class Recorder:
         return out
 
     # -- rendering -----------------------------------------------------------------------------
-    def render_matrix(self, function: str = ids.SSH_TRUST.name, title: str = "SSH trust") -> list[str]:
+    def render_matrix(self, function: str = ids.SSH_TRUST.name,
+                      title: str = "SSH trust") -> list[str]:
         cells = self.matrix(function)
         if not cells:
             return []
@@ -143,10 +145,13 @@ class Recorder:
         if not facts:
             return []
         columns, same = node_columns(facts)
-        rows = [[n] + [facts.get(n, {}).get(c, "") for c in columns[1:]] for n in self.nodes if n in facts]
+        rows = [[n] + [facts.get(n, {}).get(c, "") for c in columns[1:]]
+                for n in self.nodes if n in facts]
         widths = [max(len(c), *(len(r[i]) for r in rows)) for i, c in enumerate(columns)]
-        out = ["Nodes:", ("  " + "  ".join(c.ljust(w) for c, w in zip(columns, widths, strict=False))).rstrip()]
-        out += [("  " + "  ".join(v.ljust(w) for v, w in zip(r, widths, strict=False))).rstrip() for r in rows]
+        out = ["Nodes:", ("  " + "  ".join(c.ljust(w) for c, w in zip(columns, widths,
+                                                                       strict=False))).rstrip()]
+        out += [("  " + "  ".join(v.ljust(w) for v, w in zip(r, widths, strict=False))).rstrip()
+                for r in rows]
         if same:
             out.append("  same on every node: " + ", ".join(f"{k} {v}" for k, v in same.items()))
         return out
@@ -168,7 +173,8 @@ class Recorder:
         if not runs:
             return []
         props = runs[0].properties
-        sizes = sorted({int(k.split("@", 1)[1]) for k in props if "@" in k and k.split("@", 1)[1].isdigit()})
+        sizes = sorted({int(k.split("@", 1)[1]) for k in props
+                        if "@" in k and k.split("@", 1)[1].isdigit()})
         rows = []
         for size in sizes:
             row: dict[str, float] = {"size_bytes": size}
@@ -188,7 +194,8 @@ class Recorder:
             props = self.by_function(ids.ALLREDUCE.name)[0].properties
             lines.append(f"C1: all-reduce over {props.get('world_size', '?')} ranks "
                          f"({props.get('backend', '?')}), from the recorded properties:")
-            lines.append(f"  {'size (B)':>12} {'time (us)':>12} {'algbw (GB/s)':>13} {'busbw (GB/s)':>13}")
+            lines.append(f"  {'size (B)':>12} {'time (us)':>12} {'algbw (GB/s)':>13} "
+                         f"{'busbw (GB/s)':>13}")
             for r in sizes:
                 lines.append(f"  {int(r['size_bytes']):>12d} {r.get('time_us', 0):>12.2f} "
                              f"{r.get('algbw_GBps', 0):>13.4f} {r.get('busbw_GBps', 0):>13.4f}")
@@ -255,8 +262,10 @@ class Recorder:
         lines = [f"Causes ({len(causes)}; one red each, the checks they block skipped):"]
         for c in causes:
             where = f"{c['where']}: " if c["where"] else ""
-            blocks = f"; blocks {c['blocks']} check{'s' if c['blocks'] != 1 else ''}" if c["blocks"] else ""
-            what = c["cause"] if c["cause"] and not c["cause"].startswith("test_") else c["headline"]
+            blocks = (f"; blocks {c['blocks']} check{'s' if c['blocks'] != 1 else ''}"
+                      if c["blocks"] else "")
+            what = (c["cause"] if c["cause"] and not c["cause"].startswith("test_")
+                    else c["headline"])
             lines.append(f"  {where}{what[:160]} ({', '.join(c['checks'][:3])}"
                          f"{', ...' if len(c['checks']) > 3 else ''}{blocks})")
             if c["fix"]:
@@ -290,12 +299,14 @@ class Recorder:
                 if "@" not in k and (num := _number(v)) is not None and _has_unit(k):
                     entry[k] = num
         index = {n: i for i, n in enumerate(self.nodes)}
-        return [out[k] for k in sorted(out, key=lambda k: (k[2] != "->", index.get(k[0], len(index)),
+        return [out[k] for k in sorted(out, key=lambda k: (k[2] != "->",
+                                                           index.get(k[0], len(index)),
                                                            index.get(k[1], len(index))))]
 
     def to_json(self, facts: dict[str, dict[str, str]], meta: dict[str, Any],
                 extra: dict[str, Any] | None = None) -> dict[str, Any]:
-        trust = {a: {b: o.outcome for (x, b), o in self.matrix().items() if x == a} for a in self.nodes}
+        trust = {a: {b: o.outcome for (x, b), o in self.matrix().items() if x == a}
+                 for a in self.nodes}
         c1 = self.by_function(ids.ALLREDUCE.name)
         causes = self.causes()
         return {
@@ -308,7 +319,8 @@ class Recorder:
             "allreduce": {
                 "sizes": self.allreduce_sizes(),
                 "busbw_GBps": _number(c1[0].properties.get("busbw_GBps")) if c1 else None,
-                "pair_busbw_GBps": {f"{a}<->{b}": v for (a, b), v in sorted(self.pair_bandwidth().items())},
+                "pair_busbw_GBps": {f"{a}<->{b}": v
+                                    for (a, b), v in sorted(self.pair_bandwidth().items())},
             },
             "fixes": self.fixes(causes),
             "causes": causes,
@@ -417,7 +429,8 @@ class Progress:
         self.write(f"[cluster] {phase}: {done}/{total}{pct}" + (" done" if finished else ""))
 
 
-def progress_writer(terminalreporter: Any, verbose: int, isatty: bool | None = None) -> Progress | None:
+def progress_writer(terminalreporter: Any, verbose: int,
+                    isatty: bool | None = None) -> Progress | None:
     """The progress sink for a run: None with -q, or when neither verbose nor a tty."""
     if terminalreporter is None or verbose < 0:
         return None

@@ -269,28 +269,39 @@ def test_a_master_addr_deepspeed_derives_badly_is_red_on_rank0(healthy_sim, faul
         sim.exec("node1", ["ip", "addr", "del", "10.99.0.1/24", "dev", "eth0"])
 
 
-def test_hostname_I_failing_on_the_first_host_is_red_on_rank0(healthy_sim):
-    """`hostname` cannot run on node1 (the first host): DeepSpeed's `ssh node1 hostname -I`
-    fails, so a launch without --master_addr stops before starting any rank.  Red on node1's H3
-    id, saying why, with the fix; the real launch fails so; with the fix (--master_addr given
-    through --launch-args) H3 is green and the real launch works."""
+def test_hostname_I_unsupported_on_the_first_host_is_red_on_rank0(healthy_sim):
+    """node1 (the first host) has a `hostname` without -I (as busybox's and the BSDs' are),
+    stood in for by coreutils' `uname -n`, whose refusal of -I is uname's own: DeepSpeed's ssh
+    check (`ssh node1 hostname`) passes, its `ssh node1 hostname -I` fails, so a launch without
+    --master_addr stops before starting any rank.  Red on node1's H3 id, saying why, with the
+    fix; the real launch fails so; with the fix (--master_addr given through --launch-args) H3
+    is green and the real launch works."""
     sim = healthy_sim
     put_script(sim, NODES)
-    assert sim.hide_tool("node1", "hostname"), "no hostname on node1's PATH"
-    assert sim.ssh("node1", "hostname -I").returncode != 0
-    r = run_suite(sim, *FAST)
-    assert "test_master_addr[node1]" in r.failed, r.describe()
-    msg = r.message("test_master_addr[node1]")
-    assert "DeepSpeed cannot derive --master_addr" in msg and "hostname -I` on node1 fails" in msg, msg
-    assert "deepspeed stops before starting any rank" in msg and "pass --master_addr node1" in msg, msg
-    assert names_only(r.failed, "node1") == [], r.describe()
-    out = real_launch(sim, NODES, derive_master=True, timeout=120)
-    assert "Unable to detect suitable master address via `hostname -I`" in out, out[-3000:]
-    assert not launch_ok(out, 3), out[-3000:]
-    fixed = run_suite(sim, *FAST, "-k", "master_addr", "--launch-args", "--master_addr node1")
-    assert "test_master_addr[node1]" in fixed.passed, fixed.describe()
-    out = real_launch(sim, NODES)
-    assert launch_ok(out, 3), out[-3000:]
+    sim.exec("node1", ["sh", "-c", "mkdir -p /root/ct-bin && printf '#!/bin/sh\\nexec uname -n "
+                                   "\"$@\"\\n' > /root/ct-bin/hostname && chmod +x /root/ct-bin/hostname"],
+             check=True)
+    sim.prepend_bashrc("node1", "export PATH=/root/ct-bin:$PATH\n")
+    try:
+        assert sim.ssh("node1", "hostname").stdout.strip() == "node1"
+        assert sim.ssh("node1", "hostname -I").returncode != 0
+        r = run_suite(sim, *FAST)
+        assert "test_master_addr[node1]" in r.failed, r.describe()
+        msg = r.message("test_master_addr[node1]")
+        assert "DeepSpeed cannot derive --master_addr" in msg, msg
+        assert "hostname -I` on node1 fails (this `hostname` has no -I option: uname:" in msg, msg
+        assert "deepspeed stops before starting any rank" in msg, msg
+        assert "pass --master_addr node1" in msg, msg
+        assert names_only(r.failed, "node1") == [], r.describe()
+        out = real_launch(sim, NODES, derive_master=True, timeout=120)
+        assert "Unable to detect suitable master address via" in out, out[-3000:]
+        assert not launch_ok(out, 3), out[-3000:]
+        fixed = run_suite(sim, *FAST, "-k", "master_addr", "--launch-args", "--master_addr node1")
+        assert "test_master_addr[node1]" in fixed.passed, fixed.describe()
+        out = real_launch(sim, NODES)
+        assert launch_ok(out, 3), out[-3000:]
+    finally:
+        sim.exec("node1", ["rm", "-rf", "/root/ct-bin"])
 
 
 def test_launch_args_round_trip_to_t2_and_the_rehearsals_red(healthy_sim):

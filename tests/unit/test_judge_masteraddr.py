@@ -57,6 +57,14 @@ def test_hostname_failing_or_unsupported_or_silent_stops_the_launch() -> None:
     assert "did not run on node1 (session lost)" in msg
 
 
+def test_a_refused_option_is_found_above_the_help_line() -> None:
+    """GNU tools print the refused option first and "Try '... --help'" last (coreutils' uname
+    here, captured on this machine: `uname -n -I`)."""
+    said = "uname: invalid option -- 'I'\nTry 'uname --help' for more information.\n"
+    (msg,) = ma.problems(_derived("", rc=1, stderr=said), RANK0, {})
+    assert "(this `hostname` has no -I option: uname: invalid option -- 'I')" in msg, msg
+
+
 def test_addresses_the_peers_cannot_use() -> None:
     (msg,) = ma.problems(_derived("172.17.0.1 10.0.0.1\n"), RANK0, {})
     assert "172.17.0.1, an address of docker0 on node1" in msg
