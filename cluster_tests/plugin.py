@@ -392,6 +392,14 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         cluster.progress_sink = progress_writer(reporter, session.config.option.verbose)
     modules = dict.fromkeys(getattr(item, "module", None) for item in session.items)
     cluster.prefetch(touched, node_probes(cluster.settings, [m for m in modules if m is not None]))
+    # background phases a check module starts for its selected tests (the launch rehearsal);
+    # not under pytest-xdist, where each worker would start its own
+    if not hasattr(session.config, "workerinput"):
+        selected = frozenset(getattr(item, "originalname", item.name) for item in session.items)
+        for module in modules:
+            start = getattr(module, "session_start", None)
+            if start is not None:
+                start(cluster, selected)
 
 
 def pytest_itemcollected(item: pytest.Item) -> None:

@@ -46,6 +46,19 @@ def node_probes(settings: Settings) -> list[NodeProbe]:
     return [(SCRIPT, "envfiles", {"launch_dir": settings.env.launch_dir})]
 
 
+#: the tests of this section that read the rehearsal (E5's run also carries E3's versions)
+REHEARSAL_READERS = frozenset({"test_deepspeed_env", "test_versions", "test_launch_rehearsal",
+                               "test_tmpdir", "test_jit_ops"})
+
+
+def session_start(cluster: Cluster, selected: frozenset[str]) -> None:
+    """After collection (`selected`: the test functions' names): start the rehearsal in the
+    background when one of its readers runs, so that its imports overlap the S, N and F checks
+    (S4's ssh matrix included)."""
+    if selected & REHEARSAL_READERS:
+        rehearsal.start_background(cluster)
+
+
 #: E3's versions: compared across nodes, and node-table columns shown where they differ
 VERSION_KEYS = ("python", "torch", "cuda", "nccl", "deepspeed", "torch_npu", "cann",
                 "nvidia_driver", "ascend_driver")

@@ -21,9 +21,16 @@ from cluster_tests.judge import network as nc
 from cluster_tests.judge.netfacts import route_device
 from cluster_tests.judge.problem import Problem
 from cluster_tests.measure import ifaces as mi
-from cluster_tests.measure import masteraddr, ports
+from cluster_tests.measure import masteraddr, ports, rehearsal
 
 pytestmark = pytest.mark.network
+
+
+def session_start(cluster: Cluster, selected: frozenset[str]) -> None:
+    """After collection: F5 reads the launch's exports from the rehearsal; start it in the
+    background (see env.session_start)."""
+    if "test_socket_ifname" in selected:
+        rehearsal.start_background(cluster)
 
 
 def node_probes(settings: Settings) -> list[NodeProbe]:

@@ -52,8 +52,9 @@ def _legs(cluster: Cluster, source: str) -> dict[str, SshLeg]:
 # sshd's default MaxStartups is "10:30:100": past 10 connections that have not yet logged in, it
 # drops 30% of new ones ("Connection closed by ... [preauth]"), which would read as a broken pair.
 # With every source probing at once, each source starts at its own successor (a rotation) and
-# has at most this many logins in flight, so no node sees more than about this many at once.
-SSHD_SAFE_FANOUT = 8
+# has at most this many logins in flight, so no node sees more than about this many at once, plus
+# the one login of the launch rehearsal's pdsh, which runs meanwhile (rehearsal.start_background).
+SSHD_SAFE_FANOUT = 7
 
 
 def _probe_pairs(cluster: Cluster, source: str) -> dict[str, Any]:
