@@ -359,7 +359,7 @@ def _record(state_dir: str) -> None:
         out["envprobe.py/tmpdir"] = c.probe(n, "tmpdir", script="envprobe.py")
         out["envprobe.py/launch"] = rehearsal.launch_plan(c)
         out["envprobe.py/launch"].pop("found_by", None)
-        for sec in ("fabric", "accel"):
+        for sec in ("fabric", "accel", "diag"):
             out[f"healthprobe.py/{sec}"] = c.probe(n, sec, script="healthprobe.py")
         raw.clear()
         sshpairs._pdsh(c, n)

@@ -47,8 +47,8 @@ def node_probes(settings: Settings) -> list[NodeProbe]:
 
 
 #: the tests of this section that read the rehearsal (E5's run also carries E3's versions)
-REHEARSAL_READERS = frozenset({"test_deepspeed_env", "test_versions", "test_launch_rehearsal",
-                               "test_tmpdir", "test_jit_ops"})
+REHEARSAL_READERS = frozenset(t.name for t in (ids.DEEPSPEED_ENV, ids.VERSIONS,
+                                                ids.LAUNCH_REHEARSAL, ids.TMPDIR, ids.JIT_OPS))
 
 
 def session_start(cluster: Cluster, selected: frozenset[str]) -> None:

@@ -29,7 +29,7 @@ pytestmark = pytest.mark.network
 def session_start(cluster: Cluster, selected: frozenset[str]) -> None:
     """After collection: F5 reads the launch's exports from the rehearsal; start it in the
     background (see env.session_start)."""
-    if "test_socket_ifname" in selected:
+    if ids.SOCKET_IFNAME.name in selected:
         rehearsal.start_background(cluster)
 
 

@@ -80,6 +80,7 @@ DEEPSPEED_ENV = TestId("test_deepspeed_env", "E2")
 VERSIONS = TestId("test_versions", "E3")
 ASCEND_ENV = TestId("test_ascend_env", "E4")
 LAUNCH_REHEARSAL = TestId("test_launch_rehearsal", "E5")
+TMPDIR = TestId("test_tmpdir", "E6")
 JIT_OPS = TestId("test_jit_ops", "E7")
 # A. accelerators
 ACCELERATORS = TestId("test_accelerators", "A1")
