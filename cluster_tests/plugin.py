@@ -24,7 +24,7 @@ from cluster_tests.core import source as source_mod
 from cluster_tests.core import testids as ids
 from cluster_tests.core.cluster import CLUSTER_KEY, Cluster, Node, node_probes
 from cluster_tests.core.settings import Settings, add_options, read_settings
-from cluster_tests.judge import hostfile as hostfile_mod
+from cluster_tests.judge import hostfile as hf
 from cluster_tests.report import files
 from cluster_tests.report import fixes as fixes_mod
 from cluster_tests.report.summary import Recorder, keyword_form, mask, progress_writer
@@ -422,7 +422,7 @@ def settings(pytestconfig: pytest.Config) -> Settings:
 
 
 @pytest.fixture(scope="session")
-def hostfile(pytestconfig: pytest.Config, cluster: Cluster) -> hostfile_mod.HostfileParse:
+def hostfile(pytestconfig: pytest.Config, cluster: Cluster) -> hf.HostfileParse:
     """The parsed hostfile: hosts in DeepSpeed's order, per-line findings, DeepSpeed's verdict."""
     return pytestconfig.stash[PARSE_KEY]  # type: ignore[return-value]
 

@@ -18,7 +18,7 @@ from cluster_tests.core.cluster import Cluster, NodeProbe, ProbeError
 from cluster_tests.core.memokey import MemoKey
 from cluster_tests.core.nodetable import NodeColumn
 from cluster_tests.core.settings import Settings
-from cluster_tests.judge import env as ec
+from cluster_tests.judge import env as envcheck
 from cluster_tests.judge import jit as jj
 from cluster_tests.judge import parsers, rdma
 from cluster_tests.judge.problem import Problem
@@ -34,11 +34,11 @@ MAJORITIES: MemoKey[dict[str, object]] = MemoKey("env", "majorities")
 
 
 def _differing(cluster: Cluster, kind: str, table: dict[str, dict[str, Any]], node: str) -> list[str]:
-    """ec.differing for `node`, the majorities computed once per kind of table and set of nodes
+    """envcheck.differing for `node`, the majorities computed once per kind of table and set of nodes
     (the tables are built from memoized facts: the same nodes give the same table)."""
     prefer = cluster.rank0.name
-    most = cluster.memo(MAJORITIES(kind, str(hash(tuple(table)))), lambda: ec.majorities(table, prefer))
-    return ec.differing(table, node, prefer=prefer, most=most)
+    most = cluster.memo(MAJORITIES(kind, str(hash(tuple(table)))), lambda: envcheck.majorities(table, prefer))
+    return envcheck.differing(table, node, prefer=prefer, most=most)
 
 
 def node_probes(settings: Settings) -> list[NodeProbe]:
@@ -108,13 +108,13 @@ def test_required_env(cluster: Cluster, node: str) -> None:
     if not missing and not no_deepspeed:
         return
     bashrc = _envfiles(cluster, node).get("bashrc")
-    early = ec.early_return_line(bashrc)
+    early = envcheck.early_return_line(bashrc)
     if no_deepspeed and not missing:
         # the launch never looks deepspeed up on this PATH: it runs its own interpreter by
         # absolute path on every node; if that works here (E5), this is only a warning
         r = rehearsal.rehearse(cluster)
         if r.python and r.leg(node).kind == "ok":
-            line = ec.export_line(bashrc, "PATH")
+            line = envcheck.export_line(bashrc, "PATH")
             where = (f"; ~/.bashrc sets PATH on line {line}, below its early return for "
                      f"non-interactive shells on line {early}" if early is not None and line is not None
                      and line > early else
@@ -134,7 +134,7 @@ def test_required_env(cluster: Cluster, node: str) -> None:
         problems.append("not set: " + ", ".join(missing))
     hints = []
     for var in missing + (["PATH"] if no_deepspeed else []):
-        line = ec.export_line(bashrc, var)
+        line = envcheck.export_line(bashrc, var)
         if early is not None and line is not None and line > early:
             hints.append(f"~/.bashrc sets {var} on line {line}, below the early return for "
                          f"non-interactive shells on line {early}: pdsh never sees it")
@@ -163,7 +163,7 @@ def test_env_agrees(cluster: Cluster, node: str) -> None:
     pytest.fail(
         f"{node}: {len(diff)} setting(s) differ from what most nodes have "
         f"(as pdsh's non-interactive shell sees them):\n"
-        + ec.side_by_side(table, diff, mark=node)
+        + envcheck.side_by_side(table, diff, mark=node)
         + "\n  note: these are the values the ranks get: deepspeed's pdsh command exports the "
         "rank-0 node's NCCL_* (CUDA) or HCCL_*/ASCEND_* (Ascend) variables and its "
         ".deepspeed_env to every rank (counted in above), so what differs is set by this node's "
@@ -178,7 +178,7 @@ def test_deepspeed_env(cluster: Cluster, node: str, record_property) -> None:
     files = _envfiles(cluster, node)
     present = {p: t for p, t in files["deepspeed_env"].items() if t is not None}
     record_property("deepspeed_env", ", ".join(present) or "none")
-    findings = [f for path, text in present.items() for f in ec.lint_deepspeed_env(text, path)]
+    findings = [f for path, text in present.items() for f in envcheck.lint_deepspeed_env(text, path)]
     for f in findings:
         if not f.error:
             warnings.warn(EnvWarning(f"{node}: {f}"), stacklevel=1)
@@ -220,7 +220,7 @@ def test_versions(cluster: Cluster, node: str, record_property) -> None:
         problems.append(f"torch does not import with {mine['python_executable']}: {mine['torch_error']}")
     if diff:
         problems.append(f"{', '.join(diff)} differ from the other nodes:\n"
-                        + ec.side_by_side(table, [k for k in VERSION_KEYS if k in diff or any(
+                        + envcheck.side_by_side(table, [k for k in VERSION_KEYS if k in diff or any(
                             r.get(k) for r in table.values())], mark=node, secret_aware=False))
     imported = _imported(cluster)
     python = rehearsal.rehearse(cluster).python
@@ -229,14 +229,14 @@ def test_versions(cluster: Cluster, node: str, record_property) -> None:
             if p.get("imported"):
                 record_property(f"imported_{pkg}", f"{p.get('version')} {p.get('file')}")
         problems += [f"with the launch's interpreter ({python}): {f}"
-                     for f in ec.import_findings(imported[node])]
+                     for f in envcheck.import_findings(imported[node])]
         itable = {n: {f"{k} (imported)": (v.get("version") if v.get("imported") else None)
                       for k, v in pk.items()} for n, pk in imported.items()}
         idiff = _differing(cluster, "imported", itable, node)
         if idiff and len(itable) > 1:
             problems.append(f"the launch's interpreter ({python}) imports other versions here "
                             f"than on the other nodes:\n"
-                            + ec.side_by_side(itable, idiff, mark=node, secret_aware=False))
+                            + envcheck.side_by_side(itable, idiff, mark=node, secret_aware=False))
     if problems:
         pytest.fail(
             f"{node}: " + f"\n{node}: ".join(problems)
@@ -262,9 +262,9 @@ def test_ascend_env(cluster: Cluster, node: str, record_property) -> None:
         pytest.skip(f"{node}: not an Ascend node (no npu-smi listing NPUs, no hccn_tool)")
     devices = list(range(inv.count)) if inv is not None and inv.kind == "ascend" else []
     data = _probe(cluster, node, "ascend", devices=devices)
-    for var in ec.ASCEND_VARS:
-        record_property(var, ec.shown(var, data["env"].get(var)))
-    unset = [v for v in ec.ASCEND_VARS if v not in data["env"]]
+    for var in envcheck.ASCEND_VARS:
+        record_property(var, envcheck.shown(var, data["env"].get(var)))
+    unset = [v for v in envcheck.ASCEND_VARS if v not in data["env"]]
     if unset:
         warnings.warn(EnvWarning(
             f"{node}: {', '.join(unset)} not set in pdsh's shell (the field guide sets "
@@ -322,12 +322,12 @@ def test_tmpdir(cluster: Cluster, node: str, record_property) -> None:
     it where usable, else the fallback Python, gcc and bash all settle on) takes a file and has
     room; an unusable TMPDIR is a warning."""
     exported = rehearsal.rehearse(cluster).exports.get("TMPDIR")
-    launch_value = ec.unquote_export(exported) if exported is not None else None
+    launch_value = envcheck.unquote_export(exported) if exported is not None else None
     facts = _probe(cluster, node, "tmpdir", tmpdir=launch_value)
     eff = facts.get("effective") or {}
     if eff:
         record_property("tmpdir", f"{eff.get('path')} ({rdma.fmt_bytes(eff.get('free_bytes'))} free)")
-    verdict = ec.judge_tmpdir(facts, _envfiles(cluster, node).get("bashrc"))
+    verdict = envcheck.judge_tmpdir(facts, _envfiles(cluster, node).get("bashrc"))
     for text in verdict.warnings:
         warnings.warn(EnvWarning(f"{node}: {text}"), stacklevel=1)
     if verdict.problems:

@@ -22,9 +22,9 @@ from typing import Any
 
 import pytest
 
-from cluster_tests.core import pairs as _pairs
-from cluster_tests.judge import collective as _coll
-from cluster_tests.judge import launchargs as _la
+from cluster_tests.core import pairs as pairs_mod
+from cluster_tests.judge import collective as C
+from cluster_tests.judge import launchargs as la
 
 
 @dataclass(frozen=True)
@@ -196,14 +196,14 @@ class CollectiveSettings:
         "--backend",
         "torch.distributed backend of the all-reduce checks: auto (CUDA -> nccl, torch_npu -> "
         "hccl, else gloo; gloo on a node with /dev/nvidia* or /dev/davinci* is an error), "
-        "nccl, hccl or gloo", "auto", _coll.parse_backend)
+        "nccl, hccl or gloo", "auto", C.parse_backend)
     sizes: str | None = option(
         "--sizes",
         "all-reduce message sizes in bytes, K/M/G = 2^10/2^20/2^30 (default: 1K..4G x4 with an "
-        "accelerator, 1K..16M x4 on CPU)", None, _coll.parse_sizes_option)
+        "accelerator, 1K..16M x4 on CPU)", None, C.parse_sizes_option)
     iters: int = option("--iters", "timed all-reduce calls per size", 20, _positive_int)
     warmup: int = option(
-        "--warmup", "untimed all-reduce calls per size before timing", 5, _coll.parse_count)
+        "--warmup", "untimed all-reduce calls per size before timing", 5, C.parse_count)
     min_busbw: float | None = option(
         "--min-busbw",
         "lowest acceptable all-reduce busbw at the largest size, GB/s (1 GB = 1e9 B)", None,
@@ -213,7 +213,7 @@ class CollectiveSettings:
         "JSON of a previous run (written by --busbw-record) that busbw must keep up with")
     busbw_tolerance: float = option(
         "--busbw-tolerance", "how far below the baseline busbw may fall, as a fraction", 0.2,
-        _coll.parse_fraction)
+        C.parse_fraction)
     busbw_record: str | None = option(
         "--busbw-record",
         "write this run's all-reduce results as JSON to this file (a future --busbw-baseline)")
@@ -241,7 +241,7 @@ class CollectiveSettings:
     pair_slow_ratio: float = option(
         "--pair-slow-ratio",
         "a node pair is slow below this fraction of the typical good pair's busbw (C2)", 0.5,
-        _coll.parse_fraction)
+        C.parse_fraction)
 
 
 @dataclass(frozen=True)
@@ -327,7 +327,7 @@ class Settings:
         "--pairs",
         "node pairs the pair checks cover: all, ring (each node to both ring neighbours), "
         "sample:K[:SEED] (the ring plus K random pairs), or auto "
-        f"(all up to {_pairs.AUTO_ALL_MAX} nodes, ring beyond)", "auto", _pairs.normalize)
+        f"(all up to {pairs_mod.AUTO_ALL_MAX} nodes, ring beyond)", "auto", pairs_mod.normalize)
     # Reports and run modes (cluster_tests.plugin, cluster_tests.core.site).
     html_report: str | None = option(
         "--html-report",
@@ -421,17 +421,17 @@ def _resolve_launch_args(run: dict[str, Any], sources: dict[str, str]) -> None:
     """--launch-args, parsed as DeepSpeed parses it, into the run's master address and port,
     include/exclude and ssh port (the suite's own options, if also given, must agree)."""
     try:
-        la = _la.parse(run["launch_args"])
+        given = la.parse(run["launch_args"])
         for name, dest, flag in (("master_addr", "master_addr", "--master-addr"),
                                  ("master_port", "master_port", "--master-port"),
                                  ("include", "include", "--launch-include"),
                                  ("exclude", "exclude", "--launch-exclude")):
-            run[name] = _la.merge(flag, run[name], sources[name] != "default",
-                                  getattr(la, dest), dest in la.given)
-    except _la.LaunchArgsError as exc:
+            run[name] = la.merge(flag, run[name], sources[name] != "default",
+                                 getattr(given, dest), dest in given.given)
+    except la.LaunchArgsError as exc:
         raise pytest.UsageError(f"--launch-args {run['launch_args']!r}: {exc}") from None
-    run["ssh_port"] = la.ssh_port
-    run["launch_passthrough"] = la.passthrough
+    run["ssh_port"] = given.ssh_port
+    run["launch_passthrough"] = given.passthrough
 
 
 def read_settings(config: pytest.Config) -> Settings:

@@ -11,13 +11,13 @@ from pathlib import Path
 from cluster_tests.core import nodelist as nodelist_mod
 from cluster_tests.core.nodelist import NodeListError
 from cluster_tests.core.settings import Settings
-from cluster_tests.judge import hostfile as hostfile_mod
+from cluster_tests.judge import hostfile as hf
 
 __all__ = ["NodeListError", "node_list"]
 
 
 def node_list(settings: Settings, environ: Mapping[str, str], reports_dir: Path
-              ) -> tuple[Settings, hostfile_mod.HostfileParse, str] | None:
+              ) -> tuple[Settings, hf.HostfileParse, str] | None:
     """The run's nodes: (settings with the hostfile the run checks, its parse, where they came
     from, for the report header), or None where no node source is given. `reports_dir`: where
     a hostfile written from another source goes unless --write-hostfile says. Raises
@@ -38,7 +38,7 @@ def node_list(settings: Settings, environ: Mapping[str, str], reports_dir: Path
                 "hostfile's slots= are what DeepSpeed uses")
         try:
             parse = nodelist_mod.load_hostfile(str(settings.hostfile))
-        except hostfile_mod.HostfileError as exc:
+        except hf.HostfileError as exc:
             raise NodeListError(str(exc)) from None
         where = f"hostfile {settings.hostfile}" + nodelist_mod.env_note(source, environ)
         if out is not None and parse.hosts:

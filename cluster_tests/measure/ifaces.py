@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from cluster_tests.core import pairs
+from cluster_tests.core import pairs as pairs_mod
 from cluster_tests.core.cluster import Cluster, ProbeError
 from cluster_tests.core.memokey import MemoKey
 from cluster_tests.judge import env as envcheck
@@ -95,7 +95,7 @@ def routes(cluster: Cluster, node: str) -> dict[str, Any]:
     """`ip -o route get` from node to the address it resolves each of its targets to (the
     selected pairs, --pairs; cached)."""
     facts = cluster.base(node)
-    addrs = sorted({facts["resolve"][b]["addrs"][0] for b in pairs.targets_of(cluster, node)
+    addrs = sorted({facts["resolve"][b]["addrs"][0] for b in pairs_mod.targets_of(cluster, node)
                     if b != node and facts["resolve"].get(b, {}).get("addrs")})
     try:
         return cluster.probe(node, "routes", route_to=addrs)

@@ -18,7 +18,7 @@ import math
 import secrets
 from typing import Any
 
-from cluster_tests.core import pairs
+from cluster_tests.core import pairs as pairs_mod
 from cluster_tests.core.cluster import Cluster, ProbeError
 from cluster_tests.core.memokey import MemoKey
 from cluster_tests.judge import network as nc
@@ -49,7 +49,7 @@ def measure(cluster: Cluster) -> PortMatrix:
     timeout = port_timeout(cluster)
     fanout = cluster.settings.fanout
     count = cluster.settings.network.probe_ports
-    widest = max([len(pairs.targets_of(cluster, n)) + 1 for n in up] or [1])
+    widest = max([len(pairs_mod.targets_of(cluster, n)) + 1 for n in up] or [1])
     rounds = math.ceil(min(len(names), widest) * (count + 1) / fanout) + 1
     connect_budget = rounds * timeout * 2 + 10
     hold = connect_budget + 30  # the listeners die by themselves after this, whatever happens
@@ -83,7 +83,7 @@ def measure(cluster: Cluster) -> PortMatrix:
 
         def connect(node: str) -> dict[str, Any]:
             # only the targets of node's selected pairs (--pairs), and rank 0 (F2, master port)
-            mine = set(pairs.targets_of(cluster, node)) | {rank0}
+            mine = set(pairs_mod.targets_of(cluster, node)) | {rank0}
             return cluster.probe(node, "connect", script=SCRIPT, token=matrix.token,
                                  targets=[t for t in targets if t["name"] in mine],
                                  port_timeout=timeout, fanout=fanout,

@@ -34,7 +34,7 @@ from cluster_tests.core import testids as ids
 from cluster_tests.core.cluster import Cluster, ProbeError, remote_script
 from cluster_tests.core.memokey import MemoKey
 from cluster_tests.core.transport import ConnectError
-from cluster_tests.judge import launch as le
+from cluster_tests.judge import launch as launchenv
 from cluster_tests.judge import launchargs as la
 from cluster_tests.judge import resourcefilter as rf
 from cluster_tests.measure import launchpy
@@ -56,22 +56,22 @@ class Rehearsal:
     #: the launch cannot even start: (kind, text) where kind is "fail" (on the rank-0 node, the
     #: others skip citing it) or "skip" (every node skips: the cause is another test's)
     site_problem: tuple[str, str, str] | None = None
-    legs: dict[str, le.Leg] = field(default_factory=dict)
+    legs: dict[str, launchenv.Leg] = field(default_factory=dict)
     seconds: float = 0.0
     deepspeed_version: str | None = None
 
-    def leg(self, node: str) -> le.Leg:
+    def leg(self, node: str) -> launchenv.Leg:
         site_id = ids.LAUNCH_REHEARSAL.of(self.site)
         if self.site_problem is not None:
             kind, text, root = self.site_problem
             if kind == "skip":
-                return le.Leg("skip", text, root=root)
+                return launchenv.Leg("skip", text, root=root)
             if node == self.site:
-                return le.Leg("fail", text)
-            return le.Leg("skip", f"the launch cannot start on {self.site}: see {site_id}",
+                return launchenv.Leg("fail", text)
+            return launchenv.Leg("skip", f"the launch cannot start on {self.site}: see {site_id}",
                           root=site_id)
         if node not in self.legs:
-            return le.Leg("skip", f"{node} is not in the launch (--launch-include/--launch-exclude)")
+            return launchenv.Leg("skip", f"{node} is not in the launch (--launch-include/--launch-exclude)")
         return self.legs[node]
 
 
@@ -179,20 +179,20 @@ def _rehearse(cluster: Cluster) -> Rehearsal:
     r.python = facts["executable"]
     r.accelerator = facts.get("accelerator")
     r.deepspeed_version = facts.get("deepspeed")
-    rules = le.LaunchRules(
-        export_prefixes=tuple(facts.get("EXPORT_ENVS") or le.EXPORT_ENVS)
+    rules = launchenv.LaunchRules(
+        export_prefixes=tuple(facts.get("EXPORT_ENVS") or launchenv.EXPORT_ENVS)
         + tuple(facts.get("export_envs") or ()),
         exclude_envs={k: tuple(v) for k, v in (facts.get("EXCLUDE_ENVS") or {}).items()},
     )
     try:
-        r.exports = le.launch_exports(facts["env"], facts["cwd"],
+        r.exports = launchenv.launch_exports(facts["env"], facts["cwd"],
                                       [tuple(f) for f in facts.get("env_files") or []], rules)
-    except le.EnvFileCrash as exc:
+    except launchenv.EnvFileCrash as exc:
         r.site_problem = ("fail", f"{site}: `deepspeed --hostfile` would stop on {site} before "
                                   f"starting any rank: {exc}\n  fix, on {site}: delete that line or "
                                   f"write NAME=value (see {ids.DEEPSPEED_ENV.of(site)})", "")
         return r
-    bad = le.export_problems(r.exports)
+    bad = launchenv.export_problems(r.exports)
     if bad:
         r.site_problem = ("fail", f"{site}: the exports deepspeed sends to every node (from "
                                   f"{site}'s environment and .deepspeed_env) break every node's "
@@ -201,20 +201,20 @@ def _rehearse(cluster: Cluster) -> Rehearsal:
                                   f"(see {ids.DEEPSPEED_ENV.of(site)})", "")
         return r
     r.hosts = launch_hosts(cluster)
-    words = le.remote_words(r.exports, r.launch_dir, r.python, ["-u", "-c", _code_word()])
-    r.line = le.remote_line(words[:-1] + ["'<import check>'"])
+    words = launchenv.remote_words(r.exports, r.launch_dir, r.python, ["-u", "-c", _code_word()])
+    r.line = launchenv.remote_line(words[:-1] + ["'<import check>'"])
     connect = cluster.settings.timeout_connect
     deadline = max(60.0, timeout)
-    argv = le.pdsh_argv(r.hosts, connect_timeout=int(connect), command_timeout=int(deadline))
+    argv = launchenv.pdsh_argv(r.hosts, connect_timeout=int(connect), command_timeout=int(deadline))
     ssh_args = f"-o BatchMode=yes -o ConnectTimeout={int(connect)}"
     command = (f"cd {shlex.quote(r.launch_dir)} && PDSH_RCMD_TYPE=ssh "
                f"PDSH_SSH_ARGS_APPEND=\"$PDSH_SSH_ARGS_APPEND {ssh_args}\" "
                + shlex.join([*argv, *words]))
     res = cluster.run(site, command, timeout=connect + deadline + 30)
-    outputs = le.split_pdsh_output(res.stdout + "\n" + res.stderr, r.hosts)
-    replay_line = le.remote_line(words[:-2] + ["-c", "\"import deepspeed.launcher.launch\""])
+    outputs = launchenv.split_pdsh_output(res.stdout + "\n" + res.stderr, r.hosts)
+    replay_line = launchenv.remote_line(words[:-2] + ["-c", "\"import deepspeed.launcher.launch\""])
     for node in r.hosts:
-        r.legs[node] = le.judge_leg(node, outputs[node], site=site, python=r.python,
+        r.legs[node] = launchenv.judge_leg(node, outputs[node], site=site, python=r.python,
                                     launch_dir=r.launch_dir, deadline=deadline,
                                     replay=f"ssh {node} {shlex.quote(replay_line)}",
                                     exports=r.exports)

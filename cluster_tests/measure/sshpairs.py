@@ -11,7 +11,7 @@ import subprocess
 import threading
 from typing import Any
 
-from cluster_tests.core import pairs
+from cluster_tests.core import pairs as pairs_mod
 from cluster_tests.core import testids as ids
 from cluster_tests.core.cluster import Cluster
 from cluster_tests.core.memokey import MemoKey
@@ -38,7 +38,7 @@ def pairs_from(cluster: Cluster, source: str) -> dict[str, SshLeg]:
     in one round trip (cached), per target.  The first call starts every source the session's
     S4 tests need at once (bounded by --fanout), so the sources overlap instead of taking
     turns."""
-    sources = pairs.collected_sources(cluster, ids.SSH_TRUST.name)
+    sources = pairs_mod.collected_sources(cluster, ids.SSH_TRUST.name)
     if source in sources and len(sources) > 1:
         cluster.memo(PAIRS_ALL, lambda: cluster.pool.map(
             lambda s: cluster.login_error(s) is None and _legs(cluster, s), sources))
@@ -59,7 +59,7 @@ SSHD_SAFE_FANOUT = 7
 
 def _probe_pairs(cluster: Cluster, source: str) -> dict[str, Any]:
     timeout = cluster.settings.timeout_connect
-    targets = pairs.targets_of(cluster, source)
+    targets = pairs_mod.targets_of(cluster, source)
     names = cluster.names
     start = names.index(source) + 1 if source in names else 0
     order = {n: (i - start) % len(names) for i, n in enumerate(names)}

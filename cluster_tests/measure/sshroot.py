@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from cluster_tests.core import outcome, pairs
+from cluster_tests.core import outcome
+from cluster_tests.core import pairs as pairs_mod
 from cluster_tests.core import testids as ids
 from cluster_tests.core.cluster import Cluster, ProbeError
 from cluster_tests.core.memokey import base_key
@@ -73,7 +74,7 @@ def block_by_root(cluster: Cluster, a: str, b: str, cause: sshfail.Cause) -> Non
 
 def trust_result(cluster: Cluster, a: str, b: str) -> SshLeg | None:
     """S4's `ssh b` on a, where this run measures that pair (None otherwise)."""
-    if a not in pairs.collected_sources(cluster, ids.SSH_TRUST.name):
+    if a not in pairs_mod.collected_sources(cluster, ids.SSH_TRUST.name):
         return None
     try:
         return sshpairs.pairs_from(cluster, a).get(b)
