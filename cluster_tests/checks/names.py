@@ -110,11 +110,11 @@ def test_name_consistent(cluster: Cluster, node: str) -> None:
 
 def _checked_sources(cluster: Cluster) -> dict[str, set[str]]:
     """target -> the viewers whose N1 pair (viewer->target) this session runs."""
-    from cluster_tests.core import pairs
+    from cluster_tests.core import pairs as pairs_mod
 
     out: dict[str, set[str]] = {}
-    for a in pairs.collected_sources(cluster, ids.RESOLVES.name):
-        for b in pairs.targets_of(cluster, a):
+    for a in pairs_mod.collected_sources(cluster, ids.RESOLVES.name):
+        for b in pairs_mod.targets_of(cluster, a):
             out.setdefault(b, set()).add(a)
     return out
 
