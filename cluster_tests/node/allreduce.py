@@ -1,79 +1,9 @@
 #!/usr/bin/env python3
 """All-reduce correctness and bandwidth worker: one process per rank (checks C1-C3).
 
-Standalone on purpose (stdlib + torch only, python>=3.8): the orchestrator copies it to each node
-and runs it with that node's Python, one process per rank::
-
-    python allreduce.py --rank R --world-size W --local-rank L \
-        --master-addr A --master-port P [--backend auto|nccl|hccl|gloo] \
-        [--sizes 8,1K,64K,1M] [--dtype float32] [--warmup 5] [--iters 20] \
-        [--connect-timeout S] [--init-timeout S] [--op-timeout S] [--size-seconds S] \
-        [--setup-timeout S] [--visible-devices 4,5,6,7] [--local-size N] [--label host]
-
-Stages, each with its own deadline and exit code, so a hang names where it happened:
-
-0. ``device``: ``import torch`` (and ``torch_npu``), the backend choice and binding this rank's
-   device (``torch.cuda.set_device`` / ``torch.npu.set_device`` to the local rank), within
-   --setup-timeout. A wedge here is the accelerator's or its driver's, and is reported as such.
-1. ``connect``/``rendezvous``: a ``TCPStore`` on rank 0 (server) at A:P; every rank writes
-   ``joined/<rank>`` and waits up to --connect-timeout for all the others. Missing ranks are
-   listed by number (the orchestrator maps them to host and local rank).
-2. ``init``: ``init_process_group`` on that store (with ``device_id`` on NCCL, as DeepSpeed 0.19
-   does on CUDA: the communicator is created eagerly, inside this stage) plus one tiny
-   all_reduce, within --init-timeout; on HCCL at least ``HCCL_CONNECT_TIMEOUT`` + 15 s (HCCL's
-   own link-setup timeout, 120 s by default, so that HCCL's message, not our deadline, says why).
-3. ``collective``: the whole size sweep, within --op-timeout.
-
-A watchdog thread enforces each deadline: it prints an ``error`` event naming the stage and
-calls ``os._exit`` with that stage's code, because a rank blocked inside NCCL/HCCL/gloo cannot be
-interrupted from Python. The process group's own timeout (torch's NCCL watchdog, which aborts
-the communicator and the process when it fires) is init + op timeout, longer than any stage, so
-our deadline always speaks first.
-
-Devices. ``--visible-devices`` sets ``CUDA_VISIBLE_DEVICES`` and ``ASCEND_RT_VISIBLE_DEVICES``
-before torch is imported, as DeepSpeed's ``launch.py`` sets the accelerator's variable to the
-node's slots (``--include host:4,5,6,7`` -> ``4,5,6,7``); local rank L then binds the L-th
-visible device, as ``LOCAL_RANK`` does under DeepSpeed. ``--backend auto`` picks nccl when CUDA
-is usable, hccl when ``torch_npu`` is, else gloo; gloo on a node that has NVIDIA or Ascend device
-files (``/dev/nvidia<N>``, ``/dev/davinci<N>``) is an error (stage ``setup``) that says why the
-framework did not see them.
-
-What is timed, exactly: for each size, two untimed calls (the first sets up the size's
-buffers and connections), then the second's host time decides how many calls the size gets
-(``plan_size``, below); after the remaining warmup calls, ``iters`` in-place all_reduce calls are
-issued back to back on the current stream and timed as one batch: on CUDA/NPU by device events
-recorded before the first and after the last call (device time of the pipelined batch), on CPU
-by ``time.perf_counter`` around the loop (all_reduce is synchronous on gloo). The batch time
-divided by ``iters`` is the rank's time per op. ``time_us`` is the slowest rank's (MAX over
-ranks); ``avg_time_us``, the mean over ranks, is what nccl-tests prints by default (``-a 1``;
-nccl-tests times with a host clock around the launches plus a stream synchronize, and averages
-over ranks). algbw = bytes / time (GB/s, 1 GB = 1e9 B); busbw = algbw * 2(W-1)/W (nccl-tests'
-PERFORMANCE.md).
-
-Correctness: the timed loop runs on a zero-filled buffer (0 summed any number of times stays
-exactly 0; a non-zero element afterwards counts as wrong). Then the buffer is filled, untimed,
-with this rank's verifiable pattern (below), reduced once more in place, and every element is
-compared with its closed-form expected sum. ``wrong`` is the number of elements failing either
-check (nccl-tests' #wrong), summed over ranks. torch.distributed's all_reduce has only the
-in-place form (ProcessGroupNCCL passes the same pointer as send and receive buffer), so
-nccl-tests' out-of-place column has no torch counterpart: the in-place op is the one DeepSpeed's
-gradient all-reduce runs, and the one measured and checked here.
-
-Memory: one buffer of the size plus chunk-sized temporaries of the pattern (about 8 x 2M x 8 B);
-sizes above what the device (``mem_get_info``: free - 1 GiB, /1.1) or, on gloo, the host
-(``MemAvailable`` / 2 / --local-size) can hold are dropped, the same on every rank (a MIN
-all_reduce), with a ``capped`` event.
-
-Slow links (``plan_size``): every rank agrees on the slowest rank's planning call and on the
-least time left (a tiny MAX all_reduce, untimed), so all ranks take the same decision. A size
-gets at most --size-seconds (and half the time left of --op-timeout): fewer warmup and timed
-calls where they would not fit (at least one timed call). Once a size has been measured, a
-larger size whose single call alone exceeds --size-seconds ends the sweep (a ``stopped`` event
-names it): on a link that slow the remaining sizes would only run into the watchdog, and what
-was measured already says the link is slow.
-
-Output: one JSON object per line on stdout, ``{"event": ..., "rank": ..., "t": seconds since
-start, ...}``; human-readable text goes to stderr only.
+Standalone on purpose (stdlib + torch only, python>=3.8), run with each node's Python. Its
+stages and deadlines, what is timed, the correctness pattern, memory caps, slow links and its
+output are described in docs/allreduce-worker.md.
 """
 
 from __future__ import annotations
