@@ -13,8 +13,10 @@ import os
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import xml.etree.ElementTree as ET
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -78,8 +80,11 @@ def parse_junit(path: Path):
 
 def run_suite(sim, *args: str, timeout: float = 600, env: dict[str, str] | None = None,
               hostfile: Path | str | None = None, equals_form: bool = False,
-              ssh_config: Path | str | None = None) -> SuiteResult:
-    """`pytest --hostfile <sim hostfile> --ssh-config <sim ssh_config> ARGS` from the repo root."""
+              ssh_config: Path | str | None = None,
+              on_line: Callable[[str], None] | None = None) -> SuiteResult:
+    """`pytest --hostfile <sim hostfile> --ssh-config <sim ssh_config> ARGS` from the repo root.
+    ``on_line``: called with each line of output as the suite prints it (stdout and stderr
+    merged, unbuffered), to act on the cluster while the run goes on."""
     # kept after the run (beside the JUnit file lie the other reports); under the session's
     # temporary directory when tests/conftest.py sets CT_SUITE_TMP
     tmp = tempfile.mkdtemp(prefix="ct-suite-", dir=os.environ.get("CT_SUITE_TMP"))
@@ -99,14 +104,40 @@ def run_suite(sim, *args: str, timeout: float = 600, env: dict[str, str] | None 
     run_env.pop("PYTEST_XDIST_WORKER", None)
     run_env.update(env or {})
     start = time.monotonic()
-    proc = subprocess.run(argv, cwd=REPO, env=run_env, capture_output=True, text=True,
-                          errors="replace", timeout=timeout, check=False)
+    if on_line is None:
+        proc = subprocess.run(argv, cwd=REPO, env=run_env, capture_output=True, text=True,
+                              errors="replace", timeout=timeout, check=False)
+        rc, output = proc.returncode, proc.stdout + proc.stderr
+    else:
+        rc, output = _streamed(argv, run_env, timeout, on_line)
     seconds = time.monotonic() - start
-    result = SuiteResult(proc.returncode, proc.stdout + proc.stderr, seconds, junit=junit)
+    result = SuiteResult(rc, output, seconds, junit=junit)
     if junit.exists():
         (result.outcomes, result.messages, result.properties,
          result.classnames) = parse_junit(junit)
     return result
+
+
+def _streamed(argv: list[str], env: dict[str, str], timeout: float,
+              on_line: Callable[[str], None]) -> tuple[int, str]:
+    """Run the suite with its output read line by line as it comes (see run_suite)."""
+    env = {**env, "PYTHONUNBUFFERED": "1"}
+    lines: list[str] = []
+    with subprocess.Popen(argv, cwd=REPO, env=env, stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True, errors="replace") as proc:
+        timer = threading.Timer(timeout, proc.kill)
+        timer.start()
+        try:
+            assert proc.stdout is not None
+            for line in proc.stdout:
+                lines.append(line)
+                on_line(line.rstrip("\n"))
+            rc = proc.wait()
+        finally:
+            timer.cancel()
+            if proc.poll() is None:
+                proc.kill()
+    return rc, "".join(lines)
 
 
 def fake_tool(sim, node: str, tool: str, script: str) -> None:

@@ -70,7 +70,8 @@ def _record(record_property, launch: trr.Launch) -> None:
 
 
 def test_train_single_node(
-    cluster: Cluster, node: str, training: trr.TrainingRuns, record_property
+    cluster: Cluster, node: str, training: trr.TrainingRuns, record_property,
+    pytestconfig: pytest.Config,
 ) -> None:
     """T1: the job trains on this node alone, on all its slots, within the deadline; loss falls."""
     cluster.require(node)
@@ -82,10 +83,13 @@ def test_train_single_node(
     launch = training.single_node(node)
     _record(record_property, launch)
     if not launch.ok:
-        pytest.fail(tx.explain(launch, training.config), pytrace=False)
+        pytest.fail(tx.explain(launch, training.config)
+                    + _stacks(pytestconfig, launch, f"train_single_node-{node}", record_property),
+                    pytrace=False)
 
 
-def test_train_multi_node(cluster: Cluster, training: trr.TrainingRuns, record_property) -> None:
+def test_train_multi_node(cluster: Cluster, training: trr.TrainingRuns, record_property,
+                          pytestconfig: pytest.Config) -> None:
     """T2: the job through `deepspeed --hostfile` from the rank-0 node (pdsh, ssh, all nodes):
     every rank reports, the loss falls, all ranks end with identical weights."""
     try:
@@ -116,4 +120,17 @@ def test_train_multi_node(cluster: Cluster, training: trr.TrainingRuns, record_p
     record_property("rank0", launch.node)
     record_property("launch_command", launch.line)
     if not launch.ok:
-        pytest.fail(tx.explain(launch, training.config), pytrace=False)
+        pytest.fail(tx.explain(launch, training.config)
+                    + _stacks(pytestconfig, launch, "train_multi_node", record_property),
+                    pytrace=False)
+
+
+def _stacks(config: pytest.Config, launch: trr.Launch, label: str, record_property) -> str:
+    """Where every rank was when its watchdog's deadline passed (each dumps its own stacks)."""
+    from cluster_tests.measure import stackdump
+
+    result = launch.result
+    if result is None or not result.stacks:
+        return ""
+    return stackdump.tell(config, label, result.stacks, {}, result.hosts(),
+                          list(range(result.expected)), record_property)

@@ -242,6 +242,11 @@ class CollectiveSettings:
         "--pair-slow-ratio",
         "a node pair is slow below this fraction of the typical good pair's busbw (C2)", 0.5,
         C.parse_fraction)
+    confirm_pause: float = option(
+        "--confirm-pause",
+        "seconds to wait before C2 measures its slow pairs again (the confirmation pass: a "
+        "suspect node against two fast ones, each other slow pair once), so that a passing "
+        "burst of traffic can end", 2.0, _checked(float, lambda f: f >= 0, "must be >= 0"))
 
 
 @dataclass(frozen=True)

@@ -79,6 +79,20 @@ class SmokeResult:
         return len(self.ranks)
 
     @property
+    def stacks(self) -> dict[int, str]:
+        """Each rank's own stacks (all threads), dumped by its watchdog at the deadline."""
+        return {ev["rank"]: str(ev.get("text") or "") for ev in self.events
+                if ev.get("event") == "stack" and isinstance(ev.get("rank"), int)
+                and ev["rank"] >= 0 and ev.get("text")}
+
+    def hosts(self) -> dict[int, str]:
+        """Rank -> host: the rank's own word (its events, its pdsh prefix), else the launcher's
+        rank mapping (which says "localhost" for a job on one node)."""
+        out = dict(self.rank_hosts)
+        out.update({r: rr.host for r, rr in self.ranks.items() if rr.host})
+        return out
+
+    @property
     def missing_ranks(self) -> list[int]:
         """Expected ranks that never reported done (never started, or died, or hung)."""
         return [r for r in range(self.expected) if r not in self.ranks or not self.ranks[r].done]

@@ -35,7 +35,7 @@ import json
 import queue
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -47,6 +47,7 @@ from cluster_tests.core import testids as ids
 from cluster_tests.core.cluster import Cluster, remote_script
 from cluster_tests.core.transport import Feed, quote_argv
 from cluster_tests.judge import collective as C
+from cluster_tests.judge import confirm as confirm_mod
 from cluster_tests.judge import network as nc
 from cluster_tests.measure.ports import PORT_MATRIX, firewall_root
 
@@ -417,7 +418,8 @@ def shares(cluster: Cluster) -> tuple[float, float]:
     if not budget:
         return c.size_seconds, c.size_seconds
     sizes = chosen_sizes(cluster)
-    rounds = len(list(pairs_mod.node_pair_rounds(cluster)))
+    # C2's rounds, and the two a confirmation pass takes for a suspect (judge/confirm.py)
+    rounds = len(list(pairs_mod.node_pair_rounds(cluster))) + confirm_mod.SUSPECT_ROUNDS
     return C.budget_shares(budget, c.size_seconds, len(sizes), rounds,
                            len(C.pair_sizes(sizes)))
 
@@ -495,6 +497,14 @@ def run_pairs(cluster: Cluster) -> dict[tuple[str, str], RemoteRun | BaseExcepti
     (:func:`launch_layout`: one rail per GPU on multi-rail nodes), at the largest size only;
     pairs are scheduled in circle rounds of disjoint pairs, each round's pairs at once, with the
     rendezvous on alternating sides (:func:`pair_master`)."""
+    # all pairs, or those of --pairs
+    return _run_rounds(cluster, pairs_mod.node_pair_rounds(cluster))
+
+
+def _run_rounds(cluster: Cluster, rounds: Sequence[Sequence[tuple[str, str]]]
+                ) -> dict[tuple[str, str], RemoteRun | BaseException]:
+    """Each round's pairs at once (a round's pairs are disjoint), the rounds one after the
+    other; results keyed in hostfile order, as C2's tests are (a round may name b first)."""
     backend = cluster.settings.collective.backend
     options = worker_options(cluster, backend, C.pair_sizes(chosen_sizes(cluster)),
                              shares(cluster)[1])
@@ -503,7 +513,7 @@ def run_pairs(cluster: Cluster) -> dict[tuple[str, str], RemoteRun | BaseExcepti
     slots = dict(launch_layout(cluster))
     results: dict[tuple[str, str], RemoteRun | BaseException] = {}
     order = {name: i for i, name in enumerate(cluster.names)}
-    for round_pairs in pairs_mod.node_pair_rounds(cluster):  # all pairs, or those of --pairs
+    for round_pairs in rounds:
         def one(item: tuple[int, tuple[str, str]]) -> RemoteRun:
             i, (a, b) = item
             for node in (a, b):
@@ -521,10 +531,41 @@ def run_pairs(cluster: Cluster) -> dict[tuple[str, str], RemoteRun | BaseExcepti
                                  env=env, exports_word=exports_word,
                                  visible={n: ",".join(map(str, v)) for n, v in ids.items()})
 
-        for (a, b), res in zip(round_pairs, cluster.pool.map(one, list(enumerate(round_pairs))), strict=False):
-            # keyed in hostfile order, as the tests are (the schedule may name b first)
+        done = cluster.pool.map(one, list(enumerate(round_pairs)))
+        for (a, b), res in zip(round_pairs, done, strict=False):
             results[(a, b) if order[a] < order[b] else (b, a)] = res
     return results
+
+
+def confirm(cluster: Cluster, plan: confirm_mod.Plan, threshold: float,
+            announce: Callable[[str], None] | None = None
+            ) -> tuple[dict[tuple[str, str], confirm_mod.Retry],
+                       dict[tuple[str, str], RemoteRun | BaseException]]:
+    """C2's confirmation pass (judge/confirm.py): after ``--confirm-pause`` seconds, the plan's
+    pairs measured again in rounds of disjoint pairs, each with C2's options and share of the
+    budget; each run read as a :class:`~cluster_tests.judge.confirm.Retry` against C2's
+    ``threshold``. Returns the retries and the runs (for the stacks and the leftovers)."""
+    if plan.empty:
+        return {}, {}
+    pause = cluster.settings.collective.confirm_pause
+    if announce is not None:
+        announce(f"C2: confirming before blaming, in {pause:g} s: {plan.describe()}")
+    if pause > 0:
+        time.sleep(pause)
+    runs = _run_rounds(cluster, pairs_mod.rounds(list(plan.pairs)))
+    retries = {}
+    for pair, run in runs.items():
+        if isinstance(run, BaseException):
+            retries[pair] = confirm_mod.Retry(pair, None, True, f"could not run: {run}")
+            continue
+        rep = run.report
+        top = rep.rows[-1] if rep.rows else None
+        retries[pair] = confirm_mod.retry_from(
+            pair, rep.ok, top.busbw_GBps if top else None,
+            (f"sweep stopped before {C.format_size(rep.stopped.size_bytes)}B, about "
+             f"{rep.stopped.op_seconds:.1f} s per call" if rep.stopped is not None else None),
+            rep.message, threshold)
+    return retries, runs
 
 
 class PortsBlocked(Exception):
@@ -788,8 +829,14 @@ def summary_lines(config: pytest.Config) -> list[str]:
     if pairs:
         if lines:
             lines.append("")
+        slow = store.get("slow")
+        confirmed = store.get("confirm")
+        if slow is not None and confirmed is not None and not confirmed.plan.empty:
+            # the table names a suspect only once the confirmation pass has confirmed it
+            slow = dataclasses.replace(slow, suspect=confirmed.confirmed)
         lines.append(C.format_pairs_table(
             {p: r.report for p, r in pairs.items() if isinstance(r, RemoteRun)},
-            {p: str(r) for p, r in pairs.items() if not isinstance(r, RemoteRun)},
-            store.get("slow")))
+            {p: str(r) for p, r in pairs.items() if not isinstance(r, RemoteRun)}, slow))
+        if confirmed is not None and slow is not None:
+            lines += confirm_mod.table_lines(confirmed, slow.threshold_GBps)
     return lines

@@ -8,6 +8,7 @@ Run: .venv/bin/python -m pytest tests/e2e/test_e2e_training.py -p no:cacheprovid
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -194,6 +195,22 @@ def test_missing_module_fails_t1_of_that_node_and_skips_t2(healthy_sim):
     assert result.outcomes[T2] == "skipped"
     skip = result.message(T2)
     assert "node2" in skip and "deepspeed is not importable" in skip, skip
+    _no_leftovers(healthy_sim)
+
+
+def test_t1_at_its_deadline_shows_where_the_rank_was(healthy_sim):
+    """A job that cannot finish within --training-deadline (endless steps): the rank's watchdog
+    dumps its own stacks before it ends the rank; the red says where the rank was, and the dump
+    lies under the report directory (issue 26: T1/T2 as C1/C2)."""
+    result = run_suite(healthy_sim, "-m", "training", "-k", "single_node and node1",
+                       "--training-steps", "1000000", "--training-deadline", "20")
+    assert result.failed == {"test_train_single_node[node1]"}, result.describe()
+    msg = result.message("test_train_single_node[node1]")
+    assert "where the ranks were when the deadline passed" in msg, msg
+    assert re.search(r"rank 0 \(node1\) in \S+", msg), msg
+    dump = result.junit.parent / "stacks" / "train_single_node-node1" / "rank0-node1.txt"
+    assert "most recent call first" in dump.read_text()
+    assert "train_smoke.py" in dump.read_text()
     _no_leftovers(healthy_sim)
 
 

@@ -56,3 +56,23 @@ def test_t2_ssh_leg_fixes_name_the_rank0_node() -> None:
             "~/.ssh; chmod 600 ~/.ssh/authorized_keys; see test_ssh_trust[node1->node2]") in msg
     assert ("  fix: on node1: ssh-keyscan -H node2 >> ~/.ssh/known_hosts (compare the "
             "fingerprint); see test_ssh_trust[node1->node2]") in msg
+
+
+def test_a_ranks_own_stack_dump_is_read_with_its_host() -> None:
+    """The watchdog's ``stack`` event (node/train_smoke.py dump_own_stack, run here for real):
+    the dump per rank, and the rank's own host over the launcher's "localhost"."""
+    import json
+    import runpy
+
+    from cluster_tests.judge import stacks as S
+
+    smoke = runpy.run_path(str(localtrain.SCRIPT_PATH), run_name="not_main")
+    text = smoke["dump_own_stack"]()
+    assert "most recent call first" in text
+    line = "CT_SMOKE " + json.dumps({"event": "stack", "rank": 0, "text": text, "host": "node1"})
+    start = "CT_SMOKE " + json.dumps({"event": "start", "rank": 0, "host": "node1",
+                                      "world_size": 1})
+    result = tres.parse_output(f"{start}\n{line}\n", expected_ranks=1)
+    assert result.stacks == {0: text}
+    assert result.hosts()[0] == "node1"
+    assert S.parse(result.stacks[0])  # faulthandler's own format, as judge/stacks reads it
