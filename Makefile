@@ -26,7 +26,7 @@ venv: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q --disable-pip-version-check torch==2.13.0 2>&1 | grep -v '^WARNING: Location' || true
-	$(PY) -m pip install -q --disable-pip-version-check -e '.[train,dev]' pytest-html 2>&1 | grep -v '^WARNING: Location' || true
+	$(PY) -m pip install -q --disable-pip-version-check -e '.[train,dev,stacks]' pytest-html 2>&1 | grep -v '^WARNING: Location' || true
 	$(PY) -c 'import torch, deepspeed, paramiko, testinfra, xdist, cluster_tests.plugin'
 	touch $@
 

@@ -154,13 +154,16 @@ def _socket_fallbacks(cluster: Cluster, run: R.RemoteRun, record_property) -> li
     return nccllog.socket_fallbacks(nodes, rdma_nodes)
 
 
-def _stacks(config: pytest.Config, run: R.RemoteRun, label: str, record_property) -> str:
+def _stacks(config: pytest.Config, cluster: Cluster, run: R.RemoteRun, label: str,
+            record_property) -> str:
     """Where every rank was when a deadline passed (their dumps), for the red."""
     from cluster_tests.measure import stackdump
 
     hosts = {r.rank: r.host for r in run.report.ranks}
     return stackdump.tell(config, label, run.stacks, run.native, hosts,
-                          [r.rank for r in run.report.ranks], record_property)
+                          [r.rank for r in run.report.ranks], record_property,
+                          run.sockets, R.address_owners(cluster, run.nodes) if run.sockets else {},
+                          run.nodes, run.port)
 
 
 def test_allreduce(allreduce_run: R.RemoteRun, cluster: Cluster, record_property,
@@ -174,7 +177,8 @@ def test_allreduce(allreduce_run: R.RemoteRun, cluster: Cluster, record_property
     if not run.report.ok:
         pytest.fail(R.explain(cluster, run, f"all-reduce over {run.report.world_size} ranks on "
                               f"{', '.join(run.nodes)}")
-                    + _stacks(pytestconfig, run, "allreduce", record_property), pytrace=False)
+                    + _stacks(pytestconfig, cluster, run, "allreduce", record_property),
+                    pytrace=False)
     if fallbacks:
         pytest.fail("all-reduce went over TCP sockets where RDMA is there:\n  "
                     + "\n  ".join(fallbacks)
@@ -243,7 +247,8 @@ def test_allreduce_pair(pair_runs: dict, node_pair: tuple[str, str], cluster: Cl
                    if not (isinstance(r, R.RemoteRun) and r.report.ok)]
         pytest.fail(R.explain(cluster, run, C.pair_id(node_pair))
                     + _common_node(failing, "failing")
-                    + _stacks(pytestconfig, run, f"allreduce_pair-{a}-{b}", record_property),
+                    + _stacks(pytestconfig, cluster, run, f"allreduce_pair-{a}-{b}",
+                              record_property),
                     pytrace=False)
     _leftover_fail(run)
     _accelerator_fail(cluster, run, C.pair_id(node_pair))

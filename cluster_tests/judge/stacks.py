@@ -22,6 +22,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 _HEAD = re.compile(r"^(?:Current thread|Thread) (0x[0-9a-fA-F]+) \(most recent call first\):"
                    r"|^Stack \(most recent call first\):")
@@ -170,3 +171,59 @@ def group(stacks: Mapping[int, str], hosts: Mapping[int, str],
         for g in groups[1:]:
             differ += [n for n in g.nodes if n not in main_nodes and n not in differ]
     return Grouped(groups, missing, differ)
+
+
+# --- whom the ranks were still connecting to ---------------------------------------------------
+
+
+@dataclass(frozen=True)
+class StuckConnects:
+    """The peers each rank had no connection with when its stack was taken (and the connects
+    it still waited on: sockets in SYN_SENT): what the stacks of a full-mesh connect cannot
+    say, since every rank of a gloo or NCCL mesh waits in the same frames whichever peer is
+    missing."""
+
+    lines: list[str]
+    suspect: str | None  # the node in every missing (rank's node, peer node) pair, if one is
+
+
+def stuck_connects(sockets: Mapping[int, Mapping[str, Sequence[Any]]], hosts: Mapping[int, str],
+                   owners: Mapping[str, str], nodes: Sequence[str],
+                   store_port: int | None = None) -> StuckConnects:
+    """``sockets``: rank -> {"syn_sent": ['ip:port'], "established": [[local port, 'ip:port']]}
+    (node/allreduce.py tcp_peers); ``owners``: address -> node; ``nodes``: the run's nodes. A rank misses every other
+    node of the run it has no open connection with (the rendezvous store's port does not
+    count: every rank has that one). The suspect is the node common to every (rank's node,
+    missing node) pair, when there are two pairs or more: with one, either end may hold the
+    cause."""
+    lines: list[str] = []
+    pairs: set[tuple[str, str]] = set()
+
+    def owner(endpoint: str) -> tuple[str, int]:
+        ip, _, port = endpoint.rpartition(":")
+        return owners.get(ip.strip("[]"), ip.strip("[]")), int(port) if port.isdigit() else -1
+
+    for rank in sorted(sockets):
+        src = hosts.get(rank, "?")
+        have = {src}
+        for local, endpoint in sockets[rank].get("established") or []:
+            node, port = owner(endpoint)
+            if store_port not in (port, local):  # the store's server side counts neither
+                have.add(node)
+        missing = [n for n in nodes if n not in have]
+        waiting = [f"{owner(e)[0]} ({e})" for e in sockets[rank].get("syn_sent") or []]
+        if not missing and not waiting:
+            continue
+        pairs.update((src, n) for n in missing)
+        said = []
+        if waiting:
+            said.append(f"still connecting to {', '.join(waiting)}, no answer")
+        if missing:
+            said.append(f"no connection with {', '.join(missing)}")
+        lines.append(f"{describe([rank], hosts)}: {'; '.join(said)}")
+    suspect = None
+    if len(pairs) >= 2:
+        common = set.intersection(*({a, b} for a, b in pairs))
+        if len(common) == 1:
+            suspect = next(iter(common))
+    return StuckConnects(lines, suspect)

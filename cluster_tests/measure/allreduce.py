@@ -205,6 +205,9 @@ class RemoteRun:
     python: str = "python3"
     stacks: dict[int, str] = field(default_factory=dict)  # rank -> faulthandler dump(s)
     native: dict[int, str] = field(default_factory=dict)  # rank -> py-spy dump --native
+    # rank -> its TCP connections when its stack was taken: {"syn_sent": ['ip:port'],
+    # "established": [[local port, 'ip:port']]} (node/allreduce.py tcp_peers)
+    sockets: dict[int, dict[str, list[Any]]] = field(default_factory=dict)
     stacks_dir: str = ""  # where they were written (the report's output dir), if anywhere
 
     @property
@@ -365,6 +368,10 @@ def run_allreduce(cluster: Cluster, ranks: Sequence[C.Rank], *, master_addr: str
         if event is not None and event.get("event") == "stack":
             _keep_stack(run, event)
     run.report = C.collect(events, ranks, exit_codes)
+    for rank, evs in events.items():  # a rank at its own watchdog says whom it still waits on
+        for ev in evs:
+            if ev.get("event") == "error" and isinstance(ev.get("sockets"), dict):
+                run.sockets[rank] = _sockets(ev["sockets"])
     if run.report.stopped is not None and options.budget_s is not None:
         said = run.report.stopped.describe()
         run.report.stopped = dataclasses.replace(run.report.stopped, budget_s=options.budget_s)
@@ -373,6 +380,21 @@ def run_allreduce(cluster: Cluster, ranks: Sequence[C.Rank], *, master_addr: str
         run.report.pids.update(ch.pids)
     run.seconds = time.monotonic() - start
     return run
+
+
+def address_owners(cluster: Cluster, nodes: Sequence[str]) -> dict[str, str]:
+    """Every address of the run's nodes (their interfaces, from the base probe) -> node."""
+    from cluster_tests.judge.netfacts import all_ips, parse_interfaces
+
+    out: dict[str, str] = {}
+    for node in nodes:
+        try:
+            facts = cluster.base(node)
+            for ip in all_ips(parse_interfaces(facts["ip_link"], facts["ip_addr"])):
+                out.setdefault(ip, node)
+        except Exception:  # noqa: BLE001, S112 - a node we cannot read just stays unnamed
+            continue
+    return out
 
 
 def _ask_stacks(channels: Mapping[str, _NodeChannel]) -> bool:
@@ -389,6 +411,15 @@ def _keep_stack(run: RemoteRun, event: Mapping[str, Any]) -> None:
         run.stacks[rank] = run.stacks.get(rank, "") + str(event["text"])
     if event.get("native"):
         run.native[rank] = run.native.get(rank, "") + str(event["native"])
+    if isinstance(event.get("sockets"), dict) and event["sockets"]:
+        run.sockets[rank] = _sockets(event["sockets"])
+
+
+def _sockets(raw: Mapping[str, Any]) -> dict[str, list[Any]]:
+    """A worker's tcp_peers: syn_sent ['ip:port'], established [[local port, 'ip:port']]."""
+    est = [[int(e[0]), str(e[1])] for e in raw.get("established") or []
+           if isinstance(e, (list, tuple)) and len(e) == 2 and str(e[0]).isdigit()]
+    return {"syn_sent": [str(e) for e in raw.get("syn_sent") or []], "established": est}
 
 
 # --- what to run -----------------------------------------------------------------------------

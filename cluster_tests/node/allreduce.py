@@ -121,19 +121,79 @@ class Watchdog:
             if expired:
                 what = STAGE_WHAT.get(stage)
                 dump_own_stack()
-                fail(
-                    stage,
-                    f"stage {stage} did not finish within {seconds:g} s (watchdog)"
-                    + (f": {what}" if what else ""),
-                    timeout=True,
-                    timeout_s=seconds,
-                )
+                sockets = tcp_peers(os.getpid())  # now: the peers may end while we wait below
+                message = (f"stage {stage} did not finish within {seconds:g} s (watchdog)"
+                           + (f": {what}" if what else ""))
+                if os.environ.get("CT_PY_SPY"):
+                    # the supervisor reads this line and takes this rank's native frames
+                    # (py-spy) while it still waits where it was: that is where gloo/NCCL wait
+                    emit("spy", stage=stage)
+                    time.sleep(SPY_WAIT)
+                fail(stage, message, timeout=True, timeout_s=seconds, sockets=sockets)
 
 
 # --- where this rank is: its stack, on request or at its deadline ------------------------------
 
+#: Seconds a rank at its watchdog waits for the supervisor's py-spy before it ends.
+SPY_WAIT = 4.0
+
 #: File descriptor the stacks go to: a pipe of the supervisor's (``CT_STACK_FD``), else stderr.
 _STACK_FD = -1
+
+
+def tcp_peers(pid: int) -> dict:
+    """Process ``pid``'s TCP connections by state: ``syn_sent``, the 'ip:port' of every
+    connect nobody has answered yet, and ``established``, [local port, remote 'ip:port'] of
+    every open one. A rank stuck in gloo's or NCCL's full-mesh connect waits in the same frames whichever
+    peer is missing; these say which peers it has and which it still waits for."""
+    out = {"syn_sent": [], "established": []}  # type: dict
+    try:
+        inodes = set()
+        for fd in os.listdir(f"/proc/{pid}/fd"):
+            try:
+                link = os.readlink(f"/proc/{pid}/fd/{fd}")
+            except OSError:
+                continue
+            if link.startswith("socket:["):
+                inodes.add(link[8:-1])
+    except OSError:
+        return out
+    states = {"02": "syn_sent", "01": "established"}
+    for table in ("tcp", "tcp6"):
+        try:
+            with open(f"/proc/{pid}/net/{table}") as f:
+                rows = f.read().splitlines()[1:]
+        except OSError:
+            continue
+        for row in rows:
+            cols = row.split()
+            if len(cols) > 9 and cols[3] in states and cols[9] in inodes:
+                endpoint = _proc_endpoint(cols[2])
+                if not endpoint:
+                    continue
+                if cols[3] == "01":
+                    local = int(cols[1].rsplit(":", 1)[1], 16)
+                    out["established"].append([local, endpoint])
+                elif endpoint not in out["syn_sent"]:
+                    out["syn_sent"].append(endpoint)
+    return out
+
+
+def _proc_endpoint(text: str) -> str:
+    """/proc/net/tcp's '0100007F:1F90' (or tcp6's 32 hex digits) as '127.0.0.1:8080'."""
+    try:
+        addr, port = text.split(":")
+        raw = bytes.fromhex(addr)
+        if len(raw) == 4:
+            ip = socket.inet_ntop(socket.AF_INET, raw[::-1])
+        else:
+            words = b"".join(raw[i:i + 4][::-1] for i in range(0, 16, 4))
+            ip = socket.inet_ntop(socket.AF_INET6, words)
+            if ip.startswith("::ffff:") and "." in ip:
+                ip = ip[7:]
+        return f"{ip}:{int(port, 16)}"
+    except (ValueError, OSError):
+        return ""
 
 
 def register_stack_dump(environ: dict) -> int:
@@ -828,20 +888,28 @@ class _Stacks:
                 self._buf += chunk
         os.close(self._fd)
 
-    def flush(self, why: str, native: str = "") -> None:
+    def flush(self, why: str, native: str = "", sockets: object = None) -> None:
         with self._lock:
             text, self._buf = bytes(self._buf), bytearray()
         if text or native:
             emit("stack", stack_rank=self.rank, why=why, text=text.decode(errors="replace"),
-                 native=native)
+                 native=native, sockets=sockets or {})
+
+
+def _py_spy_tool() -> str:
+    """py-spy on the PATH, or installed beside the interpreter (pip install py-spy in the
+    launch's environment); '' where there is none."""
+    import shutil
+
+    beside = os.path.join(os.path.dirname(sys.executable), "py-spy")
+    return shutil.which("py-spy") or (beside if os.access(beside, os.X_OK) else "")
 
 
 def _py_spy(pid: int) -> str:
     """``py-spy dump --native`` of a worker, where py-spy is on the node ('' where not)."""
-    import shutil
     import subprocess
 
-    tool = shutil.which("py-spy")
+    tool = _py_spy_tool()
     if not tool:
         return ""
     try:
@@ -873,6 +941,8 @@ def supervise(spec: dict, source: bytes) -> int:
     env.update({k: str(v) for k, v in spec.get("env", {}).items()})
     env["PYTHONUNBUFFERED"] = "1"
     env["CT_ALLREDUCE_SUPERVISED"] = "1"
+    if _py_spy_tool():
+        env["CT_PY_SPY"] = "1"  # a worker at its watchdog waits for its native frames
     payload = str(len(source)).encode() + b"\n" + source
     procs = {}  # rank -> Popen
     stacks = {}  # rank -> _Stacks
@@ -897,8 +967,8 @@ def supervise(spec: dict, source: bytes) -> int:
         time.sleep(0.5)  # faulthandler writes from the signal handler: well within this
         for t in spies:
             t.join(12)
-        for rank in live:
-            stacks[rank].flush("asked", native.get(rank, ""))
+        for rank, proc in live.items():
+            stacks[rank].flush("asked", native.get(rank, ""), tcp_peers(proc.pid))
 
     def watch_stdin() -> None:
         while True:
@@ -911,8 +981,17 @@ def supervise(spec: dict, source: bytes) -> int:
             threading.Thread(target=dump, name="dump", daemon=True).start()
         stop.set()
 
+    spied = {}  # rank -> py-spy text taken at the worker's own watchdog
+
+    def spy_at_watchdog(rank: int, pid: int) -> None:
+        spied[rank] = _py_spy(pid)
+
     def pump(rank: int, proc: object) -> None:
         for raw in iter(proc.stdout.readline, b""):  # type: ignore[attr-defined]
+            if raw.startswith(b'{"event": "spy"'):
+                pid = proc.pid  # type: ignore[attr-defined]
+                threading.Thread(target=spy_at_watchdog, args=(rank, pid), daemon=True).start()
+                continue
             with _OUT_LOCK:
                 sys.stdout.buffer.write(raw if raw.endswith(b"\n") else raw + b"\n")
                 sys.stdout.flush()
@@ -948,7 +1027,8 @@ def supervise(spec: dict, source: bytes) -> int:
                 reported.add(rank)
                 pumps[rank].join(timeout=1.0)  # relay what it printed before its exit line
                 stacks[rank].thread.join(timeout=1.0)
-                stacks[rank].flush("exit")  # its watchdog's own dump, if it had one
+                # its watchdog's own dump, if it had one, with py-spy's frames taken then
+                stacks[rank].flush("exit", spied.get(rank, ""))
                 emit("exit", exit_rank=rank, code=code, killed=stop.is_set())
         time.sleep(0.05)
     for proc in procs.values():  # a worker killed mid-init leaves its NCCL log behind

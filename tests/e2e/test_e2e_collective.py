@@ -176,15 +176,29 @@ def test_communicator_init_hang_fails_at_its_deadline(healthy_sim) -> None:
     for who in ("(node1)", "(node2)", "(node3)"):
         assert who in block, block
     # gloo connects its full mesh inside init_process_group: every rank waits there, the Python
-    # stacks are alike (py-spy's native frames, where installed, tell the peers apart)
+    # stacks are alike, and so are py-spy's native frames (every rank in gloo's
+    # Pair::waitUntilConnected, whichever peer it misses)
     assert re.search(r"rank 0 \(node1\), rank 1 \(node2\), rank 2 \(node3\) in "
                      r"init_process_group \(allreduce\.py main\)", block), block
     assert "the stacks single out no node" in block, block
+    # ... but each rank's own connections, read at its deadline, do: node3 is in every one missing
+    assert "rank 0 (node1): no connection with node3" in block, block
+    assert "rank 1 (node2): no connection with node3" in block, block
+    assert re.search(r"rank 2 \(node3\): (still connecting to node[12] \([\d.]+:\d+\), no "
+                     r"answer; )?no connection with node1, node2", block), block
+    assert "node3 is in every connection the ranks were missing: a firewall on it, or its " \
+           "link, drops them: look there first" in block, block
+    assert result.properties["test_allreduce"].get("stack_differ") == "node3"
     folder = result.junit.parent / "stacks" / "allreduce"
-    dumps = sorted(p.name for p in folder.glob("rank*.txt"))
+    dumps = sorted(p.name for p in folder.glob("rank*.txt") if ".native." not in p.name)
     assert dumps == ["rank0-node1.txt", "rank1-node2.txt", "rank2-node3.txt"], dumps
     for name in dumps:
         assert "(most recent call first):" in (folder / name).read_text()
+    assert len(list(folder.glob("rank*.sockets.json"))) == 3
+    if (Path(sys.executable).parent / "py-spy").exists():  # make setup installs it (.[stacks])
+        natives = sorted(folder.glob("rank*.native.txt"))
+        assert len(natives) == 3, natives
+        assert all("gloo::" in p.read_text() for p in natives)
     html = (result.junit.parent / "cluster_report.html").read_text()
     assert html.count('<details class="stacks">') == 1, "the stacks are not folded by group"
     assert_no_workers()

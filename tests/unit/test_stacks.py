@@ -77,3 +77,71 @@ def test_a_rank_without_a_stack_is_listed() -> None:
 def test_garbage_is_no_stack() -> None:
     assert S.parse("Traceback (most recent call last):\n  nothing\n") == []
     assert S.where(S.main_thread([])) == "no stack"
+
+
+# The three ranks' connections at their init deadline, as node/allreduce.py tcp_peers read them
+# on the simulated cluster (node3's firewall drops inbound high ports but the store's 29500):
+# tests/e2e/test_e2e_collective.py test_communicator_init_hang_fails_at_its_deadline, run
+# 2026-12-05, rank<R>-<node>.sockets.json of its report directory.
+HANG_SOCKETS = {
+    0: {"syn_sent": [], "established": [[39525, "10.3.66.2:41544"], [29500, "10.3.66.2:54112"],
+                                        [29500, "10.3.66.3:60564"], [46712, "10.3.66.1:29500"],
+                                        [29500, "10.3.66.1:46712"]]},
+    1: {"syn_sent": [], "established": [[41544, "10.3.66.1:39525"], [54112, "10.3.66.1:29500"]]},
+    2: {"syn_sent": ["10.3.66.1:39525"], "established": [[60564, "10.3.66.1:29500"]]},
+}
+HANG_HOSTS = {0: "node1", 1: "node2", 2: "node3"}
+HANG_OWNERS = {"10.3.66.1": "node1", "10.3.66.2": "node2", "10.3.66.3": "node3"}
+
+
+def test_the_node_in_every_missing_connection_is_named() -> None:
+    stuck = S.stuck_connects(HANG_SOCKETS, HANG_HOSTS, HANG_OWNERS, ["node1", "node2", "node3"], 29500)
+    assert stuck.suspect == "node3"
+    assert stuck.lines == [
+        "rank 0 (node1): no connection with node3",
+        "rank 1 (node2): no connection with node3",
+        "rank 2 (node3): still connecting to node1 (10.3.66.1:39525), no answer; "
+        "no connection with node1, node2",
+    ]
+
+
+def test_the_store_connections_do_not_count_and_one_missing_pair_names_no_node() -> None:
+    # without the store port, rank 0's store server sockets would hide its missing peer
+    loose = S.stuck_connects(HANG_SOCKETS, HANG_HOSTS, HANG_OWNERS, ["node1", "node2", "node3"], None)
+    assert "rank 0 (node1)" not in "\n".join(loose.lines)
+    one = {0: {"syn_sent": [], "established": []}, 1: {"syn_sent": ["10.3.66.1:1"],
+                                                        "established": []}}
+    stuck = S.stuck_connects(one, HANG_HOSTS, HANG_OWNERS, ["node1", "node2"], 29500)
+    assert stuck.suspect is None  # node1<->node2 only: either end may hold the cause
+    assert stuck.lines[1] == ("rank 1 (node2): still connecting to node1 (10.3.66.1:1), "
+                              "no answer; no connection with node1")
+    assert S.stuck_connects({}, HANG_HOSTS, HANG_OWNERS, ["node1"], 29500) == S.StuckConnects([], None)
+
+
+def test_tcp_peers_reads_a_real_connection_of_this_process() -> None:
+    """node/allreduce.py's reader of /proc/<pid>/net/tcp, on a loopback connection of ours."""
+    import os
+    import runpy
+    import socket
+
+    from cluster_tests import node
+
+    worker = runpy.run_path(str(node.script("allreduce.py")), run_name="not_main")
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(1)
+    client = socket.create_connection(server.getsockname())
+    conn, _ = server.accept()
+    try:
+        peers = worker["tcp_peers"](os.getpid())
+        port = server.getsockname()[1]
+        local = client.getsockname()[1]
+        assert [local, f"127.0.0.1:{port}"] in peers["established"], peers
+        assert [port, f"127.0.0.1:{local}"] in peers["established"], peers
+        assert worker["_proc_endpoint"]("0100007F:1F90") == "127.0.0.1:8080"
+        assert worker["_proc_endpoint"]("0000000000000000FFFF00000100007F:1F90") == \
+            "127.0.0.1:8080"
+        assert worker["tcp_peers"](-1) == {"syn_sent": [], "established": []}
+    finally:
+        for s in (client, conn, server):
+            s.close()
