@@ -64,17 +64,32 @@ def logins_from(sim: SimCluster, address: str) -> int:
     return n
 
 
+def busy_cpu_seconds() -> float:
+    """CPU seconds this machine has spent busy (all CPUs: user, nice, system, irq, softirq,
+    steal) since boot, from /proc/stat: the difference around a run is the CPU work of the run
+    and of the simulated nodes it drives (their sshd and Python processes are not its children),
+    plus whatever else ran meanwhile (measure on an idle machine)."""
+    with open("/proc/stat") as f:
+        cols = f.readline().split()[1:]
+    user, nice, system, _idle, _iowait, irq, softirq, steal = (int(c) for c in cols[:8])
+    return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
+
+
 def timed(sim: SimCluster, argv: list[str], env: dict[str, str] | None = None,
           timeout: float = 1800) -> dict:
-    """Run argv from the launcher; wall time, exit status, launcher sessions opened."""
+    """Run argv from the launcher; wall time, CPU seconds machine-wide, exit status, launcher
+    sessions opened."""
     before = logins_from(sim, sim.launcher_address)
+    cpu0 = busy_cpu_seconds()
     start = time.monotonic()
     proc = subprocess.run(argv, capture_output=True, text=True, errors="replace", timeout=timeout,
                           check=False,
                           env={**os.environ, **(env or {})}, cwd=REPO)
     seconds = time.monotonic() - start
+    cpu = busy_cpu_seconds() - cpu0
     time.sleep(0.3)  # sshd writes its log line asynchronously
-    return {"seconds": seconds, "rc": proc.returncode, "out": proc.stdout + proc.stderr,
+    return {"seconds": seconds, "cpu_s": cpu, "rc": proc.returncode,
+            "out": proc.stdout + proc.stderr,
             "sessions": logins_from(sim, sim.launcher_address) - before}
 
 
@@ -175,11 +190,13 @@ def main() -> int:
                             print(f"  !! N={n} {name} run {rep}: exit {rs[-1]['rc']}: "
                                   f"{rs[-1].get('summary') or rs[-1]['out'][-400:]}", flush=True)
                     s = runs["suite"][-1]
-                    print(f"  N={n:<3} run {rep + 1}: suite {s['seconds']:6.2f}s ({s['summary']}), "
-                          + ", ".join(f"{k} {v[-1]['seconds']:6.2f}s" for k, v in runs.items()
-                                      if k != "suite" and v)
+                    print(f"  N={n:<3} run {rep + 1}: suite {s['seconds']:6.2f}s "
+                          f"(CPU {s['cpu_s']:.1f}s; {s['summary']}), "
+                          + ", ".join(f"{k} {v[-1]['seconds']:6.2f}s (CPU {v[-1]['cpu_s']:.1f}s)"
+                                      for k, v in runs.items() if k != "suite" and v)
                           + f"  [load {load()}]", flush=True)
         med = {k: statistics.median(r["seconds"] for r in v) for k, v in runs.items() if v}
+        cpu = {k: statistics.median(r["cpu_s"] for r in v) for k, v in runs.items() if v}
         sessions = {k: v[-1]["sessions"] for k, v in runs.items() if v}
         rss = statistics.median(r["rss_mb"] for r in runs["suite"] if r["rss_mb"] is not None)
         row = {"nodes": n, "items": runs["suite"][-1]["items"], "suite_s": med["suite"],
@@ -192,6 +209,8 @@ def main() -> int:
             row["suite_over_pdsh_par"] = med["suite"] / med["pdsh-par"]
         if "pdsh-import" in med:
             row["suite_over_pdsh_import"] = med["suite"] / med["pdsh-import"]
+            row["suite_cpu_s"], row["pdsh-import_cpu_s"] = cpu["suite"], cpu["pdsh-import"]
+            row["cpu_suite_over_pdsh_import"] = cpu["suite"] / cpu["pdsh-import"]
         if "loop" in med:
             row["loop_over_suite"] = med["loop"] / med["suite"]
         rows.append(row)
@@ -211,6 +230,16 @@ def main() -> int:
               f"{f('loop_s')} | {f('pdsh_s')} | {f('pdsh-par_s')} | {f('pdsh-import_s')} | "
               f"{f('suite_over_pdsh')} | {f('suite_over_pdsh_par')} | {f('suite_over_pdsh_import')} | "
               f"{f('loop_over_suite', '{:.1f}')} |")
+    if any("suite_cpu_s" in r for r in rows):
+        print()
+        print("CPU seconds, machine-wide (every simulated node shares these CPUs): medians")
+        print("| nodes | suite CPU s | (c) CPU s | suite/(c) CPU | suite/(c) wall |")
+        print("|---|---|---|---|---|")
+        for r in rows:
+            if "suite_cpu_s" in r:
+                print(f"| {r['nodes']} | {r['suite_cpu_s']:.1f} | {r['pdsh-import_cpu_s']:.1f} | "
+                      f"{r['cpu_suite_over_pdsh_import']:.2f} | "
+                      f"{r['suite_over_pdsh_import']:.2f} |")
     if args.json:
         Path(args.json).write_text(json.dumps({"rows": rows, "raw": raw}, indent=2))
     return 0
