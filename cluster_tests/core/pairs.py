@@ -27,13 +27,22 @@ from __future__ import annotations
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from cluster_tests.core.memokey import MemoKey
 
 AUTO_ALL_MAX = 32  # "auto": all pairs up to this many nodes (32*32 = 1024 pairs), ring beyond
 MEMO_KEY: MemoKey[Any] = MemoKey("pairs", "selection")
 SOURCES_KEY: MemoKey[dict[str, list[str]]] = MemoKey("pairs", "collected_sources")  # {test function name: sources of its collected pairs}
+
+
+class NodeList(Protocol):
+    """What the pair functions read of a cluster: its node names (core.cluster.Cluster, or a
+    stand-in in tests and bench); the run's selection comes from its ``cached`` memo when it
+    has one."""
+
+    @property
+    def names(self) -> Sequence[str]: ...
 
 
 @dataclass(frozen=True)
@@ -170,14 +179,14 @@ class Selection:
                 "pairs": len(self.pairs), "all_pairs": n_nodes * n_nodes}
 
 
-def selection(cluster: Any) -> Selection | None:
+def selection(cluster: NodeList) -> Selection | None:
     """The run's selection (set by the plugin at configure time), None outside a run (or for a
     stand-in cluster without a memo)."""
     cached = getattr(cluster, "cached", None)
     return cached(MEMO_KEY) if cached is not None else None
 
 
-def targets_of(cluster: Any, source: str) -> list[str]:
+def targets_of(cluster: NodeList, source: str) -> list[str]:
     """The nodes `source` must reach in the selected pairs (every node when none was set)."""
     sel = selection(cluster)
     if sel is None:
@@ -191,14 +200,14 @@ def normalize(value: str) -> str:
     return "auto" if spec.mode == "auto" else spec.describe() if spec.mode == "sample" else spec.mode
 
 
-def collected_sources(cluster: Any, test: str) -> list[str]:
+def collected_sources(cluster: NodeList, test: str) -> list[str]:
     """The sources of the pairs that `test` will run over in this session (empty if unknown)."""
     cached = getattr(cluster, "cached", None)
     got = (cached(SOURCES_KEY) if cached is not None else None) or {}
     return list(got.get(test, []))
 
 
-def node_pairs(cluster: Any) -> list[tuple[str, str]]:
+def node_pairs(cluster: NodeList) -> list[tuple[str, str]]:
     """C2's unordered pairs (a before b in the hostfile) under the run's --pairs: every pair when
     all pairs are selected (or no selection is known), else those of the selected pairs."""
     names = list(cluster.names)
@@ -208,7 +217,7 @@ def node_pairs(cluster: Any) -> list[tuple[str, str]]:
     return unordered(names, sel.pairs)
 
 
-def node_pair_rounds(cluster: Any) -> list[list[tuple[str, str]]]:
+def node_pair_rounds(cluster: NodeList) -> list[list[tuple[str, str]]]:
     """C2's schedule: rounds of disjoint pairs.  All pairs: the circle method (N-1 rounds, the
     fewest); a ring or a sample: greedy rounds of just those pairs."""
     sel = selection(cluster)

@@ -17,11 +17,14 @@ with ``--timeout-command`` as the deadline, enforced on the node too.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import testinfra.host
 from testinfra.backend import base
 from testinfra.backend.paramiko import ParamikoBackend
+
+if TYPE_CHECKING:
+    from cluster_tests.core.cluster import Cluster
 
 
 class SiteCommandTimeout(AssertionError):
@@ -33,7 +36,7 @@ class ClusterBackend(ParamikoBackend):
 
     NAME = "paramiko"
 
-    def __init__(self, cluster: Any, node: str, *, sudo: bool = False,
+    def __init__(self, cluster: Cluster, node: str, *, sudo: bool = False,
                  sudo_user: str | None = None, timeout: float | None = None) -> None:
         self.cluster = cluster
         self.node = node
@@ -62,7 +65,7 @@ class ClusterBackend(ParamikoBackend):
         return self.result(res.exit_status, self.encode(cmd), res.stdout, res.stderr)
 
 
-def host_for(cluster: Any, node: str, **kwargs: Any) -> testinfra.host.Host:
+def host_for(cluster: Cluster, node: str, **kwargs: Any) -> testinfra.host.Host:
     """A testinfra Host for `node` over the run's connection (see the module docstring)."""
     backend = ClusterBackend(cluster, node, **kwargs)
     host = testinfra.host.Host(backend)

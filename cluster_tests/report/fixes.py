@@ -18,7 +18,7 @@ import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Protocol
 
 from cluster_tests.core import sections
 from cluster_tests.core.testids import LAUNCHER
@@ -35,12 +35,25 @@ ORDER = sections.ORDER
 # --------------------------------------------------------------------------- the script
 
 
-def problem_of(outcome: Any) -> Problem | None:
+class Red(Protocol):
+    """What this module reads of a test's outcome (report.summary.Outcome has it)."""
+
+    @property
+    def outcome(self) -> str: ...
+    @property
+    def properties(self) -> dict[str, object]: ...
+    @property
+    def module(self) -> str: ...
+    @property
+    def test_id(self) -> str: ...
+
+
+def problem_of(outcome: Red) -> Problem | None:
     """The Problem a red carries (None for a pass, a skip, or a report without one)."""
     if outcome.outcome not in ("failed", "error"):
         return None
     raw = outcome.properties.get(PROPERTY)
-    return Problem.from_json(raw) if raw else None
+    return Problem.from_json(str(raw)) if raw else None
 
 
 @dataclass
@@ -63,7 +76,7 @@ def _section(module: str) -> int:
     return section.order if section else len(ORDER)
 
 
-def blocks(outcomes: Iterable[Any]) -> list[Block]:
+def blocks(outcomes: Iterable[Red]) -> list[Block]:
     """One block per cause (Problems with the same key), in checklist order (then first
     appearance); each lists the ids of the reds it answers. A cause sorts by the checklist item
     of its fix when it has one (an N2 /etc/hosts fix that also answers an S4 pair is an N
@@ -102,7 +115,7 @@ def _comment(text: str) -> list[str]:
     return [("# " + line).rstrip() for line in str(text).splitlines() or [""]]
 
 
-def render(outcomes: Iterable[Any], ssh: Sequence[str], *, command_line: str = "",
+def render(outcomes: Iterable[Red], ssh: Sequence[str], *, command_line: str = "",
            when: float | None = None) -> tuple[str, int, int]:
     """The script's text, the number of command blocks and of manual blocks."""
     bl = blocks(outcomes)
@@ -157,7 +170,7 @@ def render(outcomes: Iterable[Any], ssh: Sequence[str], *, command_line: str = "
     return "\n".join(lines) + "\n", n_cmd, n_manual
 
 
-def write(path: Path, outcomes: Iterable[Any], ssh: Sequence[str], command_line: str = ""
+def write(path: Path, outcomes: Iterable[Red], ssh: Sequence[str], command_line: str = ""
           ) -> tuple[int, int]:
     text, n_cmd, n_manual = render(list(outcomes), ssh, command_line=command_line)
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 from cluster_tests.judge import stacks as S
 
@@ -83,7 +84,7 @@ def test_garbage_is_no_stack() -> None:
 # on the simulated cluster (node3's firewall drops inbound high ports but the store's 29500):
 # tests/e2e/test_e2e_collective.py test_communicator_init_hang_fails_at_its_deadline, run
 # 2026-12-05, rank<R>-<node>.sockets.json of its report directory.
-HANG_SOCKETS = {
+HANG_SOCKETS: dict[int, dict[str, list[Any]]] = {
     0: {"syn_sent": [], "established": [[39525, "10.3.66.2:41544"], [29500, "10.3.66.2:54112"],
                                         [29500, "10.3.66.3:60564"], [46712, "10.3.66.1:29500"],
                                         [29500, "10.3.66.1:46712"]]},
@@ -109,8 +110,9 @@ def test_the_store_connections_do_not_count_and_one_missing_pair_names_no_node()
     # without the store port, rank 0's store server sockets would hide its missing peer
     loose = S.stuck_connects(HANG_SOCKETS, HANG_HOSTS, HANG_OWNERS, ["node1", "node2", "node3"], None)
     assert "rank 0 (node1)" not in "\n".join(loose.lines)
-    one = {0: {"syn_sent": [], "established": []}, 1: {"syn_sent": ["10.3.66.1:1"],
-                                                        "established": []}}
+    one: dict[int, dict[str, list[Any]]] = {
+        0: {"syn_sent": [], "established": []},
+        1: {"syn_sent": ["10.3.66.1:1"], "established": []}}
     stuck = S.stuck_connects(one, HANG_HOSTS, HANG_OWNERS, ["node1", "node2"], 29500)
     assert stuck.suspect is None  # node1<->node2 only: either end may hold the cause
     assert stuck.lines[1] == ("rank 1 (node2): still connecting to node1 (10.3.66.1:1), "
