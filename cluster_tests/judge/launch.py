@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 
 from cluster_tests.core import testids as ids
 from cluster_tests.judge import sshfail
+from cluster_tests.judge import stacks as S
 
 #: DeepSpeed 0.19's constants (runner.py); the rehearsal reads the installed DeepSpeed's own
 #: values on the rank-0 node and falls back to these.
@@ -168,6 +169,10 @@ class HostOutput:
 
 
 _EXIT = re.compile(r"ssh exited with exit code (\d+)")
+#: faulthandler's lines: a thread's head, a frame
+_DUMP_LINE = re.compile(r"^(?:(?:Current thread|Thread) 0x[0-9a-fA-F]+ \(most recent call first\):"
+                        r"|Stack \(most recent call first\):|\s+File \".*\", line \d+ in \S+|"
+                        r"\s*<no Python frame>)$")
 
 
 def _labels(hosts: Sequence[str]) -> list[tuple[str, str]]:
@@ -255,8 +260,21 @@ def last_step(out: HostOutput) -> str | None:
     return steps[-1] if steps else None
 
 
+def stack_at_deadline(out: HostOutput) -> str:
+    """Where the leg's main thread was when its own faulthandler fired, 5 s before pdsh's
+    deadline (node/rehearse.py): 'importing deepspeed (at ...)', or '' without a dump."""
+    threads = S.parse("\n".join(out.lines))
+    main = S.main_thread(threads)
+    if main is None or not main.frames:
+        return ""
+    return f"{S.where(main)}, at {main.frames[0].short}"
+
+
 def _said(out: HostOutput, limit: int = 12) -> str:
+    dump = S.parse("\n".join(out.lines))
     lines = [ln for ln in out.lines if not ln.startswith((STEP_MARK, REHEARSAL_MARK))]
+    if dump:  # the stack dump is told apart (stack_at_deadline); keep what the leg said
+        lines = [ln for ln in lines if not _DUMP_LINE.match(ln)]
     lines += [f"(pdsh: {e})" for e in out.pdsh_errors]
     if out.exit_code is not None:
         lines.append(f"(exit {out.exit_code})")
@@ -293,11 +311,13 @@ def judge_leg(node: str, out: HostOutput, *, site: str, python: str, launch_dir:
     if data is None:
         if out.timed_out:
             step = last_step(out)
+            stack = stack_at_deadline(out)
             return Leg("fail",
                        f"{where}: the launch's step did not finish within {deadline:g} s"
                        + (f" (stuck in `{step}`)" if step else " (the interpreter never started)")
-                       + f"; every other rank would wait for this node in rendezvous.\n"
-                       f"  it said:\n    {_said(out)}",
+                       + "; every other rank would wait for this node in rendezvous.\n"
+                       + (f"  where it was, 5 s before: {stack}\n" if stack else "")
+                       + f"  it said:\n    {_said(out)}",
                        f"on {node}: time `{python} -c 'import deepspeed'` in {launch_dir}: a hung "
                        f"NFS mount or a slow ~/.bashrc (try: {replay})")
         ssh_said = any(_SSH_FAILURE.search(ln) for ln in out.lines)

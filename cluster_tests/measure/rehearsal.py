@@ -147,9 +147,11 @@ def start_background(cluster: Cluster) -> None:
     threading.Thread(target=run, name="ct-rehearsal", daemon=True).start()
 
 
-def _code_word() -> str:
+def _code_word(deadline: float) -> str:
+    """The rehearsal script as one `-c` word; CT_DEADLINE (pdsh's deadline for the leg) lets it
+    dump its stacks just before that deadline, if it is still running (node/rehearse.py)."""
     b64 = base64.b64encode(remote_script("rehearse.py")).decode()
-    return f"'import base64;exec(base64.b64decode(\"{b64}\"))'"
+    return f"'CT_DEADLINE={deadline:g};import base64;exec(base64.b64decode(\"{b64}\"))'"
 
 
 def _rehearse(cluster: Cluster) -> Rehearsal:
@@ -201,10 +203,11 @@ def _rehearse(cluster: Cluster) -> Rehearsal:
                                   f"(see {ids.DEEPSPEED_ENV.of(site)})", "")
         return r
     r.hosts = launch_hosts(cluster)
-    words = launchenv.remote_words(r.exports, r.launch_dir, r.python, ["-u", "-c", _code_word()])
-    r.line = launchenv.remote_line(words[:-1] + ["'<import check>'"])
     connect = cluster.settings.timeout_connect
     deadline = max(60.0, timeout)
+    words = launchenv.remote_words(r.exports, r.launch_dir, r.python,
+                                   ["-u", "-c", _code_word(deadline)])
+    r.line = launchenv.remote_line(words[:-1] + ["'<import check>'"])
     argv = launchenv.pdsh_argv(r.hosts, connect_timeout=int(connect), command_timeout=int(deadline))
     ssh_args = f"-o BatchMode=yes -o ConnectTimeout={int(connect)}"
     command = (f"cd {shlex.quote(r.launch_dir)} && PDSH_RCMD_TYPE=ssh "

@@ -397,6 +397,12 @@ def versions(torch_error):
 
 
 def main():
+    deadline = globals().get("CT_DEADLINE")  # pdsh's deadline for this leg, set by the launcher
+    if deadline:
+        import faulthandler
+        # still here just before pdsh ends this leg (a hung import, a dead NFS mount): this
+        # process's stacks on stderr, so that the red can say where it hung
+        faulthandler.dump_traceback_later(max(1.0, float(deadline) - 5), exit=False)
     out = {"executable": sys.executable, "cwd": os.getcwd(), "pwd": os.environ.get("PWD"),
            "version": sys.version.split()[0],
            "sys_path": sys.path[:16], "pythonpath": os.environ.get("PYTHONPATH"),
@@ -457,6 +463,8 @@ def main():
         except Exception as exc:
             out["jit"] = {"error": _error(exc)}
         out["jit"]["seconds"] = round(time.time() - start, 3)
+    if deadline:
+        faulthandler.cancel_dump_traceback_later()
     sys.stdout.write(MARK + json.dumps(out) + "\n")
     sys.stdout.flush()
 

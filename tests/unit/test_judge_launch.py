@@ -179,3 +179,36 @@ def test_verdicts():
     leg = _leg(f"node3: CT_REHEARSAL:{json.dumps(stray)}\n")
     assert leg.kind == "fail" and "remove or rename /root/deepspeed" in leg.fix
     assert _leg("node1: CT_REHEARSAL:{}\n").kind == "fail"  # nothing from node3 at all
+
+
+def test_a_hung_leg_says_where_it_hung(tmp_path) -> None:
+    """The rehearsal's code word (measure/rehearsal.py) run for real with a `deepspeed` whose
+    import never returns: its faulthandler fires 5 s before CT_DEADLINE (1 s floor here), and
+    the red of a leg that pdsh timed out says where the leg was."""
+    import time
+
+    from cluster_tests.measure.rehearsal import _code_word
+
+    pkg = tmp_path / "deepspeed"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("import time\ntime.sleep(60)\n")
+    word = _code_word(6)
+    assert word.startswith("'CT_DEADLINE=6;") and word.endswith("'")
+    proc = subprocess.Popen([sys.executable, "-u", "-c", word[1:-1]], cwd=tmp_path,
+                            env={**os.environ, "PYTHONPATH": str(tmp_path)},
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        time.sleep(4)  # the dump comes at 1 s
+    finally:
+        proc.kill()
+        said, _ = proc.communicate()
+    out = le.HostOutput(lines=said.splitlines(),
+                        pdsh_errors=["node2: command timeout (60 secs) expired"])
+    assert out.timed_out
+    leg = le.judge_leg("node2", out, site="node1", python=sys.executable, launch_dir=str(tmp_path),
+                       deadline=60, replay="ssh node2 true")
+    assert leg.kind == "fail"
+    assert "(stuck in `import deepspeed.launcher.launch`)" in leg.text, leg.text
+    assert "where it was, 5 s before: importing deepspeed, at __init__.py:2 <module>" in leg.text, \
+        leg.text
+    assert "File \"" not in leg.text.split("it said:")[1]  # the dump is not repeated raw
