@@ -96,6 +96,15 @@ def test_master_addr(cluster: Cluster, rank0_node: str, record_property) -> None
     is an address of the rank-0 node that every peer routes to (the id names rank 0: `-k node1`
     reruns it)."""
     rank0 = rank0_node
+    check = masteraddr.ssh_check(cluster)
+    stop = ma.ssh_check_problem(check, str(cluster.settings.hostfile)) if check else None
+    if check is not None and stop is not None:
+        record_property("ssh_check", check.command)
+        if check.exit_status == 255:
+            cause = sshfail.classify(check.said, 255)
+            sshroot.block_by_root(cluster, check.site, check.first_host, cause)
+            sshroot.block_by_trust(cluster, check.site, check.first_host)
+        pytest.fail(f"{rank0}: {stop}", pytrace=False)
     facts = cluster.base(rank0)
     ifaces = parse_interfaces(facts["ip_link"], facts["ip_addr"])
     owners = {ip: i.name for i in ifaces.values() for ip in i.ips}

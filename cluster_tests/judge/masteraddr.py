@@ -44,6 +44,51 @@ def hostname_i_argv(first_host: str, ssh_port: int | None = None) -> list[str]:
     return shlex.split(cmd)
 
 
+def ssh_check_argv(first_host: str, ssh_port: int | None = None) -> list[str]:
+    """DeepSpeed's check that passwordless ssh works with the hostfile, run on the machine it
+    starts on before anything else, ``--master_addr`` or not (skipped only with
+    ``--no_ssh_check`` or ``--no_ssh``): its own string, split as it splits it. Only the exit
+    status counts (stdout and stderr go to /dev/null)."""
+    return shlex.split("ssh -o PasswordAuthentication=no "
+                       + (f"-p {ssh_port} " if ssh_port is not None else "")
+                       + f"{first_host} hostname")
+
+
+@dataclass(frozen=True)
+class SshCheck:
+    """What DeepSpeed's ssh check did on the site (:func:`ssh_check_argv`)."""
+
+    site: str
+    first_host: str
+    command: str
+    exit_status: int | None  # None: it did not run (no session to the site)
+    said: str  # stderr, else stdout: what it would have printed without /dev/null
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_status == 0
+
+
+def ssh_check_problem(c: SshCheck, hostfile: str = "<hostfile>") -> str | None:
+    """Why DeepSpeed stops at its ssh check, whatever ``--master_addr`` says (None: it passes).
+    Exit 255 is ssh's own failure (S4's leg from the site to the first host); any other status
+    is the remote `hostname` failing in the non-interactive shell."""
+    if c.exit_status is None or c.ok:
+        return None
+    said = (c.said.strip().splitlines() or [f"exit {c.exit_status}"])[-1].strip()
+    stop = (f"deepspeed stops before starting any rank: its check `{c.command}` on {c.site} "
+            f"fails, and it raises 'Using hostfile at {hostfile} but host={c.first_host} was not "
+            f"reachable via ssh', with or without --master_addr")
+    if c.exit_status == 255:
+        return (f"{stop} (ssh: {said}).\n  fix: passwordless ssh from {c.site} to "
+                f"{c.first_host} (see test_ssh_trust[{c.site}->{c.first_host}])")
+    return (f"{stop}: ssh reaches {c.first_host}, but `hostname` there fails in a "
+            f"non-interactive shell (exit {c.exit_status}: {said}).\n  fix: on {c.first_host}: "
+            f"install hostname (apt-get install hostname; dnf install hostname) or put it on the "
+            f"PATH that ~/.bashrc sets before any early return; or launch with --no_ssh_check "
+            f"(and --master_addr)")
+
+
 def marked_command(argv: list[str], connect_timeout: int) -> str:
     """``argv`` (DeepSpeed's ssh) with its stdout between markers, so that whatever the shell
     that runs it prints is not mistaken for it.  BatchMode and ConnectTimeout only bound the

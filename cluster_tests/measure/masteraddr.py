@@ -18,6 +18,7 @@ from cluster_tests.judge import masteraddr as ma
 from cluster_tests.measure import rehearsal
 
 MASTER_ADDR: MemoKey[ma.Derived] = MemoKey("masteraddr", "derived")
+SSH_CHECK: MemoKey[ma.SshCheck | None] = MemoKey("masteraddr", "ssh_check")
 ROUTES: MemoKey[dict[str, ma.Route]] = MemoKey("masteraddr", "routes")
 
 
@@ -47,6 +48,31 @@ def _derive(cluster: Cluster) -> ma.Derived:
         line = next((ln for ln in d.noise if d.value in ln.split()), d.value)
         d.printed_at = ma.printed_by(text or "", line)
     return d
+
+
+def ssh_check(cluster: Cluster) -> ma.SshCheck | None:
+    """DeepSpeed's ssh check as the launch will run it (measured once); None when the launch
+    skips it (--no_ssh_check or --no_ssh in --launch-args)."""
+    return cluster.memo(SSH_CHECK, lambda: _ssh_check(cluster))
+
+
+def _ssh_check(cluster: Cluster) -> ma.SshCheck | None:
+    s = cluster.settings
+    if {"--no_ssh_check", "--no_ssh"} & set(s.launch_passthrough):
+        return None
+    site = cluster.rank0.name
+    hosts = rehearsal.launch_hosts(cluster)
+    if len(hosts) < 2:
+        return None  # DeepSpeed checks only a multi-node launch
+    argv = ma.ssh_check_argv(hosts[0], s.ssh_port)
+    connect = int(s.timeout_connect)
+    try:
+        res = cluster.run(site, ma.marked_command(argv, connect).replace(
+            "</dev/null;", "</dev/null 2>&1;"), timeout=connect + 30)
+    except Exception as exc:  # noqa: BLE001 - no session to the site: not run
+        return ma.SshCheck(site, hosts[0], shlex.join(argv), None, str(exc))
+    body, rc = ma.read_marked(res.stdout)
+    return ma.SshCheck(site, hosts[0], shlex.join(argv), rc, body or res.stderr)
 
 
 def routes(cluster: Cluster) -> dict[str, ma.Route]:

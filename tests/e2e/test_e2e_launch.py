@@ -33,7 +33,7 @@ TRAIN = train_script("", 'dist.init_process_group("gloo", timeout=datetime.timed
 
 
 def real_launch(sim, hosts: list[str], *, launch_dir: str = "/root", master: str | None = None,
-                timeout: int = 150, derive_master: bool = False) -> str:
+                timeout: int = 150, derive_master: bool = False, extra: str = "") -> str:
     """`deepspeed --hostfile` started on the rank-0 node, in `launch_dir`, as a user would (its
     non-interactive shell, its PATH); the training script is `train.py` there.  Returns what it
     printed (stdout and stderr).  `derive_master`: no --master_addr, DeepSpeed derives it."""
@@ -42,7 +42,7 @@ def real_launch(sim, hosts: list[str], *, launch_dir: str = "/root", master: str
     port = random.randrange(30000, 31000)
     addr = "" if derive_master else f"--master_addr {master or hosts[0]} "
     cmd = (f"cd {launch_dir} && timeout -s KILL {timeout - 10} deepspeed --hostfile {hostfile} "
-           f"{addr}--master_port {port} train.py 2>&1; "
+           f"{addr}{extra + ' ' if extra else ''}--master_port {port} train.py 2>&1; "
            f"echo CT_LAUNCH_EXIT=$?")
     try:
         res = sim.ssh(sim.nodes[0].name, cmd, timeout=timeout)
@@ -299,6 +299,41 @@ def test_hostname_I_unsupported_on_the_first_host_is_red_on_rank0(healthy_sim):
         fixed = run_suite(sim, *FAST, "-k", "master_addr", "--launch-args", "--master_addr node1")
         assert "test_master_addr[node1]" in fixed.passed, fixed.describe()
         out = real_launch(sim, NODES)
+        assert launch_ok(out, 3), out[-3000:]
+    finally:
+        sim.exec("node1", ["rm", "-rf", "/root/ct-bin"])
+
+
+def test_hostname_failing_on_the_first_host_stops_the_launch_whatever_master_addr(healthy_sim):
+    """node1 (the first host) runs no `hostname` in a non-interactive shell (exit 127): DeepSpeed's
+    own ssh check (`ssh -o PasswordAuthentication=no node1 hostname`) fails before any
+    --master_addr is used, so even a launch given --master_addr stops. Red on node1's H3 id
+    naming that check and a fix that works (--no_ssh_check), not --master_addr; the real launch
+    with --master_addr fails so; with --no_ssh_check it works, and H3 is green."""
+    sim = healthy_sim
+    put_script(sim, NODES)
+    sim.exec("node1", ["sh", "-c", "mkdir -p /root/ct-bin && printf '#!/bin/sh\\necho "
+                                   "\"sh: 1: hostname: not found\" >&2\\nexit 127\\n' > "
+                                   "/root/ct-bin/hostname && chmod +x /root/ct-bin/hostname"],
+             check=True)
+    sim.prepend_bashrc("node1", "export PATH=/root/ct-bin:$PATH\n")
+    try:
+        assert sim.ssh("node1", "hostname").returncode == 127
+        r = run_suite(sim, *FAST, "-k", "master_addr", "--launch-args", "--master_addr node1")
+        assert "test_master_addr[node1]" in r.failed, r.describe()
+        msg = r.message("test_master_addr[node1]")
+        assert "deepspeed stops before starting any rank: its check `ssh -o " \
+               "PasswordAuthentication=no node1 hostname` on node1 fails" in msg, msg
+        assert "with or without --master_addr" in msg, msg
+        assert "(exit 127: sh: 1: hostname: not found)" in msg, msg
+        assert "launch with --no_ssh_check" in msg, msg
+        out = real_launch(sim, NODES, master="node1", timeout=120)
+        assert "but host=node1 was not reachable via ssh" in out, out[-3000:]
+        assert not launch_ok(out, 3), out[-3000:]
+        fixed = run_suite(sim, *FAST, "-k", "master_addr", "--launch-args",
+                          "--no_ssh_check --master_addr node1")
+        assert "test_master_addr[node1]" in fixed.passed, fixed.describe()
+        out = real_launch(sim, NODES, master="node1", extra="--no_ssh_check")
         assert launch_ok(out, 3), out[-3000:]
     finally:
         sim.exec("node1", ["rm", "-rf", "/root/ct-bin"])

@@ -95,3 +95,34 @@ def test_the_trace_names_the_line_that_printed(tmp_path) -> None:
     body, _ = ma.read_marked(out)
     assert ma.printed_by(body or "", "Welcome to node1") == (str(rc), 3)
     assert ma.printed_by(body or "", "something else") is None
+
+
+def test_ssh_check_is_deepspeeds_own_command() -> None:
+    """runner.py: "ssh -o PasswordAuthentication=no " + (f"-p {ssh_port} ") + f"{first_host}
+    hostname", split with shlex, run whether --master_addr is given or not."""
+    assert ma.ssh_check_argv("node1") == ["ssh", "-o", "PasswordAuthentication=no", "node1",
+                                          "hostname"]
+    assert ma.ssh_check_argv("node1", 2222) == ["ssh", "-o", "PasswordAuthentication=no", "-p",
+                                                "2222", "node1", "hostname"]
+
+
+def test_ssh_check_failing_stops_the_launch_whatever_master_addr_says() -> None:
+    ok = ma.SshCheck("node1", "node1", "ssh -o PasswordAuthentication=no node1 hostname", 0, "")
+    assert ma.ssh_check_problem(ok) is None
+    assert ma.ssh_check_problem(ma.SshCheck("node1", "node1", "x", None, "no session")) is None
+    missing = ma.SshCheck("node1", "node1", "ssh -o PasswordAuthentication=no node1 hostname",
+                          127, "bash: line 1: hostname: command not found\n")
+    text = ma.ssh_check_problem(missing, "/etc/hosts.ds")
+    assert text is not None
+    assert text.startswith("deepspeed stops before starting any rank: its check `ssh -o "
+                           "PasswordAuthentication=no node1 hostname` on node1 fails, and it "
+                           "raises 'Using hostfile at /etc/hosts.ds but host=node1 was not "
+                           "reachable via ssh', with or without --master_addr"), text
+    assert "`hostname` there fails in a non-interactive shell (exit 127: bash: line 1: " \
+           "hostname: command not found)" in text
+    assert "launch with --no_ssh_check" in text and "pass --master_addr" not in text
+    refused = ma.SshCheck("node1", "node2", "ssh -o PasswordAuthentication=no node2 hostname",
+                          255, "node2: Permission denied (publickey).")
+    text = ma.ssh_check_problem(refused)
+    assert text is not None and "(ssh: node2: Permission denied (publickey).)" in text
+    assert "test_ssh_trust[node1->node2]" in text
