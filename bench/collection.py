@@ -116,7 +116,7 @@ def main() -> int:
                 expected = per_node_checks * n + per_pair_checks * pairs
                 if expected > args.max_items:
                     rows.append({"nodes": n, "mode": mode, "pairs": pairs, "items": expected,
-                                 "skipped": True})
+                                 "not_run": True})
                     print(f"  {n} nodes, --pairs {mode}: {expected} items expected: not run "
                           f"(> --max-items {args.max_items})", flush=True)
                     continue
@@ -141,10 +141,12 @@ def main() -> int:
                 # the first case (2 nodes, all pairs) calibrates: checks per node and per pair
                 if col:
                     per_node_checks, per_pair_checks, base_s = _calibrate(col[0]["out"], n, pairs, row)
-                else:
-                    per_node_checks, per_pair_checks, base_s = 0, 0, row["run_s"]
-            row["per_item_ms"] = (row["run_s"] - base_s) / max(1, items - 1) * 1000 if items > 20 else None
-            row["per_node_ms"] = (row["run_s"] - base_s) / n * 1000 if n > 2 else None
+                else:  # --no-collect: nothing to calibrate on, no start-up to subtract
+                    per_node_checks, per_pair_checks = 0, 0
+            if base_s is not None:
+                row["per_item_ms"] = ((row["run_s"] - base_s) / max(1, items - 1) * 1000
+                                      if items > 20 else None)
+                row["per_node_ms"] = (row["run_s"] - base_s) / n * 1000 if n > 2 else None
             rows.append(row)
             dead_text = (f"; {args.dead and 100 // args.dead}% dead: {row['dead_s']:.2f}s ({row['dead_mb']:.0f} MB, "
                          f"{row['dead_failed']} reds, x{row['dead_s'] / row['run_s']:.2f})" if args.dead else "")
@@ -154,13 +156,15 @@ def main() -> int:
     per_item = [r["per_item_ms"] for r in rows if r.get("per_item_ms")]
     typical = statistics.median(per_item) if per_item else None
     print()
-    print(f"checks per node: {per_node_checks}, per pair: {per_pair_checks}; start-up (2 nodes): {base_s:.2f}s")
+    print(f"checks per node: {per_node_checks}, per pair: {per_pair_checks}; start-up (2 nodes): "
+          + (f"{base_s:.2f}s" if base_s is not None else "not measured (--no-collect)"))
     print("| nodes | --pairs | pairs | items | collect s | collect MB | run s | run MB | reds | ms/item | ms/node "
           "| dead run s | dead MB | dead/healthy |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
-        if r.get("skipped"):
-            est = f"~{base_s + r['items'] * typical / 1000:.0f}" if typical else "?"
+        if r.get("not_run"):
+            est = (f"~{base_s + r['items'] * typical / 1000:.0f}"
+                   if typical and base_s is not None else "?")
             print(f"| {r['nodes']} | {r['mode']} | {r['pairs']} | {r['items']} | not run | | {est} (est.) "
                   f"| | | | | | | |")
             continue
@@ -168,9 +172,10 @@ def main() -> int:
         pn = f"{r['per_node_ms']:.1f}" if r.get("per_node_ms") else "-"
         dead = (f"{r['dead_s']:.2f} | {r['dead_mb']:.0f} | {r['dead_s'] / r['run_s']:.2f}"
                 if "dead_s" in r else " | | ")
-        print(f"| {r['nodes']} | {r['mode']} | {r['pairs']} | {r['items']} | {r['collect_s']:.2f} | "
-              f"{r['collect_mb']:.0f} | {r['run_s']:.2f} | {r['run_mb']:.0f} | {r['failed']} | {pi} | {pn} "
-              f"| {dead} |")
+        collect = ("not run | " if r["collect_s"] != r["collect_s"]  # NaN: --no-collect
+                   else f"{r['collect_s']:.2f} | {r['collect_mb']:.0f}")
+        print(f"| {r['nodes']} | {r['mode']} | {r['pairs']} | {r['items']} | {collect} | "
+              f"{r['run_s']:.2f} | {r['run_mb']:.0f} | {r['failed']} | {pi} | {pn} | {dead} |")
     return 0
 
 
