@@ -152,8 +152,8 @@ def main() -> int:
             if per_pair_checks is None:
                 # the first case (2 nodes, all pairs) calibrates: checks per node and per pair
                 if col:
-                    per_node_checks, per_pair_checks, base_s = _calibrate(col[0]["out"], n, pairs,
-                                                                          row)
+                    per_node_checks, per_pair_checks, base_s = _calibrate(
+                        col[0]["out"], n, pairs, row)
                 else:
                     per_node_checks, per_pair_checks, base_s = 0, 0, row["run_s"]
             row["per_item_ms"] = ((row["run_s"] - base_s) / max(1, items - 1) * 1000

@@ -104,8 +104,8 @@ def main() -> None:
             ("hostile hostfile lines", lambda: None, ["-m", "hostfile or ssh"], None, hostile),
             ("SIGINT while probing (node2's python slow to start)", lambda: sim.append_bashrc(
                 "node2", f"export PATH={slow}:$PATH\n"), ["-m", "ssh or names"], "sleep 45", None),
-            ("SIGINT during the bandwidth test", lambda: None, ["-m", "collective"], "allreduce",
-             None),
+            ("SIGINT during the bandwidth test", lambda: None, ["-m", "collective"],
+             "allreduce", None),
             ("SIGINT during training", lambda: None, ["-m", "training"], "train_smoke", None),
         ]
         print(f"| fault ({opts.nodes} nodes) | suite exit | time to finish "

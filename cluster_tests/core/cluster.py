@@ -53,8 +53,8 @@ def node_probes(settings: Settings, sections: Iterable[Any]) -> tuple[NodeProbe,
     command)."""
     probes: list[NodeProbe] = [("probe.py", "base", {})]
     for module in sections:
-        declared: Callable[[Settings], list[NodeProbe]] | None = getattr(module, "node_probes",
-                                                                         None)
+        declared: Callable[[Settings], list[NodeProbe]] | None = getattr(
+            module, "node_probes", None)
         for probe in declared(settings) if declared is not None else []:
             if probe not in probes:
                 probes.append(probe)

@@ -434,8 +434,8 @@ class Connection:
                 t.hostname,
                 port=t.port,
                 username=t.user or _local_user(),
-                # paramiko takes a list of key files too (SSHClient.connect's docs); its stubs
-                # say str
+                # paramiko takes a list of key files too (SSHClient.connect's docs);
+                # its stubs say str
                 key_filename=key_files or None,  # type: ignore[arg-type]
                 look_for_keys=not key_files,
                 allow_agent=not key_files,

@@ -53,9 +53,8 @@ def test_hostfile_given_both_ways_and_anywhere(healthy_sim, tmp_path):
         # the rootdir (and so the test names, testpaths and markers) is the repository's,
         # not the hostfile's folder (pytest pre-parses unknown option values as paths)
         assert result.classnames["test_hostfile_syntax"] == "cluster_tests.checks.hostfile"
-        assert not any(o == "passed" and "tests/" in c for c, o in zip(result.classnames.values(),
-                                                                       result.outcomes.values(),
-                                                                       strict=False))
+        pairs = zip(result.classnames.values(), result.outcomes.values(), strict=False)
+        assert not any(o == "passed" and "tests/" in c for c, o in pairs)
 
 
 def test_bad_hostfile_is_a_usage_error(healthy_sim, tmp_path):

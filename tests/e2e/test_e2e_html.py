@@ -59,8 +59,8 @@ def test_html_report_renders_with_the_red_cell(healthy_sim, tmp_path):
     cells = re.findall(r'<rect class="cell (\w+)" data-from="(\w+)" '
                        r'data-to="(\w+)"[^>]*fill="([^"]+)"', ssh)
     assert len(cells) == 9
-    assert [(a, b, fill) for cls, a, b, fill in cells if cls != "passed"] == [("node1", "node3",
-                                                                               "#d73027")]
+    assert ([(a, b, fill) for cls, a, b, fill in cells if cls != "passed"]
+            == [("node1", "node3", "#d73027")])
     latency = dom.split('<svg id="heatmap-latency"', 1)[1].split("</svg>", 1)[0]
     assert latency.count('class="cell value') == 9  # every pair reached, with an RTT
     assert ("node1 -&gt; node3: public key refused" in dom

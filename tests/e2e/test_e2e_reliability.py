@@ -92,8 +92,8 @@ def test_sigint_during_bandwidth_and_training_leaves_nothing(healthy_sim, tmp_pa
         time.sleep(1)
         for node in ("node1", "node2", "node3"):
             left = [ln for ln in in_node(healthy_sim, node).splitlines()
-                    if any(p in ln for p in ("allreduce", "train_smoke", "ct-run-", "deepspeed",
-                                             "pdsh"))]
+                    if any(p in ln for p in
+                           ("allreduce", "train_smoke", "ct-run-", "deepspeed", "pdsh"))]
             assert left == [], (marker, node, left)
     assert set(glob.glob("/tmp/ct-train-*")) <= before, "scratch directories left behind"
 
