@@ -105,7 +105,8 @@ def iperf3(sim: SimCluster, server: str, client: str, seconds: int = 3) -> dict[
             res = sim.exec(client, ["iperf3", "-c", sim.node(server).address, "-p", "5299",
                                     "-t", str(seconds), "-J", *extra], timeout=seconds + 30)
             data = json.loads(res.stdout)
-            figures[f"{client}{label}{server}"] = data["end"]["sum_received"]["bits_per_second"] / 8 / 1e9
+            bps = data["end"]["sum_received"]["bits_per_second"]
+            figures[f"{client}{label}{server}"] = bps / 8 / 1e9
         finally:
             srv.kill()
             srv.wait()
@@ -126,7 +127,8 @@ def main() -> int:
             SimCluster(Path(state) / "sim", nodes=args.nodes, slots=1) as sim:
         for i in range(args.repeat):
             port = 29600 + 2 * i
-            for name, result in (("harness", harness(sim, args.sizes, args.warmup, args.iters, port)),
+            for name, result in (("harness",
+                                  harness(sim, args.sizes, args.warmup, args.iters, port)),
                                  ("bare", bare(sim, sizes, args.warmup, args.iters, port + 1))):
                 for size, bw in result.items():
                     runs[name].setdefault(size, []).append(bw)

@@ -14,8 +14,9 @@ then prints items, seconds, MB, the reds and skips of the run (a healthy fake cl
 red: tests/unit/test_fake_cluster.py), and the costs per item, per node and per pair (the run's
 time above the start-up of a 2-node run, divided).  `--dead K` runs every case again with every
 K-th node dead (bench/fake_transport.py's FAKE_DEAD: logins and every peer's connects to it
-time out), and prints the ratio of that run's wall time to the healthy one's.  Cases whose item count is above --max-items are
-not run; their collection cost is extrapolated from the measured per-item cost and marked "~".
+time out), and prints the ratio of that run's wall time to the healthy one's.  Cases whose item
+count is above --max-items are not run; their collection cost is extrapolated from the measured
+per-item cost and marked "~".
 
     .venv/bin/python bench/collection.py [--cases 64:all,256:ring,256:sample:5000,1024:ring,...]
         [--repeat 1] [--max-items 60000] [--dead 10] [--no-collect]
@@ -47,13 +48,15 @@ def run(argv: list[str], cwd: Path, dead: int = 0) -> dict:
     start = time.monotonic()
     proc = subprocess.run(["/usr/bin/time", "-f", "%M", "-o", str(rss), *argv], cwd=cwd,
                           capture_output=True, text=True, errors="replace", check=False,
-                          env={**os.environ, "PYTHONPATH": str(REPO / "bench"), "FAKE_DEAD": str(dead)})
+                          env={**os.environ, "PYTHONPATH": str(REPO / "bench"),
+                               "FAKE_DEAD": str(dead)})
     seconds = time.monotonic() - start
     try:
         mb = int(rss.read_text().split()[-1]) / 1024
     except (OSError, ValueError, IndexError):
         mb = float("nan")
-    return {"seconds": seconds, "rss_mb": mb, "rc": proc.returncode, "out": proc.stdout + proc.stderr,
+    return {"seconds": seconds, "rss_mb": mb, "rc": proc.returncode,
+            "out": proc.stdout + proc.stderr,
             **junit_counts(cwd / "junit.xml")}
 
 
@@ -67,12 +70,14 @@ def junit_counts(path: Path) -> dict:
         return {"ran": 0, "failed": 0, "skipped": 0}
     cases = list(root.iter("testcase"))
     return {"ran": len(cases),
-            "failed": sum(1 for c in cases if c.find("failure") is not None or c.find("error") is not None),
+            "failed": sum(1 for c in cases
+                          if c.find("failure") is not None or c.find("error") is not None),
             "skipped": sum(1 for c in cases if c.find("skipped") is not None)}
 
 
 def pytest_argv(hostfile: Path, pairs: str, out: Path, collect_only: bool) -> list[str]:
-    return [str(REPO / ".venv/bin/python"), "-m", "pytest", "-p", "fake_transport", "-p", "no:cacheprovider",
+    return [str(REPO / ".venv/bin/python"), "-m", "pytest",
+            "-p", "fake_transport", "-p", "no:cacheprovider",
             "--hostfile", str(hostfile), "-m", MARK, "--pairs", pairs, "-q",
             *(["--collect-only"] if collect_only else ["--junitxml", str(out / "junit.xml")]),
             str(REPO / "cluster_tests")]
@@ -95,7 +100,8 @@ def main() -> int:
     ap.add_argument("--dead", type=int, default=0,
                     help="also run every case with every K-th node dead (10: 10%% of the nodes)")
     ap.add_argument("--no-collect", action="store_true",
-                    help="skip the --collect-only runs (items are then read from the run's JUnit file)")
+                    help="skip the --collect-only runs "
+                         "(items are then read from the run's JUnit file)")
     args = ap.parse_args()
     cases = []
     for c in args.cases.split(","):
@@ -103,7 +109,8 @@ def main() -> int:
         cases.append((int(n), mode or "auto"))
     rows = []
     per_node_checks = per_pair_checks = None
-    print(f"# bench/collection.py on {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f}", flush=True)
+    print(f"# bench/collection.py on {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f}",
+          flush=True)
     with tempfile.TemporaryDirectory(prefix="ct-collect-") as tmp:
         base_s = None
         for n, mode in cases:
@@ -126,21 +133,27 @@ def main() -> int:
             items = count_items(col[0]["out"]) if col else full[0]["ran"]
             bad = [r for r in full if r["rc"] not in (0, 1)]
             if bad:
-                print(f"  !! {n} nodes {mode}: exit {bad[0]['rc']}: {bad[0]['out'][-600:]}", flush=True)
+                print(f"  !! {n} nodes {mode}: exit {bad[0]['rc']}: {bad[0]['out'][-600:]}",
+                      flush=True)
             row = {"nodes": n, "mode": mode, "pairs": pairs, "items": items,
-                   "collect_s": statistics.median(r["seconds"] for r in col) if col else float("nan"),
-                   "collect_mb": statistics.median(r["rss_mb"] for r in col) if col else float("nan"),
+                   "collect_s": (statistics.median(r["seconds"] for r in col) if col
+                                 else float("nan")),
+                   "collect_mb": (statistics.median(r["rss_mb"] for r in col) if col
+                                  else float("nan")),
                    "run_s": statistics.median(r["seconds"] for r in full),
                    "run_mb": statistics.median(r["rss_mb"] for r in full),
                    "failed": full[0]["failed"], "skipped": full[0]["skipped"]}
             if args.dead:
-                dd = [run(pytest_argv(hostfile, mode, work, False), work, args.dead) for _ in range(args.repeat)]
+                argv = pytest_argv(hostfile, mode, work, False)
+                dd = [run(argv, work, args.dead) for _ in range(args.repeat)]
                 row.update(dead_s=statistics.median(r["seconds"] for r in dd),
-                           dead_mb=statistics.median(r["rss_mb"] for r in dd), dead_failed=dd[0]["failed"])
+                           dead_mb=statistics.median(r["rss_mb"] for r in dd),
+                           dead_failed=dd[0]["failed"])
             if per_pair_checks is None:
                 # the first case (2 nodes, all pairs) calibrates: checks per node and per pair
                 if col:
-                    per_node_checks, per_pair_checks, base_s = _calibrate(col[0]["out"], n, pairs, row)
+                    per_node_checks, per_pair_checks, base_s = _calibrate(
+                        col[0]["out"], n, pairs, row)
                 else:  # --no-collect: nothing to calibrate on, no start-up to subtract
                     per_node_checks, per_pair_checks = 0, 0
             if base_s is not None:
@@ -148,8 +161,10 @@ def main() -> int:
                                       if items > 20 else None)
                 row["per_node_ms"] = (row["run_s"] - base_s) / n * 1000 if n > 2 else None
             rows.append(row)
-            dead_text = (f"; {args.dead and 100 // args.dead}% dead: {row['dead_s']:.2f}s ({row['dead_mb']:.0f} MB, "
-                         f"{row['dead_failed']} reds, x{row['dead_s'] / row['run_s']:.2f})" if args.dead else "")
+            dead_text = (f"; {args.dead and 100 // args.dead}% dead: {row['dead_s']:.2f}s "
+                         f"({row['dead_mb']:.0f} MB, "
+                         f"{row['dead_failed']} reds, x{row['dead_s'] / row['run_s']:.2f})"
+                         if args.dead else "")
             print(f"  {n} nodes, --pairs {mode}: {items} items, collect {row['collect_s']:.2f}s "
                   f"({row['collect_mb']:.0f} MB), run {row['run_s']:.2f}s ({row['run_mb']:.0f} MB, "
                   f"{row['failed']} reds, {row['skipped']} skipped){dead_text}", flush=True)
@@ -158,15 +173,15 @@ def main() -> int:
     print()
     print(f"checks per node: {per_node_checks}, per pair: {per_pair_checks}; start-up (2 nodes): "
           + (f"{base_s:.2f}s" if base_s is not None else "not measured (--no-collect)"))
-    print("| nodes | --pairs | pairs | items | collect s | collect MB | run s | run MB | reds | ms/item | ms/node "
-          "| dead run s | dead MB | dead/healthy |")
+    print("| nodes | --pairs | pairs | items | collect s | collect MB | run s | run MB | reds | "
+          "ms/item | ms/node | dead run s | dead MB | dead/healthy |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         if r.get("not_run"):
             est = (f"~{base_s + r['items'] * typical / 1000:.0f}"
                    if typical and base_s is not None else "?")
-            print(f"| {r['nodes']} | {r['mode']} | {r['pairs']} | {r['items']} | not run | | {est} (est.) "
-                  f"| | | | | | | |")
+            print(f"| {r['nodes']} | {r['mode']} | {r['pairs']} | {r['items']} | not run | | {est} "
+                  "(est.) | | | | | | | |")
             continue
         pi = f"{r['per_item_ms']:.2f}" if r.get("per_item_ms") else "-"
         pn = f"{r['per_node_ms']:.1f}" if r.get("per_node_ms") else "-"

@@ -136,7 +136,8 @@ def answer(node: str, script: str, section: str, params: dict[str, Any]) -> Any:
     if script == "probe.py" and section == "base":
         base = _substitute(f["probe.py/base"], node)
         names = list(params.get("names", [])) + [node]
-        base["resolve"] = {n: {"addrs": [address(n)], "seconds": 0.0004, "error": None} for n in names}
+        base["resolve"] = {n: {"addrs": [address(n)], "seconds": 0.0004, "error": None}
+                           for n in names}
         return base
     if script == "probe.py" and section == "ssh_pairs":
         return {t: ({"rc": 255, "out": "", "err": _ssh_timeout(t)} if dead(t) else
@@ -151,7 +152,8 @@ def answer(node: str, script: str, section: str, params: dict[str, Any]) -> Any:
         lst = copy.deepcopy(f["netprobe.py/listen"])
         lst["ports"] = [40000 + i for i in range(int(params.get("ports", 2)))]
         if params.get("master_port"):
-            lst["master"] = dict(f["netprobe.py/listen_master"]["master"], port=params["master_port"])
+            lst["master"] = dict(f["netprobe.py/listen_master"]["master"],
+                                 port=params["master_port"])
         return lst
     if script == "netprobe.py" and section == "connect":
         samples = int(params.get("samples", 5))
@@ -159,9 +161,11 @@ def answer(node: str, script: str, section: str, params: dict[str, Any]) -> Any:
         for t in params.get("targets", []):
             gone = dead(t["name"])
             st = ({"status": "timed out", "ms": 3000.0} if gone else {"status": "ok", "ms": 0.12})
-            entry: dict[str, Any] = {"addr": address(t["name"]), "resolve_error": None, "master": None, "ssh": None,
+            entry: dict[str, Any] = {"addr": address(t["name"]), "resolve_error": None,
+                                     "master": None, "ssh": None,
                      "ports": {str(p): dict(st, port=p) for p in t.get("ports", [])},
-                     "rtt_ms": [0.1 + 0.001 * i for i in range(samples)] if t.get("ports") and not gone else []}
+                     "rtt_ms": ([0.1 + 0.001 * i for i in range(samples)]
+                                if t.get("ports") and not gone else [])}
             if t.get("master_port"):
                 entry["master"] = dict(st, port=t["master_port"])
             if not t.get("ports"):
@@ -336,7 +340,8 @@ def _record(state_dir: str) -> None:
 
     def keep_run(node: str, argv: Sequence[str] | str, **kw: Any) -> CommandResult:
         res = real_run(node, argv, **kw)
-        raw.append((argv if isinstance(argv, str) else " ".join(map(str, argv)), res.stdout + res.stderr))
+        raw.append((argv if isinstance(argv, str) else " ".join(map(str, argv)),
+                    res.stdout + res.stderr))
         return res
     c.pool.run = keep_run  # type: ignore[method-assign]
     try:
@@ -344,15 +349,19 @@ def _record(state_dir: str) -> None:
             out[f"probe.py/{sec}"] = c.probe(n, sec)
         a1 = out["probe.py/base"]["resolve"]["node1"]["addrs"][0]
         out["probe.py/routes"] = c.probe(n, "routes", route_to=[a1])
-        out["probe.py/ssh_pairs"] = c.probe(n, "ssh_pairs", targets=["node1"], connect_timeout=5, fanout=4)
+        out["probe.py/ssh_pairs"] = c.probe(n, "ssh_pairs", targets=["node1"], connect_timeout=5,
+                                            fanout=4)
         out["netprobe.py/firewall"] = c.probe(n, "firewall", script="netprobe.py")
         kw: dict[str, Any] = dict(script="netprobe.py", token="rec", ports=2, hold=20, timeout=30)
         out["netprobe.py/listen"] = lst = c.probe(n, "listen", master_port=None, **kw)
-        out["netprobe.py/listen_master"] = lst1 = c.probe("node1", "listen", master_port=29500, **kw)
+        out["netprobe.py/listen_master"] = lst1 = c.probe("node1", "listen", master_port=29500,
+                                                          **kw)
         out["netprobe.py/connect"] = c.probe(
-            n, "connect", script="netprobe.py", token="rec", port_timeout=3, fanout=4, samples=5, timeout=30,
+            n, "connect", script="netprobe.py", token="rec", port_timeout=3, fanout=4, samples=5,
+            timeout=30,
             targets=[{"name": "node1", "ports": lst1["ports"], "master_port": 29500}])
-        out["netprobe.py/stop"] = c.probe(n, "stop", script="netprobe.py", token="rec", pid=lst["pid"], timeout=20)
+        out["netprobe.py/stop"] = c.probe(n, "stop", script="netprobe.py", token="rec",
+                                          pid=lst["pid"], timeout=20)
         c.probe("node1", "stop", script="netprobe.py", token="rec", pid=lst1["pid"], timeout=20)
         out["envprobe.py/envfiles"] = c.probe(n, "envfiles", script="envprobe.py", launch_dir=None)
         out["envprobe.py/versions"] = c.probe(n, "versions", script="envprobe.py", timeout=120)

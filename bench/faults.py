@@ -46,16 +46,19 @@ def leftovers(sim: SimCluster, scratch_before: set[str]) -> list[str]:
     return found
 
 
-def run(sim: SimCluster, args: list[str], interrupt_on: str | None = None, hostfile: Path | None = None):
+def run(sim: SimCluster, args: list[str], interrupt_on: str | None = None,
+        hostfile: Path | None = None):
     argv = [sys.executable, "-m", "pytest", "--hostfile", str(hostfile or sim.hostfile),
             "--ssh-config", str(sim.ssh_config), "-p", "no:cacheprovider", "-q",
             "--output-dir", str(sim.shared_dir), *args]
     start = time.monotonic()
-    proc = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    proc = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True,
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     if interrupt_on:
         while proc.poll() is None:
-            if any(interrupt_on in sim.exec(n.name, ["pgrep", "-af", "--ns", str(n.pid), "--nslist", "net",
+            if any(interrupt_on in sim.exec(n.name,
+                                            ["pgrep", "-af", "--ns", str(n.pid), "--nslist", "net",
                                                      interrupt_on]).stdout for n in sim.nodes):
                 start = time.monotonic()
                 proc.send_signal(signal.SIGINT)
@@ -66,7 +69,8 @@ def run(sim: SimCluster, args: list[str], interrupt_on: str | None = None, hostf
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--nodes", type=int, default=3)
     ap.add_argument("-m", dest="marker", default="not training")
     opts = ap.parse_args()
@@ -78,28 +82,34 @@ def main() -> None:
         (slow / "python3").write_text(f"#!/bin/sh\nsleep 45\nexec {sys.executable} \"$@\"\n")
         (slow / "python3").chmod(0o755)
         hostile = Path(tmp) / "hostile"
-        hostile.write_text(f"$(touch {tmp}/pwned) slots=1\n`touch {tmp}/pwned2` slots=1\nnode1 slots=1\n")
+        hostile.write_text(f"$(touch {tmp}/pwned) slots=1\n`touch {tmp}/pwned2` slots=1\n"
+                           "node1 slots=1\n")
         cases = [
             ("healthy cluster", lambda: None, fast, None, None),
             ("sshd stopped on node3", lambda: sim.stop_sshd("node3"), fast, None, None),
             ("node3 black-holed (all input dropped)",
-             lambda: sim.iptables("node3", ["-I", "INPUT", "-j", "DROP"]), fast + ["--timeout-connect", "5"], None, None),
+             lambda: sim.iptables("node3", ["-I", "INPUT", "-j", "DROP"]),
+             fast + ["--timeout-connect", "5"], None, None),
             ("node3 drops high ports", lambda: sim.iptables(
-                "node3", ["-A", "INPUT", "-p", "tcp", "--dport", "1024:65535", "-j", "DROP"]), fast, None, None),
+                "node3", ["-A", "INPUT", "-p", "tcp", "--dport", "1024:65535", "-j", "DROP"]), fast,
+             None, None),
             ("node2 slow: every shell sleeps 3 s (.bashrc)",
              lambda: sim.prepend_bashrc("node2", "sleep 3\n"), fast, None, None),
             ("node3 link throttled to 50 Mbit/s (tc tbf)", lambda: sim.tc(
                 "node3", ["qdisc", "add", "dev", "eth0", "root", "tbf", "rate", "50mbit",
                           "burst", "64kb", "latency", "100ms"]), fast, None, None),
-            ("authorized_keys 0666 on node2", lambda: sim.chmod("node2", "authorized_keys", 0o666), fast, None, None),
+            ("authorized_keys 0666 on node2", lambda: sim.chmod("node2", "authorized_keys", 0o666),
+             fast, None, None),
             ("host key of node2 changed", lambda: sim.change_host_key("node2"), fast, None, None),
             ("hostile hostfile lines", lambda: None, ["-m", "hostfile or ssh"], None, hostile),
             ("SIGINT while probing (node2's python slow to start)", lambda: sim.append_bashrc(
                 "node2", f"export PATH={slow}:$PATH\n"), ["-m", "ssh or names"], "sleep 45", None),
-            ("SIGINT during the bandwidth test", lambda: None, ["-m", "collective"], "allreduce", None),
+            ("SIGINT during the bandwidth test", lambda: None, ["-m", "collective"],
+             "allreduce", None),
             ("SIGINT during training", lambda: None, ["-m", "training"], "train_smoke", None),
         ]
-        print(f"| fault ({opts.nodes} nodes) | suite exit | time to finish | leftovers on the nodes |")
+        print(f"| fault ({opts.nodes} nodes) | suite exit | time to finish "
+              "| leftovers on the nodes |")
         print("|---|---|---|---|")
         for name, inject, args, interrupt_on, hostfile in cases:
             sim.restore()
@@ -112,7 +122,8 @@ def main() -> None:
             if hostfile is not None:
                 left += [p for p in glob.glob(f"{tmp}/pwned*")]
             what = "after SIGINT " if interrupt_on else ""
-            print(f"| {name} | {rc} | {what}{seconds:.1f} s | {len(left)}{': ' + '; '.join(left) if left else ''} |",
+            print(f"| {name} | {rc} | {what}{seconds:.1f} s | "
+                  f"{len(left)}{': ' + '; '.join(left) if left else ''} |",
                   flush=True)
 
 

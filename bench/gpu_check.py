@@ -88,7 +88,8 @@ def gpu_present(run=subprocess.run, which=shutil.which) -> tuple[bool, str]:
         return False, f"nvidia-smi -L failed: {exc}"
     gpus = [ln for ln in res.stdout.splitlines() if ln.startswith("GPU ")]
     if res.returncode != 0 or not gpus:
-        return False, f"nvidia-smi -L: exit {res.returncode}: {(res.stderr or res.stdout).strip()[:200]}"
+        return False, (f"nvidia-smi -L: exit {res.returncode}: "
+                       f"{(res.stderr or res.stdout).strip()[:200]}")
     return True, "; ".join(gpus)
 
 
@@ -143,8 +144,9 @@ def check_a1_h4() -> list[Row]:
 # --- running the worker's ranks on this machine ---------------------------------------------
 
 
-def run_ranks(world: int, sizes: list[int], per_rank_env: list[dict[str, str]], options:
-              C.WorkerOptions, out: Path, label: str, timeout: float) -> tuple[C.CollectiveReport, list[str]]:
+def run_ranks(world: int, sizes: list[int], per_rank_env: list[dict[str, str]],
+              options: C.WorkerOptions, out: Path, label: str,
+              timeout: float) -> tuple[C.CollectiveReport, list[str]]:
     """The real worker, ``world`` ranks, every one on local rank 0 (the one GPU), each with its
     own environment on top of this one; returns the report and each rank's stderr."""
     import queue

@@ -35,7 +35,8 @@ FAST = ["-m", "not collective and not training"]
 def run(sim: SimCluster, cwd: Path, pythonpath: str | None) -> tuple[float, int, str, Path]:
     junit = Path(tempfile.mkdtemp(prefix="ct-bench-")) / "junit.xml"
     argv = [sys.executable, "-m", "pytest", "--hostfile", str(sim.hostfile), "--ssh-config",
-            str(sim.ssh_config), "-p", "no:cacheprovider", "-q", "-rw", "--durations=0", "--durations-min=0",
+            str(sim.ssh_config), "-p", "no:cacheprovider", "-q", "-rw",
+            "--durations=0", "--durations-min=0",
             "--junitxml", str(junit), *FAST]
     env = {k: v for k, v in os.environ.items() if k not in ("PYTEST_ADDOPTS",)}
     if pythonpath:

@@ -137,14 +137,17 @@ def run_pdsh(sim: SimCluster, parallel: bool, imports: bool = False) -> dict:
     hosts = " ".join(names)
     if imports:
         python = shlex.quote(str(REPO / ".venv/bin/python"))
-        inner = (f"for h in {hosts}; do ssh -o BatchMode=yes $h hostname >/dev/null || echo FAIL $h; "
+        inner = (f"for h in {hosts}; do ssh -o BatchMode=yes $h hostname >/dev/null "
+                 f"|| echo FAIL $h; "
                  f"done; {python} -c 'import deepspeed.launcher.launch, torch' >/dev/null 2>&1 "
                  f"|| echo FAIL import")
     elif parallel:
-        inner = (f"for h in {hosts}; do (ssh -o BatchMode=yes $h hostname >/dev/null || echo FAIL $h) & "
+        inner = (f"for h in {hosts}; do (ssh -o BatchMode=yes $h hostname >/dev/null "
+                 f"|| echo FAIL $h) & "
                  f"done; wait")
     else:
-        inner = f"for h in {hosts}; do ssh -o BatchMode=yes $h hostname >/dev/null || echo FAIL $h; done"
+        inner = (f"for h in {hosts}; do ssh -o BatchMode=yes $h hostname >/dev/null "
+                 f"|| echo FAIL $h; done")
     env = {"PDSH_RCMD_TYPE": "ssh",
            "PDSH_SSH_ARGS_APPEND": f"-F {sim.ssh_config} -o BatchMode=yes"}
     return timed(sim, ["pdsh", "-R", "ssh", "-w", ",".join(names), inner], env=env)
@@ -214,21 +217,24 @@ def main() -> int:
         if "loop" in med:
             row["loop_over_suite"] = med["loop"] / med["suite"]
         rows.append(row)
-        raw[n] = {k: [{kk: vv for kk, vv in r.items() if kk != "out"} for r in v] for k, v in runs.items()}
+        raw[n] = {k: [{kk: vv for kk, vv in r.items() if kk != "out"} for r in v]
+                  for k, v in runs.items()}
     print()
     print(f"medians of {args.repeat} runs; load average at end {load()}")
     head = ("| nodes | items | suite s | peak RSS MB | launcher ssh sessions (suite / loop / pdsh) "
-            "| (a) loop s | (b) pdsh s | (b') pdsh-par s | (c) pdsh-import s | suite/(b) | suite/(b') "
-            "| suite/(c) | (a)/suite |")
+            "| (a) loop s | (b) pdsh s | (b') pdsh-par s | (c) pdsh-import s | suite/(b) | "
+            "suite/(b') | suite/(c) | (a)/suite |")
     print(head)
     print("|" + "|".join("---" for _ in range(head.count("|") - 1)) + "|")
     for r in rows:
         def f(key: str, fmt: str = "{:.2f}", r: dict = r) -> str:
             return fmt.format(r[key]) if key in r else "-"
         print(f"| {r['nodes']} | {r['items']} | {f('suite_s')} | {f('suite_rss_mb', '{:.0f}')} | "
-              f"{r['suite_sessions']} / {r.get('loop_sessions', '-')} / {r.get('pdsh_sessions', '-')} | "
+              f"{r['suite_sessions']} / {r.get('loop_sessions', '-')} / "
+              f"{r.get('pdsh_sessions', '-')} | "
               f"{f('loop_s')} | {f('pdsh_s')} | {f('pdsh-par_s')} | {f('pdsh-import_s')} | "
-              f"{f('suite_over_pdsh')} | {f('suite_over_pdsh_par')} | {f('suite_over_pdsh_import')} | "
+              f"{f('suite_over_pdsh')} | {f('suite_over_pdsh_par')} | "
+              f"{f('suite_over_pdsh_import')} | "
               f"{f('loop_over_suite', '{:.1f}')} |")
     if any("suite_cpu_s" in r for r in rows):
         print()

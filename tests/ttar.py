@@ -17,7 +17,8 @@ def unpack(text: str, dest: Path, strip: str = "") -> None:
     while i < len(lines):
         line = lines[i]
         if line.startswith("Directory: "):
-            (dest / line[len("Directory: "):].removeprefix(strip)).mkdir(parents=True, exist_ok=True)
+            path = dest / line[len("Directory: "):].removeprefix(strip)
+            path.mkdir(parents=True, exist_ok=True)
         elif line.startswith("Path: "):
             path = dest / line[len("Path: "):].removeprefix(strip)
             count = int(lines[i + 1].split(":", 1)[1])

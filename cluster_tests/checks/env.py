@@ -33,11 +33,13 @@ JIT_VERDICTS: MemoKey[dict[str, jj.JitVerdict]] = MemoKey("jit", "verdicts")
 MAJORITIES: MemoKey[dict[str, object]] = MemoKey("env", "majorities")
 
 
-def _differing(cluster: Cluster, kind: str, table: dict[str, dict[str, Any]], node: str) -> list[str]:
-    """envcheck.differing for `node`, the majorities computed once per kind of table and set of nodes
-    (the tables are built from memoized facts: the same nodes give the same table)."""
+def _differing(cluster: Cluster, kind: str, table: dict[str, dict[str, Any]],
+               node: str) -> list[str]:
+    """envcheck.differing for `node`, the majorities computed once per kind of table and set of
+    nodes (the tables are built from memoized facts: the same nodes give the same table)."""
     prefer = cluster.rank0.name
-    most = cluster.memo(MAJORITIES(kind, str(hash(tuple(table)))), lambda: envcheck.majorities(table, prefer))
+    most = cluster.memo(MAJORITIES(kind, str(hash(tuple(table)))),
+                        lambda: envcheck.majorities(table, prefer))
     return envcheck.differing(table, node, prefer=prefer, most=most)
 
 
@@ -116,8 +118,8 @@ def test_required_env(cluster: Cluster, node: str) -> None:
         if r.python and r.leg(node).kind == "ok":
             line = envcheck.export_line(bashrc, "PATH")
             where = (f"; ~/.bashrc sets PATH on line {line}, below its early return for "
-                     f"non-interactive shells on line {early}" if early is not None and line is not None
-                     and line > early else
+                     f"non-interactive shells on line {early}"
+                     if early is not None and line is not None and line > early else
                      f"; ~/.bashrc returns early for non-interactive shells on line {early}"
                      if early is not None else "")
             warnings.warn(EnvWarning(
@@ -178,7 +180,8 @@ def test_deepspeed_env(cluster: Cluster, node: str, record_property) -> None:
     files = _envfiles(cluster, node)
     present = {p: t for p, t in files["deepspeed_env"].items() if t is not None}
     record_property("deepspeed_env", ", ".join(present) or "none")
-    findings = [f for path, text in present.items() for f in envcheck.lint_deepspeed_env(text, path)]
+    findings = [f for path, text in present.items()
+                for f in envcheck.lint_deepspeed_env(text, path)]
     for f in findings:
         if not f.error:
             warnings.warn(EnvWarning(f"{node}: {f}"), stacklevel=1)
@@ -217,7 +220,8 @@ def test_versions(cluster: Cluster, node: str, record_property) -> None:
     diff = _differing(cluster, "versions", table, node)
     problems = []
     if mine.get("torch_error"):
-        problems.append(f"torch does not import with {mine['python_executable']}: {mine['torch_error']}")
+        problems.append(f"torch does not import with {mine['python_executable']}: "
+                        f"{mine['torch_error']}")
     if diff:
         problems.append(f"{', '.join(diff)} differ from the other nodes:\n"
                         + envcheck.side_by_side(table, [k for k in VERSION_KEYS if k in diff or any(
@@ -279,7 +283,8 @@ def test_ascend_env(cluster: Cluster, node: str, record_property) -> None:
             down.append(f"NPU {dev}: {said}")
     if down:
         pytest.fail(f"{node}: NPU network links not up:\n  " + "\n  ".join(down)
-                    + f"\n  fix, on {node}: check cabling/switch port; hccn_tool -i N -net_health -g",
+                    + f"\n  fix, on {node}: check cabling/switch port; "
+                      "hccn_tool -i N -net_health -g",
                     pytrace=False)
 
 
@@ -326,7 +331,8 @@ def test_tmpdir(cluster: Cluster, node: str, record_property) -> None:
     facts = _probe(cluster, node, "tmpdir", tmpdir=launch_value)
     eff = facts.get("effective") or {}
     if eff:
-        record_property("tmpdir", f"{eff.get('path')} ({rdma.fmt_bytes(eff.get('free_bytes'))} free)")
+        record_property("tmpdir",
+                        f"{eff.get('path')} ({rdma.fmt_bytes(eff.get('free_bytes'))} free)")
     verdict = envcheck.judge_tmpdir(facts, _envfiles(cluster, node).get("bashrc"))
     for text in verdict.warnings:
         warnings.warn(EnvWarning(f"{node}: {text}"), stacklevel=1)

@@ -37,7 +37,9 @@ def test_resolves(cluster: Cluster, pair: tuple[str, str]) -> None:
         outcome.fail(Problem(
             (a, b), "name not resolved", f"{a} cannot resolve {b}: {res['error']}",
             fix=f"on {a}: add {hint} to /etc/hosts (or a DNS record)",
-            fixes=(fixcmd.hosts_fix(a, cluster.cached(base_key(a)), b, addr),) if is_ip(addr) else (), item="N1"))
+            fixes=((fixcmd.hosts_fix(a, cluster.cached(base_key(a)), b, addr),)
+                   if is_ip(addr) else ()),
+            item="N1"))
     facts_b = cluster.base_or_none(b)
     if facts_b is None:
         cluster.require(b)
@@ -56,7 +58,8 @@ def test_resolves(cluster: Cluster, pair: tuple[str, str]) -> None:
             f"would go elsewhere",
             fix=f"on {a}: make the /etc/hosts line read '{right[0] if right else '<its address>'} "
                 f"{b}' (or fix the DNS record)",
-            fixes=(fixcmd.hosts_fix(a, cluster.cached(base_key(a)), b, right[0], res["addrs"]),) if right else (),
+            fixes=((fixcmd.hosts_fix(a, cluster.cached(base_key(a)), b, right[0], res["addrs"]),)
+                   if right else ()),
             item="N1"))
 
 
@@ -97,8 +100,8 @@ def test_name_consistent(cluster: Cluster, node: str) -> None:
         right = sorted(own)[0] if own else "<its address>"
         bad = ", ".join(sorted(wrong)) or "some nodes"
         if own:
-            outcome.offer(*[fixcmd.hosts_fix(v, cluster.cached(base_key(v)), node, right, views[v]) for v in sorted(wrong)
-                       if v != "launcher"])
+            outcome.offer(*[fixcmd.hosts_fix(v, cluster.cached(base_key(v)), node, right, views[v])
+                            for v in sorted(wrong) if v != "launcher"])
         pytest.fail(
             f"{node} resolves differently across the cluster; its own addresses are "
             f"{', '.join(sorted(own)) or 'unknown'}:\n{table}\n"

@@ -53,7 +53,8 @@ def node_probes(settings: Settings, sections: Iterable[Any]) -> tuple[NodeProbe,
     command)."""
     probes: list[NodeProbe] = [("probe.py", "base", {})]
     for module in sections:
-        declared: Callable[[Settings], list[NodeProbe]] | None = getattr(module, "node_probes", None)
+        declared: Callable[[Settings], list[NodeProbe]] | None = getattr(
+            module, "node_probes", None)
         for probe in declared(settings) if declared is not None else []:
             if probe not in probes:
                 probes.append(probe)
@@ -273,7 +274,8 @@ class Cluster:
     def run(self, node: str, argv: list[str] | str, *, timeout: float | None = None,
             stdin: bytes | None = None) -> CommandResult:
         self.login(node)
-        return self.pool.run(node, argv, timeout=timeout or self.settings.timeout_command, stdin=stdin)
+        return self.pool.run(node, argv, timeout=timeout or self.settings.timeout_command,
+                             stdin=stdin)
 
     def probe(self, node: str, section: str, *, script: str = "probe.py", **params: Any) -> Any:
         """Run one section of a node-side probe script (cached per node, section and parameters).
@@ -317,18 +319,20 @@ class Cluster:
             if line.startswith(PROBE_MARK):
                 data = json.loads(line[len(PROBE_MARK):])[section]
                 if isinstance(data, dict) and set(data) == {"error"}:
-                    raise ProbeError(node, f"{node}: probe '{section}' failed: {data['error']}", result)
+                    raise ProbeError(node, f"{node}: probe '{section}' failed: {data['error']}",
+                                     result)
                 return data
         if result.exit_status == 127 or "not found" in result.stderr:
             raise ProbeError(
                 node,
-                f"{node}: the remote Python '{python}' was not found by a non-interactive ssh shell "
-                f"(which is what pdsh runs).\n  fix: pass --remote-python /path/to/python, or put its "
-                f"directory on PATH in ~/.bashrc on {node}, above any early 'return' for "
-                f"non-interactive shells",
+                f"{node}: the remote Python '{python}' was not found by a non-interactive ssh "
+                "shell (which is what pdsh runs).\n  fix: pass --remote-python /path/to/python, or "
+                f"put its directory on PATH in ~/.bashrc on {node}, above any early 'return' for "
+                "non-interactive shells",
                 result,
             )
-        raise ProbeError(node, f"{node}: probe '{section}' gave no result\n{result.evidence()}", result)
+        raise ProbeError(node, f"{node}: probe '{section}' gave no result\n{result.evidence()}",
+                         result)
 
     def base(self, node: str) -> dict[str, Any]:
         """The cheap facts of a node; fails the calling test briefly if the node is unreachable."""

@@ -33,7 +33,8 @@ from cluster_tests.core.memokey import MemoKey
 
 AUTO_ALL_MAX = 32  # "auto": all pairs up to this many nodes (32*32 = 1024 pairs), ring beyond
 MEMO_KEY: MemoKey[Any] = MemoKey("pairs", "selection")
-SOURCES_KEY: MemoKey[dict[str, list[str]]] = MemoKey("pairs", "collected_sources")  # {test function name: sources of its collected pairs}
+# {test function name: sources of its collected pairs}
+SOURCES_KEY: MemoKey[dict[str, list[str]]] = MemoKey("pairs", "collected_sources")
 
 
 class NodeList(Protocol):
@@ -167,7 +168,8 @@ class Selection:
     @classmethod
     def make(cls, names: Sequence[str], spec: PairSpec) -> Selection:
         pairs = select(names, spec)
-        return cls(spec.resolved(len(names)), spec.describe(), tuple(pairs), targets_by_source(pairs))
+        return cls(spec.resolved(len(names)), spec.describe(), tuple(pairs),
+                   targets_by_source(pairs))
 
     def describe(self, n_nodes: int) -> str:
         auto = " (auto)" if self.requested == "auto" else ""
@@ -197,7 +199,9 @@ def targets_of(cluster: NodeList, source: str) -> list[str]:
 def normalize(value: str) -> str:
     """The option's type: validates, and returns the canonical spelling."""
     spec = parse_spec(value)
-    return "auto" if spec.mode == "auto" else spec.describe() if spec.mode == "sample" else spec.mode
+    if spec.mode == "auto":
+        return "auto"
+    return spec.describe() if spec.mode == "sample" else spec.mode
 
 
 def collected_sources(cluster: NodeList, test: str) -> list[str]:

@@ -155,7 +155,8 @@ class EnvSettings:
         "comma-separated variables a non-interactive ssh shell must have on every node (E1)", "")
     launch_dir: str | None = option(
         "--launch-dir",
-        "directory deepspeed will be started in (where it also reads .deepspeed_env; default: home)")
+        "directory deepspeed will be started in "
+        "(where it also reads .deepspeed_env; default: home)")
 
 
 @dataclass(frozen=True)
@@ -294,7 +295,8 @@ class Settings:
         "--ssh-user",
         "user to log in as on every node (default: the ssh config's User, else the local user)")
     remote_python: str = option(
-        "--remote-python", "Python interpreter on the nodes, as a non-interactive ssh shell finds it",
+        "--remote-python",
+        "Python interpreter on the nodes, as a non-interactive ssh shell finds it",
         "python3")
     master_port: int = option(
         "--master-port", "rendezvous port the launch will use (deepspeed --master_port)", 29500,
@@ -307,7 +309,8 @@ class Settings:
         "--timeout-command", "seconds any one remote command may run", 60.0, _positive_float)
     fanout: int = option(
         "--fanout",
-        "how many nodes the launcher talks to at once, and how many targets one node probes at once",
+        "how many nodes the launcher talks to at once, "
+        "and how many targets one node probes at once",
         32, _positive_int)
     include: str = option(
         "--launch-include", "the --include spec the launch will use (host:0,1@host2)", "",
@@ -387,11 +390,13 @@ def add_options(parser: pytest.Parser, have_ssh_config_flag: bool) -> None:
         if opt.foreign and have_ssh_config_flag:
             continue
         if opt.type is _flag:
-            group.addoption(opt.flag, dest=opt.dest, action="store_const", const="true", default=None,
+            group.addoption(opt.flag, dest=opt.dest, action="store_const", const="true",
+                            default=None,
                             help=f"{opt.help} [env {opt.env}, ini {opt.ini}]")
         else:
             group.addoption(opt.flag, dest=opt.dest, default=None,
-                            help=f"{opt.help} [env {opt.env}, ini {opt.ini}; default {opt.default}]")
+                            help=f"{opt.help} [env {opt.env}, ini {opt.ini}; "
+                                 f"default {opt.default}]")
     for opt in OPTIONS:
         parser.addini(opt.ini, opt.help, default=None)
 

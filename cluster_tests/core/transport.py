@@ -84,7 +84,8 @@ def resolve_target(
     login = user or (str(cfg["user"]) if "user" in cfg else None)
     login_for_tokens = login or _local_user()
     identity = tuple(
-        _expand(str(p), alias, hostname, login_for_tokens) for p in cfg.get("identityfile", []) or []
+        _expand(str(p), alias, hostname, login_for_tokens)
+        for p in cfg.get("identityfile", []) or []
     )
     known: list[str] = []
     for entry in cfg.get("userknownhostsfile", "") and str(cfg["userknownhostsfile"]).split() or []:
@@ -136,7 +137,8 @@ class ConnectError(Exception):
         super().__init__(f"{target.alias}: {cause.value}: {detail}")
 
     def describe(self) -> str:
-        return f"{self.target.alias} ({self.target.destination}): {self.cause.value}: {self.detail}\n  fix: {self.hint}"
+        return (f"{self.target.alias} ({self.target.destination}): {self.cause.value}: "
+                f"{self.detail}\n  fix: {self.hint}")
 
 
 @dataclass
@@ -157,7 +159,8 @@ class CommandResult:
 
     def evidence(self, limit: int = 2000) -> str:
         """The command and its output, trimmed, for a failure message."""
-        text = f"$ {self.command}\n(exit {self.exit_status}{', timed out' if self.timed_out else ''})"
+        text = (f"$ {self.command}\n(exit "
+                f"{self.exit_status}{', timed out' if self.timed_out else ''})")
         for name, body in (("stdout", self.stdout), ("stderr", self.stderr)):
             body = body.strip()
             if body:
@@ -374,7 +377,8 @@ class Transport(Protocol):
 class Connection:
     """One lazily opened SSH session to one node, shared by every test that needs the node."""
 
-    def __init__(self, target: SSHTarget, ssh_config: str | None = None, tag: str | None = None) -> None:
+    def __init__(self, target: SSHTarget, ssh_config: str | None = None,
+                 tag: str | None = None) -> None:
         self.target = target
         self.ssh_config = ssh_config
         self.tag = tag or new_run_tag()
@@ -430,7 +434,8 @@ class Connection:
                 t.hostname,
                 port=t.port,
                 username=t.user or _local_user(),
-                # paramiko takes a list of key files too (SSHClient.connect's docs); its stubs say str
+                # paramiko takes a list of key files too (SSHClient.connect's docs);
+                # its stubs say str
                 key_filename=key_files or None,  # type: ignore[arg-type]
                 look_for_keys=not key_files,
                 allow_agent=not key_files,
@@ -445,8 +450,9 @@ class Connection:
             raise self._refused(
                 client,
                 Cause.HOSTKEY_CHANGED,
-                f"the key offered by {t.hostname} ({exc.key.get_name()} {sha256_fingerprint(exc.key)}) "
-                f"differs from the one in known_hosts: the host was reinstalled, or someone is in between",
+                f"the key offered by {t.hostname} ({exc.key.get_name()} "
+                f"{sha256_fingerprint(exc.key)}) differs from the one in known_hosts: the host was "
+                "reinstalled, or someone is in between",
             ) from None
         except paramiko.BadAuthenticationType as exc:
             if "publickey" not in (exc.allowed_types or []):
@@ -455,7 +461,8 @@ class Connection:
                     Cause.AUTH,
                     f"sshd on {t.hostname} does not accept public keys at all (it offers only: "
                     f"{', '.join(exc.allowed_types) or 'nothing'}): PubkeyAuthentication is off",
-                    f"on {t.alias}: set 'PubkeyAuthentication yes' in /etc/ssh/sshd_config; systemctl reload ssh",
+                    f"on {t.alias}: set 'PubkeyAuthentication yes' in /etc/ssh/sshd_config; "
+                    "systemctl reload ssh",
                 ) from None
             raise self._refused(client, Cause.AUTH, str(exc)) from None
         except paramiko.AuthenticationException as exc:
@@ -471,9 +478,11 @@ class Connection:
                 raise self._refused(
                     client,
                     Cause.HOSTKEY_UNKNOWN,
-                    f"{t.hostname} is not in {', '.join(t.known_hosts_files)} (strict host key checking)",
+                    f"{t.hostname} is not in {', '.join(t.known_hosts_files)} "
+                    "(strict host key checking)",
                 ) from None
-            cause = Cause.TIMEOUT if "timeout" in msg.lower() or "banner" in msg.lower() else Cause.PROTOCOL
+            low = msg.lower()
+            cause = Cause.TIMEOUT if "timeout" in low or "banner" in low else Cause.PROTOCOL
             raise self._refused(client, cause, msg) from None
         except OSError as exc:
             cause = _classify_socket_error(exc)
@@ -491,7 +500,8 @@ class Connection:
                  hint: str | None = None) -> ConnectError:
         """Close the half-open client; the error to raise (the hint for `cause` unless given)."""
         client.close()
-        return ConnectError(self.target, cause, detail, hint or _hint(self.target, cause, self.ssh_config))
+        return ConnectError(self.target, cause, detail,
+                            hint or _hint(self.target, cause, self.ssh_config))
 
     def run(
         self,
@@ -553,12 +563,14 @@ class Connection:
         remote_deadline = max(1, int(timeout))
         # `timeout` ends the command (and its process group) at the deadline on the node; the
         # run tag, as the shell's $0, marks it as ours for `end_leftovers`.
-        wrapped = f"timeout -k {kill_after} {remote_deadline} sh -c {shlex.quote(command)} {self.tag}"
+        wrapped = (f"timeout -k {kill_after} {remote_deadline} sh -c {shlex.quote(command)} "
+                   f"{self.tag}")
         start = time.monotonic()
         deadline = start + (timeout + 3 if wait is None else wait)
         transport = client.get_transport()
         if transport is None or not transport.is_active():
-            raise ConnectError(self.target, Cause.PROTOCOL, "session closed", _hint(self.target, Cause.PROTOCOL, self.ssh_config))
+            raise ConnectError(self.target, Cause.PROTOCOL, "session closed",
+                               _hint(self.target, Cause.PROTOCOL, self.ssh_config))
         chan = transport.open_session(timeout=self.target.connect_timeout)
         feed = stdin if isinstance(stdin, Feed) else None
         timed_out = stopped = False
@@ -580,7 +592,8 @@ class Connection:
                 while chan.recv_stderr_ready():
                     on_chunk(chan.recv_stderr(65536), True)
                     progressed = True
-                if chan.exit_status_ready() and not chan.recv_ready() and not chan.recv_stderr_ready():
+                if (chan.exit_status_ready() and not chan.recv_ready()
+                        and not chan.recv_stderr_ready()):
                     break
                 more = feed.take() if feed is not None else b""
                 if more:
@@ -672,7 +685,8 @@ class Pool:
         return self.connection(node).stream(argv, **kw)
 
     def map(self, fn: Callable[[T], R], items: Iterable[T]) -> list[R | BaseException]:
-        """Apply `fn` to every item in parallel (at most `fanout` at once); exceptions are returned."""
+        """Apply `fn` to every item in parallel (at most `fanout` at once); exceptions are
+        returned."""
         return fan_out(fn, items, self.fanout)
 
     def end_leftovers(self) -> None:

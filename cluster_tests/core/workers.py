@@ -89,7 +89,8 @@ class XdistPlugin:
                 cluster.shared = SharedResults(Path(workerinput["ct_shared_dir"]))
         elif getattr(config.option, "dist", "no") in ("load", "worksteal", "loadgroup"):
             config.option.dist = "loadfile"
-        config.stash[WORKERS_KEY] = {"stats": {}, "logged_in": set(), "facts": NodeTable(), "workers": 0}
+        config.stash[WORKERS_KEY] = {"stats": {}, "logged_in": set(), "facts": NodeTable(),
+                                     "workers": 0}
         config.pluginmanager.register(cls(config, cluster), "cluster_tests_xdist")
 
     @pytest.hookimpl(optionalhook=True)

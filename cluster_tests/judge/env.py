@@ -267,7 +267,8 @@ def _hashable(v: object) -> object:
     return tuple(sorted(v.items())) if isinstance(v, dict) else v
 
 
-def majorities(table: Mapping[str, Mapping[str, Any]], prefer: str | None = None) -> dict[str, object]:
+def majorities(table: Mapping[str, Mapping[str, Any]],
+               prefer: str | None = None) -> dict[str, object]:
     """key -> the value most nodes have (`majority`), for every key of `table` (node -> {key:
     value or None}); computed once, it answers `differing` for every node."""
     keys = sorted({k for row in table.values() for k in row})

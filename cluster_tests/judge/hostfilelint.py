@@ -179,13 +179,8 @@ def _rule_missing_slots(ln: Line, e: _Entry) -> bool:
         return NEXT
     where = (f"after {_show(e.host)}" if not e.comment
              else f"before the comment after {_show(e.host)}")
-    ln.add(
-        e.col0 + len(e.host),
-        ERROR,
-        "H1-missing-slots",
-        f"no 'slots=' {where}; DeepSpeed requires it (it does not default to 1)",
-    )
-    ln.fixed = f"{e.host} slots=<N>" if e.host_ok else None
+    _slots_error(ln, e, e.col0 + len(e.host), "H1-missing-slots",
+                 f"no 'slots=' {where}; DeepSpeed requires it (it does not default to 1)")
     return STOP
 
 
@@ -196,27 +191,24 @@ def _rule_slots_spelling(ln: Line, e: _Entry) -> bool:
         return NEXT
     loose = re.match(r"slots?\s*[=:]\s*(\S+)", e.rest, re.IGNORECASE)
     if loose:
-        ln.add(
-            e.rest_col,
-            ERROR,
-            "H1-slots-syntax",
-            f"{_show(loose.group())} is not written 'slots=<n>' (lower case, no spaces); "
-            "DeepSpeed rejects the line",
-        )
         digits = _ASCII_DIGITS.match(loose.group(1))
-        n = digits.group() if digits else "<N>"
-        ln.fixed = f"{e.host} slots={int(n) if digits else n}" if e.host_ok else None
+        _slots_error(ln, e, e.rest_col, "H1-slots-syntax",
+                     f"{_show(loose.group())} is not written 'slots=<n>' (lower case, no spaces); "
+                     "DeepSpeed rejects the line", int(digits.group()) if digits else "<N>")
         if digits:
-            ln.slots = int(n)
+            ln.slots = int(digits.group())
     else:
-        ln.add(
-            e.rest_col,
-            ERROR,
-            "H1-bad-entry",
-            f"{_show(e.rest)} after the host name is not 'slots=<n>'; {_example()}",
-        )
-        ln.fixed = f"{e.host} slots=<N>" if e.host_ok else None
+        _slots_error(ln, e, e.rest_col, "H1-bad-entry",
+                     f"{_show(e.rest)} after the host name is not 'slots=<n>'; {_example()}")
     return STOP
+
+
+def _slots_error(ln: Line, e: _Entry, col: int, code: str, message: str,
+                 slots: int | str = "<N>") -> None:
+    """An error about the slots part at `col`; the fixed line is `<host> slots=<slots>` when the
+    host name itself is fine (else there is no fixed line to offer)."""
+    ln.add(col, ERROR, code, message)
+    ln.fixed = f"{e.host} slots={slots}" if e.host_ok else None
 
 
 def _rule_slots_value(ln: Line, e: _Entry) -> bool:

@@ -51,11 +51,13 @@ def judge(node: str, own: dict[str, Any] | None, peers: dict[str, dict[str, Any]
     if others:  # gloo's device refuses pairs of two families outright, on every rank
         head, _, fix = found[0].partition("\n  fix: ")
         return [f"{head}\n  gloo needs one address family on every rank: {', '.join(others)} "
-                f"advertise{'s' if len(others) == 1 else ''} {_family(peer_addrs[others[0]] or '')}, "
+                f"advertise{'s' if len(others) == 1 else ''} "
+                f"{_family(peer_addrs[others[0]] or '')}, "
                 f"so every rank stops at init (`ss1.ss_family == ss2.ss_family`)\n  fix: {fix}"], []
     failing = [p for p, r in peers.items() if r is not None and r.get("status") != "ok"]
-    if own.get("how") != "loopback fallback" and not ipaddress.ip_address(addr.split("%")[0]).is_loopback \
-            and not failing:
+    routable = (own.get("how") != "loopback fallback"
+                and not ipaddress.ip_address(addr.split("%")[0]).is_loopback)
+    if routable and not failing:
         return found, []
     dialers = [p for p in (failing or [p for p in peers if peers[p] is not None])
                if dials(peer_addrs.get(p), addr)]
@@ -82,8 +84,9 @@ def problems(node: str, own: dict[str, Any] | None, peers: dict[str, dict[str, A
     addr = own.get("addr")
     hosts_fix = (f"on {node}: make '{host}' resolve there to an address its peers reach (the "
                  f"/etc/hosts line of '{host}'), or set GLOO_SOCKET_IFNAME to the interface the "
-                 f"nodes share" if host else
-                 f"on {node}: set GLOO_SOCKET_IFNAME to an interface with an address the peers reach")
+                 "nodes share" if host else
+                 f"on {node}: set GLOO_SOCKET_IFNAME to an interface with an address "
+                 "the peers reach")
     if addr is None or not own.get("port"):
         return [f"{node}: its gloo ranks have no address to bind ({view}; "
                 f"{own.get('error') or '; '.join(own.get('bind_errors') or []) or 'none binds'}): "
@@ -91,7 +94,8 @@ def problems(node: str, own: dict[str, Any] | None, peers: dict[str, dict[str, A
     if how == "loopback fallback" or ipaddress.ip_address(addr.split("%")[0]).is_loopback:
         why = ("so torch falls back to 127.0.0.1" if not own.get("candidates") else
                "none of those addresses binds, so torch falls back to 127.0.0.1"
-               if how == "loopback fallback" else f"the first that binds is {addr}, a loopback address")
+               if how == "loopback fallback" else
+               f"the first that binds is {addr}, a loopback address")
         return [f"{node}: its gloo ranks would advertise {addr} to their peers ({view}; {why}): "
                 f"every peer would connect to itself, and init_process_group fails on every "
                 f"node.\n  fix: {hosts_fix}"]

@@ -187,13 +187,13 @@ class StuckConnects:
     suspect: str | None  # the node in every missing (rank's node, peer node) pair, if one is
 
 
-def stuck_connects(sockets: Mapping[int, Mapping[str, Sequence[Any]]], hosts: Mapping[int, str],
-                   owners: Mapping[str, str], nodes: Sequence[str],
+def stuck_connects(sockets: Mapping[int, Mapping[str, Sequence[Any]]],
+                   hosts: Mapping[int, str], owners: Mapping[str, str], nodes: Sequence[str],
                    store_port: int | None = None) -> StuckConnects:
     """``sockets``: rank -> {"syn_sent": ['ip:port'], "established": [[local port, 'ip:port']]}
-    (node/allreduce.py tcp_peers); ``owners``: address -> node; ``nodes``: the run's nodes. A rank misses every other
-    node of the run it has no open connection with (the rendezvous store's port does not
-    count: every rank has that one). The suspect is the node common to every (rank's node,
+    (node/allreduce.py tcp_peers); ``owners``: address -> node; ``nodes``: the run's nodes. A
+    rank misses every other node of the run it has no open connection with (the rendezvous
+    store's port does not count: every rank has that one). The suspect is the node common to every (rank's node,
     missing node) pair, when there are two pairs or more: with one, either end may hold the
     cause."""
     lines: list[str] = []

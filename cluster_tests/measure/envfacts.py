@@ -68,7 +68,8 @@ def versions(cluster: Cluster) -> dict[str, dict[str, Any]]:
         got: dict[str, dict[str, Any]] = rehearsed_versions(cluster)
         rest = [n for n in up if n not in got]
         probed = cluster.pool.map(lambda n: versions_probe(cluster, n), rest)
-        got.update({n: v for n, v in zip(rest, probed, strict=False) if not isinstance(v, BaseException)})
+        got.update({n: v for n, v in zip(rest, probed, strict=False) if not isinstance(v,
+                                                                                       BaseException)})
         return {n: got[n] for n in up if n in got}
     return cluster.memo(VERSIONS, compute)
 

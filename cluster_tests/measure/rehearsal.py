@@ -71,7 +71,8 @@ class Rehearsal:
             return launchenv.Leg("skip", f"the launch cannot start on {self.site}: see {site_id}",
                           root=site_id)
         if node not in self.legs:
-            return launchenv.Leg("skip", f"{node} is not in the launch (--launch-include/--launch-exclude)")
+            return launchenv.Leg("skip",
+                                 f"{node} is not in the launch (--launch-include/--launch-exclude)")
         return self.legs[node]
 
 
@@ -191,8 +192,8 @@ def _rehearse(cluster: Cluster) -> Rehearsal:
                                       [tuple(f) for f in facts.get("env_files") or []], rules)
     except launchenv.EnvFileCrash as exc:
         r.site_problem = ("fail", f"{site}: `deepspeed --hostfile` would stop on {site} before "
-                                  f"starting any rank: {exc}\n  fix, on {site}: delete that line or "
-                                  f"write NAME=value (see {ids.DEEPSPEED_ENV.of(site)})", "")
+                                  f"starting any rank: {exc}\n  fix, on {site}: delete that line "
+                                  f"or write NAME=value (see {ids.DEEPSPEED_ENV.of(site)})", "")
         return r
     bad = launchenv.export_problems(r.exports)
     if bad:

@@ -78,7 +78,8 @@ def tell(config: pytest.Config, label: str, stacks: Mapping[int, str],
     if record_property is not None:
         record_property("stack_groups", [
             {"label": f"{S.describe(grp.ranks, hosts)} {grp.where}", "where": grp.where,
-             "ranks": grp.ranks, "nodes": grp.nodes, "differ": any(n in g.differ for n in grp.nodes),
+             "ranks": grp.ranks, "nodes": grp.nodes,
+             "differ": any(n in g.differ for n in grp.nodes),
              "text": grp.text,
              "native": next((native[r] for r in grp.ranks if r in native), "")}
             for grp in g.groups])

@@ -49,7 +49,8 @@ RELEASE_KILLED_LOCKS = (
 JIT_ENV = ("TORCH_EXTENSIONS_DIR", "TRITON_CACHE_DIR", "TRITON_HOME", "CXX")
 #: Diagnoses that do not stop a launch that is still running (they are normal mid-run, or
 #: warnings that precede the real error).
-_NOT_FATAL = frozenset({"rank-not-started", "rank-not-done", "hostfile-missing", "rendezvous-timeout"})
+_NOT_FATAL = frozenset({"rank-not-started", "rank-not-done", "hostfile-missing",
+                        "rendezvous-timeout"})
 #: Launcher arguments the suite sets itself.
 _OWN_LAUNCHER_ARGS = frozenset(
     {"-H", "--hostfile", "-i", "--include", "-e", "--exclude", "--master_addr", "--master_port",
@@ -109,7 +110,8 @@ class TrainingConfig:
         return f"{self.steps} steps, ZeRO stage {self.zero_stage}, deadline {self.deadline:g} s"
 
 
-def config_from_settings(settings: Settings, environ: dict[str, str] | None = None) -> TrainingConfig:
+def config_from_settings(settings: Settings,
+                         environ: dict[str, str] | None = None) -> TrainingConfig:
     """The training options, checked (ConfigError names the option and what is wrong)."""
     environ = dict(os.environ if environ is None else environ)
     t = settings.training
@@ -510,7 +512,8 @@ class TrainingRuns:
             lines.append("ok" if launch.ok else (launch.result.summary() if launch.result else "-"))
             lines += [str(d) for d in launch.diagnoses]
             lines.append("# ---- cleanup ----")
-            lines += [f"{n}: still running: {v}" for n, v in launch.leftovers.items()] or ["nothing left"]
+            lines += ([f"{n}: still running: {v}" for n, v in launch.leftovers.items()]
+                      or ["nothing left"])
             path.write_text("\n".join(lines) + "\n")
             return path
         except OSError:

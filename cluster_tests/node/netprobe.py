@@ -95,7 +95,8 @@ def _own_address():
     SOCK_STREAM), the first result that binds; none: the loopback fallback.  Returns (facts,
     a socket listening on exactly that address, or None)."""
     host = socket.gethostname()
-    out: dict = {"hostname": host, "candidates": [], "addr": None, "family": None, "how": "hostname",
+    out: dict = {"hostname": host, "candidates": [], "addr": None, "family": None,
+                 "how": "hostname",
            "error": None}
     try:
         infos = socket.getaddrinfo(host, None, socket.AF_UNSPEC, socket.SOCK_STREAM)
@@ -323,7 +324,8 @@ def section_stop(params):
     if cmd is None or not _alive(pid):
         return {"was_running": False, "gone": True}
     if token not in cmd:
-        return {"was_running": False, "gone": True, "note": "pid %d is no longer our listener" % pid}
+        return {"was_running": False, "gone": True,
+                "note": "pid %d is no longer our listener" % pid}
     for sig, wait in ((signal.SIGTERM, 3.0), (signal.SIGKILL, 2.0)):
         try:
             os.kill(pid, sig)

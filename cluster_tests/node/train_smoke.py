@@ -9,10 +9,10 @@ fixed seed (no downloads). Every rank prints JSON events on stdout, one per line
 with the tag ``CT_SMOKE `` (the launcher interleaves the ranks' outputs, pdsh prefixes each line
 with ``host: ``)::
 
-    CT_SMOKE {"event": "start", "rank": 0, "world_size": 2, ...}
-    CT_SMOKE {"event": "step", "rank": 0, "step": 1, "loss": 1.23}
-    CT_SMOKE {"event": "done", "rank": 0, "first_loss": ..., "last_loss": ..., "weights_sha256": ...}
-    CT_SMOKE {"event": "error", "rank": 0, "kind": "deadline", "message": ...}
+  CT_SMOKE {"event": "start", "rank": 0, "world_size": 2, ...}
+  CT_SMOKE {"event": "step", "rank": 0, "step": 1, "loss": 1.23}
+  CT_SMOKE {"event": "done", "rank": 0, "first_loss": ..., "last_loss": ..., "weights_sha256": ...}
+  CT_SMOKE {"event": "error", "rank": 0, "kind": "deadline", "message": ...}
 
 Exit codes: 0 done; 3 deadline exceeded (watchdog); 4 any other error inside the job.
 
@@ -20,8 +20,9 @@ By accelerator (:func:`ds_config`): on CUDA/NPU the job trains as a real job wou
 where the device supports it (else fp16 with dynamic loss scaling), with DeepSpeed's own Adam,
 which DeepSpeed builds as its fused op on first use (the JIT build that a first launch so often
 fails on); on every accelerator ``deepspeed.init_distributed`` JIT-loads the ops DeepSpeed
-builds there (on CPU its shm comm op), in the extensions directory the user's job uses; ``deepspeed.init_distributed`` binds the local rank's device (``device_id``, eager
-NCCL init, as DeepSpeed 0.19 does on CUDA). On CPU: fp32, a plain torch SGD, gloo. The ZeRO
+builds there (on CPU its shm comm op), in the extensions directory the user's job uses;
+``deepspeed.init_distributed`` binds the local rank's device (``device_id``, eager NCCL init, as
+DeepSpeed 0.19 does on CUDA). On CPU: fp32, a plain torch SGD, gloo. The ZeRO
 stage is ``--zero-stage`` (the launch's own choice). The start event reports the accelerator,
 backend, device, precision and optimizer, so that the launcher side can tell a GPU node that
 trained on CPU.

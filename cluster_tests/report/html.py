@@ -179,7 +179,8 @@ def bandwidth_heatmap(rec: Recorder) -> Heatmap | None:
                  id="heatmap-bandwidth",
                  title="Pairwise all-reduce bandwidth (C2)",
                  caption="busbw in GB/s at the largest size, one rank per node (symmetric)",
-                 legend=[(lo_c, f"{lo:.3g} GB/s"), (hi_c, f"{hi:.3g} GB/s"), (BAD, "failed or slow")])
+                 legend=[(lo_c, f"{lo:.3g} GB/s"), (hi_c, f"{hi:.3g} GB/s"),
+                         (BAD, "failed or slow")])
 
 
 # -- C1: bandwidth against message size ---------------------------------------------------------
@@ -236,12 +237,14 @@ def bandwidth_plot(rec: Recorder) -> Plot | None:
     plot = Plot()
     props = rec.by_function(ids.ALLREDUCE.name)[0].properties
     plot.caption = (f"all-reduce over {props.get('world_size', '?')} ranks, backend "
-                    f"{props.get('backend', '?')}: bandwidth (GB/s) against message size (bytes, log scale)")
+                    f"{props.get('backend', '?')}: bandwidth (GB/s) against message size "
+                    "(bytes, log scale)")
     xs = [math.log2(r["size_bytes"]) for r in rows]
     xmin, xmax = min(xs), max(xs)
     if xmax == xmin:
         xmin, xmax = xmin - 1, xmax + 1
-    ymax = max([r.get("busbw_GBps", 0) for r in rows] + [r.get("algbw_GBps", 0) for r in rows]) or 1.0
+    ymax = max([r.get("busbw_GBps", 0) for r in rows]
+               + [r.get("algbw_GBps", 0) for r in rows]) or 1.0
     step = _nice_step(ymax * 1.05)
     ytop = step * math.ceil(ymax * 1.05 / step)
 
@@ -253,7 +256,8 @@ def bandwidth_plot(rec: Recorder) -> Plot | None:
 
     plot.xticks = [(px(x), _size_label(r["size_bytes"])) for x, r in zip(xs, rows, strict=False)]
     plot.yticks = [(py(i * step), f"{i * step:g}") for i in range(int(round(ytop / step)) + 1)]
-    for name, key, color in (("busbw", "busbw_GBps", "#1f6f3b"), ("algbw", "algbw_GBps", "#2c5d98")):
+    for name, key, color in (("busbw", "busbw_GBps", "#1f6f3b"),
+                             ("algbw", "algbw_GBps", "#2c5d98")):
         pts = [(px(x), py(r[key]), r) for x, r in zip(xs, rows, strict=False) if key in r]
         if not pts:
             continue
@@ -295,7 +299,8 @@ def _stack_groups(o: Outcome) -> list[dict[str, Any]]:
     return [g for g in groups if isinstance(g, dict)] if isinstance(groups, list) else []
 
 
-def context(rec: Recorder, facts: dict[str, dict[str, str]], meta: dict[str, Any]) -> dict[str, Any]:
+def context(rec: Recorder, facts: dict[str, dict[str, str]],
+            meta: dict[str, Any]) -> dict[str, Any]:
     columns, same = node_columns(facts) if facts else (["node"], {})
     blocked = rec.blocked_counts()
     failures = [_failure(o, blocked.get(o.test_id, 0)) for o in rec.outcomes.values()
@@ -310,7 +315,8 @@ def context(rec: Recorder, facts: dict[str, dict[str, str]], meta: dict[str, Any
         "verdict": "red" if counts.get("failed") or counts.get("error") else "green",
         "nodes": rec.nodes,
         "columns": columns,
-        "rows": [[n] + [facts.get(n, {}).get(c, "") for c in columns[1:]] for n in rec.nodes if n in facts],
+        "rows": [[n] + [facts.get(n, {}).get(c, "") for c in columns[1:]]
+                 for n in rec.nodes if n in facts],
         "same": same,
         "heatmaps": heatmaps,
         "none_fill": NONE,
@@ -332,7 +338,8 @@ def render(rec: Recorder, facts: dict[str, dict[str, str]], meta: dict[str, Any]
     return env.get_template(TEMPLATE).render(**context(rec, facts, meta))
 
 
-def write(path: Path, rec: Recorder, facts: dict[str, dict[str, str]], meta: dict[str, Any]) -> Path:
+def write(path: Path, rec: Recorder, facts: dict[str, dict[str, str]],
+          meta: dict[str, Any]) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(render(rec, facts, meta), encoding="utf-8")
     return path

@@ -31,7 +31,8 @@ def test_more_slots_than_gpus(healthy_sim, tmp_path):
         result.describe()
     assert "slots=2 but the node has 1 GPU" in result.message("test_slots_fit_accelerators[node2]")
     # the fake GPU is not real: the CPU build of torch sees none, which A1 must say
-    assert "sees 0 CUDA device(s) where the vendor tool lists 1" in result.message("test_accelerators[node2]")
+    assert ("sees 0 CUDA device(s) where the vendor tool lists 1"
+            in result.message("test_accelerators[node2]"))
 
 
 def test_npu_health_warning(healthy_sim):
@@ -51,9 +52,10 @@ def test_output_dir_not_shared_on_node3(healthy_sim):
     healthy_sim.bind_private_dir("node3", healthy_sim.shared_dir)
     result = run_suite(healthy_sim, "-m", "storage", "--output-dir", str(healthy_sim.shared_dir),
                        "--min-free-gb", "0.01")
-    assert result.failed == {"test_output_shared[node1->node3]", "test_output_shared[node2->node3]",
-                             "test_output_shared[node3->node1]", "test_output_shared[node3->node2]"}, \
-        result.describe()
+    assert result.failed == {"test_output_shared[node1->node3]",
+                             "test_output_shared[node2->node3]",
+                             "test_output_shared[node3->node1]",
+                             "test_output_shared[node3->node2]"}, result.describe()
     msg = result.message("test_output_shared[node1->node3]")
     assert "is not there on node3" in msg and "not one shared volume" in msg
     assert "mount the same volume" in msg

@@ -40,7 +40,9 @@ def test_deepspeed_env_lint_and_differences_masked(healthy_sim):
                              "NCCL_DEBUG=INFO\nHF_TOKEN=hf_secret123\n\nNCCL_IB_DISABLE\n")
     for nd in healthy_sim.nodes:
         value = "eth" if nd.name != "node2" else "ens"
-        healthy_sim.append_bashrc(nd.name, f"export GLOO_SOCKET_IFNAME={value}\nexport NCCL_API_KEY=k{nd.name}\n")
+        healthy_sim.append_bashrc(nd.name,
+                                  f"export GLOO_SOCKET_IFNAME={value}\nexport "
+                                  f"NCCL_API_KEY=k{nd.name}\n")
     result = run_suite(healthy_sim, "-m", "env")
     # .deepspeed_env is read on node1 only (it is exported to every rank from there), so it
     # differs from nothing; the variables set by each node's own shell do differ (on the CPU
@@ -48,7 +50,8 @@ def test_deepspeed_env_lint_and_differences_masked(healthy_sim):
     assert result.failed == {"test_deepspeed_env[node1]", "test_launch_rehearsal[node1]",
                              "test_env_agrees[node2]", "test_env_agrees[node3]"}, result.describe()
     lint = result.message("test_deepspeed_env[node1]")
-    assert ".deepspeed_env:3: an empty line" in lint and ".deepspeed_env:4: 'NCCL_IB_DISABLE' has no '='" in lint
+    assert ".deepspeed_env:3: an empty line" in lint and (".deepspeed_env:4: 'NCCL_IB_DISABLE' has "
+                                                          "no '='") in lint
     agree = result.message("test_env_agrees[node2]")
     assert "GLOO_SOCKET_IFNAME" in agree and "ens" in agree and "eth" in agree
     assert "NCCL_API_KEY" in agree and "****" in agree
@@ -88,5 +91,6 @@ def test_tmpdir_exported_by_the_launch_is_judged_on_every_node(healthy_sim):
     healthy_sim.resize_shm("node2", "64m")
     result = run_suite(healthy_sim, "-k", "test_tmpdir")
     assert result.failed == {"test_tmpdir[node2]"}, result.describe()
-    assert "node2: /dev/shm, the temporary directory here, has" in result.message("test_tmpdir[node2]")
+    assert ("node2: /dev/shm, the temporary directory here, has"
+            in result.message("test_tmpdir[node2]"))
     assert result.properties["test_tmpdir[node3]"]["tmpdir"].startswith("/dev/shm (")

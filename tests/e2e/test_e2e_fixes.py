@@ -37,7 +37,8 @@ def run(sim, workdir: Path, *args: str) -> SuiteResult:
     argv = [sys.executable, "-m", "pytest", "--hostfile", str(sim.hostfile), "--ssh-config",
             str(sim.ssh_config), "-o", f"cache_dir={workdir / 'cache'}", f"--junitxml={junit}",
             "-rA", *args]
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTEST_ADDOPTS", "PYTEST_XDIST_WORKER")}
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("PYTEST_ADDOPTS", "PYTEST_XDIST_WORKER")}
     start = time.monotonic()
     proc = subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True,
                           errors="replace", timeout=600, check=False)
@@ -56,7 +57,8 @@ def state(sim) -> dict:
         for key in ("authorized_keys", "id_ed25519", "hosts", "ssh_dir"):
             p = nd.paths[key]
             st = p.stat()
-            out[(nd.name, key)] = (p.read_bytes() if p.is_file() else b"", st.st_mode, st.st_ctime_ns)
+            out[(nd.name, key)] = (p.read_bytes() if p.is_file() else b"", st.st_mode,
+                                   st.st_ctime_ns)
         out[(nd.name, "hostname")] = sim.exec(nd.name, ["hostname"]).stdout.strip()
     return out
 
@@ -81,8 +83,8 @@ def test_faults_fixed_by_the_script_then_lf_is_green_and_a_rerun_changes_nothing
         assert first.returncode == 1, first.describe()
         tail = first.output[first.output.index("cluster summary"):]
         summary = tail[: tail.index("short test summary info")].rstrip("= \n").splitlines()[1:]
-        assert any(re.fullmatch(r"review and run \S*/fixes\.sh \(1 of its 5 blocks need a person\), "
-                                r"then pytest --lf", ln) for ln in summary), summary[-8:]
+        assert any(re.fullmatch(r"review and run \S*/fixes\.sh \(1 of its 5 blocks need a "
+                                r"person\), then pytest --lf", ln) for ln in summary), summary[-8:]
         # one red per cause, the checks each cause breaks blocked naming it
         assert first.failed == {"test_hostname_matches[node2]", "test_login[node4]",
                                 "test_ssh_modes[node3]", "test_ssh_trust[node1->node2]",

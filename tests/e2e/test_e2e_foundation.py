@@ -29,7 +29,8 @@ def test_stopped_sshd_reds_exactly_that_node(healthy_sim):
     assert result.failed == {"test_login[node3]"}, result.describe()
     by = {t: p["blocked_by"] for t, p in result.properties.items() if "blocked_by" in p}
     assert all("node3" in t and root == "test_login[node3]" for t, root in by.items()), by
-    assert {f"test_ssh_trust[node{i}->node3]" for i in (1, 2)} | {"test_pdsh[node1->node3]"} <= set(by)
+    assert ({f"test_ssh_trust[node{i}->node3]" for i in (1, 2)}
+            | {"test_pdsh[node1->node3]"}) <= set(by)
     assert "test_ssh_trust[node1->node2]" in result.passed
     assert ("blocked by test_login[node3]: node3 refuses connections (sshd not running)"
             in result.message("test_hostname_matches[node3]"))
@@ -45,13 +46,15 @@ def test_hostfile_given_both_ways_and_anywhere(healthy_sim, tmp_path):
     hostfile.parent.mkdir()
     hostfile.write_text(healthy_sim.hostfile.read_text())
     for equals_form in (False, True):
-        result = run_suite(healthy_sim, "-m", "hostfile", hostfile=hostfile, equals_form=equals_form)
+        result = run_suite(healthy_sim, "-m", "hostfile", hostfile=hostfile,
+                           equals_form=equals_form)
         assert result.returncode == 0, result.describe()
         assert result.passed >= {"test_hostfile_syntax", "test_hostname_matches[node1]"}
         # the rootdir (and so the test names, testpaths and markers) is the repository's,
         # not the hostfile's folder (pytest pre-parses unknown option values as paths)
         assert result.classnames["test_hostfile_syntax"] == "cluster_tests.checks.hostfile"
-        assert not any(o == "passed" and "tests/" in c for c, o in zip(result.classnames.values(), result.outcomes.values(), strict=False))
+        pairs = zip(result.classnames.values(), result.outcomes.values(), strict=False)
+        assert not any(o == "passed" and "tests/" in c for c, o in pairs)
 
 
 def test_bad_hostfile_is_a_usage_error(healthy_sim, tmp_path):

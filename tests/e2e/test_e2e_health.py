@@ -155,7 +155,8 @@ def test_npu_roce_port_and_device_ips(healthy_sim):
     assert "failed on device 0,1,2,3,4,5,6,7" in diag
     assert "device 0: net health status Socket failed: the port could not open the socket" in diag
     assert "device 7: net health status Socket failed" in diag
-    assert "devices 0,1,2,3,4,5,6,7 (socket failed), for each N of them: hccn_tool -i N -ip -g" in diag
+    assert ("devices 0,1,2,3,4,5,6,7 (socket failed), for each N of them: hccn_tool -i N -ip -g"
+            in diag)
     assert result.properties["test_accel_diag[node3]"]["npu_net_health"].startswith(
         "0=Socket failed, 1=Socket failed")
     assert "hccn_tool -i <dev> -ip -s address" in msg

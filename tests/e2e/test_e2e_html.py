@@ -23,7 +23,8 @@ def chromium(page: Path, tmp: Path, *args: str) -> subprocess.CompletedProcess:
     if CHROMIUM is None:
         pytest.skip("chromium is not installed (make setup installs it: apt-get install chromium)")
     return subprocess.run([CHROMIUM, *FLAGS, f"--user-data-dir={tmp / 'chromium-profile'}", *args,
-                           page.resolve().as_uri()], capture_output=True, text=True, timeout=120, check=False)
+                           page.resolve().as_uri()], capture_output=True, text=True, timeout=120,
+                          check=False)
 
 
 def png_facts(path: Path) -> tuple[int, int, int]:
@@ -55,12 +56,15 @@ def test_html_report_renders_with_the_red_cell(healthy_sim, tmp_path):
     dom = chromium(page, tmp_path, "--dump-dom").stdout
     assert '<svg id="heatmap-ssh"' in dom and '<svg id="heatmap-latency"' in dom
     ssh = dom.split('<svg id="heatmap-ssh"', 1)[1].split("</svg>", 1)[0]
-    cells = re.findall(r'<rect class="cell (\w+)" data-from="(\w+)" data-to="(\w+)"[^>]*fill="([^"]+)"', ssh)
+    cells = re.findall(r'<rect class="cell (\w+)" data-from="(\w+)" '
+                       r'data-to="(\w+)"[^>]*fill="([^"]+)"', ssh)
     assert len(cells) == 9
-    assert [(a, b, fill) for cls, a, b, fill in cells if cls != "passed"] == [("node1", "node3", "#d73027")]
+    assert ([(a, b, fill) for cls, a, b, fill in cells if cls != "passed"]
+            == [("node1", "node3", "#d73027")])
     latency = dom.split('<svg id="heatmap-latency"', 1)[1].split("</svg>", 1)[0]
     assert latency.count('class="cell value') == 9  # every pair reached, with an RTT
-    assert "node1 -&gt; node3: public key refused" in dom or "node1 -> node3: public key refused" in dom
+    assert ("node1 -&gt; node3: public key refused" in dom
+            or "node1 -> node3: public key refused" in dom)
     assert "ssh node1 cat ~/.ssh/id_ed25519.pub | ssh node3" in dom
 
 

@@ -216,7 +216,8 @@ def test_the_launchs_exports_reach_the_checks_and_the_all_reduce(healthy_sim):
     r = run_suite(sim, "-m", "network or collective", "-k", "socket_ifname or test_allreduce")
     assert "test_socket_ifname[node1]" in r.failed, r.describe()
     msg = r.message("test_socket_ifname[node1]")
-    assert "GLOO_SOCKET_IFNAME=ib0" in msg and "exported to every rank by deepspeed from node1" in msg
+    assert ("GLOO_SOCKET_IFNAME=ib0" in msg
+            and "exported to every rank by deepspeed from node1" in msg)
     assert "on node1: set GLOO_SOCKET_IFNAME=" in msg
     assert r.properties["test_socket_ifname[node2]"]["blocked_by"] == "test_socket_ifname[node1]"
     assert "test_allreduce" in r.failed, r.describe()
@@ -239,7 +240,8 @@ MASTER_FAULTS = {
     # name: (inject, what H3 says, the value the real launch takes)
     "rank 0's bashrc prints a line": (
         lambda sim: sim.append_bashrc("node1", "echo 'Welcome to node1'\n"),
-        ["DeepSpeed will use 'Welcome' as --master_addr", "/root/.bashrc:", "pass --master_addr node1"],
+        ["DeepSpeed will use 'Welcome' as --master_addr", "/root/.bashrc:",
+         "pass --master_addr node1"],
         "Welcome"),
     "hostname -I starts with an address no peer routes to": (
         _unroutable_first_address,
@@ -279,7 +281,8 @@ def test_hostname_I_unsupported_on_the_first_host_is_red_on_rank0(healthy_sim):
     sim = healthy_sim
     put_script(sim, NODES)
     sim.exec("node1", ["sh", "-c", "mkdir -p /root/ct-bin && printf '#!/bin/sh\\nexec uname -n "
-                                   "\"$@\"\\n' > /root/ct-bin/hostname && chmod +x /root/ct-bin/hostname"],
+                                   "\"$@\"\\n' > /root/ct-bin/hostname && chmod +x "
+                                   "/root/ct-bin/hostname"],
              check=True)
     sim.prepend_bashrc("node1", "export PATH=/root/ct-bin:$PATH\n")
     try:
@@ -379,7 +382,8 @@ def test_banner_on_stderr_is_green_and_launch_args_round_trip(healthy_sim):
     assert props["master_addr"] == sim.nodes[0].address, props
     assert props["master_addr_from"] == "ssh -p 22 node1 hostname -I", props
     line = r.properties["test_launch_rehearsal[node1]"]["launch_command"]
-    assert "--master_port 29533 --exclude node3 --ssh_port 22" in line and "--master_addr" not in line
+    assert ("--master_port 29533 --exclude node3 --ssh_port 22" in line
+            and "--master_addr" not in line)
     assert "test_launch_rehearsal[node3]" in r.ids("skipped"), r.describe()
     out = real_launch(sim, NODES, derive_master=True)
     assert launch_ok(out, 3), out[-3000:]
@@ -444,12 +448,14 @@ def test_own_address_peers_cannot_reach_is_red_on_that_node(healthy_sim):
     sim = healthy_sim
     put_script(sim, NODES)
     try:
-        sim.exec("node2", ["ip", "addr", "add", "fd00:c7::2/64", "dev", "eth0", "nodad"], check=True)
+        sim.exec("node2", ["ip", "addr", "add", "fd00:c7::2/64", "dev", "eth0", "nodad"],
+                 check=True)
         sim.add_hosts_line("node2", "fd00:c7::2 node2")
         r = run_suite(sim, *FAST)
         assert r.failed == {"test_own_address[node2]"}, r.describe()
         msg = r.message("test_own_address[node2]")
-        assert "would advertise fd00:c7::2 (IPv6" in msg and "node1, node3 cannot connect" in msg, msg
+        assert ("would advertise fd00:c7::2 (IPv6" in msg
+                and "node1, node3 cannot connect" in msg), msg
         assert "fix: on node2: make 'node2' resolve there" in msg, msg
         assert "gloo needs one address family on every rank" in msg, msg
         out = real_launch(sim, NODES, timeout=120)
@@ -459,7 +465,8 @@ def test_own_address_peers_cannot_reach_is_red_on_that_node(healthy_sim):
         sim.exec("node2", ["ip", "addr", "del", "fd00:c7::2/64", "dev", "eth0"])
 
 
-def test_a_hostname_other_than_the_hostfile_name_resolving_to_a_routable_address_is_green(healthy_sim):
+def test_a_hostname_other_than_the_hostfile_name_resolving_to_a_routable_address_is_green(
+        healthy_sim):
     """node3's `hostname` is 'gpu-box-7', which resolves there to its own routable address: gloo
     advertises that address, the peers reach it, the launch works; F7 is green (H2 warns)."""
     sim = healthy_sim
@@ -468,6 +475,7 @@ def test_a_hostname_other_than_the_hostfile_name_resolving_to_a_routable_address
     sim.add_hosts_line("node3", f"{sim.nodes[2].address} gpu-box-7")
     r = run_suite(sim, *FAST)
     assert r.returncode == 0, r.describe()
-    assert r.properties["test_own_address[node3]"]["own_address"] == f"{sim.nodes[2].address} (hostname)"
+    own = r.properties["test_own_address[node3]"]["own_address"]
+    assert own == f"{sim.nodes[2].address} (hostname)"
     out = real_launch(sim, NODES)
     assert launch_ok(out, 3), out[-3000:]

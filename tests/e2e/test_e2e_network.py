@@ -33,7 +33,8 @@ def test_healthy_network_is_green_and_leaves_nothing(healthy_sim):
 def test_high_ports_dropped_on_node3(healthy_sim):
     """A stateless rule dropping every high port (22 stays open) on node3: connections into node3
     time out, and so do node3's own (the replies to its ephemeral ports are high ports too)."""
-    healthy_sim.iptables("node3", ["-A", "INPUT", "-p", "tcp", "--dport", "1024:65535", "-j", "DROP"])
+    healthy_sim.iptables("node3",
+                         ["-A", "INPUT", "-p", "tcp", "--dport", "1024:65535", "-j", "DROP"])
     result = run_suite(healthy_sim, *NET)
     into = {"test_high_ports[node1->node3]", "test_high_ports[node2->node3]",
             "test_high_ports[node3->node3]"}
@@ -57,7 +58,8 @@ def test_stateful_firewall_drops_only_inbound(healthy_sim):
     """With replies accepted (conntrack), exactly the pairs INTO node3 are red."""
     healthy_sim.iptables("node3", ["-A", "INPUT", "-m", "conntrack", "--ctstate",
                                    "ESTABLISHED,RELATED", "-j", "ACCEPT"])
-    healthy_sim.iptables("node3", ["-A", "INPUT", "-p", "tcp", "--dport", "1024:65535", "-j", "REJECT"])
+    healthy_sim.iptables("node3",
+                         ["-A", "INPUT", "-p", "tcp", "--dport", "1024:65535", "-j", "REJECT"])
     result = run_suite(healthy_sim, *NET)
     assert result.failed == {"test_firewall_rules[node3]"}, result.describe()
     for a in ("node1", "node2", "node3"):

@@ -58,7 +58,8 @@ def test_slurm_and_hostfile_and_bad_hostlist_are_usage_errors(healthy_sim):
                              "--mpi-hostfile", str(healthy_sim.hostfile))
     assert r.returncode == 4 and "two node lists given: --hostfile" in r.output, r.output[-800:]
     r = run_without_hostfile(healthy_sim, "-m", "hostfile",
-                             env={"SLURM_JOB_NODELIST": "node[1-2]-ib", "SLURM_TASKS_PER_NODE": "1"})
+                             env={"SLURM_JOB_NODELIST": "node[1-2]-ib",
+                                  "SLURM_TASKS_PER_NODE": "1"})
     assert r.returncode == 4 and "Invalid hostlist: node[1-2]-ib" in r.output
 
 

@@ -78,15 +78,18 @@ def test_dead_node_is_one_red_and_the_others_launch_now(sim4, work):
     assert by and set(by.values()) == {"test_login[node3]"}
     assert all(first.outcomes[t] == "skipped" for t in by)
     assert all("node3" in t or t.startswith("test_allreduce") for t in by), sorted(by)
-    assert {"test_ssh_trust[node1->node3]", "test_ssh_trust[node3->node1]", "test_pdsh[node1->node3]",
+    assert {"test_ssh_trust[node1->node3]", "test_ssh_trust[node3->node1]",
+            "test_pdsh[node1->node3]",
             "test_high_ports[node2->node3]", "test_launch_rehearsal[node3]", "test_versions[node3]",
             "test_allreduce", "test_allreduce_pair[node1<->node3]"} <= set(by)
     assert ("blocked by test_login[node3]: node3 refuses connections"
             in first.message("test_ssh_trust[node1->node3]"))
     lines = summary_of(first)
     assert lines[0].startswith("Causes (1;"), lines[:3]
-    assert re.match(r"  node3: connection refused \(test_login\[node3\]; blocks \d+ checks\)", lines[1])
-    assert lines[-1].startswith("deepspeed --hostfile ") and lines[-1].endswith("hostfile.healthy ...")
+    assert re.match(r"  node3: connection refused \(test_login\[node3\]; blocks \d+ checks\)",
+                    lines[1])
+    assert lines[-1].startswith("deepspeed --hostfile ")
+    assert lines[-1].endswith("hostfile.healthy ...")
     assert "--exclude node3 ..." in lines[-2]
     healthy = first.junit.parent / "hostfile.healthy"
     assert healthy.read_text() == "node1 slots=1\nnode2 slots=1\nnode4 slots=1\n"

@@ -32,7 +32,8 @@ def test_sigint_while_probing_ends_promptly_and_leaves_nothing(healthy_sim, tmp_
             "--ssh-config", str(healthy_sim.ssh_config), "-p", "no:cacheprovider", *FAST,
             f"--junitxml={tmp_path / 'junit.xml'}"]
     # SIGINT as at a terminal (a shell's background job would ignore it)
-    proc = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    proc = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True,
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline and not ours_on(healthy_sim, "node2"):
@@ -56,7 +57,8 @@ def _interrupt_when(sim, marker: str, pattern: str, tmp_path) -> tuple[float, st
     argv = [sys.executable, "-m", "pytest", "--hostfile", str(sim.hostfile),
             "--ssh-config", str(sim.ssh_config), "-p", "no:cacheprovider", "-m", marker,
             f"--junitxml={tmp_path / 'junit.xml'}"]
-    proc = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    proc = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True,
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         deadline = time.monotonic() + 120
@@ -76,7 +78,8 @@ def _interrupt_when(sim, marker: str, pattern: str, tmp_path) -> tuple[float, st
 
 def in_node(sim, node: str) -> str:
     pid = str(sim.node(node).pid)
-    return sim.exec(node, ["pgrep", "-af", "--ns", pid, "--nslist", "net", "python|pdsh|ssh |timeout"]).stdout
+    argv = ["pgrep", "-af", "--ns", pid, "--nslist", "net", "python|pdsh|ssh |timeout"]
+    return sim.exec(node, argv).stdout
 
 
 def test_sigint_during_bandwidth_and_training_leaves_nothing(healthy_sim, tmp_path):
@@ -89,7 +92,8 @@ def test_sigint_during_bandwidth_and_training_leaves_nothing(healthy_sim, tmp_pa
         time.sleep(1)
         for node in ("node1", "node2", "node3"):
             left = [ln for ln in in_node(healthy_sim, node).splitlines()
-                    if any(p in ln for p in ("allreduce", "train_smoke", "ct-run-", "deepspeed", "pdsh"))]
+                    if any(p in ln for p in
+                           ("allreduce", "train_smoke", "ct-run-", "deepspeed", "pdsh"))]
             assert left == [], (marker, node, left)
     assert set(glob.glob("/tmp/ct-train-*")) <= before, "scratch directories left behind"
 
@@ -138,7 +142,9 @@ def test_hostile_hostfile_lines_are_never_run(healthy_sim, tmp_path):
 
 def test_secret_values_never_reported(healthy_sim):
     secret = "s3cr3t-Value-42"
-    healthy_sim.append_bashrc("node2", f"export HF_TOKEN={secret}\nexport NCCL_SOCKET_IFNAME={secret}\n")
-    r = run_suite(healthy_sim, "-m", "ssh or names or hostfile or env or network", env={"MY_API_KEY": secret})
+    healthy_sim.append_bashrc("node2",
+                              f"export HF_TOKEN={secret}\nexport NCCL_SOCKET_IFNAME={secret}\n")
+    r = run_suite(healthy_sim, "-m", "ssh or names or hostfile or env or network",
+                  env={"MY_API_KEY": secret})
     blob = r.output + r.junit.read_text() + (r.junit.parent / "summary.json").read_text()
     assert secret not in blob

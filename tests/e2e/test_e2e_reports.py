@@ -40,7 +40,8 @@ def test_fixes_are_deduplicated():
     problem = Problem(("a", "b"), "public key refused", "a -> b: public key refused",
                       fix="on b: chmod 600 ~/.ssh/authorized_keys")
     for i in range(5):
-        rec.outcomes[f"t{i}"] = Outcome(f"t{i}", "t", "m", "failed", problem.text(), pair=("a", "b"),
+        rec.outcomes[f"t{i}"] = Outcome(f"t{i}", "t", "m", "failed", problem.text(),
+                                        pair=("a", "b"),
                                         properties={PROPERTY: problem.to_json()})
     assert rec.fixes() == ["on b: chmod 600 ~/.ssh/authorized_keys"]
     assert len(rec.causes()) == 1 and rec.causes()[0]["checks"] == [f"t{i}" for i in range(5)]

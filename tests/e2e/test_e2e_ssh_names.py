@@ -113,8 +113,10 @@ def test_missing_key_fails_only_that_ordered_pair(healthy_sim):
             in r.message("test_pdsh[node1->node3]"))
     msg = r.message("test_ssh_trust[node1->node3]")
     assert "node1 -> node3: public key refused" in msg
-    assert "node1's key (~/.ssh/id_ed25519.pub) is not in /root/.ssh/authorized_keys on node3" in msg
-    assert "ssh node1 cat ~/.ssh/id_ed25519.pub | ssh node3 'cat >> /root/.ssh/authorized_keys'" in msg
+    assert ("node1's key (~/.ssh/id_ed25519.pub) is not in /root/.ssh/authorized_keys on node3"
+            in msg)
+    assert ("ssh node1 cat ~/.ssh/id_ed25519.pub | ssh node3 'cat >> /root/.ssh/authorized_keys'"
+            in msg)
     assert "test_ssh_trust[node3->node1]" in r.passed
 
 

@@ -94,7 +94,8 @@ def test_t2_message_names_the_pair_and_keeps_consequences_short():
 
 
 def test_exit_code_of_a_remote_launch_is_not_called_an_ssh_failure():
-    diags = tdiag.diagnose("pdsh@node1: node2: ssh exited with exit code 4\n", hosts=["node1", "node2"])
+    diags = tdiag.diagnose("pdsh@node1: node2: ssh exited with exit code 4\n",
+                           hosts=["node1", "node2"])
     assert diags[0].kind == "ssh-exit" and "exited with code 4" in diags[0].cause
     assert "ssh leg" not in diags[0].cause
 
@@ -158,14 +159,16 @@ def test_broken_trust_fails_t2_fast_naming_the_pair(healthy_sim):
 
 def test_firewall_dropping_high_ports_fails_t1_on_loopback(healthy_sim):
     # The rule has no -i: it also drops the node's own loopback rendezvous, so T1 already fails.
-    healthy_sim.iptables("node3", ["-A", "INPUT", "-p", "tcp", "--dport", "1024:65535", "-j", "DROP"])
+    healthy_sim.iptables("node3",
+                         ["-A", "INPUT", "-p", "tcp", "--dport", "1024:65535", "-j", "DROP"])
     result = run_suite(healthy_sim, *ARGS)
     assert result.failed == {"test_train_single_node[node3]"}, result.describe()
     msg = result.message("test_train_single_node[node3]")
     assert "node3: this node cannot connect to the rendezvous master 127.0.0.1:29500" in msg, msg
     assert "iptables -I INPUT -i lo -j ACCEPT" in msg
     assert result.outcomes[T2] == "skipped"
-    assert "blocked by test_train_single_node[node3]: node3 cannot train alone" in result.message(T2)
+    assert ("blocked by test_train_single_node[node3]: node3 cannot train alone"
+            in result.message(T2))
     _no_leftovers(healthy_sim)
 
 

@@ -47,11 +47,13 @@ def _pytest(sim, tmp, *args: str) -> tuple[SuiteResult, dict]:
     argv = [sys.executable, "-m", "pytest", "--hostfile", str(sim.hostfile), "--ssh-config",
             str(sim.ssh_config), "-o", f"cache_dir={tmp / 'cache'}", f"--junitxml={junit}",
             "-q", "-rA", *args]
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTEST_ADDOPTS", "PYTEST_XDIST_WORKER")}
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("PYTEST_ADDOPTS", "PYTEST_XDIST_WORKER")}
     start = time.monotonic()
     proc = subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True,
                           errors="replace", timeout=600, check=False)
-    r = SuiteResult(proc.returncode, proc.stdout + proc.stderr, time.monotonic() - start, junit=junit)
+    r = SuiteResult(proc.returncode, proc.stdout + proc.stderr, time.monotonic() - start,
+                    junit=junit)
     r.outcomes, r.messages, r.properties, r.classnames = parse_junit(junit)
     return r, json.loads(junit.with_name("summary.json").read_text())
 
@@ -65,7 +67,8 @@ def test_last_failed_reruns_only_the_failed_ids(healthy_sim, tmp_path):
     assert s1["meta"]["logged_in"] == ["node1", "node2", "node3"]
     healthy_sim.restore()
     again, s2 = _pytest(healthy_sim, tmp_path, "-m", "ssh", "--lf")
-    assert again.outcomes == {"test_ssh_trust[node1->node3]": "passed", "test_pdsh[node1->node3]": "passed"}, \
+    assert again.outcomes == {"test_ssh_trust[node1->node3]": "passed",
+                              "test_pdsh[node1->node3]": "passed"}, \
         again.describe()
     # the launcher logged in only to the nodes these ids touch (pdsh runs from node1), once each
     assert s2["meta"]["logged_in"] == ["node1", "node3"]

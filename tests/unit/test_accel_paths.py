@@ -22,7 +22,9 @@ FAST: dict[str, Any] = {"warmup": 1, "iters": 2, "connect_timeout": 10.0, "init_
 
 def _report(backends: dict[int, str], hosts: dict[str, int]) -> C.CollectiveReport:
     ranks = C.assign_ranks(hosts)
-    events: dict[int, list[dict[str, Any]]] = {r.rank: [{"event": "start", "backend": backends[r.rank], "device": "cpu"},
+    events: dict[int, list[dict[str, Any]]] = {r.rank: [{"event": "start",
+                                                         "backend": backends[r.rank],
+                                                         "device": "cpu"},
                        {"event": "done", "ok": True}] for r in ranks}
     return C.collect(events, ranks, {r.rank: 0 for r in ranks})
 
@@ -49,7 +51,8 @@ def test_all_gloo_on_an_npu_cluster_is_red_and_cpu_nodes_are_fine() -> None:
     assert "the launch runs hccl" in npu[0]
 
 
-def test_auto_falling_to_gloo_on_a_node_with_gpu_device_files_fails_in_setup(tmp_path: Path) -> None:
+def test_auto_falling_to_gloo_on_a_node_with_gpu_device_files_fails_in_setup(
+        tmp_path: Path) -> None:
     """The real worker, --backend auto, no CUDA here: with /dev/nvidia0 and /dev/nvidia1
     present (a fake /dev) every rank refuses gloo and says why, before any rendezvous."""
     (tmp_path / "nvidia0").touch()
@@ -126,7 +129,8 @@ def test_fabric_warnings_are_shown_though_the_supervisor_exited_0() -> None:
     assert "NCCL INFO" not in msg
 
 
-def test_hccl_init_hang_fix_names_its_ports_and_nics_and_the_device_stage_blames_the_device() -> None:
+def test_hccl_init_hang_fix_names_its_ports_and_nics_and_the_device_stage_blames_the_device(
+) -> None:
     ranks = C.assign_ranks({"node1": 1, "node2": 1})
     events: dict[int, list[dict[str, Any]]] = {
               0: [{"event": "start", "backend": "hccl", "init_timeout_s": 135.0},

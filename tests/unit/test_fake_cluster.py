@@ -23,7 +23,8 @@ from paths import REPO
 NODES = 8
 
 
-def _run(tmp_path: Path, pairs: str, extra: tuple[str, ...] = (), dead: int = 0) -> tuple[subprocess.CompletedProcess[str], ET.Element]:
+def _run(tmp_path: Path, pairs: str, extra: tuple[str, ...] = (),
+         dead: int = 0) -> tuple[subprocess.CompletedProcess[str], ET.Element]:
     hostfile = tmp_path / "hostfile"
     hostfile.write_text("".join(f"node{i} slots=2\n" for i in range(1, NODES + 1)))
     env = {k: v for k, v in os.environ.items() if k != "PYTEST_ADDOPTS"}
@@ -46,8 +47,10 @@ def _cases(root: ET.Element) -> list[ET.Element]:
 def test_healthy_fake_cluster_is_green(tmp_path: Path) -> None:
     proc, root = _run(tmp_path, "ring")
     cases = _cases(root)
-    failed = [c.get("name") for c in cases if c.find("failure") is not None or c.find("error") is not None]
-    assert not failed, f"{len(failed)} reds on a healthy fake cluster: {failed[:20]}\n{proc.stdout[-4000:]}"
+    failed = [c.get("name") for c in cases
+              if c.find("failure") is not None or c.find("error") is not None]
+    assert not failed, (f"{len(failed)} reds on a healthy fake cluster: "
+                        f"{failed[:20]}\n{proc.stdout[-4000:]}")
     blocked = [c.get("name") for c in cases
                if (s := c.find("skipped")) is not None and "blocked by" in (s.get("message") or "")]
     assert not blocked, f"blocked on a healthy fake cluster: {blocked[:20]}"

@@ -29,7 +29,8 @@ def test_handshakes_never_exceed_fanout(monkeypatch) -> None:
     names = [f"node{i}" for i in range(1, 41)]
     pool = T.Pool({n: T.SSHTarget(alias=n, hostname=n) for n in names}, fanout=3)
     half = len(names) // 2
-    threads = [threading.Thread(target=pool.map, args=(lambda n: pool.connection(n).connect(), part))
+    threads = [threading.Thread(target=pool.map,
+                                args=(lambda n: pool.connection(n).connect(), part))
                for part in (names[:half], names[half:])]
     for t in threads:
         t.start()

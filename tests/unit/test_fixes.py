@@ -1,6 +1,7 @@
-"""The fix script's pieces (cluster_tests.report.fixes): each command does its job, a second run changes
-nothing, any path or name is quoted safely, and the script is `bash -n` clean, in checklist
-order, with manual fixes as comments. The commands run here for real, on temporary files."""
+"""The fix script's pieces (cluster_tests.report.fixes): each command does its job, a second run
+changes nothing, any path or name is quoted safely, and the script is `bash -n` clean, in
+checklist order, with manual fixes as comments. The commands run here for real, on temporary
+files."""
 
 from __future__ import annotations
 
@@ -83,13 +84,15 @@ def test_modes_change_once(tmp_path):
 
 def _outcome(test_id, module, fixes=(), message="", fix=""):
     where = tuple(test_id.split("[", 1)[1].rstrip("]").split("->"))
-    problem = Problem(where, "cause", message or test_id, fix=fix, fixes=tuple(fixes), check=test_id)
+    problem = Problem(where, "cause", message or test_id, fix=fix, fixes=tuple(fixes),
+                      check=test_id)
     return Outcome(test_id, test_id.split("[")[0], module, "failed", problem.text(),
                    properties={PROPERTY: problem.to_json()})
 
 
 def test_script_is_in_checklist_order_merged_quoted_and_bash_n_clean(tmp_path):
-    hosts = fx.Fix("node3", "/etc/hosts: node1", (fixcmd.hosts_entry_cmd("node1", "10.0.0.1"),), "N2")
+    hosts = fx.Fix("node3", "/etc/hosts: node1", (fixcmd.hosts_entry_cmd("node1", "10.0.0.1"),),
+                   "N2")
     modes = fx.Fix("node-2", "modes", (fixcmd.chmod_cmd(f"/root/{ODD}", 0o600),), "S2")
     outcomes = [
         _outcome("test_name_consistent[node1]", "cluster_tests/checks/names.py", [hosts]),
@@ -108,7 +111,8 @@ def test_script_is_in_checklist_order_merged_quoted_and_bash_n_clean(tmp_path):
     assert blocks[0].startswith("# --- [S2] on node-2") and "needs a person" in blocks[1]
     assert blocks[2].startswith("# --- [N2] on node3")
     assert "# answers: test_name_consistent[node1], test_ssh_trust[node3->node1]" in text
-    assert "ssh -l alice -o BatchMode=yes -o ConnectTimeout=5 -o StrictHostKeyChecking=yes node3 " in text
+    assert ("ssh -l alice -o BatchMode=yes -o ConnectTimeout=5 -o StrictHostKeyChecking=yes node3 "
+            in text)
     # the manual text stays a comment (no line of it is a command)
     assert "# fix: on node4: chmod 600 ~/.ssh/authorized_keys" in text
     assert all(ln.startswith(("#", "ssh ", "set ", "failed=", "ct_failed", "exit")) or not ln

@@ -100,7 +100,8 @@ def _report(time_us: float, wrong: int = 0, algbw: float | None = None) -> C.Col
 
 def test_formula_problems_holds_the_rows_to_nccl_tests_formulas() -> None:
     assert G.formula_problems(_report(100.0)) == []
-    assert G.formula_problems(_report(100.0, wrong=3)) == ["1048576 B: 6 wrong elements"]  # 3 on each rank
+    # 3 on each rank
+    assert G.formula_problems(_report(100.0, wrong=3)) == ["1048576 B: 6 wrong elements"]
     bad = G.formula_problems(_report(100.0, algbw=99.0))
     assert bad[0].startswith("1048576 B: algbw 99.0 != bytes/time")
     assert "1048576 B: busbw != algbw*2(n-1)/n" in bad

@@ -45,7 +45,8 @@ def test_sysfs_tree_read_by_the_probe(sysfs):
     assert set(ports) == {"hfi1_0:1", "mlx4_0:1", "mlx4_0:2", "mlx5_0:1"}
     assert ports["mlx4_0:2"].state == "ACTIVE" and ports["mlx4_0:2"].phys_state == "LinkUp"
     assert ports["mlx4_0:2"].link_layer == "InfiniBand" and not ports["mlx4_0:2"].roce
-    assert ports["hfi1_0:1"].rate_gbps == 100 and ports["mlx5_0:1"].rate_text == "25 Gb/sec (1X EDR)"
+    assert ports["hfi1_0:1"].rate_gbps == 100
+    assert ports["mlx5_0:1"].rate_text == "25 Gb/sec (1X EDR)"
     # the fixture's one edited value ('4: ACTIVE' in phys_state) reads as the kernel's number 4
     assert ports["mlx5_0:1"].phys_state == "PortConfigurationTraining"
     assert all(p.up for p in ports.values())
@@ -82,8 +83,10 @@ def test_port_down_where_the_peer_has_it_up():
     assert len(problems) == 2
     assert problems[0].startswith("mlx4_1:2 (down") and "active on node1" in problems[0]
     # a port that NCCL_IB_HCA leaves out is none of the launch's business
-    assert rdma.compare_ports("node2", mine, {"node1": peer}, rdma.parse_hca_spec("=mlx4_0:1,mlx4_1:1")) == []
-    assert len(rdma.compare_ports("node2", mine, {"node1": peer}, rdma.parse_hca_spec("mlx4_1"))) == 1
+    assert rdma.compare_ports("node2", mine, {"node1": peer},
+                              rdma.parse_hca_spec("=mlx4_0:1,mlx4_1:1")) == []
+    assert len(rdma.compare_ports("node2", mine, {"node1": peer},
+                                  rdma.parse_hca_spec("mlx4_1"))) == 1
     # the other way round: node1's ports are all up, nothing to say
     assert rdma.compare_ports("node1", peer, {"node2": mine}) == []
 
@@ -183,7 +186,7 @@ def test_dev_shm_container_default_is_too_small_for_two_ranks():
     assert seg < rdma.SHM_PER_RANK_MB << 20
 
 
-# -- NVIDIA -------------------------------------------------------------------------------------------
+# -- NVIDIA ----------------------------------------------------------------------------------------
 
 def test_nvidia_smi_q_a10_remap_pending():
     gpus = gpuhealth.parse_nvidia_smi_q(sample("nvidia-smi-q-a10-1gpu-remap-pending.txt"))
@@ -251,7 +254,7 @@ def test_judge_nvidia_ties_xids_to_the_gpu():
     assert any("2 NVSwitch(es) but no fabric manager running" in p for p in problems)
 
 
-# -- Ascend -------------------------------------------------------------------------------------------
+# -- Ascend ----------------------------------------------------------------------------------------
 
 def _ok(text: str) -> dict:
     return {"rc": 0, "out": text, "err": ""}
@@ -305,7 +308,8 @@ def test_nccl_log_ib_multi_hca_with_warn():
 
 def test_nccl_log_roce_2_7_8_and_shm_direct():
     t = nccllog.parse(sample("nccl-debug-roce-ibv-create-cq-failed-nccl2.7.8.txt"))
-    assert t.network == "IB" and t.net_devices == ["mlx5_1:1/RoCE"] and t.version == "2.7.8+cuda11.0"
+    assert (t.network == "IB" and t.net_devices == ["mlx5_1:1/RoCE"]
+            and t.version == "2.7.8+cuda11.0")
     shm = nccllog.parse(sample("nccl-debug-shm-direct-8gpu-l20.txt"))
     assert shm.intra == {"SHM/direct/direct"} and shm.network == "" and not shm.on_sockets
 
@@ -343,7 +347,8 @@ def _report(lines_by_host):
     from cluster_tests.judge import collective as C
 
     ranks = C.assign_ranks({h: 1 for h in lines_by_host})
-    events: dict[int, list[dict[str, Any]]] = {r.rank: [{"event": "start", "backend": "nccl"}, {"event": "joined"},
+    events: dict[int, list[dict[str, Any]]] = {r.rank: [{"event": "start", "backend": "nccl"},
+                                                        {"event": "joined"},
                        {"event": "transport", "lines": lines_by_host[r.host].splitlines()},
                        {"event": "init_ok"}, {"event": "done", "ok": True}] for r in ranks}
     return C, C.collect(events, ranks, {r.rank: 0 for r in ranks})
@@ -385,7 +390,8 @@ def test_probe_fabric_section_reads_this_machine(tmp_path, monkeypatch, sysfs):
     monkeypatch.setenv("CLUSTER_TESTS_SYSFS", str(sysfs))
     data = probe.section_fabric({})
     soft = resource.getrlimit(resource.RLIMIT_MEMLOCK)[0]
-    assert data["limits"]["memlock_soft_kb"] == (-1 if soft == resource.RLIM_INFINITY else soft // 1024)
+    want = -1 if soft == resource.RLIM_INFINITY else soft // 1024
+    assert data["limits"]["memlock_soft_kb"] == want
     assert data["limits"]["rc_ulimit_lines"][0] == [str(tmp_path / ".bashrc"), 3, "ulimit -l 64"]
     assert data["limits"]["ancestors"][0]["pid"] > 0
     assert data["shm"]["exists"] and data["shm"]["total_bytes"] > 0

@@ -181,19 +181,22 @@ def test_rank_stopped_mid_sweep_trips_the_collective_watchdog() -> None:
 
 def test_slow_link_stops_the_sweep_instead_of_running_into_the_watchdog() -> None:
     """A per-size budget far below one 16M call: the first size is still measured (at least one
-    timed call), the 16M size, predicted from 1K above the budget, ends the sweep with a `stopped` event before any call of it, and the busbw check fails."""
+    timed call), the 16M size, predicted from 1K above the budget, ends the sweep with a `stopped`
+    event before any call of it, and the busbw check fails."""
     report = LC.run_local(2, C.parse_sizes("1K,16M,64M"), **FAST, size_seconds=0.0005)
     assert report.verdict == "ok", report.message
     assert [row.size_bytes for row in report.rows] == [1024]
     iters = report.rows[0].iters
     assert iters is not None and 1 <= iters <= 5 and report.iters == 5
     if iters < 5:
-        assert f"# slow link: fewer timed calls at 1KB ({report.rows[0].iters})" in C.format_table(report)
+        assert (f"# slow link: fewer timed calls at 1KB ({report.rows[0].iters})"
+                in C.format_table(report))
     assert report.stopped is not None
     assert report.stopped.size_bytes == 16 << 20 and report.stopped.skipped == (16 << 20, 64 << 20)
     assert report.stopped.op_seconds > 0.0005
     assert "sweep stopped before 16MB" in report.message
-    assert "# sweep stopped before 16MB: one all_reduce of that size would take about" in C.format_table(report)
+    assert ("# sweep stopped before 16MB: one all_reduce of that size would take about"
+            in C.format_table(report))
     verdict = C.judge_busbw(report.rows, stopped=report.stopped)
     assert verdict.judged and not verdict.ok
     assert "not measured: 16MB, 64MB" in verdict.message
@@ -204,7 +207,8 @@ def test_a_sweep_stopped_before_any_size_says_why() -> None:
     ranks = C.assign_ranks({"node1": 1, "node2": 1})
     stopped = {"event": "stopped", "size_bytes": 1 << 30, "op_seconds": 70.0,
                "left_seconds": 100.0, "size_seconds": 10.0, "skipped": [1 << 30]}
-    events: dict[int, list[dict[str, Any]]] = {r.rank: [{"event": "start", "backend": "gloo"}, {"event": "joined"},
+    events: dict[int, list[dict[str, Any]]] = {r.rank: [{"event": "start", "backend": "gloo"},
+                                                        {"event": "joined"},
                        {"event": "init_ok"}, stopped, {"event": "done", "ok": True}]
               for r in ranks}
     report = C.collect(events, ranks, {0: 0, 1: 0})

@@ -108,7 +108,8 @@ def test_tmpdir_missing_is_a_warning_naming_the_line_and_the_fallback():
 def test_tmpdir_from_the_launch_not_a_dir_not_writable_are_warnings():
     base = {"TMPDIR": "/t", "from_launch": True, "effective": _dir("/tmp")}
     v = ec.judge_tmpdir({**base, "tmpdir": _dir("/t", is_dir=False)})
-    assert v.problems == [] and "(from the launch's .deepspeed_env) is not a directory" in v.warnings[0]
+    assert v.problems == []
+    assert "(from the launch's .deepspeed_env) is not a directory" in v.warnings[0]
     v = ec.judge_tmpdir({**base, "tmpdir": _dir("/t", writable=False, error="PermissionError: x")})
     assert "is not writable (PermissionError: x)" in v.warnings[0]
 

@@ -25,7 +25,8 @@ def test_every_check_says_what_the_launch_needs_of_it():
         functions |= {n.name for n in ast.parse(path.read_text()).body
                       if isinstance(n, ast.FunctionDef) and n.name.startswith("test_")}
     assert set(LAUNCH_NEEDS) == functions
-    assert set(LAUNCH_NEEDS.values()) <= {"node", "pair", "from-rank0", "rank0-pair", "as-rank0", "none"}
+    assert set(LAUNCH_NEEDS.values()) <= {"node", "pair", "from-rank0", "rank0-pair", "as-rank0",
+                                          "none"}
 
 
 def test_a_dead_node_is_excluded_and_rank0_stays():
@@ -83,15 +84,19 @@ def test_world_multiple_drops_the_slowest_extra_nodes():
 
 
 def test_checks_the_launch_does_not_need_exclude_nothing():
-    got = healthy(NODES, [red(ids.LOGIN.name + "_time", "node2"), red("test_resolve_fast", "node3", "node2")])
+    got = healthy(NODES,
+                  [red(ids.LOGIN.name + "_time", "node2"),
+                   red("test_resolve_fast", "node3", "node2")])
     assert not got.changed
     assert needs(red(ids.PDSH.name, "launcher", "node3")) == "from-rank0"
-    assert healthy(NODES, [red(ids.PDSH.name, "launcher", "node3")]).kept == ["node1", "node2", "node4"]
+    assert healthy(NODES, [red(ids.PDSH.name, "launcher", "node3")]).kept == ["node1", "node2",
+                                                                              "node4"]
 
 
 def test_problem_travels_as_json_and_one_fix_is_one_cause():
     fix = Fix("node3", "authorize node1's key", ("grep -q x f || echo x >> f",), "S4")
-    a = Problem(("node1", "node3"), "public key refused", "node1 -> node3: refused", fix="append it",
+    a = Problem(("node1", "node3"), "public key refused", "node1 -> node3: refused",
+                fix="append it",
                 fixes=(fix,), item="S4", launch="from-rank0", check="test_ssh_trust[node1->node3]")
     back = Problem.from_json(a.to_json())
     assert back == a and back is not None and back.fixes[0].commands == fix.commands

@@ -1,4 +1,5 @@
-"""cluster_tests.judge.hostfile: equal to DeepSpeed 0.19's parser, lint traps, bad input, filters."""
+"""cluster_tests.judge.hostfile: equal to DeepSpeed 0.19's parser, lint traps, bad input,
+filters."""
 
 from __future__ import annotations
 

@@ -96,7 +96,8 @@ _values = st.text(alphabet=st.characters(codec="utf-8", exclude_characters="\x00
 _names = st.from_regex(r"(PYTHON|NCCL|UCX|MV2|MLFLOW|HCCL|OTHER)_[A-Z]{1,4}", fullmatch=True)
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=60, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(env=st.dictionaries(_names, _values, max_size=5),
        lines=st.lists(st.tuples(_names, _values), max_size=4))
 def test_generated_environments_and_env_files(monkeypatch, tmp_path, env, lines):
@@ -168,7 +169,8 @@ def test_verdicts():
     missing = _leg("node3: bash: line 1: /venv/bin/python: No such file or directory\n"
                    "pdsh@node1: node3: ssh exited with exit code 127\n")
     assert missing.kind == "fail" and "which does not exist on node3" in missing.text
-    ssh = _leg("node3: Host key verification failed.\npdsh@node1: node3: ssh exited with exit code 255\n")
+    ssh = _leg("node3: Host key verification failed.\n"
+               "pdsh@node1: node3: ssh exited with exit code 255\n")
     assert ssh.kind == "skip" and "see test_pdsh[node1->node3]" in ssh.text
     hung = _leg("node3: CT_STEP:import torch\npdsh@node1: node3: command timeout\n")
     assert hung.kind == "fail" and "stuck in `import torch`" in hung.text

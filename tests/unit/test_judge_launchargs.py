@@ -16,7 +16,8 @@ def test_defaults_are_deepspeeds(parse_args) -> None:
     if parse_args is None:
         pytest.importorskip("deepspeed")
     a = la.parse("", parse_args)
-    assert (a.master_addr, a.master_port, a.include, a.exclude, a.ssh_port) == ("", 29500, "", "", None)
+    assert (a.master_addr, a.master_port, a.include, a.exclude, a.ssh_port) == ("", 29500, "", "",
+                                                                                None)
     assert a.given == frozenset() and a.passthrough == ()
 
 
@@ -26,7 +27,8 @@ def test_flags_aliases_and_passthrough(parse_args) -> None:
         pytest.importorskip("deepspeed")
     a = la.parse("--master_port=29600 -i node1@node2:0 --ssh_port 2222 "
                  "--launcher_args '-f 8' --master_addr 10.0.0.1", parse_args)
-    assert (a.master_addr, a.master_port, a.include, a.ssh_port) == ("10.0.0.1", 29600, "node1@node2:0", 2222)
+    assert (a.master_addr, a.master_port, a.include, a.ssh_port) == ("10.0.0.1", 29600,
+                                                                     "node1@node2:0", 2222)
     assert a.given == {"master_addr", "master_port", "include", "ssh_port"}
     assert a.passthrough == ("--ssh_port", "2222", "--launcher_args", "-f 8")
     # the script and its arguments, if the user wrote them, are not launcher flags

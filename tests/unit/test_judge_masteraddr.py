@@ -26,7 +26,8 @@ def test_marked_command_runs_in_a_shell_and_reads_back() -> None:
     # markers (the outer shell's startup) and the inner command's stdout between them
     cmd = ma.marked_command(["printf", "%s\\n", "hello", "10.0.0.1 "], 5).replace(
         "printf -o BatchMode=yes -o ConnectTimeout=5", "printf")
-    out = subprocess.run(["sh", "-c", "echo outer noise; " + cmd], capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(["sh", "-c", "echo outer noise; " + cmd], capture_output=True, text=True,
+                         check=True).stdout
     body, rc = ma.read_marked(out)
     assert rc == 0 and body == "hello\n10.0.0.1 \n"
     assert ma.read_marked("no markers") == (None, None)
@@ -49,7 +50,8 @@ def test_first_word_of_stdout_as_the_runner_takes_it() -> None:
 def test_hostname_failing_or_unsupported_or_silent_stops_the_launch() -> None:
     (msg,) = ma.problems(_derived("", rc=1, stderr="hostname: invalid option -- 'I'\n"), RANK0, {})
     assert "this `hostname` has no -I option" in msg and "fix: pass --master_addr node1" in msg
-    (msg,) = ma.problems(_derived("", rc=255, stderr="ssh: connect to host node1: refused\n"), RANK0, {})
+    (msg,) = ma.problems(_derived("", rc=255, stderr="ssh: connect to host node1: refused\n"),
+                         RANK0, {})
     assert "it exited 255" in msg
     (msg,) = ma.problems(_derived("\n"), RANK0, {})
     assert "prints nothing on stdout" in msg

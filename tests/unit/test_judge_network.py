@@ -11,11 +11,13 @@ def test_ifspec_nccl_syntax():
     assert nc.parse_ifspec("eth").matches("eth0") and not nc.parse_ifspec("eth").matches("ib0")
     spec = nc.parse_ifspec("eth,ib")
     assert spec.matches("ib1") and spec.matches("eth3") and not spec.matches("enp1")
-    assert nc.parse_ifspec("=eth0").matches("eth0") and not nc.parse_ifspec("=eth0").matches("eth01")
+    exact = nc.parse_ifspec("=eth0")
+    assert exact.matches("eth0") and not exact.matches("eth01")
     ex = nc.parse_ifspec("^docker,lo")
     assert ex.exclude and ex.matches("eth0") and not ex.matches("docker0") and not ex.matches("lo")
     exact_ex = nc.parse_ifspec("^=docker0")
-    assert exact_ex.exclude and exact_ex.exact and exact_ex.matches("docker1") and not exact_ex.matches("docker0")
+    assert exact_ex.exclude and exact_ex.exact
+    assert exact_ex.matches("docker1") and not exact_ex.matches("docker0")
     assert nc.parse_ifspec("=eth0,enp0").names == ("eth0", "enp0")
 
 
@@ -54,7 +56,8 @@ IPTABLES = """-P INPUT ACCEPT
 def test_iptables_input_drops_follow_jumps_only_from_input():
     found = nc.iptables_input_drops(IPTABLES)
     assert found == ["-A INPUT -p tcp -m tcp --dport 1024:65535 -j DROP",
-                     "-A ufw-input -p tcp -m tcp --dport 29500 -j REJECT --reject-with icmp-port-unreachable"]
+                     "-A ufw-input -p tcp -m tcp --dport 29500 -j REJECT --reject-with "
+                     "icmp-port-unreachable"]
     assert nc.iptables_input_drops("-P INPUT DROP\n") == ["-P INPUT DROP"]
     assert nc.iptables_input_drops("") == []
 

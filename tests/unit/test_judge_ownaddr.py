@@ -56,6 +56,7 @@ def test_gloo_dial_order_decides_red_or_warning() -> None:
     assert latent == [] and "torch falls back to 127.0.0.1" in found[0]
     found, _ = ownaddr.judge("node2", OWN, {"node1": {"status": "unreachable"}},
                              {"node1": "10.0.0.1"})
-    assert "IPv6" in found[0] and "gloo needs one address family on every rank: node1 advertises IPv4" in found[0]
+    assert "IPv6" in found[0] and ("gloo needs one address family on every rank: node1 advertises "
+                                   "IPv4") in found[0]
     assert ownaddr.dials("10.0.0.3", "10.0.0.2") and not ownaddr.dials("10.0.0.1", "10.0.0.2")
     assert ownaddr.dials("10.0.0.1", "fd00::2") and ownaddr.dials(None, "10.0.0.2")

@@ -1,7 +1,9 @@
-"""Tests of judge/trainargv, trainresult, traindiag, fixtures/localtrain and node/train_smoke.py (checklist T1, T2).
+"""Tests of judge/trainargv, trainresult, traindiag, fixtures/localtrain and node/train_smoke.py
+(checklist T1, T2).
 
 Real runs use the deepspeed launcher on this machine, on CPU (DS_ACCELERATOR=cpu, gloo), with
-2 local ranks. Run: .venv/bin/python -m pytest tests/unit/test_judge_training.py -p no:cacheprovider -q
+2 local ranks. Run:
+.venv/bin/python -m pytest tests/unit/test_judge_training.py -p no:cacheprovider -q
 """
 
 from __future__ import annotations
@@ -191,7 +193,7 @@ node1: CT_SMOKE {"event": "done", "rank": 0, "first_loss": 1.0, "last_loss": 0.1
 node1: CT_SMOKE {"event": "done", "rank": 1, "first_loss": 0.9, "last_loss": 0.2, "weights_sha256": "aa"}
 node2: CT_SMOKE {"event": "done", "rank": 2, "first_loss": 1.1, "last_loss": 0.1, "weights_sha256": "aa"}
 node2: CT_SMOKE {"event": "done", "rank": 3, "first_loss": 1.2, "last_loss": 0.3, "weights_sha256": "aa"}
-"""
+"""  # noqa: E501 (DeepSpeed's launcher lines and train_smoke's CT_SMOKE lines, unsplittable)
 
 
 def test_parse_output_pdsh_prefixed_all_good() -> None:
@@ -249,7 +251,7 @@ pdsh@node1: node2: ssh exited with exit code 255
 node4: ssh: Could not resolve hostname node4: Name or service not known
 pdsh@node1: node4: ssh exited with exit code 255
 node1: bash: line 1: deepspeed: command not found
-"""
+"""  # noqa: E501 (a captured DeepSpeed runner line, unsplittable)
 
 
 def test_diagnose_pdsh_ssh_failures_name_the_node() -> None:
@@ -326,8 +328,8 @@ def test_diagnose_pdsh_ssh_failures_name_the_node() -> None:
         ),
         (
             (
-                "RuntimeError: Using hostfile at /job/hostfile but host=node1 was not reachable via "
-                "ssh. If you are running with a single node please remove /job/hostfile"
+                "RuntimeError: Using hostfile at /job/hostfile but host=node1 was not reachable "
+                "via ssh. If you are running with a single node please remove /job/hostfile"
             ),
             "launcher-ssh-check",
             "node1",
@@ -380,7 +382,8 @@ def test_diagnose_ranks_never_started_are_located_by_rank_mapping() -> None:
 
 
 def test_single_node_argv() -> None:
-    argv = targv.single_node_argv("/v/bin/deepspeed", "/s/train_smoke.py", 8, 29611, ["--steps", "5"])
+    argv = targv.single_node_argv("/v/bin/deepspeed", "/s/train_smoke.py", 8, 29611,
+                                  ["--steps", "5"])
     assert argv == [
         "/v/bin/deepspeed", "--hostfile", targv.NO_HOSTFILE, "--num_gpus", "8",
         "--master_port", "29611", "/s/train_smoke.py", "--steps", "5",

@@ -33,7 +33,8 @@ def test_documented_examples():
     assert nl.expand_hostlist("linux[1-3,6]") == ["linux1", "linux2", "linux3", "linux6"]
     assert len(nl.expand_hostlist("tux[0-5,12,20-25]")) == 13
     # the forms: zero padding kept, several ranges, order as written
-    assert nl.expand_hostlist("gpu-[01-04,07]") == ["gpu-01", "gpu-02", "gpu-03", "gpu-04", "gpu-07"]
+    assert nl.expand_hostlist("gpu-[01-04,07]") == ["gpu-01", "gpu-02", "gpu-03", "gpu-04",
+                                                    "gpu-07"]
     assert nl.expand_hostlist("a[1-2],b3") == ["a1", "a2", "b3"]
     # Slurm refuses text after the last bracket (scontrol: "Invalid hostlist: a[1-2]-ib,b3")
     with pytest.raises(nl.HostlistError):
@@ -138,7 +139,8 @@ def test_a_bad_slurm_name_fails_h1_naming_its_position(tmp_path):
 def test_choose_source_names_both_when_ambiguous():
     kw: dict[str, Any] = {"hostfile": None, "hostfile_from": "--hostfile", "mpi_hostfile": None}
     env = {"SLURM_JOB_NODELIST": "n[1-2]", "SKYPILOT_NODE_IPS": "10.0.0.1"}
-    with pytest.raises(nl.NodeListError, match=r"SLURM_JOB_NODELIST=n\[1-2\] and SKYPILOT_NODE_IPS"):
+    with pytest.raises(nl.NodeListError,
+                       match=r"SLURM_JOB_NODELIST=n\[1-2\] and SKYPILOT_NODE_IPS"):
         nl.choose_source(environ=env, **kw)
     assert nl.choose_source(environ=env, nodes_from="skypilot", **kw) == "skypilot"
     with pytest.raises(nl.NodeListError, match="--hostfile /h and --mpi-hostfile /m"):

@@ -13,13 +13,15 @@ def names(n: int) -> list[str]:
 
 @pytest.mark.parametrize("value,mode,k,seed", [
     ("all", "all", 0, 0), ("RING", "ring", 0, 0), ("auto", "auto", 0, 0),
-    ("sample:10", "sample", 10, 0), ("sample:10:7", "sample", 10, 7), ("sample:0:3", "sample", 0, 3),
+    ("sample:10", "sample", 10, 0), ("sample:10:7", "sample", 10, 7),
+    ("sample:0:3", "sample", 0, 3),
 ])
 def test_parse(value, mode, k, seed):
     assert P.parse_spec(value) == P.PairSpec(mode, k, seed)
 
 
-@pytest.mark.parametrize("bad", ["", "some", "sample", "sample:", "sample:x", "sample:-1", "sample:1:2:3",
+@pytest.mark.parametrize("bad",
+                         ["", "some", "sample", "sample:", "sample:x", "sample:-1", "sample:1:2:3",
                                  "sample:1:y"])
 def test_parse_rejects(bad):
     with pytest.raises(ValueError):
@@ -95,7 +97,8 @@ def test_sample_is_deterministic_per_seed():
 
 def test_sample_caps_at_all_pairs():
     ns = names(5)
-    assert sorted(P.select(ns, P.PairSpec("sample", 1000, 3))) == sorted(P.select(ns, P.PairSpec("all")))
+    assert sorted(P.select(ns, P.PairSpec("sample", 1000, 3))) == sorted(P.select(ns,
+                                                                                  P.PairSpec("all")))
     assert P.select(ns, P.PairSpec("sample", 0, 3)) == P.ring_pairs(ns)
 
 

@@ -76,7 +76,8 @@ def test_bandwidth_lines_from_properties():
 
 def test_html_has_the_red_cell_and_the_plot():
     page = html_report.render(_recorder(), FACTS, {"hostfile": "/h", "rank0": "node1"})
-    red = re.findall(r'<rect class="cell (\w+)" data-from="(\w+)" data-to="(\w+)"[^>]*fill="([^"]+)"',
+    red = re.findall(r'<rect class="cell (\w+)" data-from="(\w+)" '
+                     r'data-to="(\w+)"[^>]*fill="([^"]+)"',
                      page)
     ssh = red[: 9]
     assert [(a, b) for cls, a, b, fill in ssh if cls == "failed"] == [("node1", "node3")]
@@ -137,7 +138,8 @@ def test_progress_is_throttled_and_says_done():
 
 def test_keyword_form_of_pair_ids():
     assert keyword_form("ssh and node1->node2") == "ssh and node1_to_node2"
-    assert keyword_form("test_allreduce_pair[gpu-01<->gpu-02]") == "test_allreduce_pair[gpu-01_to_gpu-02]"
+    assert (keyword_form("test_allreduce_pair[gpu-01<->gpu-02]")
+            == "test_allreduce_pair[gpu-01_to_gpu-02]")
 
 
 def test_html_folds_the_ranks_stacks_by_group():

@@ -16,7 +16,8 @@ from cluster_tests.core import sections
 from cluster_tests.core import settings as S
 
 
-def _config(cli: dict | None = None, ini: dict | None = None) -> Any:  # a stand-in for pytest.Config
+def _config(cli: dict | None = None,
+            ini: dict | None = None) -> Any:  # a stand-in for pytest.Config
     """What read_settings asks of a pytest.Config: the parsed options and the ini values."""
     option = SimpleNamespace(**{opt.dest: None for opt in S.OPTIONS})
     for dest, value in (cli or {}).items():
@@ -44,7 +45,8 @@ def test_every_option_is_declared_once_with_names_from_its_flag() -> None:
 
 def test_defaults_typed_per_section() -> None:
     s = S.read_settings(_config())
-    assert s == dataclasses.replace(S.Settings(), ssh_config=str(Path("~/.ssh/config").expanduser()))
+    assert s == dataclasses.replace(S.Settings(),
+                                    ssh_config=str(Path("~/.ssh/config").expanduser()))
     assert s.hostfile is None and s.hostfile_source == "default"
     assert s.network.port_timeout == 3.0 and s.network.probe_ports == 2
     assert s.network.rtt_samples == 5
@@ -110,7 +112,8 @@ def test_a_bad_value_names_where_it_came_from(monkeypatch, where, message) -> No
     ({"ct_fanout": "x"}, "--fanout: bad value 'x': invalid literal for int() with base 10: 'x'"),
     ({"ct_output_dir": "rel/dir"}, "--output-dir rel/dir: give an absolute path, as the nodes "
      "see it (a relative path would be read from each node's home directory)"),
-    ({"ssh_config": "/nonexistent/ssh_config"}, "--ssh-config /nonexistent/ssh_config: no such file"),
+    ({"ssh_config": "/nonexistent/ssh_config"},
+     "--ssh-config /nonexistent/ssh_config: no such file"),
 ])
 def test_bad_values_keep_their_messages(cli, message) -> None:
     with pytest.raises(pytest.UsageError) as err:
@@ -136,13 +139,17 @@ def test_markers_come_from_the_plugin_alone(tmp_path) -> None:
 
 
 def test_launch_args_feed_the_resolved_values() -> None:
-    s = S.read_settings(_config(cli={"ct_launch_args": "--master_port 29600 -e node3 --ssh_port 2222"}))
+    s = S.read_settings(_config(cli={"ct_launch_args": "--master_port 29600 -e node3 --ssh_port "
+                                                       "2222"}))
     assert (s.master_port, s.exclude, s.master_addr, s.ssh_port) == (29600, "node3", None, 2222)
     assert s.launch_passthrough == ("--ssh_port", "2222")
     # the suite's own options still work, and agree or are refused
-    s = S.read_settings(_config(cli={"ct_launch_args": "--master_addr node1", "ct_master_port": "29700"}))
+    s = S.read_settings(_config(cli={"ct_launch_args": "--master_addr node1",
+                                     "ct_master_port": "29700"}))
     assert (s.master_addr, s.master_port) == ("node1", 29700)
-    with pytest.raises(pytest.UsageError, match="--master-port 29700 and --launch-args' 29600 disagree"):
-        S.read_settings(_config(cli={"ct_launch_args": "--master_port 29600", "ct_master_port": "29700"}))
+    with pytest.raises(pytest.UsageError,
+                       match="--master-port 29700 and --launch-args' 29600 disagree"):
+        S.read_settings(_config(cli={"ct_launch_args": "--master_port 29600",
+                                     "ct_master_port": "29700"}))
     with pytest.raises(pytest.UsageError, match="--launch-args '--master_port x'"):
         S.read_settings(_config(cli={"ct_launch_args": "--master_port x"}))

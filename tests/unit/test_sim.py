@@ -73,7 +73,8 @@ def netns_of(pid: str) -> int | None:
 def leftovers(prefix: str, inodes: frozenset[int] | set[int] = frozenset()) -> list[str]:
     """Everything with the sim's prefix still on the machine."""
     found = []
-    netns = subprocess.run(["ip", "netns", "list"], check=False, capture_output=True, text=True).stdout
+    netns = subprocess.run(["ip", "netns", "list"], check=False, capture_output=True,
+                           text=True).stdout
     found += [f"netns {ln.split()[0]}" for ln in netns.splitlines()
               if ln.split() and ln.split()[0].startswith(prefix)]
     links = json.loads(subprocess.run(["ip", "-j", "link"], check=False, capture_output=True,
@@ -231,7 +232,8 @@ def test_dev_shm_private_per_node(sim: SimCluster) -> None:
 
 
 def test_venv_python_imports_torch_inside_a_node(sim: SimCluster) -> None:
-    cp = sim.exec("node2", [sys.executable, "-c", "import torch, socket; print(socket.gethostname())"],
+    cp = sim.exec("node2",
+                  [sys.executable, "-c", "import torch, socket; print(socket.gethostname())"],
                   timeout=120)
     assert cp.returncode == 0, cp.stderr
     assert cp.stdout.strip() == "node2"
@@ -507,7 +509,8 @@ def test_down_leaves_nothing(sim: SimCluster, host_before: dict) -> None:
         prefix, inodes = other.prefix, other.netns_inodes()
         assert prefix != sim.prefix and other.subnet != sim.subnet  # two sims coexist
         assert len(inodes) == 2
-        other.exec("node1", ["sh", "-c", "sleep 300 >/dev/null 2>&1 &"])  # a stray process in a node
+        # a stray process in a node
+        other.exec("node1", ["sh", "-c", "sleep 300 >/dev/null 2>&1 &"])
         other.popen("node2", ["sleep", "300"])
         assert other.ssh("node2", ["hostname"]).stdout.strip() == "node2"
         assert sim.ssh("node2", ["hostname"]).stdout.strip() == "node2"

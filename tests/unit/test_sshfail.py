@@ -1,4 +1,5 @@
-"""One SSH-failure vocabulary: transport, S4/S5, the rehearsal (E5) and T2 name causes the same way."""
+"""One SSH-failure vocabulary: transport, S4/S5, the rehearsal (E5) and T2 name causes the same
+way."""
 
 from cluster_tests.core import transport
 from cluster_tests.judge import launch, ssh, sshfail, traindiag
@@ -10,8 +11,9 @@ def test_one_cause_enum():
 
 
 def test_classify_words():
-    assert ssh.classify_ssh_failure("Permission denied (publickey).", 255) == sshfail.Cause.AUTH.value
-    assert ssh.classify_ssh_failure("Permission denied (password).", 255) == "public keys not accepted"
+    classify = ssh.classify_ssh_failure
+    assert classify("Permission denied (publickey).", 255) == sshfail.Cause.AUTH.value
+    assert classify("Permission denied (password).", 255) == "public keys not accepted"
     assert sshfail.classify("ssh: Could not resolve hostname x", 255) is sshfail.Cause.DNS
 
 
@@ -25,7 +27,8 @@ def test_training_ssh_rules_are_the_vocabulary():
     """T2's ssh rules are sshfail's pdsh-leg words, in their order, with their texts."""
     words = [*sshfail.PDSH_LEG, sshfail.RUNNER_CHECK]
     rules = [r for r in traindiag._RULES if r.ssh_cause is not None]
-    assert [(r.kind, r.pattern.pattern, r.cause, r.hint, r.host_group, r.ssh_cause) for r in rules] == [
+    assert [(r.kind, r.pattern.pattern, r.cause, r.hint, r.host_group, r.ssh_cause)
+            for r in rules] == [
         (w.kind, w.pattern, w.says, w.fix, w.host_group, w.cause) for w in words
     ]
     assert traindiag.SSH_KINDS == {w.kind for w in words}
@@ -63,4 +66,5 @@ def test_transport_hints_are_the_vocabulary():
     assert transport._hint(target, sshfail.Cause.UNREACHABLE, None) == transport._hint(
         target, sshfail.Cause.TIMEOUT, None)
     assert transport._hint(target, sshfail.Cause.PROTOCOL, "/cfg") == "run: ssh -F /cfg -v n2 true"
-    assert transport._hint(target, sshfail.Cause.AUTH, "/cfg").startswith("ssh-copy-id -F /cfg -i /k/id.pub n2 ")
+    hint = transport._hint(target, sshfail.Cause.AUTH, "/cfg")
+    assert hint.startswith("ssh-copy-id -F /cfg -i /k/id.pub n2 ")

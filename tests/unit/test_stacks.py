@@ -96,7 +96,8 @@ HANG_OWNERS = {"10.3.66.1": "node1", "10.3.66.2": "node2", "10.3.66.3": "node3"}
 
 
 def test_the_node_in_every_missing_connection_is_named() -> None:
-    stuck = S.stuck_connects(HANG_SOCKETS, HANG_HOSTS, HANG_OWNERS, ["node1", "node2", "node3"], 29500)
+    nodes = ["node1", "node2", "node3"]
+    stuck = S.stuck_connects(HANG_SOCKETS, HANG_HOSTS, HANG_OWNERS, nodes, 29500)
     assert stuck.suspect == "node3"
     assert stuck.lines == [
         "rank 0 (node1): no connection with node3",
@@ -108,7 +109,8 @@ def test_the_node_in_every_missing_connection_is_named() -> None:
 
 def test_the_store_connections_do_not_count_and_one_missing_pair_names_no_node() -> None:
     # without the store port, rank 0's store server sockets would hide its missing peer
-    loose = S.stuck_connects(HANG_SOCKETS, HANG_HOSTS, HANG_OWNERS, ["node1", "node2", "node3"], None)
+    nodes = ["node1", "node2", "node3"]
+    loose = S.stuck_connects(HANG_SOCKETS, HANG_HOSTS, HANG_OWNERS, nodes, None)
     assert "rank 0 (node1)" not in "\n".join(loose.lines)
     one: dict[int, dict[str, list[Any]]] = {
         0: {"syn_sent": [], "established": []},
@@ -117,7 +119,8 @@ def test_the_store_connections_do_not_count_and_one_missing_pair_names_no_node()
     assert stuck.suspect is None  # node1<->node2 only: either end may hold the cause
     assert stuck.lines[1] == ("rank 1 (node2): still connecting to node1 (10.3.66.1:1), "
                               "no answer; no connection with node1")
-    assert S.stuck_connects({}, HANG_HOSTS, HANG_OWNERS, ["node1"], 29500) == S.StuckConnects([], None)
+    none = S.stuck_connects({}, HANG_HOSTS, HANG_OWNERS, ["node1"], 29500)
+    assert none == S.StuckConnects([], None)
 
 
 def test_tcp_peers_reads_a_real_connection_of_this_process() -> None:

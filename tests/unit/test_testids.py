@@ -60,7 +60,8 @@ def test_id_forms() -> None:
     assert f"see {ids.LOGIN}" == "see test_login"
     assert ids.LOGIN.of("node1") == "test_login[node1]"
     assert ids.RESOLVES.of("node1", "node2") == "test_resolves[node1->node2]"
-    assert (ids.ASCEND_ENV.item, ids.ASCEND_ENV.section, ids.ASCEND_ENV.module) == ("E4", "E", "env")
+    e4 = ids.ASCEND_ENV
+    assert (e4.item, e4.section, e4.module) == ("E4", "E", "env")
     assert ids.ALLREDUCE.section == "C"
     with pytest.raises(AttributeError):
         ids.LOGIN.name = "test_other"  # type: ignore[misc]
@@ -83,7 +84,8 @@ def test_constant_names_a_check(const: str) -> None:
     functions = _check_functions()
     where = [m for m, fns in functions.items() if t.name in fns]
     assert where, f"{const}: no test function {t.name} in cluster_tests/checks/"
-    assert where == [t.module], f"{const}: {t.name} is in {where}, its section {t.section} is {t.module}"
+    assert where == [t.module], (f"{const}: {t.name} is in {where}, its section {t.section} is "
+                                 f"{t.module}")
     doc = functions[t.module][t.name]
     assert doc.startswith(f"{t.item}:"), (
         f"{const}: item {t.item!r}, but {t.name}'s docstring opens {doc.split(':')[0]!r}")
@@ -99,7 +101,8 @@ def _spelled_names() -> list[str]:
         for n in ast.walk(tree):
             if isinstance(n, ast.Constant) and isinstance(n.value, str) and id(n) not in skip:
                 for name in TEST_NAME.findall(n.value):
-                    found.append(f"{path.relative_to(PACKAGE.parent)}:{n.lineno}: {name!r} in {n.value!r}")
+                    found.append(f"{path.relative_to(PACKAGE.parent)}:{n.lineno}: {name!r} in "
+                                 f"{n.value!r}")
     return found
 
 
@@ -107,4 +110,5 @@ def test_no_test_name_spelled_by_hand() -> None:
     """Refer to a check through core/testids.py: `ids.LOGIN.name`, f"see {ids.LOGIN.of(node)}";
     add a constant there for a check that has none."""
     found = _spelled_names()
-    assert not found, "test names spelled as strings (use cluster_tests.core.testids):\n" + "\n".join(found)
+    assert not found, ("test names spelled as strings (use cluster_tests.core.testids):\n"
+                       + "\n".join(found))

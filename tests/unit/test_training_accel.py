@@ -44,7 +44,8 @@ def _result(starts: dict[int, dict]) -> tres.SmokeResult:
     lines = "".join(
         f'{s["host"]}: CT_SMOKE {{"event": "start", "rank": {r}, "world_size": {len(starts)}, '
         f'"host": "{s["host"]}", "accelerator": "{s["accelerator"]}", "backend": '
-        f'"{s["backend"]}", "ds_accelerator_env": {s.get("env") and repr(s["env"]).replace(chr(39), chr(34)) or "null"}}}\n'
+        f'"{s["backend"]}", "ds_accelerator_env": '
+        f'{s.get("env") and repr(s["env"]).replace(chr(39), chr(34)) or "null"}}}\n'
         for r, s in starts.items())
     return tres.parse_output(lines, len(starts))
 
@@ -84,7 +85,8 @@ def test_the_launch_is_not_ok_and_explains_the_accelerator() -> None:
     assert launch.ok
     launch.accel_problems = ["node2: rank 0 trained on cpu (gloo), but node2 has 8 GPUs; x"]
     assert not launch.ok
-    assert "  node2: rank 0 trained on cpu (gloo), but node2 has 8 GPUs; x" in tx.explain(launch, cfg)
+    assert "  node2: rank 0 trained on cpu (gloo), but node2 has 8 GPUs; x" in tx.explain(launch,
+                                                                                          cfg)
     assert tx.short_cause(launch).startswith("node2: rank 0 trained on cpu")
 
 

@@ -27,8 +27,10 @@ def test_parse_output_reads_pdsh_prefixed_events() -> None:
     log = "\n".join([
         'node2: CT_SMOKE {"event": "start", "rank": 1, "world_size": 2, "host": "node2"}',
         'CT_SMOKE {"event": "start", "rank": 0, "world_size": 2, "host": "node1"}',
-        'node2: CT_SMOKE {"event": "done", "rank": 1, "first_loss": 1.0, "last_loss": 0.1, "weights_sha256": "ab"}',
-        'CT_SMOKE {"event": "done", "rank": 0, "first_loss": 1.0, "last_loss": 0.1, "weights_sha256": "ab"}',
+        'node2: CT_SMOKE {"event": "done", "rank": 1, "first_loss": 1.0, "last_loss": 0.1, '
+        '"weights_sha256": "ab"}',
+        'CT_SMOKE {"event": "done", "rank": 0, "first_loss": 1.0, "last_loss": 0.1, '
+        '"weights_sha256": "ab"}',
     ])
     res = tres.parse_output(log)
     assert res.ok and res.expected == 2 and res.ranks[1].host == "node2"
