@@ -193,9 +193,9 @@ def stuck_connects(sockets: Mapping[int, Mapping[str, Sequence[Any]]],
     """``sockets``: rank -> {"syn_sent": ['ip:port'], "established": [[local port, 'ip:port']]}
     (node/allreduce.py tcp_peers); ``owners``: address -> node; ``nodes``: the run's nodes. A
     rank misses every other node of the run it has no open connection with (the rendezvous
-    store's port does not count: every rank has that one). The suspect is the node common to every (rank's node,
-    missing node) pair, when there are two pairs or more: with one, either end may hold the
-    cause."""
+    store's port does not count: every rank has that one). The suspect is the node common to
+    every (rank's node, missing node) pair, when there are two pairs or more: with one, either
+    end may hold the cause."""
     lines: list[str] = []
     pairs: set[tuple[str, str]] = set()
 
