@@ -32,7 +32,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "tests"))
 
-from cluster_tests.judge import collective as C  # noqa: E402  (after the sys.path set-up)
+from cluster_tests.judge import collopts as copts  # noqa: E402  (after the sys.path set-up)
 from fixtures.sim import SimCluster  # noqa: E402
 
 BARE = r"""
@@ -121,7 +121,7 @@ def main() -> int:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--nodes", type=int, default=3)
     args = ap.parse_args()
-    sizes = C.parse_sizes(args.sizes)
+    sizes = copts.parse_sizes(args.sizes)
     runs: dict[str, dict[int, list[float]]] = {"harness": {}, "bare": {}}
     with tempfile.TemporaryDirectory(prefix="ct-bench-") as state, \
             SimCluster(Path(state) / "sim", nodes=args.nodes, slots=1) as sim:

@@ -42,6 +42,9 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from cluster_tests.judge import collective as C  # noqa: E402
+from cluster_tests.judge import collopts as copts  # noqa: E402
+from cluster_tests.judge import colltable as ctab  # noqa: E402
+from cluster_tests.judge import ranks as rk  # noqa: E402
 from fixtures import localcollective as LC  # noqa: E402
 
 DEFAULT_SIZES = "1M,16M,256M,1G"
@@ -70,7 +73,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if not 0 < args.budget <= MAX_BUDGET_S:
         p.error(f"--budget must be in (0, {MAX_BUDGET_S}] seconds")
     try:
-        args.size_list = C.parse_sizes(args.sizes)
+        args.size_list = copts.parse_sizes(args.sizes)
     except ValueError as exc:
         p.error(f"--sizes: {exc}")
     if args.iters < 1 or args.warmup < 0:
@@ -145,19 +148,19 @@ def check_a1_h4() -> list[Row]:
 
 
 def run_ranks(world: int, sizes: list[int], per_rank_env: list[dict[str, str]],
-              options: C.WorkerOptions, out: Path, label: str,
+              options: rk.WorkerOptions, out: Path, label: str,
               timeout: float) -> tuple[C.CollectiveReport, list[str]]:
     """The real worker, ``world`` ranks, every one on local rank 0 (the one GPU), each with its
     own environment on top of this one; returns the report and each rank's stderr."""
     import queue
 
-    ranks = [C.Rank(r, f"rank{r}", 0) for r in range(world)]
+    ranks = [rk.Rank(r, f"rank{r}", 0) for r in range(world)]
     port = LC.free_port()
     procs, logs = [], []
     inbox: queue.Queue = queue.Queue()
     events: dict[int, list[dict]] = {r: [] for r in range(world)}
     for r in ranks:
-        argv = C.worker_argv(sys.executable, LC.WORKER_SCRIPT, r, world, "127.0.0.1", port,
+        argv = rk.worker_argv(sys.executable, LC.WORKER_SCRIPT, r, world, "127.0.0.1", port,
                              options)
         env = {**os.environ, "PYTHONUNBUFFERED": "1", **per_rank_env[r.rank]}
         log = open(out / f"{label}-rank{r.rank}.stderr", "w+b")  # noqa: SIM115 - closed below
@@ -224,8 +227,8 @@ def _summary(report: C.CollectiveReport) -> str:
         return report.message[:200]
     top = report.rows[-1]
     return (f"{len(report.rows)} sizes, #wrong {sum(r.wrong for r in report.rows)}; "
-            f"{C.format_size(top.size_bytes)}B: {top.time_us:.1f} us, algbw {top.algbw_GBps:.2f}"
-            f", busbw {top.busbw_GBps:.2f} GB/s")
+            f"{copts.format_size(top.size_bytes)}B: {top.time_us:.1f} us, "
+            f"algbw {top.algbw_GBps:.2f}, busbw {top.busbw_GBps:.2f} GB/s")
 
 
 # --- the bare loop -------------------------------------------------------------------------
@@ -297,7 +300,7 @@ def ratio_detail(report: C.CollectiveReport, bare: dict[int, float]) -> tuple[st
              if bare.get(row.size_bytes)]
     if not pairs:
         return "FAIL", "no bare-loop figure"
-    text = ", ".join(f"{C.format_size(s)}B x{r:.2f}" for s, r in pairs)
+    text = ", ".join(f"{copts.format_size(s)}B x{r:.2f}" for s, r in pairs)
     # the harness times the same calls the same way: far from 1 at the top size means a bug
     return ("ok" if 0.8 <= pairs[-1][1] <= 1.25 else "FAIL"), f"harness/bare time {text}"
 
@@ -355,7 +358,7 @@ def main(argv: list[str] | None = None) -> int:
             Row("A1/H4", "skip", "rehearsal on CPU")]
     except Exception as exc:  # noqa: BLE001 - a row, not a crash
         rows.append(Row("A1/H4", "FAIL", f"{type(exc).__name__}: {exc}"))
-    opts = C.WorkerOptions(sizes=args.size_list, backend=backend, warmup=args.warmup,
+    opts = rk.WorkerOptions(sizes=args.size_list, backend=backend, warmup=args.warmup,
                            iters=args.iters, connect_timeout=30, init_timeout=60,
                            op_timeout=min(180.0, max(30.0, left() / 3)), size_seconds=20)
     base = {"NCCL_SOCKET_IFNAME": "lo", "GLOO_SOCKET_IFNAME": "lo"}
@@ -381,7 +384,7 @@ def main(argv: list[str] | None = None) -> int:
         else:
             rows.append(Row("C1 transport (NCCL_DEBUG=INFO)", "ok" if net else "FAIL",
                             ("via " + ", ".join(via)) if via else "no 'via' line in the INFO log"))
-        (out / "c1-2hosts.txt").write_text(C.format_table(two) + "\n")
+        (out / "c1-2hosts.txt").write_text(ctab.format_table(two) + "\n")
     else:
         rows.append(Row(f"C1 {backend}, 2 ranks as 2 hosts", "skip", f"{left():.0f} s left"))
     if two.ok and left() > 60:
@@ -401,7 +404,7 @@ def main(argv: list[str] | None = None) -> int:
         rows.append(Row("T1 deepspeed on the GPU", "skip", f"{left():.0f} s left"))
     (out / "results.json").write_text(json.dumps([r.__dict__ for r in rows], indent=2) + "\n")
     if two.rows:
-        print(C.format_table(two))
+        print(ctab.format_table(two))
     print()
     print(format_table(rows))
     return 1 if any(r.verdict == "FAIL" for r in rows) else 0

@@ -33,7 +33,9 @@ from cluster_tests.core import testids as ids
 from cluster_tests.core.cluster import Cluster
 from cluster_tests.core.memokey import MemoKey
 from cluster_tests.judge import collective as C
+from cluster_tests.judge import collopts as copts
 from cluster_tests.judge import confirm as confirm_mod
+from cluster_tests.judge import pairbw as pb
 from cluster_tests.measure import allreduce as R
 
 CLUSTER_RUN: MemoKey[Any] = MemoKey("collective", "cluster")
@@ -51,7 +53,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
         cluster = metafunc.config.stash.get(CLUSTER_KEY, None)
         pairs = pairs_mod.node_pairs(cluster) if cluster else []  # all, or those of --pairs
-        metafunc.parametrize("node_pair", pairs, ids=[C.pair_id(p) for p in pairs])
+        metafunc.parametrize("node_pair", pairs, ids=[pb.pair_id(p) for p in pairs])
 
 
 @pytest.fixture(scope="session")
@@ -76,7 +78,7 @@ def pair_runs(cluster: Cluster, pytestconfig: pytest.Config) -> dict:
                 if isinstance(r, R.RemoteRun) and r.report.ok and r.report.rows
                 and r.report.stopped is None}
     ratio = cluster.settings.collective.pair_slow_ratio
-    slow = C.flag_slow_pairs(measured, ratio=ratio, reference="upper_median")
+    slow = pb.flag_slow_pairs(measured, ratio=ratio, reference="upper_median")
     stopped = [p for p, r in runs.items()
                if isinstance(r, R.RemoteRun) and r.report.stopped is not None]
     bad = [p for p, _ in slow.slow] + stopped
@@ -238,20 +240,20 @@ def test_allreduce_pair(pair_runs: dict, node_pair: tuple[str, str], cluster: Cl
     if isinstance(run, R.PortsBlocked):
         if run.pairs:
             outcome.block(*R.ports_root(cluster, run.pairs[0]))
-        pytest.fail(f"{C.pair_id(node_pair)}: {run}", pytrace=False)
+        pytest.fail(f"{pb.pair_id(node_pair)}: {run}", pytrace=False)
     if isinstance(run, BaseException):
-        pytest.fail(f"{C.pair_id(node_pair)}: could not run: {run}", pytrace=False)
+        pytest.fail(f"{pb.pair_id(node_pair)}: could not run: {run}", pytrace=False)
     _record(record_property, run)
     if not run.report.ok:
         failing = [p for p, r in pair_runs["runs"].items()
                    if not (isinstance(r, R.RemoteRun) and r.report.ok)]
-        pytest.fail(R.explain(cluster, run, C.pair_id(node_pair))
+        pytest.fail(R.explain(cluster, run, pb.pair_id(node_pair))
                     + _common_node(failing, "failing")
                     + _stacks(pytestconfig, cluster, run, f"allreduce_pair-{a}-{b}",
                               record_property),
                     pytrace=False)
     _leftover_fail(run)
-    _accelerator_fail(cluster, run, C.pair_id(node_pair))
+    _accelerator_fail(cluster, run, pb.pair_id(node_pair))
     slow = pair_runs["slow"]
     confirmed: confirm_mod.Confirmation = pair_runs["confirm"]
     verdict = confirmed.verdicts.get(node_pair)
@@ -263,9 +265,9 @@ def test_allreduce_pair(pair_runs: dict, node_pair: tuple[str, str], cluster: Cl
             _leftover_fail(rerun)
     if run.report.stopped is not None:
         row = run.report.rows[-1] if run.report.rows else None
-        got = (f"busbw {row.busbw_GBps:.4f} GB/s at {C.format_size(row.size_bytes)}B; "
+        got = (f"busbw {row.busbw_GBps:.4f} GB/s at {copts.format_size(row.size_bytes)}B; "
                if row else "")
-        first = (f"{C.pair_id(node_pair)}: too slow for its share of the budget: {got}"
+        first = (f"{pb.pair_id(node_pair)}: too slow for its share of the budget: {got}"
                  f"{run.report.stopped.describe()}"
                  + (f"; the typical good pair: {slow.reference_GBps:.3f} GB/s"
                     if slow.reference_GBps else ""))
@@ -274,7 +276,7 @@ def test_allreduce_pair(pair_runs: dict, node_pair: tuple[str, str], cluster: Cl
         row = run.report.rows[-1]
         others = [bw for p, bw in slow.slow if p != node_pair]
         first = (
-            f"{C.pair_id(node_pair)}: busbw {mine:.3f} GB/s at {C.format_size(row.size_bytes)}B, "
+            f"{pb.pair_id(node_pair)}: busbw {mine:.3f} GB/s at {copts.format_size(row.size_bytes)}B, "
             f"below {slow.threshold_GBps:.3f} GB/s = {slow.threshold_GBps / slow.reference_GBps:g}"
             f" x the typical good pair ({slow.reference_GBps:.3f} GB/s, median of the better half"
             f" of {len(pair_runs['runs'])} pairs)"
@@ -324,7 +326,7 @@ def _blame(confirmed: confirm_mod.Confirmation, pair: tuple[str, str],
     if s and s in pair:
         return text + f"\n  {counts}; {confirmed.suspect_line()}"
     reds = [p for p, v in confirmed.verdicts.items() if v.red]
-    if len(reds) >= 2 and C.suspect_node(reds)[0] is None:
+    if len(reds) >= 2 and pb.suspect_node(reds)[0] is None:
         text += f"\n  {len(reds)} slow pair(s) with no node in common: suspect the link(s)"
     return text
 
@@ -333,7 +335,7 @@ def _common_node(pairs: list[tuple[str, str]], kind: str, suspect: str | None = 
     """'; node3 is in 2 of 2 failing pairs: suspect node3' or a link when no node is common."""
     if len(pairs) < 2:
         return ""
-    common, counts = C.suspect_node(pairs)
+    common, counts = pb.suspect_node(pairs)
     if suspect is None:
         suspect = common
     if suspect is None:

@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 
 from cluster_tests.core import pairs as pairs_mod
-from cluster_tests.judge import collective as C
+from cluster_tests.judge import collopts as copts
 from cluster_tests.judge import launchargs as la
 
 
@@ -197,14 +197,14 @@ class CollectiveSettings:
         "--backend",
         "torch.distributed backend of the all-reduce checks: auto (CUDA -> nccl, torch_npu -> "
         "hccl, else gloo; gloo on a node with /dev/nvidia* or /dev/davinci* is an error), "
-        "nccl, hccl or gloo", "auto", C.parse_backend)
+        "nccl, hccl or gloo", "auto", copts.parse_backend)
     sizes: str | None = option(
         "--sizes",
         "all-reduce message sizes in bytes, K/M/G = 2^10/2^20/2^30 (default: 1K..4G x4 with an "
-        "accelerator, 1K..16M x4 on CPU)", None, C.parse_sizes_option)
+        "accelerator, 1K..16M x4 on CPU)", None, copts.parse_sizes_option)
     iters: int = option("--iters", "timed all-reduce calls per size", 20, _positive_int)
     warmup: int = option(
-        "--warmup", "untimed all-reduce calls per size before timing", 5, C.parse_count)
+        "--warmup", "untimed all-reduce calls per size before timing", 5, copts.parse_count)
     min_busbw: float | None = option(
         "--min-busbw",
         "lowest acceptable all-reduce busbw at the largest size, GB/s (1 GB = 1e9 B)", None,
@@ -214,7 +214,7 @@ class CollectiveSettings:
         "JSON of a previous run (written by --busbw-record) that busbw must keep up with")
     busbw_tolerance: float = option(
         "--busbw-tolerance", "how far below the baseline busbw may fall, as a fraction", 0.2,
-        C.parse_fraction)
+        copts.parse_fraction)
     busbw_record: str | None = option(
         "--busbw-record",
         "write this run's all-reduce results as JSON to this file (a future --busbw-baseline)")
@@ -242,7 +242,7 @@ class CollectiveSettings:
     pair_slow_ratio: float = option(
         "--pair-slow-ratio",
         "a node pair is slow below this fraction of the typical good pair's busbw (C2)", 0.5,
-        C.parse_fraction)
+        copts.parse_fraction)
     confirm_pause: float = option(
         "--confirm-pause",
         "seconds to wait before C2 measures its slow pairs again (the confirmation pass: a "

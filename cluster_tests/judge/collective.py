@@ -1,27 +1,26 @@
-"""All-reduce checks C1-C3, launcher side: sizes, rank layout, worker command, report.
+"""All-reduce checks C1-C3, launcher side: the verdict (pure).
 
-The worker (``node/allreduce.py``) runs one process per rank and prints JSON event
-lines; this module turns those lines into a :class:`CollectiveReport` with an nccl-tests-like
-table and a verdict that names the ranks (and their host and local rank) that never joined,
-hung, or failed. :func:`run_local` runs the workers as local subprocesses (gloo on 127.0.0.1),
-which is what this project's own tests use; the SSH orchestration
-(:mod:`cluster_tests.measure.allreduce`) builds on :func:`worker_argv` and :func:`collect`.
-Option parsers, the C2 pair table and the busbw threshold/baseline verdict live here too.
+The worker (``node/allreduce.py``) runs one process per rank and prints JSON event lines;
+:func:`collect` turns them into a :class:`CollectiveReport` whose verdict names the ranks (their
+host and local rank) that never joined, hung or failed, the busbw formula (nccl-tests'
+doc/PERFORMANCE.md), the backend each node's accelerators call for, and C1's busbw against
+``--min-busbw`` and a baseline (:func:`judge_busbw`). The seams around it: the options
+(``judge/collopts.py``), the rank layout and worker command (``judge/ranks.py``), the tables
+(``judge/colltable.py``), C2's pairs (``judge/pairbw.py``) and their confirmation
+(``judge/confirm.py``). The SSH orchestration is ``measure/allreduce.py``.
 
 Units: sizes in bytes, times in microseconds, bandwidths in GB/s with 1 GB = 1e9 bytes.
 """
 
 from __future__ import annotations
 
-import json
 import re
-import statistics
-from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from cluster_tests.core import testids as ids
+from cluster_tests.judge.collopts import format_size
+from cluster_tests.judge.ranks import Rank, describe_ranks
 
 # Exit codes of the worker; keep in step with node/allreduce.py.
 EXIT_OK = 0
@@ -34,94 +33,6 @@ EXIT_CONNECT = 10
 EXIT_MISSING = 11
 EXIT_INIT = 12
 EXIT_COLLECTIVE = 13
-
-_UNITS = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
-
-UNITS_LEGEND = (
-    "# units: size in bytes (B), count in elements, time in microseconds (us), "
-    "algbw and busbw in GB/s (1 GB = 1e9 B)"
-)
-
-
-# --- sizes -----------------------------------------------------------------------------------
-
-
-def parse_size(text: str) -> int:
-    """``"64K"`` -> 65536. K, M, G are powers of two, as in nccl-tests' ``-b``/``-e``."""
-    raw = text.strip().upper().removesuffix("B")
-    scale = _UNITS.get(raw[-1:], 1)
-    digits = raw[:-1] if scale > 1 else raw
-    if not digits.isdigit() or int(digits) == 0:
-        raise ValueError(f"bad size {text!r}: expected a positive integer with optional K/M/G")
-    return int(digits) * scale
-
-
-def parse_sizes(text: str) -> list[int]:
-    """``"8,1K,64K,1M"`` -> ``[8, 1024, 65536, 1048576]``."""
-    sizes = [parse_size(part) for part in text.split(",") if part.strip()]
-    if not sizes:
-        raise ValueError(f"no sizes in {text!r}")
-    return sizes
-
-
-def format_size(nbytes: int) -> str:
-    """Inverse of :func:`parse_size` where exact: 65536 -> ``"64K"``."""
-    for suffix in ("G", "M", "K"):
-        if nbytes >= _UNITS[suffix] and nbytes % _UNITS[suffix] == 0:
-            return f"{nbytes // _UNITS[suffix]}{suffix}"
-    return str(nbytes)
-
-
-BACKENDS = ("auto", "nccl", "hccl", "gloo")
-
-
-def parse_backend(text: str) -> str:
-    """Option type for ``--backend``."""
-    value = text.strip().lower()
-    if value not in BACKENDS:
-        raise ValueError(f"must be one of {', '.join(BACKENDS)}")
-    return value
-
-
-def parse_count(text: str) -> int:
-    """Option type for ``--warmup`` (0 allowed)."""
-    value = int(text)
-    if value < 0:
-        raise ValueError("must be >= 0")
-    return value
-
-
-def parse_fraction(text: str) -> float:
-    """Option type for relative tolerances and ratios: 0 < x < 1."""
-    value = float(text)
-    if not 0 < value < 1:
-        raise ValueError("must be between 0 and 1 (exclusive)")
-    return value
-
-
-def parse_sizes_option(text: str) -> str:
-    """Option type for ``--sizes``: validated, kept as text (``"64K,1M"``)."""
-    parse_sizes(text)
-    return text
-
-
-def default_sizes(backend: str = "nccl") -> list[int]:
-    """Size sweep, factor 4 (nccl-tests' ``-f 4``).
-
-    Accelerators (nccl, hccl): 1K..4G. The verdict is judged at the largest size, and GPUs
-    reach their peak busbw only at 1-8 GiB (the 8xA100 sample in tests/data/samples: 222.6 GB/s
-    at 256M, 235.2 at 8G; 16M measures latency). The worker drops sizes that do not fit the
-    device's free memory (one buffer plus chunk temporaries, the same on every rank), so a
-    small device still runs the sizes it can hold. CPU (gloo): 1K..16M. gloo over TCP
-    plateaus by a few MB, and larger buffers only make the check slow and memory-hungry on the
-    launcher-sized hosts it runs on.
-    """
-    top = 16 << 20 if backend == "gloo" else 4 << 30
-    sizes, size = [], 1 << 10
-    while size <= top:
-        sizes.append(size)
-        size *= 4
-    return sizes
 
 
 # --- bandwidth formula (nccl-tests doc/PERFORMANCE.md) --------------------------------------
@@ -164,96 +75,6 @@ def allreduce_busbw_factor(nranks: int) -> float:
 def algbw_gbps(nbytes: int, time_us: float) -> float:
     """Bytes moved per second of one op, in GB/s (1e9 B/s); 0 for a zero time."""
     return nbytes / (time_us * 1e-6) / 1e9 if time_us > 0 else 0.0
-
-
-# --- ranks -----------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Rank:
-    rank: int
-    host: str
-    local_rank: int
-
-
-def assign_ranks(slots: Mapping[str, int] | Iterable[tuple[str, int]]) -> list[Rank]:
-    """Global ranks as DeepSpeed and torchrun assign them: node by node in hostfile order,
-    local ranks 0..slots-1 within a node."""
-    items = slots.items() if isinstance(slots, Mapping) else slots
-    ranks: list[Rank] = []
-    for host, count in items:
-        if count < 0:
-            raise ValueError(f"negative slot count for {host}: {count}")
-        ranks.extend(Rank(len(ranks), host, local) for local in range(count))
-    return ranks
-
-
-def _spans(numbers: Iterable[int]) -> str:
-    """[0, 1, 2, 5, 7, 8] -> "0-2,5,7-8"."""
-    out: list[str] = []
-    values = sorted(set(numbers))
-    i = 0
-    while i < len(values):
-        j = i
-        while j + 1 < len(values) and values[j + 1] == values[j] + 1:
-            j += 1
-        out.append(str(values[i]) if i == j else f"{values[i]}-{values[j]}")
-        i = j + 1
-    return ",".join(out)
-
-
-def describe_ranks(numbers: Iterable[int], ranks: Sequence[Rank]) -> str:
-    """``"ranks 4-7 (node3 local 0-3)"``; ranks unknown to ``ranks`` are listed bare."""
-    wanted = sorted(set(numbers))
-    by_rank = {r.rank: r for r in ranks}
-    per_host: dict[str, list[int]] = {}
-    for n in wanted:
-        if n in by_rank:
-            per_host.setdefault(by_rank[n].host, []).append(by_rank[n].local_rank)
-    where = "; ".join(f"{host} local {_spans(locals_)}" for host, locals_ in per_host.items())
-    noun = "rank" if len(wanted) == 1 else "ranks"
-    return f"{noun} {_spans(wanted)}" + (f" ({where})" if where else "")
-
-
-# --- worker command --------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class WorkerOptions:
-    sizes: Sequence[int] = field(default_factory=lambda: default_sizes("gloo"))
-    backend: str = "auto"
-    dtype: str = "float32"
-    warmup: int = 5
-    iters: int = 20
-    connect_timeout: float = 30.0
-    init_timeout: float = 60.0
-    op_timeout: float = 300.0
-    size_seconds: float = 10.0
-    budget_s: float | None = None  # --collective-budget, when its share lowered size_seconds
-
-
-def worker_argv(python: str, script_path: str | Path, rank: Rank, world_size: int,
-                master_addr: str, port: int, options: WorkerOptions, *,
-                visible_devices: str = "", local_size: int = 0) -> list[str]:
-    """The worker's command line as an argument list (quote it once, where it meets a shell).
-    ``visible_devices`` (the node's slot ids, as DeepSpeed's launch.py puts them in
-    CUDA_VISIBLE_DEVICES) and ``local_size`` (ranks on the node) are passed only when given."""
-    extra = (["--visible-devices", visible_devices] if visible_devices else []) + (
-        ["--local-size", str(local_size)] if local_size else [])
-    return [
-        python, str(script_path),
-        "--rank", str(rank.rank), "--world-size", str(world_size),
-        "--local-rank", str(rank.local_rank), "--label", rank.host,
-        "--master-addr", master_addr, "--master-port", str(port),
-        "--backend", options.backend, "--dtype", options.dtype,
-        "--sizes", ",".join(str(s) for s in options.sizes),
-        "--warmup", str(options.warmup), "--iters", str(options.iters),
-        "--connect-timeout", f"{options.connect_timeout:g}",
-        "--init-timeout", f"{options.init_timeout:g}",
-        "--op-timeout", f"{options.op_timeout:g}",
-        "--size-seconds", f"{options.size_seconds:g}",
-        *extra,
-    ]
 
 
 # --- report ----------------------------------------------------------------------------------
@@ -465,47 +286,6 @@ def _judge(report: CollectiveReport, rendezvous: Mapping) -> None:
             report.message += f"; {report.stopped.describe()}"
 
 
-def _header_line(*cols: str) -> str:
-    widths = (11, 12, 8, 6, 10, 8, 8, 7)
-    return "#" + " ".join(f"{c:>{w}}" for c, w in zip(cols, widths, strict=False))
-
-
-def format_table(report: CollectiveReport) -> str:
-    """nccl-tests-style table, with a units legend and a line stating what was timed."""
-    lines = [
-        (f"# all_reduce: {report.world_size} ranks, backend {report.backend}, "
-        f"versions {json.dumps(report.versions, sort_keys=True)}"),
-        f"# timed: {report.timed or 'unknown'}",
-        UNITS_LEGEND,
-        _header_line("size", "count", "type", "redop", "time", "algbw", "busbw", "#wrong"),
-        _header_line("(B)", "(elements)", "", "", "(us)", "(GB/s)", "(GB/s)", ""),
-    ]
-    for row in report.rows:
-        lines.append(
-            f"{row.size_bytes:12d} {row.count:12d} {row.dtype:>8} {'sum':>6} {row.time_us:10.2f}"
-            f" {row.algbw_GBps:8.2f} {row.busbw_GBps:8.2f} {row.wrong:7d}")
-    if report.rows:
-        avg = statistics.fmean(row.busbw_GBps for row in report.rows)
-        lines.append(f"# Avg bus bandwidth    : {avg:.3f} GB/s")
-    fewer = [row for row in report.rows
-             if row.iters is not None and report.iters is not None and row.iters < report.iters]
-    if fewer:
-        lines.append("# slow link: fewer timed calls at " + ", ".join(
-            f"{format_size(row.size_bytes)}B ({row.iters})" for row in fewer)
-            + " to stay within --collective-size-seconds (or its share of --collective-budget)")
-    if report.stopped is not None:
-        lines.append(f"# {report.stopped.describe()}")
-    if report.capped:
-        skipped = ", ".join(format_size(int(x)) + "B" for x in report.capped.get("skipped", []))
-        lines.append(f"# not run for lack of memory: {skipped} (largest buffer every rank can "
-                     f"hold: {report.capped.get('cap_bytes')} B; {report.capped.get('where')})")
-    from cluster_tests.judge import nccllog
-
-    lines += nccllog.table_lines(report.transport_lines, report.ranks)
-    lines.append(f"# verdict: {report.verdict}: {report.message}")
-    return "\n".join(lines)
-
-
 # --- backend against the node's accelerators -------------------------------------------------
 
 #: The torch.distributed backend a launch uses on a node with these accelerators (A1's kinds).
@@ -539,137 +319,6 @@ def backend_problems(report: CollectiveReport,
             for b in used)
         out.append(f"the ranks did not all choose the same backend ({parts})")
     return out
-
-
-# --- pairwise (C2) ---------------------------------------------------------------------------
-
-
-def circle_schedule(nodes: Sequence[str]) -> list[list[tuple[str, str]]]:
-    """Round-robin "circle method": n-1 rounds of n/2 disjoint pairs (n even), every unordered
-    pair exactly once, so each round can run all its pairs at the same time. For odd n a bye
-    is added: n rounds of (n-1)/2 pairs, one node idle per round."""
-    players: list[str | None] = list(nodes)
-    if len(set(nodes)) != len(nodes):
-        raise ValueError("duplicate node names")
-    if len(players) < 2:
-        return []
-    if len(players) % 2:
-        players.append(None)
-    n = len(players)
-    rounds = []
-    for _ in range(n - 1):
-        pairs = []
-        for i in range(n // 2):
-            a, b = players[i], players[n - 1 - i]
-            if a is not None and b is not None:
-                pairs.append((a, b))
-        rounds.append(pairs)
-        players = [players[0], players[-1], *players[1:-1]]  # rotate all but the first
-    return rounds
-
-
-@dataclass(frozen=True)
-class SlowPairs:
-    median_GBps: float
-    threshold_GBps: float
-    slow: list[tuple[tuple[str, str], float]]  # slowest first
-    suspect: str | None  # node in strictly more slow pairs than any other, if any
-    counts: dict[str, int]
-    reference_GBps: float = 0.0  # what the threshold is a fraction of
-    reference: str = "median"
-
-
-def upper_median(values: Iterable[float]) -> float:
-    """Median of the better half (the middle value included when the count is odd).
-
-    One slow node among n is in n-1 of the n(n-1)/2 pairs, i.e. in 2/n of them: with 3 or 4
-    nodes the plain median is itself a slow pair and flags nothing. The better half's median is
-    a healthy pair as long as fewer than half of the nodes are slow."""
-    ordered = sorted(values)
-    return statistics.median(ordered[len(ordered) // 2:])
-
-
-def flag_slow_pairs(pair_busbw: Mapping[tuple[str, str], float],
-                    ratio: float = 0.5, reference: str = "median") -> SlowPairs:
-    """Pairs whose busbw is below ``ratio`` x the reference: the median of all pairs, or with
-    ``reference="upper_median"`` the median of the better half (see :func:`upper_median`).
-    A node common to most slow pairs is the likely slow node; a single slow pair with no
-    common node is a link."""
-    if not pair_busbw:
-        return SlowPairs(0.0, 0.0, [], None, {}, 0.0, reference)
-    median = statistics.median(pair_busbw.values())
-    if reference == "median":
-        ref = median
-    elif reference == "upper_median":
-        ref = upper_median(pair_busbw.values())
-    else:
-        raise ValueError(f"unknown reference {reference!r}")
-    threshold = ratio * ref
-    slow = sorted(((p, bw) for p, bw in pair_busbw.items() if bw < threshold),
-                  key=lambda item: item[1])
-    suspect, counts = suspect_node(p for p, _ in slow)
-    return SlowPairs(median, threshold, slow, suspect, dict(counts), ref, reference)
-
-
-def suspect_node(pairs: Iterable[tuple[str, str]]) -> tuple[str | None, Counter[str]]:
-    """The node common to bad (slow or failing) pairs: in two of them at least and in strictly
-    more than any other node (else None: the links are suspect), with each node's count."""
-    counts = Counter(node for pair in pairs for node in pair)
-    ranked = counts.most_common(2)
-    if ranked and ranked[0][1] >= 2 and (len(ranked) == 1 or ranked[0][1] > ranked[1][1]):
-        return ranked[0][0], counts
-    return None, counts
-
-
-def pair_id(pair: tuple[str, str]) -> str:
-    """Test id of an unordered pair: ``node1<->node2`` (hostfile order)."""
-    return f"{pair[0]}<->{pair[1]}"
-
-
-def budget_shares(budget_s: float, size_seconds: float, c1_sizes: int, c2_rounds: int,
-                  c2_sizes: int) -> tuple[float, float]:
-    """(C1's seconds per size, C2's seconds per size) under ``--collective-budget``: C1 gets
-    half the budget, each C2 round (its pairs run at once) an equal share of the other half,
-    every size of a run an equal share of its run's; never more than --collective-size-seconds."""
-    c1 = budget_s / 2 / max(1, c1_sizes)
-    c2 = budget_s / 2 / max(1, c2_rounds) / max(1, c2_sizes)
-    return min(size_seconds, c1), min(size_seconds, c2)
-
-
-def pair_sizes(sizes: Sequence[int]) -> list[int]:
-    """C2's sizes: the largest, after one 16 times smaller (when the sweep has one): the smaller
-    one is measured first, so that a link too slow for the largest within its share is stopped
-    before even one call of it (the worker predicts from the smaller)."""
-    top = max(sizes)
-    smaller = [s for s in sizes if s <= top // 16]
-    return [max(smaller), top] if smaller else [top]
-
-
-def format_pairs_table(reports: Mapping[tuple[str, str], CollectiveReport],
-                       errors: Mapping[tuple[str, str], str] | None = None,
-                       slow: SlowPairs | None = None) -> str:
-    """C2 table: one line per pair, busbw at the pair's (single) size, slow pairs marked."""
-    slow_pairs = {p for p, _ in slow.slow} if slow else set()
-    lines = ["# C2: all-reduce per node pair, 1 rank per node, largest size only; " + UNITS_LEGEND[2:],
-             f"#{'pair':>27} {'size':>12} {'time':>10} {'algbw':>8} {'busbw':>8} {'#wrong':>7}  verdict",
-             f"#{'':>27} {'(B)':>12} {'(us)':>10} {'(GB/s)':>8} {'(GB/s)':>8} {'':>7}"]
-    for pair in sorted(set(reports) | set(errors or {})):
-        rep = reports.get(pair)
-        if rep is None or not rep.rows:
-            why = (errors or {}).get(pair) or (rep.message if rep else "no result")
-            lines.append(f"{pair_id(pair):>28} {'-':>12} {'-':>10} {'-':>8} {'-':>8} {'-':>7}  "
-                         f"{rep.verdict if rep else 'error'}: {why[:100]}")
-            continue
-        row = rep.rows[-1]
-        verdict = ("SLOW (sweep stopped)" if rep.stopped is not None
-                   else "SLOW" if pair in slow_pairs else rep.verdict)
-        lines.append(f"{pair_id(pair):>28} {row.size_bytes:12d} {row.time_us:10.2f} "
-                     f"{row.algbw_GBps:8.2f} {row.busbw_GBps:8.2f} {row.wrong:7d}  {verdict}")
-    if slow and slow.reference_GBps:
-        lines.append(f"# slow = busbw below {slow.threshold_GBps:.3f} GB/s "
-                     f"({slow.threshold_GBps / slow.reference_GBps:g} x the {slow.reference.replace('_', ' ')} "
-                     f"{slow.reference_GBps:.3f} GB/s); suspect node: {slow.suspect or 'none'}")
-    return "\n".join(lines)
 
 
 # --- thresholds (C1) -------------------------------------------------------------------------

@@ -23,7 +23,7 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from cluster_tests.judge.collective import suspect_node
+from cluster_tests.judge.pairbw import suspect_node
 
 Pair = tuple[str, str]
 

@@ -23,6 +23,7 @@ import re
 import shlex
 from dataclasses import dataclass, field
 
+from cluster_tests.core import testids as ids
 from cluster_tests.judge.netfacts import is_ip
 
 BEGIN = "CT_MASTER_ADDR_BEGIN"
@@ -81,7 +82,7 @@ def ssh_check_problem(c: SshCheck, hostfile: str = "<hostfile>") -> str | None:
             f"reachable via ssh', with or without --master_addr")
     if c.exit_status == 255:
         return (f"{stop} (ssh: {said}).\n  fix: passwordless ssh from {c.site} to "
-                f"{c.first_host} (see test_ssh_trust[{c.site}->{c.first_host}])")
+                f"{c.first_host} (see {ids.SSH_TRUST.of(c.site, c.first_host)})")
     return (f"{stop}: ssh reaches {c.first_host}, but `hostname` there fails in a "
             f"non-interactive shell (exit {c.exit_status}: {said}).\n  fix: on {c.first_host}: "
             f"install hostname (apt-get install hostname; dnf install hostname) or put it on the "

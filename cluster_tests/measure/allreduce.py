@@ -47,8 +47,12 @@ from cluster_tests.core import testids as ids
 from cluster_tests.core.cluster import Cluster, remote_script
 from cluster_tests.core.transport import Feed, quote_argv
 from cluster_tests.judge import collective as C
+from cluster_tests.judge import collopts as copts
+from cluster_tests.judge import colltable as ctab
 from cluster_tests.judge import confirm as confirm_mod
 from cluster_tests.judge import network as nc
+from cluster_tests.judge import pairbw as pb
+from cluster_tests.judge import ranks as rk
 from cluster_tests.measure.ports import PORT_MATRIX, firewall_root
 
 #: Where the collective results live for the terminal summary (see cluster_tests/plugin.py).
@@ -196,7 +200,7 @@ class RemoteRun:
     master: str
     master_addr: str
     port: int
-    options: C.WorkerOptions
+    options: rk.WorkerOptions
     seconds: float = 0.0
     stderr: dict[str, list[str]] = field(default_factory=dict)
     channel_exit: dict[str, int | None] = field(default_factory=dict)
@@ -259,8 +263,8 @@ def launch_layout(cluster: Cluster, nodes: Sequence[str] | None = None) -> list[
     return [(h, ids) for h, ids in layout if wanted is None or h in wanted]
 
 
-def run_allreduce(cluster: Cluster, ranks: Sequence[C.Rank], *, master_addr: str, port: int,
-                  options: C.WorkerOptions, env: Mapping[str, str] | None = None,
+def run_allreduce(cluster: Cluster, ranks: Sequence[rk.Rank], *, master_addr: str, port: int,
+                  options: rk.WorkerOptions, env: Mapping[str, str] | None = None,
                   exports_word: str = "",
                   startup_s: float = STARTUP_S, grace_s: float = GRACE_S,
                   visible: Mapping[str, str] | None = None) -> RemoteRun:
@@ -271,7 +275,7 @@ def run_allreduce(cluster: Cluster, ranks: Sequence[C.Rank], *, master_addr: str
     confirm within a few seconds are listed in ``unconfirmed`` with the worker pids.
     """
     start = time.monotonic()
-    by_node: dict[str, list[C.Rank]] = {}
+    by_node: dict[str, list[rk.Rank]] = {}
     for r in ranks:
         by_node.setdefault(r.host, []).append(r)
     world = len(ranks)
@@ -293,7 +297,7 @@ def run_allreduce(cluster: Cluster, ranks: Sequence[C.Rank], *, master_addr: str
         for node, node_ranks in by_node.items():
             spec = {"env": dict(env or {}), "exports_word": exports_word, "workers": [
                 {"rank": r.rank,
-                 "argv": C.worker_argv("", "", r, world, master_addr, port, options,
+                 "argv": rk.worker_argv("", "", r, world, master_addr, port, options,
                                        visible_devices=(visible or {}).get(node, ""),
                                        local_size=len(node_ranks) if visible else 0)[2:]}
                 for r in node_ranks]}
@@ -426,13 +430,13 @@ def _sockets(raw: Mapping[str, Any]) -> dict[str, list[Any]]:
 
 
 def worker_options(cluster: Cluster, backend: str, sizes: Sequence[int],
-                   size_seconds: float | None = None) -> C.WorkerOptions:
+                   size_seconds: float | None = None) -> rk.WorkerOptions:
     """The workers' options; ``size_seconds``: the run's share of --collective-budget per size
-    (:func:`C.budget_shares`), where lower than --collective-size-seconds."""
+    (:func:`pb.budget_shares`), where lower than --collective-size-seconds."""
     c = cluster.settings.collective
     budget = getattr(c, "budget", None)
     capped = size_seconds is not None and size_seconds < c.size_seconds
-    return C.WorkerOptions(
+    return rk.WorkerOptions(
         sizes=list(sizes), backend=backend,
         warmup=c.warmup, iters=c.iters,
         connect_timeout=c.connect_timeout,
@@ -451,8 +455,8 @@ def shares(cluster: Cluster) -> tuple[float, float]:
     sizes = chosen_sizes(cluster)
     # C2's rounds, and the two a confirmation pass takes for a suspect (judge/confirm.py)
     rounds = len(list(pairs_mod.node_pair_rounds(cluster))) + confirm_mod.SUSPECT_ROUNDS
-    return C.budget_shares(budget, c.size_seconds, len(sizes), rounds,
-                           len(C.pair_sizes(sizes)))
+    return pb.budget_shares(budget, c.size_seconds, len(sizes), rounds,
+                           len(pb.pair_sizes(sizes)))
 
 
 def chosen_sizes(cluster: Cluster) -> list[int]:
@@ -460,7 +464,7 @@ def chosen_sizes(cluster: Cluster) -> list[int]:
     (nvidia-smi/npu-smi on its PATH), else the shorter CPU (gloo) sweep."""
     sizes = cluster.settings.collective.sizes
     if sizes:
-        return C.parse_sizes(sizes) if isinstance(sizes, str) else list(sizes)
+        return copts.parse_sizes(sizes) if isinstance(sizes, str) else list(sizes)
     backend = cluster.settings.collective.backend
     if backend == "auto":
         try:
@@ -468,7 +472,7 @@ def chosen_sizes(cluster: Cluster) -> list[int]:
         except Exception:  # noqa: BLE001 - the run itself will say what is wrong
             which = {}
         backend = "nccl" if which.get("nvidia-smi") or which.get("npu-smi") else "gloo"
-    return C.default_sizes(backend)
+    return copts.default_sizes(backend)
 
 
 def master_address(cluster: Cluster, master: str, viewers: Sequence[str]) -> str:
@@ -499,7 +503,7 @@ def run_cluster(cluster: Cluster) -> RemoteRun:
         pytest.fail(f"all-reduce over every rank of {', '.join(cluster.names)}: {why}",
                     pytrace=False)
     layout = launch_layout(cluster)
-    ranks = C.assign_ranks([(host, len(ids)) for host, ids in layout])
+    ranks = rk.assign_ranks([(host, len(ids)) for host, ids in layout])
     backend = cluster.settings.collective.backend
     options = worker_options(cluster, backend, chosen_sizes(cluster), shares(cluster)[0])
     master = layout[0][0] if layout else cluster.rank0.name
@@ -537,7 +541,7 @@ def _run_rounds(cluster: Cluster, rounds: Sequence[Sequence[tuple[str, str]]]
     """Each round's pairs at once (a round's pairs are disjoint), the rounds one after the
     other; results keyed in hostfile order, as C2's tests are (a round may name b first)."""
     backend = cluster.settings.collective.backend
-    options = worker_options(cluster, backend, C.pair_sizes(chosen_sizes(cluster)),
+    options = worker_options(cluster, backend, pb.pair_sizes(chosen_sizes(cluster)),
                              shares(cluster)[1])
     env = worker_env(_launcher_env())
     exports_word = launch_exports_word(cluster)
@@ -555,7 +559,7 @@ def _run_rounds(cluster: Cluster, rounds: Sequence[Sequence[tuple[str, str]]]
                 raise PortsBlocked(why, f3_blocked_pairs(cluster, [a, b]))
             master, other = pair_master(cluster.names, a, b)
             ids = {n: slots.get(n) or [0] for n in (master, other)}
-            ranks = C.assign_ranks([(master, len(ids[master])), (other, len(ids[other]))])
+            ranks = rk.assign_ranks([(master, len(ids[master])), (other, len(ids[other]))])
             return run_allreduce(cluster, ranks,
                                  master_addr=master_address(cluster, master, [other]),
                                  port=cluster.settings.master_port + 1 + i, options=options,
@@ -593,7 +597,7 @@ def confirm(cluster: Cluster, plan: confirm_mod.Plan, threshold: float,
         top = rep.rows[-1] if rep.rows else None
         retries[pair] = confirm_mod.retry_from(
             pair, rep.ok, top.busbw_GBps if top else None,
-            (f"sweep stopped before {C.format_size(rep.stopped.size_bytes)}B, about "
+            (f"sweep stopped before {copts.format_size(rep.stopped.size_bytes)}B, about "
              f"{rep.stopped.op_seconds:.1f} s per call" if rep.stopped is not None else None),
             rep.message, threshold)
     return retries, runs
@@ -744,7 +748,7 @@ def explain(cluster: Cluster, run: RemoteRun, what: str) -> str:
     o = run.options
     if rep.verdict == "failed" and rep.failed:
         stages = sorted({stage for stage, _ in rep.failed.values()})
-        head = (f"{C.describe_ranks(rep.failed, rep.ranks)} failed in stage "
+        head = (f"{rk.describe_ranks(rep.failed, rep.ranks)} failed in stage "
                 f"{', '.join(stages)} (details below)")
     else:
         head = rep.message or rep.verdict
@@ -755,7 +759,7 @@ def explain(cluster: Cluster, run: RemoteRun, what: str) -> str:
         rank = next(x for x in rep.ranks if x.rank == r)
         lines.append(f"  rank {r} ({rank.host} local {rank.local_rank}) [{stage}]: {msg}")
     if rep.unfinished and rep.verdict != "hang":
-        lines.append(f"  never finished: {C.describe_ranks(rep.unfinished, rep.ranks)}")
+        lines.append(f"  never finished: {rk.describe_ranks(rep.unfinished, rep.ranks)}")
     for node, err in run.start_errors.items():
         lines.append(f"  {node}: could not start the workers: {err}")
     for node in nodes or run.nodes:
@@ -855,7 +859,7 @@ def summary_lines(config: pytest.Config) -> list[str]:
     run = store.get("cluster")
     if isinstance(run, RemoteRun):
         lines += [f"C1: all-reduce over every rank ({', '.join(run.nodes)}), master {run.where}",
-                  C.format_table(run.report)]
+                  ctab.format_table(run.report)]
     pairs = store.get("pairs")
     if pairs:
         if lines:
@@ -865,7 +869,7 @@ def summary_lines(config: pytest.Config) -> list[str]:
         if slow is not None and confirmed is not None and not confirmed.plan.empty:
             # the table names a suspect only once the confirmation pass has confirmed it
             slow = dataclasses.replace(slow, suspect=confirmed.confirmed)
-        lines.append(C.format_pairs_table(
+        lines.append(ctab.format_pairs_table(
             {p: r.report for p, r in pairs.items() if isinstance(r, RemoteRun)},
             {p: str(r) for p, r in pairs.items() if not isinstance(r, RemoteRun)}, slow))
         if confirmed is not None and slow is not None:

@@ -185,7 +185,7 @@ def bandwidth_heatmap(rec: Recorder) -> Heatmap | None:
 
 # -- C1: bandwidth against message size ---------------------------------------------------------
 
-# (duplicates lists this field list beside judge/collective.WorkerOptions: both are plain
+# (duplicates lists this field list beside judge/ranks.WorkerOptions: both are plain
 # dataclasses of numeric defaults, alike in shape only; there is no shared logic to factor out.)
 @dataclass
 class Plot:

@@ -22,6 +22,7 @@ import pytest
 from suite import REPO, run_suite
 
 from cluster_tests.judge import collective as C
+from cluster_tests.judge import pairbw as pb
 from cluster_tests.measure import allreduce as R
 
 FAST = ("-m", "collective", "--sizes", "64K,1M", "--iters", "5", "--warmup", "2",
@@ -388,13 +389,13 @@ def test_bootstrap_is_the_workers() -> None:
 
 def test_upper_median_finds_the_slow_node_among_three() -> None:
     three = {("node1", "node2"): 0.002, ("node1", "node3"): 0.5, ("node2", "node3"): 0.002}
-    assert C.flag_slow_pairs(three, ratio=0.5).slow == []  # the plain median is a slow pair
-    flagged = C.flag_slow_pairs(three, ratio=0.5, reference="upper_median")
+    assert pb.flag_slow_pairs(three, ratio=0.5).slow == []  # the plain median is a slow pair
+    flagged = pb.flag_slow_pairs(three, ratio=0.5, reference="upper_median")
     assert {p for p, _ in flagged.slow} == {("node1", "node2"), ("node2", "node3")}
     assert flagged.suspect == "node2"
     assert flagged.reference_GBps == pytest.approx((0.002 + 0.5) / 2)
     healthy = {("a", "b"): 0.4, ("a", "c"): 0.6, ("b", "c"): 0.3}
-    assert C.flag_slow_pairs(healthy, ratio=0.2, reference="upper_median").slow == []
+    assert pb.flag_slow_pairs(healthy, ratio=0.2, reference="upper_median").slow == []
 
 
 def _rows(*busbw: float) -> list[C.SizeRow]:
@@ -441,11 +442,11 @@ def test_pair_results_are_keyed_in_hostfile_order(monkeypatch):
     from types import SimpleNamespace
 
     from cluster_tests.core.settings import CollectiveSettings, Settings
-    from cluster_tests.judge import collective as C
+    from cluster_tests.judge import pairbw as pb
     from cluster_tests.measure import allreduce as R
 
     names = ["node1", "node2", "node3", "node4"]
-    assert any(names.index(a) > names.index(b) for rnd in C.circle_schedule(names) for a, b in rnd)
+    assert any(names.index(a) > names.index(b) for rnd in pb.circle_schedule(names) for a, b in rnd)
     settings = Settings(collective=CollectiveSettings(backend="gloo"), master_port=29500)
     pool = SimpleNamespace(map=lambda fn, items: [fn(i) for i in items])
     cluster: Any = SimpleNamespace(names=names, settings=settings, pool=pool, login_error=lambda n: None,

@@ -13,6 +13,7 @@ from cluster_tests.core.cluster import Cluster
 from cluster_tests.core.settings import Settings
 from cluster_tests.core.transport import Pool
 from cluster_tests.judge import collective as C
+from cluster_tests.judge import ranks as rk
 from cluster_tests.measure import allreduce as R
 from fixtures import localcollective as LC
 
@@ -21,7 +22,7 @@ FAST: dict[str, Any] = {"warmup": 1, "iters": 2, "connect_timeout": 10.0, "init_
 
 
 def _report(backends: dict[int, str], hosts: dict[str, int]) -> C.CollectiveReport:
-    ranks = C.assign_ranks(hosts)
+    ranks = rk.assign_ranks(hosts)
     events: dict[int, list[dict[str, Any]]] = {r.rank: [{"event": "start",
                                                          "backend": backends[r.rank],
                                                          "device": "cpu"},
@@ -74,10 +75,10 @@ def test_auto_falling_to_gloo_on_a_node_with_gpu_device_files_fails_in_setup(
 
 
 def test_worker_argv_carries_the_nodes_slot_ids_only_when_given() -> None:
-    opts = C.WorkerOptions(sizes=[8])
-    plain = C.worker_argv("p", "s", C.Rank(0, "n", 0), 1, "a", 1, opts)
+    opts = rk.WorkerOptions(sizes=[8])
+    plain = rk.worker_argv("p", "s", rk.Rank(0, "n", 0), 1, "a", 1, opts)
     assert "--visible-devices" not in plain and "--local-size" not in plain
-    argv = C.worker_argv("p", "s", C.Rank(3, "n", 1), 8, "a", 1, opts,
+    argv = rk.worker_argv("p", "s", rk.Rank(3, "n", 1), 8, "a", 1, opts,
                          visible_devices="4,5,6,7", local_size=4)
     assert argv[-4:] == ["--visible-devices", "4,5,6,7", "--local-size", "4"]
 
@@ -108,12 +109,12 @@ def _session() -> Cluster:
 
 def _run(report: C.CollectiveReport, stderr: dict[str, list[str]] | None = None) -> R.RemoteRun:
     return R.RemoteRun(report=report, nodes=["node1", "node2"], master="node1",
-                       master_addr="10.0.0.1", port=29500, options=C.WorkerOptions(),
+                       master_addr="10.0.0.1", port=29500, options=rk.WorkerOptions(),
                        stderr=stderr or {}, channel_exit={"node1": 0, "node2": 0})
 
 
 def test_fabric_warnings_are_shown_though_the_supervisor_exited_0() -> None:
-    ranks = C.assign_ranks({"node1": 1, "node2": 1})
+    ranks = rk.assign_ranks({"node1": 1, "node2": 1})
     events = {0: [{"event": "start", "backend": "nccl"},
                   {"event": "error", "stage": "init", "message": "DistBackendError: NCCL error"}],
               1: [{"event": "start", "backend": "nccl"},
@@ -131,7 +132,7 @@ def test_fabric_warnings_are_shown_though_the_supervisor_exited_0() -> None:
 
 def test_hccl_init_hang_fix_names_its_ports_and_nics_and_the_device_stage_blames_the_device(
 ) -> None:
-    ranks = C.assign_ranks({"node1": 1, "node2": 1})
+    ranks = rk.assign_ranks({"node1": 1, "node2": 1})
     events: dict[int, list[dict[str, Any]]] = {
               0: [{"event": "start", "backend": "hccl", "init_timeout_s": 135.0},
                   {"event": "joined"},

@@ -13,6 +13,7 @@ import pytest
 from paths import REPO, SAMPLES, load_script
 
 from cluster_tests.judge import collective as C
+from cluster_tests.judge import ranks as rk
 
 
 def _mod():
@@ -84,7 +85,7 @@ def test_table_is_aligned_and_lists_every_row() -> None:
 
 
 def _report(time_us: float, wrong: int = 0, algbw: float | None = None) -> C.CollectiveReport:
-    ranks = C.assign_ranks({"a": 1, "b": 1})
+    ranks = rk.assign_ranks({"a": 1, "b": 1})
     size = 1 << 20
     real = size / (time_us * 1e-6) / 1e9
     events: dict[int, list[dict[str, Any]]] = {r.rank: [{"event": "start", "backend": "nccl"},

@@ -345,8 +345,9 @@ def test_worker_routes_nccl_debug_to_a_file_and_sends_the_transport_lines(monkey
 
 def _report(lines_by_host):
     from cluster_tests.judge import collective as C
+    from cluster_tests.judge import ranks as rk
 
-    ranks = C.assign_ranks({h: 1 for h in lines_by_host})
+    ranks = rk.assign_ranks({h: 1 for h in lines_by_host})
     events: dict[int, list[dict[str, Any]]] = {r.rank: [{"event": "start", "backend": "nccl"},
                                                         {"event": "joined"},
                        {"event": "transport", "lines": lines_by_host[r.host].splitlines()},
@@ -357,7 +358,9 @@ def _report(lines_by_host):
 def test_c1_table_names_each_nodes_transport_and_the_fallback():
     C, report = _report({"node1": sample("nccl-debug-roce-net-ib-p2p-ipc-shm-nccl2.5.7.txt"),
                          "node2": sample("nccl-debug-socket-fallback-gke-h100-2node-rank0.txt")})
-    table = C.format_table(report)
+    from cluster_tests.judge import colltable as ctab
+
+    table = ctab.format_table(report)
     assert "# transport node1: net NET/IB; intra-node P2P/IPC, direct shared memory" in table
     assert "# transport node2: net Socket; intra-node P2P/CUMEM" in table
     nodes = nccllog.by_node(report.transport_lines, report.ranks)

@@ -15,6 +15,10 @@ from hypothesis import strategies as st
 from paths import SAMPLES, load_script
 
 from cluster_tests.judge import collective as C
+from cluster_tests.judge import collopts as copts
+from cluster_tests.judge import colltable as ctab
+from cluster_tests.judge import pairbw as pb
+from cluster_tests.judge import ranks as rk
 from fixtures import localcollective as LC
 
 FAST: dict[str, Any] = {"warmup": 2, "iters": 5, "connect_timeout": 10.0, "init_timeout": 10.0,
@@ -36,11 +40,11 @@ def assert_gone(report: C.CollectiveReport, expected: int) -> None:
 
 @pytest.mark.parametrize(("world", "sizes"), [(2, "8,1K,64K,1M,4M"), (3, "8,4K,256K")])
 def test_gloo_allreduce_is_correct_and_reported_as_nccl_tests(world: int, sizes: str) -> None:
-    report = LC.run_local(world, C.parse_sizes(sizes), **FAST)
+    report = LC.run_local(world, copts.parse_sizes(sizes), **FAST)
 
     assert report.verdict == "ok", report.message
     assert report.backend == "gloo"
-    assert [row.size_bytes for row in report.rows] == C.parse_sizes(sizes)
+    assert [row.size_bytes for row in report.rows] == copts.parse_sizes(sizes)
     factor = 2 * (world - 1) / world
     for row in report.rows:
         assert row.wrong == 0
@@ -49,8 +53,8 @@ def test_gloo_allreduce_is_correct_and_reported_as_nccl_tests(world: int, sizes:
         assert row.time_us > 0
         assert row.algbw_GBps == row.size_bytes / (row.time_us * 1e-6) / 1e9
         assert row.busbw_GBps == row.algbw_GBps * factor
-    table = C.format_table(report)
-    assert C.UNITS_LEGEND in table
+    table = ctab.format_table(report)
+    assert copts.UNITS_LEGEND in table
     assert "# timed: avg time per op of 5 back-to-back in-place all_reduce calls" in table
     assert f"{report.rows[-1].size_bytes:12d}" in table
     assert_gone(report, world)
@@ -166,7 +170,7 @@ def test_rank_stopped_mid_sweep_trips_the_collective_watchdog() -> None:
         if rank == 1 and event["event"] == "init_ok":
             os.kill(proc.pid, signal.SIGSTOP)
 
-    report = LC.run_local(2, C.parse_sizes("1M,4M"), warmup=2, iters=50, connect_timeout=10,
+    report = LC.run_local(2, copts.parse_sizes("1M,4M"), warmup=2, iters=50, connect_timeout=10,
                          init_timeout=10, op_timeout=3, grace=1.0, on_event=on_event)
     assert report.verdict == "hang", report.message
     assert report.stuck_stage == "collective"
@@ -183,20 +187,20 @@ def test_slow_link_stops_the_sweep_instead_of_running_into_the_watchdog() -> Non
     """A per-size budget far below one 16M call: the first size is still measured (at least one
     timed call), the 16M size, predicted from 1K above the budget, ends the sweep with a `stopped`
     event before any call of it, and the busbw check fails."""
-    report = LC.run_local(2, C.parse_sizes("1K,16M,64M"), **FAST, size_seconds=0.0005)
+    report = LC.run_local(2, copts.parse_sizes("1K,16M,64M"), **FAST, size_seconds=0.0005)
     assert report.verdict == "ok", report.message
     assert [row.size_bytes for row in report.rows] == [1024]
     iters = report.rows[0].iters
     assert iters is not None and 1 <= iters <= 5 and report.iters == 5
     if iters < 5:
         assert (f"# slow link: fewer timed calls at 1KB ({report.rows[0].iters})"
-                in C.format_table(report))
+                in ctab.format_table(report))
     assert report.stopped is not None
     assert report.stopped.size_bytes == 16 << 20 and report.stopped.skipped == (16 << 20, 64 << 20)
     assert report.stopped.op_seconds > 0.0005
     assert "sweep stopped before 16MB" in report.message
     assert ("# sweep stopped before 16MB: one all_reduce of that size would take about"
-            in C.format_table(report))
+            in ctab.format_table(report))
     verdict = C.judge_busbw(report.rows, stopped=report.stopped)
     assert verdict.judged and not verdict.ok
     assert "not measured: 16MB, 64MB" in verdict.message
@@ -204,7 +208,7 @@ def test_slow_link_stops_the_sweep_instead_of_running_into_the_watchdog() -> Non
 
 
 def test_a_sweep_stopped_before_any_size_says_why() -> None:
-    ranks = C.assign_ranks({"node1": 1, "node2": 1})
+    ranks = rk.assign_ranks({"node1": 1, "node2": 1})
     stopped = {"event": "stopped", "size_bytes": 1 << 30, "op_seconds": 70.0,
                "left_seconds": 100.0, "size_seconds": 10.0, "skipped": [1 << 30]}
     events: dict[int, list[dict[str, Any]]] = {r.rank: [{"event": "start", "backend": "gloo"},
@@ -260,32 +264,32 @@ def test_plan_never_exceeds_what_was_asked_or_the_time_left(op, left, warmup, it
 
 
 def test_parse_sizes_uses_powers_of_two() -> None:
-    assert C.parse_sizes("8,1K,64K,1M,2G") == [8, 1024, 65536, 1 << 20, 2 << 30]
-    assert C.parse_sizes(" 4kb , 16 ") == [4096, 16]
+    assert copts.parse_sizes("8,1K,64K,1M,2G") == [8, 1024, 65536, 1 << 20, 2 << 30]
+    assert copts.parse_sizes(" 4kb , 16 ") == [4096, 16]
     for bad in ("", "0", "-1K", "1.5M", "K"):
         with pytest.raises(ValueError):
-            C.parse_sizes(bad)
-    assert C.format_size(65536) == "64K" and C.format_size(1000) == "1000"
+            copts.parse_sizes(bad)
+    assert copts.format_size(65536) == "64K" and copts.format_size(1000) == "1000"
 
 
 def test_default_sizes() -> None:
-    gpu, cpu = C.default_sizes("nccl"), C.default_sizes("gloo")
+    gpu, cpu = copts.default_sizes("nccl"), copts.default_sizes("gloo")
     # accelerators reach 1-8 GiB, where GPUs peak (issue 17); the CPU sweep stays small
     assert gpu[0] == cpu[0] == 1024 and gpu[-1] == 4 << 30 and cpu[-1] == 16 << 20
     assert all(b == 4 * a for a, b in zip(gpu, gpu[1:], strict=False))
 
 
 def test_ranks_are_assigned_node_by_node() -> None:
-    ranks = C.assign_ranks({"node1": 2, "node2": 0, "node3": 3})
+    ranks = rk.assign_ranks({"node1": 2, "node2": 0, "node3": 3})
     assert [(r.rank, r.host, r.local_rank) for r in ranks] == [
         (0, "node1", 0), (1, "node1", 1), (2, "node3", 0), (3, "node3", 1), (4, "node3", 2)]
-    assert C.describe_ranks([4, 2, 3], ranks) == "ranks 2-4 (node3 local 0-2)"
-    assert C.describe_ranks([1, 2], ranks) == "ranks 1-2 (node1 local 1; node3 local 0)"
+    assert rk.describe_ranks([4, 2, 3], ranks) == "ranks 2-4 (node3 local 0-2)"
+    assert rk.describe_ranks([1, 2], ranks) == "ranks 1-2 (node1 local 1; node3 local 0)"
 
 
 def test_worker_argv() -> None:
-    opts = C.WorkerOptions(sizes=[8, 1024], backend="nccl", connect_timeout=20)
-    argv = C.worker_argv("python3", "/tmp/allreduce.py", C.Rank(5, "node2", 1), 8,
+    opts = rk.WorkerOptions(sizes=[8, 1024], backend="nccl", connect_timeout=20)
+    argv = rk.worker_argv("python3", "/tmp/allreduce.py", rk.Rank(5, "node2", 1), 8,
                          "node1", 29500, opts)
     assert argv[:2] == ["python3", "/tmp/allreduce.py"]
     flags = dict(zip(argv[2::2], argv[3::2], strict=False))
@@ -298,7 +302,7 @@ def test_worker_argv() -> None:
 
 
 def test_collect_names_missing_ranks_by_host_and_local_rank() -> None:
-    ranks = C.assign_ranks({"node1": 4, "node2": 4, "node3": 4})
+    ranks = rk.assign_ranks({"node1": 4, "node2": 4, "node3": 4})
     events: dict[int, list[dict]] = {r.rank: [{"event": "start", "backend": "nccl"}]
                                      for r in ranks if r.host != "node3"}
     events[0].append({"event": "missing_ranks", "missing": [8, 9, 10, 11],
@@ -312,7 +316,7 @@ def test_collect_names_missing_ranks_by_host_and_local_rank() -> None:
 
 
 def test_collect_counts_wrong_elements() -> None:
-    ranks = C.assign_ranks({"a": 2})
+    ranks = rk.assign_ranks({"a": 2})
     row = {"event": "result", "size_bytes": 1024, "count": 256, "dtype": "float32",
            "time_us": 10.0}
     events: dict[int, list[dict[str, Any]]] = {0: [{**row, "wrong": 0}, {"event": "done"}],
@@ -327,7 +331,7 @@ def test_collect_counts_wrong_elements() -> None:
 @given(st.integers(min_value=2, max_value=40))
 def test_circle_schedule_covers_every_pair_once(n: int) -> None:
     nodes = [f"n{i}" for i in range(n)]
-    rounds = C.circle_schedule(nodes)
+    rounds = pb.circle_schedule(nodes)
     assert len(rounds) == (n - 1 if n % 2 == 0 else n)
     seen: list[frozenset[str]] = []
     for pairs in rounds:
@@ -340,17 +344,17 @@ def test_circle_schedule_covers_every_pair_once(n: int) -> None:
 
 
 def test_circle_schedule_edge_cases() -> None:
-    assert C.circle_schedule([]) == [] and C.circle_schedule(["a"]) == []
-    assert C.circle_schedule(["a", "b"]) == [[("a", "b")]]
+    assert pb.circle_schedule([]) == [] and pb.circle_schedule(["a"]) == []
+    assert pb.circle_schedule(["a", "b"]) == [[("a", "b")]]
     with pytest.raises(ValueError):
-        C.circle_schedule(["a", "a"])
+        pb.circle_schedule(["a", "a"])
 
 
 def test_flag_slow_pairs_names_the_slow_node() -> None:
     nodes = [f"node{i}" for i in range(1, 7)]
     matrix = {pair: (6.0 if "node4" in pair else 22.0 + i % 3)
-              for i, pair in enumerate(p for rnd in C.circle_schedule(nodes) for p in rnd)}
-    result = C.flag_slow_pairs(matrix)
+              for i, pair in enumerate(p for rnd in pb.circle_schedule(nodes) for p in rnd)}
+    result = pb.flag_slow_pairs(matrix)
     assert {frozenset(p) for p, _ in result.slow} == {
         frozenset(("node4", other)) for other in nodes if other != "node4"}
     assert result.suspect == "node4"
@@ -358,7 +362,7 @@ def test_flag_slow_pairs_names_the_slow_node() -> None:
 
     one_link = dict.fromkeys(combinations(nodes, 2), 20.0)
     one_link[("node1", "node2")] = 3.0
-    result = C.flag_slow_pairs(one_link)
+    result = pb.flag_slow_pairs(one_link)
     assert [p for p, _ in result.slow] == [("node1", "node2")]
     assert result.suspect is None  # a link, not a node
 
@@ -368,11 +372,11 @@ def test_suspect_node_one_rule_for_slow_and_failing_pairs() -> None:
     check): in two bad pairs at least, and in strictly more than any other node."""
     from cluster_tests.checks import collective as check
 
-    assert C.suspect_node([("a", "c"), ("b", "c")])[0] == "c"
-    assert C.suspect_node([("a", "b")])[0] is None  # one pair: a link
-    assert C.suspect_node([("a", "b"), ("c", "d")])[0] is None  # no node in common
-    assert C.suspect_node([("a", "b"), ("a", "c"), ("b", "c")])[0] is None  # a tie
-    assert C.suspect_node([("a", "b"), ("b", "c")])[1] == {"a": 1, "b": 2, "c": 1}
+    assert pb.suspect_node([("a", "c"), ("b", "c")])[0] == "c"
+    assert pb.suspect_node([("a", "b")])[0] is None  # one pair: a link
+    assert pb.suspect_node([("a", "b"), ("c", "d")])[0] is None  # no node in common
+    assert pb.suspect_node([("a", "b"), ("a", "c"), ("b", "c")])[0] is None  # a tie
+    assert pb.suspect_node([("a", "b"), ("b", "c")])[1] == {"a": 1, "b": 2, "c": 1}
     assert check._common_node([("n1", "n3"), ("n2", "n3")], "failing") == (
         "\n  n3 is in 2 of 2 failing pairs: suspect n3 (its NIC, link, firewall or load)")
     assert check._common_node([("n1", "n2"), ("n3", "n4")], "slow") == (
@@ -384,22 +388,23 @@ def test_suspect_node_one_rule_for_slow_and_failing_pairs() -> None:
 
 
 def test_budget_shares_split_c1_and_c2_rounds_and_sizes() -> None:
-    from cluster_tests.judge import collective as CC
+    from cluster_tests.judge import pairbw as pb
 
     # 30 s: C1 15 s over 8 sizes; C2 15 s over 3 rounds of 2 sizes
-    c1, c2 = CC.budget_shares(30.0, 10.0, 8, 3, 2)
+    c1, c2 = pb.budget_shares(30.0, 10.0, 8, 3, 2)
     assert c1 == 15.0 / 8 and c2 == 2.5
     # never above --collective-size-seconds
-    assert CC.budget_shares(1000.0, 10.0, 8, 3, 2) == (10.0, 10.0)
+    assert pb.budget_shares(1000.0, 10.0, 8, 3, 2) == (10.0, 10.0)
 
 
 def test_pair_sizes_measure_a_smaller_size_first() -> None:
-    from cluster_tests.judge import collective as CC
+    from cluster_tests.judge import collopts as copts
+    from cluster_tests.judge import pairbw as pb
 
-    assert CC.pair_sizes(CC.parse_sizes("1K,4K,16K,64K,256K,1M,4M,16M")) == [1 << 20, 16 << 20]
-    assert CC.pair_sizes([65536, 1 << 20]) == [65536, 1 << 20]
-    assert CC.pair_sizes([1 << 20]) == [1 << 20]
-    assert CC.pair_sizes([1 << 19, 1 << 20]) == [1 << 20]
+    assert pb.pair_sizes(copts.parse_sizes("1K,4K,16K,64K,256K,1M,4M,16M")) == [1 << 20, 16 << 20]
+    assert pb.pair_sizes([65536, 1 << 20]) == [65536, 1 << 20]
+    assert pb.pair_sizes([1 << 20]) == [1 << 20]
+    assert pb.pair_sizes([1 << 19, 1 << 20]) == [1 << 20]
 
 
 def test_stopped_by_prediction_names_the_budget() -> None:
