@@ -38,17 +38,6 @@ def _error(exc):
     return "".join(lines).strip()[-1500:]
 
 
-def _dist(name):
-    try:
-        from importlib import metadata
-    except ImportError:  # Python < 3.8: no metadata to compare with
-        return None
-    try:
-        return metadata.distribution(name)
-    except Exception:
-        return None
-
-
 def _owned(dist, path):
     """Whether the distribution's RECORD lists `path` (None: cannot tell, e.g. an editable
     install, whose files live in a source tree)."""
@@ -68,7 +57,7 @@ def _owned(dist, path):
 
 def _package(module_name, dist_name):
     mod = sys.modules.get(module_name)
-    dist = _dist(dist_name)
+    dist = distribution(dist_name)
     info = {"dist_version": dist.version if dist is not None else None, "dist_location": None}
     if dist is not None:
         try:

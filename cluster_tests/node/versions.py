@@ -58,16 +58,21 @@ def nvidia_driver():
     return text.splitlines()[0].strip() if proc.returncode == 0 and text else None
 
 
-def dist_version(name):
-    """The installed distribution's version (None before Python 3.8 or when not installed)."""
+def distribution(name):
+    """importlib.metadata's distribution (None before Python 3.8 or when not installed)."""
     try:
         from importlib import metadata
-    except ImportError:
+    except ImportError:  # Python < 3.8: no metadata to compare with
         return None
     try:
-        return metadata.version(name)
+        return metadata.distribution(name)
     except Exception:
         return None
+
+
+def dist_version(name):
+    dist = distribution(name)
+    return dist.version if dist is not None else None
 
 
 def stack_versions(torch, torch_error):
