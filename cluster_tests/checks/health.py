@@ -19,7 +19,7 @@ from cluster_tests.core.memokey import MemoKey
 from cluster_tests.core.nodetable import NodeColumn
 from cluster_tests.core.settings import Settings
 from cluster_tests.judge import dcgm, gpuhealth, rdma
-from cluster_tests.judge.problem import Problem
+from cluster_tests.judge.problem import Problem, listed_problem
 
 PORTS: MemoKey[Any] = MemoKey("health", "ports")
 NPU: MemoKey[Any] = MemoKey("health", "npu")
@@ -116,13 +116,8 @@ def test_rdma_ports(cluster: Cluster, node: str, record_property) -> None:
     if not any(p.up for p in ports):
         problems.append("no RDMA port is active: " + ", ".join(p.describe() for p in ports))
     if problems:
-        pytest.fail(
-            f"{node}: RDMA ports (read from {source}):\n  " + "\n  ".join(dict.fromkeys(problems))
-            + f"\n  fix, on {node}: check the cable, the switch port and the subnet manager "
-              f"(ibstat; ibportstate / mlxlink -d <dev> -p <port>; for RoCE the netdev: "
-              f"ip link, ethtool); NCCL skips an inactive port, so this node's ranks get fewer "
-              f"rails than the others (or sockets) until it is active",
-            pytrace=False)
+        outcome.fail(listed_problem(node, f"RDMA ports (read from {source})",
+                                    list(dict.fromkeys(problems)), rdma.PORTS_FIX))
 
 
 def test_ib_hca(cluster: Cluster, node: str, record_property) -> None:
@@ -346,13 +341,7 @@ def test_npu_health(cluster: Cluster, node: str, record_property) -> None:
     for note in notes:
         warnings.warn(HealthWarning(f"{node}: {note}"), stacklevel=1)
     if problems:
-        pytest.fail(
-            f"{node}: NPU health:\n  " + "\n  ".join(problems)
-            + f"\n  fix, on {node}: npu-smi info -t health -i <id> -c 0 for the cause; device "
-              f"IPs: hccn_tool -i <dev> -ip -s address <ip> netmask <mask> (one subnet per "
-              f"device rank, unique across nodes); TLS: hccn_tool -i <dev> -tls -s enable 0 "
-              f"(the same on every node)",
-            pytrace=False)
+        outcome.fail(listed_problem(node, "NPU health", problems, gpuhealth.NPU_FIX))
 
 
 def test_accel_diag(cluster: Cluster, node: str, record_property) -> None:

@@ -19,7 +19,7 @@ from cluster_tests.core.testids import LAUNCHER
 from cluster_tests.judge import netfacts, ownaddr
 from cluster_tests.judge import network as nc
 from cluster_tests.judge.netfacts import route_device
-from cluster_tests.judge.problem import Problem
+from cluster_tests.judge.problem import Problem, node_problems
 from cluster_tests.measure import ifaces as mi
 from cluster_tests.measure import masteraddr, ports, rehearsal
 
@@ -334,7 +334,7 @@ def test_socket_ifname(cluster: Cluster, node: str, record_property) -> None:
             f"  interfaces on {node}: {nc.describe_interfaces(ifaces)}\n"
             f"  fix, {where}")
     if problems:
-        pytest.fail(f"{node}: " + f"\n{node}: ".join(problems), pytrace=False)
+        outcome.fail(node_problems(node, problems))
 
 
 def test_socket_ifname_route(cluster: Cluster, pair: tuple[str, str]) -> None:

@@ -29,6 +29,11 @@ from typing import Any
 
 from cluster_tests.judge import parsers
 
+#: R8's fix, on the node with the unhealthy NPUs, clashing device IPs or another TLS switch
+NPU_FIX = ("npu-smi info -t health -i <id> -c 0 for the cause; device IPs: hccn_tool -i <dev> "
+           "-ip -s address <ip> netmask <mask> (one subnet per device rank, unique across nodes); "
+           "TLS: hccn_tool -i <dev> -tls -s enable 0 (the same on every node)")
+
 #: Xids that mean the GPU, its memory, its links or the driver are in trouble (NVIDIA's Xid
 #: catalogue); others (13, 31, 43, 45, ...) are usually the application's own faults
 HARDWARE_XIDS = {
