@@ -75,15 +75,6 @@ def _slice(cluster: Cluster, a: str, b: str) -> dict:
     return entry
 
 
-def _firewall_evidence(cluster: Cluster, node: str) -> str:
-    rules = _drop_rules(cluster, node)
-    if rules is None:
-        return f"  (could not read {node}'s firewall rules: see {ids.FIREWALL_RULES.of(node)})"
-    if not rules:
-        return f"  {node} shows no DROP/REJECT rule in iptables/nft INPUT (look for a firewall in between)"
-    return f"  DROP/REJECT rules in {node}'s INPUT:\n    " + "\n    ".join(rules[:12])
-
-
 def test_reachable(cluster: Cluster, pair: tuple[str, str], record_property) -> None:
     """F1: a reaches b; TCP handshake round-trip time and jitter measured; outliers flagged."""
     a, b = pair
@@ -99,8 +90,9 @@ def test_reachable(cluster: Cluster, pair: tuple[str, str], record_property) -> 
         m = ports.port_matrix(cluster)
         _block_by_firewall(cluster, a, b)
         if nc.source_at_fault(m, a, b):
-            pytest.fail(_source_fault(cluster, m, a, b, entry["addr"], f"{b}'s high ports nor from its sshd"),
-                        pytrace=False)
+            pytest.fail(nc.source_fault_message(a, b, entry["addr"],
+                                                f"{b}'s high ports nor from its sshd",
+                                                _drop_rules(cluster, a)), pytrace=False)
         pytest.fail(
             f"{a} -> {b} ({entry['addr']}): {a} reaches neither {b}'s high ports nor its sshd "
             f"(port 22: {ssh.get('status', 'not tried')}).\n"
@@ -119,43 +111,17 @@ def test_reachable(cluster: Cluster, pair: tuple[str, str], record_property) -> 
 def test_high_ports(cluster: Cluster, pair: tuple[str, str], record_property) -> None:
     """F3: arbitrary high ports of b accept connections from a (each direction on its own)."""
     a, b = pair
-    entry = _slice(cluster, a, b)
+    _slice(cluster, a, b)
     m = ports.port_matrix(cluster)
     record_property("matrix_seconds", f"{m.seconds:.2f}")
-    bad = nc.failed_ports(entry)
-    if not bad:
+    reach = m.reach(a, b)
+    if reach is None or not reach.failed:
         return
-    by_status: dict[str, list[int]] = {}
-    for port, status in bad.items():
-        by_status.setdefault(status, []).append(port)
-    lines = [
-        f"  port {', '.join(map(str, ports))}: {status}: {nc.describe_status(status, a, b, m.port_timeout)}"
-        for status, ports in by_status.items()
-    ]
-    others = sorted(x for x in m.results if x != b and nc.failed_ports(m.entry(x, b) or {}))
-    pattern = (f"  every node that tried fails into {b} ({', '.join(others)}): {b}'s INPUT is the filter"
-               if len(others) > 1 else "")
-    addr = entry["addr"]
     _block_by_firewall(cluster, a, b)
-    if nc.source_at_fault(m, a, b):
-        pytest.fail(_source_fault(cluster, m, a, b, addr, f"{b}'s high ports " + ", ".join(map(str, bad))),
-                    pytrace=False)
-    pytest.fail(
-        f"{a} -> {b} ({addr}): {b} drops new TCP connections on high ports from {a}; NCCL/gloo/"
-        f"HCCL open such ports, and the launch would hang at initialization.\n"
-        + "\n".join(lines) + ("\n" + pattern if pattern else "") + "\n"
-        + _firewall_evidence(cluster, b)
-        + f"\n  fix, on {b}: iptables -I INPUT -p tcp -s {_source_addr(cluster, a, b)} -j ACCEPT "
-        f"(or open 1024-65535/tcp between the cluster's nodes in the firewall in between)",
-        pytrace=False,
-    )
-
-
-def _source_fault(cluster: Cluster, m: nc.PortMatrix, a: str, b: str, addr: str, what: str) -> str:
-    return (f"{a} -> {b} ({addr}): no answer from {what}; "
-            + nc.SOURCE_CAUSE.format(a=a, b=b) + ".\n"
-            + _firewall_evidence(cluster, a)
-            + "\n  fix, " + nc.SOURCE_FIX.format(a=a))
+    at_a = nc.source_at_fault(m, a, b)
+    outcome.fail(nc.high_ports_problem(
+        reach, a, timeout=m.port_timeout, into_b=nc.failing_into(m, b), source_fault=at_a,
+        rules=_drop_rules(cluster, a if at_a else b), source_addr=_source_addr(cluster, a, b)))
 
 
 def _source_addr(cluster: Cluster, a: str, b: str) -> str:
@@ -207,8 +173,9 @@ def test_master_port(cluster: Cluster, rendezvous_leg: tuple[str, str]) -> None:
             f"  ({node} knows {rank0} as {entry['addr']}): see {ids.MASTER_ADDR.of(rank0)}",
             pytrace=False)
     if nc.source_at_fault(m, node, rank0):
-        pytest.fail(_source_fault(cluster, m, node, rank0, entry["addr"], f"the rendezvous port {port} on {rank0}"),
-                    pytrace=False)
+        pytest.fail(nc.source_fault_message(node, rank0, entry["addr"],
+                                            f"the rendezvous port {port} on {rank0}",
+                                            _drop_rules(cluster, node)), pytrace=False)
     rules = _drop_rules(cluster, rank0) or []
     own = [r for r in rules if str(port) in r]
     blame = (f"  {rank0}'s own firewall {'rejects' if res['status'] == 'refused' else 'drops'} "
@@ -218,7 +185,7 @@ def test_master_port(cluster: Cluster, rendezvous_leg: tuple[str, str]) -> None:
         f"{res['status']}: {nc.describe_status(res['status'], node, rank0, m.port_timeout)}\n"
         f"  every rank connects there first; this one would wait until the rendezvous timeout.\n"
         + blame
-        + _firewall_evidence(cluster, rank0)
+        + nc.firewall_evidence(rank0, _drop_rules(cluster, rank0))
         + f"\n  fix, on {rank0}: iptables -I INPUT -p tcp --dport {port} -j ACCEPT",
         pytrace=False)
 
