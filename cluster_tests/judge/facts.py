@@ -99,6 +99,7 @@ class PortTry:
     status: PortStatus
     words: str
     ms: float | None = None
+    error: str | None = None  # UNRESOLVED: why the name did not resolve
 
     @property
     def ok(self) -> bool:
@@ -110,7 +111,8 @@ class PortTry:
         ms = raw.get("ms")
         got = raw.get("port", port)
         return cls(port=int(got) if got is not None else None, status=PortStatus.of(words),
-                   words=words, ms=float(ms) if ms is not None else None)
+                   words=words, ms=float(ms) if ms is not None else None,
+                   error=raw.get("error"))
 
 
 @dataclass(frozen=True)
@@ -125,6 +127,7 @@ class Reach:
     resolve_error: str | None = None
     ports: tuple[PortTry, ...] = ()  # in port order
     master: PortTry | None = None
+    master_addr: str | None = None  # where the master port was tried, when it resolved
     rtt_ms: tuple[float, ...] = ()
     ssh: PortTry | None = None
 
@@ -149,6 +152,7 @@ class Reach:
         return cls(target=target, addr=raw.get("addr"), resolve_error=raw.get("resolve_error"),
                    ports=tuple(ports),
                    master=PortTry.from_json(master) if master else None,
+                   master_addr=raw.get("master_addr"),
                    rtt_ms=tuple(float(x) for x in raw.get("rtt_ms") or ()),
                    ssh=PortTry.from_json(ssh) if ssh else None)
 
