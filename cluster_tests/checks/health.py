@@ -21,8 +21,10 @@ from cluster_tests.core.settings import Settings
 from cluster_tests.judge import dcgm, gpuhealth, rdma
 from cluster_tests.judge.problem import Problem, listed_problem
 
-PORTS: MemoKey[Any] = MemoKey("health", "ports")
-NPU: MemoKey[Any] = MemoKey("health", "npu")
+#: per node: its RDMA ports and where they were read from (rdma.ports_from_probe)
+PORTS: MemoKey[tuple[list[rdma.Port], str]] = MemoKey("health", "ports")
+#: per node: R8's verdict (None: no npu-smi there)
+NPU: MemoKey[gpuhealth.NpuVerdict | None] = MemoKey("health", "npu")
 
 pytestmark = pytest.mark.health
 
@@ -41,7 +43,7 @@ def _diag_params(settings: Settings) -> dict[str, Any]:
 
 
 def _rdma_column(cluster: Cluster, node: str) -> str | None:
-    ports: list[Any] = (cluster.cached(PORTS(node)) or ([], ""))[0]
+    ports = (cluster.cached(PORTS(node)) or ([], ""))[0]
     return f"{sum(p.up for p in ports)}/{len(ports)} ports active" if ports else None
 
 
@@ -305,9 +307,9 @@ def _gpu_fixes(node: str, problems: list[str]) -> list[str]:
     return fixes or [f"see nvidia-smi -q on {node}"]
 
 
-def _npu_verdict(cluster: Cluster, node: str):
+def _npu_verdict(cluster: Cluster, node: str) -> gpuhealth.NpuVerdict | None:
     """judge_npu of the node's `accel` probe, once per node (None: no npu-smi there)."""
-    def compute():
+    def compute() -> gpuhealth.NpuVerdict | None:
         raw = cluster.probe(node, "accel", script="healthprobe.py")
         return gpuhealth.judge_npu(raw) if "npu_smi_info_l" in raw else None
     return cluster.memo(NPU(node), compute)
@@ -317,7 +319,9 @@ def test_npu_health(cluster: Cluster, node: str, record_property) -> None:
     """R8: every Ascend NPU's health, RoCE port link (its net health is R9's) and device IP
     (set, one per NPU, no clash across nodes), and the TLS switch the same on every node."""
     raw = _accel_facts(cluster, node, "npu_smi_info_l", "Ascend NPU (npu-smi")
-    problems, notes, ips, tls = _npu_verdict(cluster, node)
+    verdict = _npu_verdict(cluster, node)
+    assert verdict is not None  # npu-smi is there: _accel_facts skipped otherwise
+    problems, notes, ips, tls = verdict
     problems, notes = list(problems), list(notes)  # the memo's lists stay as they are
     record_property("npu_device_ips", ", ".join(f"{d}={ip}" for d, ip in ips.items()) or "none")
     if raw.get("hccn") == {}:

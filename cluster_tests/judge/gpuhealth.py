@@ -334,7 +334,11 @@ def parse_tls_switch(text: str) -> str | None:
     return m.group(1) if m else None
 
 
-def judge_npu(raw: Mapping[str, Any]) -> tuple[list[str], list[str], dict[str, str], str | None]:
+#: R8's verdict on one node: (problems, notes, {device: device IP}, TLS switch or None/'mixed')
+NpuVerdict = tuple[list[str], list[str], dict[str, str], str | None]
+
+
+def judge_npu(raw: Mapping[str, Any]) -> NpuVerdict:
     """(problems, notes, {device: device IP}, TLS switch of the node or None/'mixed')."""
     problems: list[str] = []
     notes: list[str] = []
