@@ -19,10 +19,12 @@ from cluster_tests.core.memokey import MemoKey
 from cluster_tests.core.nodetable import NodeColumn
 from cluster_tests.core.settings import Settings
 from cluster_tests.judge import dcgm, gpuhealth, rdma
-from cluster_tests.judge.problem import Problem
+from cluster_tests.judge.problem import Problem, listed_problem
 
-PORTS: MemoKey[Any] = MemoKey("health", "ports")
-NPU: MemoKey[Any] = MemoKey("health", "npu")
+#: per node: its RDMA ports and where they were read from (rdma.ports_from_probe)
+PORTS: MemoKey[tuple[list[rdma.Port], str]] = MemoKey("health", "ports")
+#: per node: R8's verdict (None: no npu-smi there)
+NPU: MemoKey[gpuhealth.NpuVerdict | None] = MemoKey("health", "npu")
 
 pytestmark = pytest.mark.health
 
@@ -41,7 +43,7 @@ def _diag_params(settings: Settings) -> dict[str, Any]:
 
 
 def _rdma_column(cluster: Cluster, node: str) -> str | None:
-    ports: list[Any] = (cluster.cached(PORTS(node)) or ([], ""))[0]
+    ports = (cluster.cached(PORTS(node)) or ([], ""))[0]
     return f"{sum(p.up for p in ports)}/{len(ports)} ports active" if ports else None
 
 
@@ -116,13 +118,8 @@ def test_rdma_ports(cluster: Cluster, node: str, record_property) -> None:
     if not any(p.up for p in ports):
         problems.append("no RDMA port is active: " + ", ".join(p.describe() for p in ports))
     if problems:
-        pytest.fail(
-            f"{node}: RDMA ports (read from {source}):\n  " + "\n  ".join(dict.fromkeys(problems))
-            + f"\n  fix, on {node}: check the cable, the switch port and the subnet manager "
-              f"(ibstat; ibportstate / mlxlink -d <dev> -p <port>; for RoCE the netdev: "
-              f"ip link, ethtool); NCCL skips an inactive port, so this node's ranks get fewer "
-              f"rails than the others (or sockets) until it is active",
-            pytrace=False)
+        outcome.fail(listed_problem(node, f"RDMA ports (read from {source})",
+                                    list(dict.fromkeys(problems)), rdma.PORTS_FIX))
 
 
 def test_ib_hca(cluster: Cluster, node: str, record_property) -> None:
@@ -310,9 +307,9 @@ def _gpu_fixes(node: str, problems: list[str]) -> list[str]:
     return fixes or [f"see nvidia-smi -q on {node}"]
 
 
-def _npu_verdict(cluster: Cluster, node: str):
+def _npu_verdict(cluster: Cluster, node: str) -> gpuhealth.NpuVerdict | None:
     """judge_npu of the node's `accel` probe, once per node (None: no npu-smi there)."""
-    def compute():
+    def compute() -> gpuhealth.NpuVerdict | None:
         raw = cluster.probe(node, "accel", script="healthprobe.py")
         return gpuhealth.judge_npu(raw) if "npu_smi_info_l" in raw else None
     return cluster.memo(NPU(node), compute)
@@ -322,7 +319,9 @@ def test_npu_health(cluster: Cluster, node: str, record_property) -> None:
     """R8: every Ascend NPU's health, RoCE port link (its net health is R9's) and device IP
     (set, one per NPU, no clash across nodes), and the TLS switch the same on every node."""
     raw = _accel_facts(cluster, node, "npu_smi_info_l", "Ascend NPU (npu-smi")
-    problems, notes, ips, tls = _npu_verdict(cluster, node)
+    verdict = _npu_verdict(cluster, node)
+    assert verdict is not None  # npu-smi is there: _accel_facts skipped otherwise
+    problems, notes, ips, tls = verdict
     problems, notes = list(problems), list(notes)  # the memo's lists stay as they are
     record_property("npu_device_ips", ", ".join(f"{d}={ip}" for d, ip in ips.items()) or "none")
     if raw.get("hccn") == {}:
@@ -346,13 +345,7 @@ def test_npu_health(cluster: Cluster, node: str, record_property) -> None:
     for note in notes:
         warnings.warn(HealthWarning(f"{node}: {note}"), stacklevel=1)
     if problems:
-        pytest.fail(
-            f"{node}: NPU health:\n  " + "\n  ".join(problems)
-            + f"\n  fix, on {node}: npu-smi info -t health -i <id> -c 0 for the cause; device "
-              f"IPs: hccn_tool -i <dev> -ip -s address <ip> netmask <mask> (one subnet per "
-              f"device rank, unique across nodes); TLS: hccn_tool -i <dev> -tls -s enable 0 "
-              f"(the same on every node)",
-            pytrace=False)
+        outcome.fail(listed_problem(node, "NPU health", problems, gpuhealth.NPU_FIX))
 
 
 def test_accel_diag(cluster: Cluster, node: str, record_property) -> None:

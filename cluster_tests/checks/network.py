@@ -18,8 +18,9 @@ from cluster_tests.core.settings import Settings
 from cluster_tests.core.testids import LAUNCHER
 from cluster_tests.judge import netfacts, ownaddr
 from cluster_tests.judge import network as nc
+from cluster_tests.judge.facts import PortStatus, Reach
 from cluster_tests.judge.netfacts import route_device
-from cluster_tests.judge.problem import Problem
+from cluster_tests.judge.problem import Problem, node_problems
 from cluster_tests.measure import ifaces as mi
 from cluster_tests.measure import masteraddr, ports, rehearsal
 
@@ -53,8 +54,8 @@ class NetworkWarning(UserWarning):
     """Works, but worth a look (slow pair, firewall rules that do not bite today)."""
 
 
-def _slice(cluster: Cluster, a: str, b: str) -> dict:
-    """The port-matrix entry a -> b; fails briefly when a or b could not take part."""
+def _slice(cluster: Cluster, a: str, b: str) -> Reach:
+    """What a reached of b in the port matrix; fails briefly when a or b could not take part."""
     cluster.require(a)
     cluster.require(b)
     wrong = None if a == LAUNCHER else netfacts.misresolved(
@@ -63,35 +64,26 @@ def _slice(cluster: Cluster, a: str, b: str) -> dict:
         outcome.block(ids.RESOLVES.of(a, b), f"{a} resolves {b} to {', '.join(wrong[0])}, "
                                              f"another machine")
     m = ports.port_matrix(cluster)
-    for node, errors, what in ((b, m.listen_errors, "open listeners"), (a, m.connect_errors, "run connections")):
+    for node, errors, what in ((b, m.listen_errors, "open listeners"),
+                               (a, m.connect_errors, "run connections")):
         if node in errors:
             pytest.fail(f"{a} -> {b}: could not {what} on {node}: {errors[node]}", pytrace=False)
-    entry = m.entry(a, b)
-    if entry is None:
+    reach = m.reach(a, b)
+    if reach is None:
         pytest.fail(f"{a} -> {b}: no result in the port matrix", pytrace=False)
-    if entry["addr"] is None:
-        pytest.fail(f"{a} -> {b}: {a} cannot resolve {b} ({entry['resolve_error']}): "
+    if reach.addr is None:
+        pytest.fail(f"{a} -> {b}: {a} cannot resolve {b} ({reach.resolve_error}): "
                     f"see {ids.RESOLVES.of(a, b)}", pytrace=False)
-    return entry
-
-
-def _firewall_evidence(cluster: Cluster, node: str) -> str:
-    rules = _drop_rules(cluster, node)
-    if rules is None:
-        return f"  (could not read {node}'s firewall rules: see {ids.FIREWALL_RULES.of(node)})"
-    if not rules:
-        return f"  {node} shows no DROP/REJECT rule in iptables/nft INPUT (look for a firewall in between)"
-    return f"  DROP/REJECT rules in {node}'s INPUT:\n    " + "\n    ".join(rules[:12])
+    return reach
 
 
 def test_reachable(cluster: Cluster, pair: tuple[str, str], record_property) -> None:
     """F1: a reaches b; TCP handshake round-trip time and jitter measured; outliers flagged."""
     a, b = pair
-    entry = _slice(cluster, a, b)
-    stats = nc.rtt_stats(entry["rtt_ms"])
+    reach = _slice(cluster, a, b)
+    stats = nc.rtt_stats(list(reach.rtt_ms))
     if stats is None:
-        ssh = entry.get("ssh") or {}
-        if ssh.get("status") == "ok":
+        if reach.ssh is not None and reach.ssh.ok:
             warnings.warn(NetworkWarning(
                 f"{a} -> {b}: reaches {b}:22 but none of its high ports: RTT not measured "
                 f"(see {ids.HIGH_PORTS.of(a, b)})"), stacklevel=1)
@@ -99,12 +91,13 @@ def test_reachable(cluster: Cluster, pair: tuple[str, str], record_property) -> 
         m = ports.port_matrix(cluster)
         _block_by_firewall(cluster, a, b)
         if nc.source_at_fault(m, a, b):
-            pytest.fail(_source_fault(cluster, m, a, b, entry["addr"], f"{b}'s high ports nor from its sshd"),
-                        pytrace=False)
+            pytest.fail(nc.source_fault_message(a, b, str(reach.addr),
+                                                f"{b}'s high ports nor from its sshd",
+                                                _drop_rules(cluster, a)), pytrace=False)
         pytest.fail(
-            f"{a} -> {b} ({entry['addr']}): {a} reaches neither {b}'s high ports nor its sshd "
-            f"(port 22: {ssh.get('status', 'not tried')}).\n"
-            f"  fix: check the route (on {a}: ip route get {entry['addr']}) and {b}'s firewall "
+            f"{a} -> {b} ({reach.addr}): {a} reaches neither {b}'s high ports nor its sshd "
+            f"(port 22: {reach.ssh.words if reach.ssh is not None else 'not tried'}).\n"
+            f"  fix: check the route (on {a}: ip route get {reach.addr}) and {b}'s firewall "
             f"(on {b}: iptables -S INPUT)", pytrace=False)
     record_property("rtt_ms", f"{stats.median_ms:.3f}")
     record_property("jitter_ms", f"{stats.jitter_ms:.3f}")
@@ -119,43 +112,16 @@ def test_reachable(cluster: Cluster, pair: tuple[str, str], record_property) -> 
 def test_high_ports(cluster: Cluster, pair: tuple[str, str], record_property) -> None:
     """F3: arbitrary high ports of b accept connections from a (each direction on its own)."""
     a, b = pair
-    entry = _slice(cluster, a, b)
+    reach = _slice(cluster, a, b)
     m = ports.port_matrix(cluster)
     record_property("matrix_seconds", f"{m.seconds:.2f}")
-    bad = nc.failed_ports(entry)
-    if not bad:
+    if not reach.failed:
         return
-    by_status: dict[str, list[int]] = {}
-    for port, status in bad.items():
-        by_status.setdefault(status, []).append(port)
-    lines = [
-        f"  port {', '.join(map(str, ports))}: {status}: {nc.describe_status(status, a, b, m.port_timeout)}"
-        for status, ports in by_status.items()
-    ]
-    others = sorted(x for x in m.results if x != b and nc.failed_ports(m.entry(x, b) or {}))
-    pattern = (f"  every node that tried fails into {b} ({', '.join(others)}): {b}'s INPUT is the filter"
-               if len(others) > 1 else "")
-    addr = entry["addr"]
     _block_by_firewall(cluster, a, b)
-    if nc.source_at_fault(m, a, b):
-        pytest.fail(_source_fault(cluster, m, a, b, addr, f"{b}'s high ports " + ", ".join(map(str, bad))),
-                    pytrace=False)
-    pytest.fail(
-        f"{a} -> {b} ({addr}): {b} drops new TCP connections on high ports from {a}; NCCL/gloo/"
-        f"HCCL open such ports, and the launch would hang at initialization.\n"
-        + "\n".join(lines) + ("\n" + pattern if pattern else "") + "\n"
-        + _firewall_evidence(cluster, b)
-        + f"\n  fix, on {b}: iptables -I INPUT -p tcp -s {_source_addr(cluster, a, b)} -j ACCEPT "
-        f"(or open 1024-65535/tcp between the cluster's nodes in the firewall in between)",
-        pytrace=False,
-    )
-
-
-def _source_fault(cluster: Cluster, m: nc.PortMatrix, a: str, b: str, addr: str, what: str) -> str:
-    return (f"{a} -> {b} ({addr}): no answer from {what}; "
-            + nc.SOURCE_CAUSE.format(a=a, b=b) + ".\n"
-            + _firewall_evidence(cluster, a)
-            + "\n  fix, " + nc.SOURCE_FIX.format(a=a))
+    at_a = nc.source_at_fault(m, a, b)
+    outcome.fail(nc.high_ports_problem(
+        reach, a, timeout=m.port_timeout, into_b=nc.failing_into(m, b), source_fault=at_a,
+        rules=_drop_rules(cluster, a if at_a else b), source_addr=_source_addr(cluster, a, b)))
 
 
 def _source_addr(cluster: Cluster, a: str, b: str) -> str:
@@ -188,37 +154,39 @@ def test_master_port(cluster: Cluster, rendezvous_leg: tuple[str, str]) -> None:
     if d.value is None:  # H3 is red on rank 0: DeepSpeed cannot derive one
         outcome.block(ids.MASTER_ADDR.of(rank0), "the launch has no --master_addr to connect to")
         pytest.skip(f"the launch has no --master_addr to connect to: see {ids.MASTER_ADDR.of(rank0)}")
-    entry = _slice(cluster, node, rank0)
-    res = entry.get("master") or {"status": "not tried"}
-    if res["status"] == "ok":
+    reach = _slice(cluster, node, rank0)
+    res = reach.master
+    if res is not None and res.ok:
         return
+    words = res.words if res is not None else "not tried"
     _block_by_firewall(cluster, node, rank0)
-    if res["status"] == "unresolved":
+    if res is not None and res.status is PortStatus.UNRESOLVED:
         pytest.fail(
             f"{node} -> {rank0}:{port}: {node} cannot resolve the launch's --master_addr "
-            f"'{d.value}' ({res.get('error')}), so its ranks cannot reach the rendezvous: see "
+            f"'{d.value}' ({res.error}), so its ranks cannot reach the rendezvous: see "
             f"{ids.MASTER_ADDR.of(rank0)}", pytrace=False)
-    maddr = entry.get("master_addr") or entry["addr"]
-    if maddr != entry["addr"]:
+    maddr = reach.master_addr or reach.addr
+    if maddr != reach.addr:
         pytest.fail(
             f"{node} -> {rank0}:{port}: the launch's --master_addr {d.value} ({maddr}) does not "
-            f"answer from {node}: {res['status']}: "
-            f"{nc.describe_status(res['status'], node, rank0, m.port_timeout)}\n"
-            f"  ({node} knows {rank0} as {entry['addr']}): see {ids.MASTER_ADDR.of(rank0)}",
+            f"answer from {node}: {words}: "
+            f"{nc.describe_status(words, node, rank0, m.port_timeout)}\n"
+            f"  ({node} knows {rank0} as {reach.addr}): see {ids.MASTER_ADDR.of(rank0)}",
             pytrace=False)
     if nc.source_at_fault(m, node, rank0):
-        pytest.fail(_source_fault(cluster, m, node, rank0, entry["addr"], f"the rendezvous port {port} on {rank0}"),
-                    pytrace=False)
+        pytest.fail(nc.source_fault_message(node, rank0, str(reach.addr),
+                                            f"the rendezvous port {port} on {rank0}",
+                                            _drop_rules(cluster, node)), pytrace=False)
     rules = _drop_rules(cluster, rank0) or []
     own = [r for r in rules if str(port) in r]
-    blame = (f"  {rank0}'s own firewall {'rejects' if res['status'] == 'refused' else 'drops'} "
+    blame = (f"  {rank0}'s own firewall {'rejects' if words == 'refused' else 'drops'} "
              f"this port: {own[0]}\n" if own else "")
     pytest.fail(
-        f"{node} -> {rank0}:{port} ({entry['addr']}): the rendezvous port does not answer: "
-        f"{res['status']}: {nc.describe_status(res['status'], node, rank0, m.port_timeout)}\n"
+        f"{node} -> {rank0}:{port} ({reach.addr}): the rendezvous port does not answer: "
+        f"{words}: {nc.describe_status(words, node, rank0, m.port_timeout)}\n"
         f"  every rank connects there first; this one would wait until the rendezvous timeout.\n"
         + blame
-        + _firewall_evidence(cluster, rank0)
+        + nc.firewall_evidence(rank0, _drop_rules(cluster, rank0))
         + f"\n  fix, on {rank0}: iptables -I INPUT -p tcp --dport {port} -j ACCEPT",
         pytrace=False)
 
@@ -254,14 +222,13 @@ def test_firewall_rules(cluster: Cluster, node: str, record_property) -> None:
     if not rules:
         return
     m = ports.port_matrix(cluster)
-    hurt = sorted(
-        f"{a} -> {node}: ports {', '.join(map(str, nc.failed_ports(row[node])))}"
-        for a, row in m.results.items() if node in row and nc.failed_ports(row[node])
-    )
+    into = {a: r for a, row in sorted(m.reached.items()) if (r := row.get(node)) is not None}
+    hurt = sorted(f"{a} -> {node}: ports {', '.join(str(t.port) for t in r.failed)}"
+                  for a, r in into.items() if r.failed)
     master = (m.listeners.get(node) or {}).get("master") or {}
     if master.get("free"):
-        hurt += [f"{a} -> {node}: master port {master['port']}" for a, row in sorted(m.results.items())
-                 if node in row and (row[node].get("master") or {}).get("status") not in (None, "ok")]
+        hurt += [f"{a} -> {node}: master port {master['port']}" for a, r in into.items()
+                 if r.master is not None and not r.master.ok]
     listing = "\n    ".join(rules[:20])
     if hurt:
         broken = ports.firewall_pairs(cluster, node)
@@ -334,7 +301,7 @@ def test_socket_ifname(cluster: Cluster, node: str, record_property) -> None:
             f"  interfaces on {node}: {nc.describe_interfaces(ifaces)}\n"
             f"  fix, {where}")
     if problems:
-        pytest.fail(f"{node}: " + f"\n{node}: ".join(problems), pytrace=False)
+        outcome.fail(node_problems(node, problems))
 
 
 def test_socket_ifname_route(cluster: Cluster, pair: tuple[str, str]) -> None:

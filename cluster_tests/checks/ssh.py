@@ -15,7 +15,7 @@ from cluster_tests.core.testids import LAUNCHER
 from cluster_tests.judge import launch as launchenv
 from cluster_tests.judge import ssh as sshcheck
 from cluster_tests.judge import sshfail
-from cluster_tests.judge.problem import Problem
+from cluster_tests.judge.problem import Problem, node_problems
 from cluster_tests.measure import sshpairs, sshroot
 
 #: per launch site: its pdsh run's output split by host, once (not once per target's item)
@@ -59,21 +59,9 @@ def test_sshd_config(cluster: Cluster, node: str, record_property) -> None:
                     f"{(res.get('err') or '').strip()[:200]}")
     cfg = sshcheck.parse_sshd_T(res["out"])
     record_property("passwordauthentication", cfg.get("passwordauthentication", "?"))
-    problems = []
-    if cfg.get("pubkeyauthentication", "yes") != "yes":
-        problems.append("PubkeyAuthentication is 'no': sshd refuses every key, "
-                        "so pdsh cannot log in\n"
-                        f"  fix, on {node}: set 'PubkeyAuthentication yes' in "
-                        f"/etc/ssh/sshd_config; systemctl reload ssh")
-    if facts["uid"] == 0 and cfg.get("permitrootlogin", "prohibit-password") not in (
-        "yes", "prohibit-password", "without-password"
-    ):
-        problems.append(f"PermitRootLogin is '{cfg.get('permitrootlogin')}': "
-                        f"root cannot log in with a key\n"
-                        f"  fix, on {node}: set 'PermitRootLogin prohibit-password'; "
-                        f"systemctl reload ssh")
+    problems = sshcheck.sshd_config_problems(node, cfg, root=facts["uid"] == 0)
     if problems:
-        pytest.fail(f"{node}: " + f"\n{node}: ".join(problems), pytrace=False)
+        outcome.fail(node_problems(node, problems))
 
 
 def test_ssh_trust(cluster: Cluster, pair: tuple[str, str]) -> None:

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import contextvars
 import dataclasses
-import re
 from typing import Any, NoReturn
 
 import pytest
@@ -32,7 +31,7 @@ from cluster_tests.judge.problem import (
     PROPERTY,
     Fix,
     Problem,
-    fix_lines,
+    from_text,
     report_text,
 )
 
@@ -146,14 +145,8 @@ class Outcomes:
         stashed: list[Fix] | None = item.stash.get(FIXES_KEY, None)
         offered: list[Fix] = list(stashed or [])
         if problem is None:
-            text = report_text(report.longreprtext)
-            headline = next((ln.strip() for ln in text.splitlines() if ln.strip()), item.name)
-            where = _where(params)
-            # the cause in words: the headline, without the "a -> b: " the id says already
-            cause = re.sub(r"^\S+ -> \S+?( \([^)]*\))?: |^\S+: ", "", headline)[:120]
-            problem = Problem(nodes=where, cause=cause, message=text,
-                              fix="; ".join(dict.fromkeys(fix_lines(text))),
-                              check=item.name, facts={"headline": headline})
+            problem = from_text(_where(params), report_text(report.longreprtext),
+                                untitled=item.name, check=item.name)
         if offered:
             merged = {f.key(): f for f in (*problem.fixes, *offered)}
             problem = dataclasses.replace(problem, fixes=tuple(merged.values()))

@@ -29,6 +29,11 @@ from typing import Any
 
 from cluster_tests.judge import parsers
 
+#: R8's fix, on the node with the unhealthy NPUs, clashing device IPs or another TLS switch
+NPU_FIX = ("npu-smi info -t health -i <id> -c 0 for the cause; device IPs: hccn_tool -i <dev> "
+           "-ip -s address <ip> netmask <mask> (one subnet per device rank, unique across nodes); "
+           "TLS: hccn_tool -i <dev> -tls -s enable 0 (the same on every node)")
+
 #: Xids that mean the GPU, its memory, its links or the driver are in trouble (NVIDIA's Xid
 #: catalogue); others (13, 31, 43, 45, ...) are usually the application's own faults
 HARDWARE_XIDS = {
@@ -329,7 +334,11 @@ def parse_tls_switch(text: str) -> str | None:
     return m.group(1) if m else None
 
 
-def judge_npu(raw: Mapping[str, Any]) -> tuple[list[str], list[str], dict[str, str], str | None]:
+#: R8's verdict on one node: (problems, notes, {device: device IP}, TLS switch or None/'mixed')
+NpuVerdict = tuple[list[str], list[str], dict[str, str], str | None]
+
+
+def judge_npu(raw: Mapping[str, Any]) -> NpuVerdict:
     """(problems, notes, {device: device IP}, TLS switch of the node or None/'mixed')."""
     problems: list[str] = []
     notes: list[str] = []

@@ -7,10 +7,14 @@ from __future__ import annotations
 
 import re
 import statistics
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from cluster_tests.core import testids as ids
+from cluster_tests.judge.facts import PortStatus, Reach
 from cluster_tests.judge.netfacts import Interface
+from cluster_tests.judge.problem import Problem, from_text
 
 SOCKET_IFNAME_VARS = ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME", "HCCL_SOCKET_IFNAME")
 
@@ -27,25 +31,25 @@ class PortMatrix:
     stops: dict[str, dict[str, Any]] = field(default_factory=dict)
     port_timeout: float = 3.0
     seconds: float = 0.0
+    #: source -> target -> what it reached: `results` read once (facts.reach_row, by measure/)
+    reached: dict[str, dict[str, Reach]] = field(default_factory=dict)
 
     def entry(self, a: str, b: str) -> dict[str, Any] | None:
         return self.results.get(a, {}).get(b)
 
-
-def failed_ports(entry: dict[str, Any]) -> dict[int, str]:
-    """{port: status} of the high ports that did not answer with our listener."""
-    return {int(p): r["status"] for p, r in sorted(entry.get("ports", {}).items())
-            if r["status"] != "ok"}
+    def reach(self, a: str, b: str) -> Reach | None:
+        return self.reached.get(a, {}).get(b)
 
 
-def blocked(entry: dict[str, Any] | None) -> bool:
+def failed_ports(entry: Mapping[str, Any]) -> dict[int, str]:
+    """{port: status in the node's words} of the high ports of a `connect` entry (JSON) that did
+    not answer with our listener."""
+    return {t.port or 0: t.words for t in Reach.from_json("", entry).failed}
+
+
+def blocked(entry: Mapping[str, Any] | None) -> bool:
     """True when a -> b got through on none of b's tested ports (high ports and master port)."""
-    if not entry or entry.get("addr") is None:
-        return False
-    tried = [r["status"] for r in entry.get("ports", {}).values()]
-    if entry.get("master"):
-        tried.append(entry["master"]["status"])
-    return bool(tried) and all(s != "ok" for s in tried)
+    return bool(entry) and Reach.from_json("", entry or {}).blocked
 
 
 def source_at_fault(m: PortMatrix, a: str, b: str) -> bool:
@@ -63,6 +67,11 @@ def target_at_fault(m: PortMatrix, a: str, b: str) -> bool:
     return not others or any(failed_ports(m.entry(x, b) or {}) for x in others)
 
 
+def failing_into(m: PortMatrix, b: str) -> list[str]:
+    """The sources (b aside) whose high ports into b failed, in name order."""
+    return sorted(x for x in m.reached if x != b and (r := m.reach(x, b)) is not None and r.failed)
+
+
 SOURCE_CAUSE = ("{a} reaches none of the nodes' ports while the others reach {b}: the fault is on "
                 "{a}: its firewall drops the replies to its own connections (an INPUT rule on "
                 "high ports without `-m conntrack --ctstate ESTABLISHED,RELATED -j ACCEPT` "
@@ -71,19 +80,72 @@ SOURCE_FIX = "on {a}: iptables -I INPUT 1 -m conntrack --ctstate ESTABLISHED,REL
 
 
 CAUSES = {
-    "timed out": "no answer within {t:g} s: packets are dropped (a DROP rule in {b}'s INPUT chain, "
-                 "or a security group / firewall in between)",
-    "refused": "connection refused while our listener was up: a REJECT rule on {b} (or its "
-               "listener died)",
-    "unreachable": "host/network unreachable: a REJECT --reject-with icmp-host-prohibited rule on "
-                   "{b}, or no route from {a}",
-    "other listener": "something answered that is not our listener (a proxy or NAT in between)",
+    PortStatus.TIMED_OUT: "no answer within {t:g} s: packets are dropped (a DROP rule in {b}'s "
+                          "INPUT chain, or a security group / firewall in between)",
+    PortStatus.REFUSED: "connection refused while our listener was up: a REJECT rule on {b} (or "
+                        "its listener died)",
+    PortStatus.UNREACHABLE: "host/network unreachable: a REJECT --reject-with "
+                            "icmp-host-prohibited rule on {b}, or no route from {a}",
+    PortStatus.OTHER_LISTENER: "something answered that is not our listener (a proxy or NAT in "
+                               "between)",
 }
 
 
 def describe_status(status: str, a: str, b: str, timeout: float) -> str:
-    text = CAUSES.get(status)
+    """What a connection's status (the node's words) means for a -> b."""
+    try:
+        text = CAUSES.get(PortStatus.of(status))
+    except ValueError:  # not the node script's words ("not tried")
+        text = None
     return text.format(a=a, b=b, t=timeout) if text else status
+
+
+def firewall_evidence(node: str, rules: list[str] | None) -> str:
+    """The lines of a red that show `node`'s own DROP/REJECT rules (None: they could not be
+    read)."""
+    if rules is None:
+        return f"  (could not read {node}'s firewall rules: see {ids.FIREWALL_RULES.of(node)})"
+    if not rules:
+        return (f"  {node} shows no DROP/REJECT rule in iptables/nft INPUT (look for a firewall "
+                f"in between)")
+    return f"  DROP/REJECT rules in {node}'s INPUT:\n    " + "\n    ".join(rules[:12])
+
+
+def source_fault_message(a: str, b: str, addr: str, what: str, rules_a: list[str] | None
+                         ) -> str:
+    """The red of a -> b where a's side is at fault (:func:`source_at_fault`): no answer from
+    `what`, a's own rules, the fix on a."""
+    return (f"{a} -> {b} ({addr}): no answer from {what}; "
+            + SOURCE_CAUSE.format(a=a, b=b) + ".\n"
+            + firewall_evidence(a, rules_a)
+            + "\n  fix, " + SOURCE_FIX.format(a=a))
+
+
+def high_ports_problem(reach: Reach, a: str, *, timeout: float, into_b: Sequence[str],
+                       source_fault: bool, rules: list[str] | None, source_addr: str) -> Problem:
+    """F3's red: a's connections to `reach.target`'s high ports failed. `into_b`: every source
+    failing into it (:func:`failing_into`); `source_fault`: a's side is at fault
+    (:func:`source_at_fault`), then `rules` are a's DROP/REJECT rules, else the target's;
+    `source_addr`: a's address as the target knows it (the fix's `-s`)."""
+    b, addr, bad = reach.target, reach.addr or "", reach.failed
+    if source_fault:
+        what = f"{b}'s high ports " + ", ".join(str(t.port) for t in bad)
+        return from_text((a, b), source_fault_message(a, b, addr, what, rules))
+    by_status: dict[str, list[int]] = {}
+    for t in bad:
+        by_status.setdefault(t.words, []).append(t.port or 0)
+    lines = [f"  port {', '.join(map(str, ports))}: {words}: "
+             f"{describe_status(words, a, b, timeout)}" for words, ports in by_status.items()]
+    if len(into_b) > 1:
+        lines.append(f"  every node that tried fails into {b} ({', '.join(into_b)}): {b}'s "
+                     f"INPUT is the filter")
+    return from_text((a, b), (
+        f"{a} -> {b} ({addr}): {b} drops new TCP connections on high ports from {a}; NCCL/gloo/"
+        f"HCCL open such ports, and the launch would hang at initialization.\n"
+        + "\n".join(lines) + "\n"
+        + firewall_evidence(b, rules)
+        + f"\n  fix, on {b}: iptables -I INPUT -p tcp -s {source_addr} -j ACCEPT "
+        f"(or open 1024-65535/tcp between the cluster's nodes in the firewall in between)"))
 
 
 # -- RTT ---------------------------------------------------------------------------------------

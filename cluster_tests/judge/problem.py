@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -89,7 +90,7 @@ class Problem:
     def text(self) -> str:
         """The red's message: the text, then the fix in words (once)."""
         out = self.message.rstrip()
-        if self.fix and self.fix not in out:
+        if self.fix and self.fix not in out and self.fix != said_fix(out):
             out += f"\n  fix: {self.fix}"
         return out
 
@@ -134,3 +135,32 @@ def fix_lines(text: str) -> list[str]:
         if m:
             out.append((f"on {m.group(2)}: " if m.group(2) else "") + m.group(3).strip())
     return out
+
+
+def said_fix(text: str) -> str:
+    """The fix a text says in its own `fix:` lines, in words, each once."""
+    return "; ".join(dict.fromkeys(fix_lines(text)))
+
+
+def from_text(nodes: tuple[str, ...], message: str, untitled: str = "",
+              **fields: Any) -> Problem:
+    """The Problem of a red whose text says it all, fix lines included: its cause is the
+    headline (`untitled` for an empty text) without the "a -> b: " or "node: " the id says
+    already, its fix the text's own fix lines (:func:`said_fix`), so that :meth:`Problem.text`
+    is `message` unchanged. (The plugin makes one so of a red that did not fail with one.)"""
+    headline = next((ln.strip() for ln in message.splitlines() if ln.strip()), untitled)
+    cause = re.sub(r"^\S+ -> \S+?( \([^)]*\))?: |^\S+: ", "", headline)[:120]
+    return Problem(nodes=nodes, cause=cause, message=message, fix=said_fix(message),
+                   facts={"headline": headline}, **fields)
+
+
+def node_problems(node: str, problems: Sequence[str]) -> Problem:
+    """One red for several problems of one node, each its own lines (ending with its
+    `fix, on ...:` line), each headed by the node's name."""
+    return from_text((node,), f"{node}: " + f"\n{node}: ".join(problems))
+
+
+def listed_problem(node: str, title: str, problems: Sequence[str], fix: str) -> Problem:
+    """One red for a list of a node's problems under one title, with one fix on the node."""
+    return from_text((node,), f"{node}: {title}:\n  " + "\n  ".join(problems)
+                     + f"\n  fix, on {node}: {fix}")

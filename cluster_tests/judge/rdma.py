@@ -27,6 +27,12 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+#: R1's fix, on the node whose ports are down or slower than its peers'
+PORTS_FIX = ("check the cable, the switch port and the subnet manager (ibstat; ibportstate / "
+             "mlxlink -d <dev> -p <port>; for RoCE the netdev: ip link, ethtool); NCCL skips an "
+             "inactive port, so this node's ranks get fewer rails than the others (or sockets) "
+             "until it is active")
+
 #: /dev/shm a local rank needs, MiB (see the module docstring; --shm-per-rank-mb)
 SHM_PER_RANK_MB = 128
 #: open files every node needs at least (the stock soft limit), and what rank 0's process

@@ -108,6 +108,25 @@ def parse_sshd_T(text: str) -> dict[str, str]:
     return out
 
 
+def sshd_config_problems(node: str, cfg: dict[str, str], root: bool) -> list[str]:
+    """S3: what in sshd's effective settings (`sshd -T`) stops pdsh logging in to `node` with a
+    key (`root`: the suite logs in as root), each with its fix."""
+    problems = []
+    if cfg.get("pubkeyauthentication", "yes") != "yes":
+        problems.append("PubkeyAuthentication is 'no': sshd refuses every key, "
+                        "so pdsh cannot log in\n"
+                        f"  fix, on {node}: set 'PubkeyAuthentication yes' in "
+                        f"/etc/ssh/sshd_config; systemctl reload ssh")
+    if root and cfg.get("permitrootlogin", "prohibit-password") not in (
+        "yes", "prohibit-password", "without-password"
+    ):
+        problems.append(f"PermitRootLogin is '{cfg.get('permitrootlogin')}': "
+                        f"root cannot log in with a key\n"
+                        f"  fix, on {node}: set 'PermitRootLogin prohibit-password'; "
+                        f"systemctl reload ssh")
+    return problems
+
+
 # -- why did `ssh a b true` fail? ----------------------------------------------------------
 
 

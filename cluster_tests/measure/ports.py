@@ -21,6 +21,7 @@ from typing import Any
 from cluster_tests.core import pairs as pairs_mod
 from cluster_tests.core.cluster import Cluster, ProbeError
 from cluster_tests.core.memokey import MemoKey
+from cluster_tests.judge import facts
 from cluster_tests.judge import network as nc
 from cluster_tests.judge.network import PortMatrix
 from cluster_tests.measure import masteraddr, sort_outcomes
@@ -90,7 +91,9 @@ def measure(cluster: Cluster) -> PortMatrix:
                                  samples=cluster.settings.network.rtt_samples,
                                  timeout=connect_budget + 10)
 
-        sort_outcomes(zip(up, cluster.pool.map(connect, up), strict=False), matrix.results, matrix.connect_errors)
+        sort_outcomes(zip(up, cluster.pool.map(connect, up), strict=False), matrix.results,
+                      matrix.connect_errors)
+        matrix.reached = {node: facts.reach_row(row) for node, row in matrix.results.items()}
     finally:
         stoppable = [n for n, lst in matrix.listeners.items() if lst.get("pid")]
 

@@ -9,6 +9,7 @@ import shlex
 import shutil
 import subprocess
 import threading
+from collections.abc import Sequence
 from typing import Any
 
 from cluster_tests.core import pairs as pairs_mod
@@ -23,8 +24,10 @@ from cluster_tests.judge.facts import SshLeg
 #: is not installed
 PdshRun = tuple[int, str, str | None] | str
 
-#: every source's legs (or its exception), started together
-PAIRS_ALL: MemoKey[list[Any]] = MemoKey("ssh", "pairs_all")
+#: one source's legs (False: it cannot log in), or the exception its probe raised
+SourceLegs = dict[str, SshLeg] | bool | BaseException
+#: every source's, started together
+PAIRS_ALL: MemoKey[Sequence[SourceLegs]] = MemoKey("ssh", "pairs_all")
 #: per source: its `ssh_pairs` probe read once, per target
 LEGS: MemoKey[dict[str, SshLeg]] = MemoKey("ssh", "legs")
 #: per launch site: PDSH(site)

@@ -11,15 +11,25 @@ def script(name: str) -> Path:
     return DIR / name
 
 
-#: The scripts sent with the prelude (prelude.py) prepended; the others share nothing with it.
-PRELUDED = frozenset({"probe.py", "envprobe.py", "netprobe.py", "healthprobe.py", "storeprobe.py"})
+#: The parts sent before a script, in this order (each a file here that defines names the script
+#: uses unseen); a script not named here is sent as it is.  prelude.py: the probe protocol and
+#: capped commands; versions.py: E3's versions, for envprobe.py and the rehearsal alike.
+PARTS: dict[str, tuple[str, ...]] = {
+    "probe.py": ("prelude.py",),
+    "envprobe.py": ("prelude.py", "versions.py"),
+    "netprobe.py": ("prelude.py",),
+    "healthprobe.py": ("prelude.py",),
+    "storeprobe.py": ("prelude.py",),
+    "rehearse.py": ("versions.py",),
+}
+#: The scripts sent with the prelude (prelude.py) prepended.
+PRELUDED = frozenset(name for name, parts in PARTS.items() if "prelude.py" in parts)
+#: The parts themselves (never sent alone).
+PART_FILES = frozenset(part for parts in PARTS.values() for part in parts)
 
 
 def source(name: str) -> bytes:
-    """The bytes to send (or write to a node) to run one node-side script: prelude.py followed
-    by the script for the probe family, the script alone otherwise. The files on disk without
-    the prelude are never what runs."""
-    text = script(name).read_bytes()
-    if name in PRELUDED:
-        return (DIR / "prelude.py").read_bytes() + b"\n\n" + text
-    return text
+    """The bytes to send (or write to a node) to run one node-side script: its parts (PARTS)
+    followed by the script. The files on disk without their parts are never what runs."""
+    parts = [(DIR / part).read_bytes() for part in PARTS.get(name, ())]
+    return b"\n\n".join([*parts, script(name).read_bytes()])

@@ -16,13 +16,11 @@ Sections:
             exists, a file really created there, free space
 """
 
-import glob
 import json
 import os
 import re
 import shutil
 import subprocess
-import sys
 import tempfile
 
 #: how much of an environment file (.deepspeed_env, .bashrc) is read
@@ -48,65 +46,13 @@ def section_envfiles(params):
             "bashrc": read_text(os.path.join(home, ".bashrc"), ENV_FILE_CAP)}
 
 
-def _dist_version(name):
-    try:
-        from importlib import metadata
-    except ImportError:
-        return None
-    try:
-        return metadata.version(name)
-    except Exception:
-        return None
-
-
-def _first_line(path):
-    text = read_text(path, 4096)
-    return text.strip().splitlines()[0] if text and text.strip() else None
-
-
-def _cann_version():
-    for pattern in ("/usr/local/Ascend/ascend-toolkit/latest/*/ascend_toolkit_install.info",
-                    "/usr/local/Ascend/ascend-toolkit/latest/version.cfg",
-                    "/usr/local/Ascend/nnae/latest/*/ascend_nnae_install.info"):
-        for path in sorted(glob.glob(pattern)):
-            text = read_text(path, 8192) or ""
-            m = re.search(r"(?:^|\n)\s*(?:version|Version)\s*=\s*(\S+)", text)
-            if m:
-                return m.group(1)
-            m = re.search(r"\[version:\s*([^\]]+)\]", text)
-            if m:
-                return m.group(1).strip()
-    return None
-
-
-def _ascend_driver():
-    text = read_text("/usr/local/Ascend/driver/version.info", 8192) or ""
-    m = re.search(r"Version\s*=\s*(\S+)", text)
-    return m.group(1) if m else None
-
-
 def section_versions(params):
-    out = {"python": sys.version.split()[0], "python_executable": sys.executable,
-           "deepspeed": _dist_version("deepspeed"), "torch_npu": _dist_version("torch_npu"),
-           "torch": None, "cuda": None, "nccl": None, "cann": _cann_version(),
-           "ascend_driver": _ascend_driver(), "nvidia_driver": None, "torch_error": None}
+    """E3's versions (versions.py, the part sent before this script)."""
     try:
         import torch
-        out["torch"] = torch.__version__
-        out["cuda"] = torch.version.cuda
-        try:
-            if torch.cuda.is_available():
-                v = torch.cuda.nccl.version()
-                out["nccl"] = ".".join(map(str, v)) if isinstance(v, tuple) else str(v)
-        except Exception as exc:  # a broken CUDA install is reported, not fatal
-            out["nccl"] = "error: %s" % exc
     except Exception as exc:
-        out["torch_error"] = "%s: %s" % (type(exc).__name__, exc)
-    if shutil.which("nvidia-smi"):
-        res = run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"], timeout=20)
-        if res["rc"] == 0 and res["out"].strip():
-            out["nvidia_driver"] = res["out"].strip().splitlines()[0].strip()
-    return out
+        return stack_versions(None, "%s: %s" % (type(exc).__name__, exc))
+    return stack_versions(torch, None)
 
 
 def section_devices(params):

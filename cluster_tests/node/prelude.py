@@ -2,9 +2,9 @@
 this text followed by the script, so the script runs alone (Python 3.6+, standard library only)
 but never repeats these helpers.
 
-Used by: probe.py, envprobe.py, netprobe.py, healthprobe.py, storeprobe.py.
+Used by: probe.py, envprobe.py, netprobe.py, healthprobe.py, storeprobe.py (node.PARTS).
 Not used by allreduce.py, train_smoke.py, rehearse.py: they share nothing with it (no JSON
-sections, no capped commands) and are sent as they are.
+sections, no capped commands).
 
 A script must not define any name defined here (tests/unit/test_node_prelude.py checks it)."""
 import json

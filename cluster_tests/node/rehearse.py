@@ -19,10 +19,8 @@ envprobe.py's ``versions`` section), from this same import, so that each node st
 interpreter and imports torch once for E3 and E5 together.
 """
 
-import glob
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -38,17 +36,6 @@ PACKAGES = (("torch", "torch"), ("deepspeed", "deepspeed"), ("torch_npu", "torch
 def _error(exc):
     lines = traceback.format_exception_only(type(exc), exc)
     return "".join(lines).strip()[-1500:]
-
-
-def _dist(name):
-    try:
-        from importlib import metadata
-    except ImportError:  # Python < 3.8: no metadata to compare with
-        return None
-    try:
-        return metadata.distribution(name)
-    except Exception:
-        return None
 
 
 def _owned(dist, path):
@@ -70,7 +57,7 @@ def _owned(dist, path):
 
 def _package(module_name, dist_name):
     mod = sys.modules.get(module_name)
-    dist = _dist(dist_name)
+    dist = distribution(dist_name)
     info = {"dist_version": dist.version if dist is not None else None, "dist_location": None}
     if dist is not None:
         try:
@@ -333,67 +320,11 @@ def jit_facts():
     return out
 
 
-def _cann_version():
-    for pattern in ("/usr/local/Ascend/ascend-toolkit/latest/*/ascend_toolkit_install.info",
-                    "/usr/local/Ascend/ascend-toolkit/latest/version.cfg",
-                    "/usr/local/Ascend/nnae/latest/*/ascend_nnae_install.info"):
-        for path in sorted(glob.glob(pattern)):
-            try:
-                with open(path, "rb") as fh:
-                    text = fh.read(8192).decode("utf-8", "replace")
-            except OSError:
-                continue
-            m = re.search(r"(?:^|\n)\s*(?:version|Version)\s*=\s*(\S+)", text)
-            if m:
-                return m.group(1)
-            m = re.search(r"\[version:\s*([^\]]+)\]", text)
-            if m:
-                return m.group(1).strip()
-    return None
-
-
-def _ascend_driver():
-    try:
-        with open("/usr/local/Ascend/driver/version.info", "rb") as fh:
-            text = fh.read(8192).decode("utf-8", "replace")
-    except OSError:
-        return None
-    m = re.search(r"Version\s*=\s*(\S+)", text)
-    return m.group(1) if m else None
-
-
 def versions(torch_error):
     """E3's versions (the same keys and values as envprobe.py's `versions` section, which E3 uses
-    where this rehearsal did not run), read from the modules this process already imported."""
-    dist = {}
-    for name in ("deepspeed", "torch_npu"):
-        d = _dist(name)
-        dist[name] = d.version if d is not None else None
-    out = {"python": sys.version.split()[0], "python_executable": sys.executable,
-           "deepspeed": dist["deepspeed"], "torch_npu": dist["torch_npu"],
-           "torch": None, "cuda": None, "nccl": None, "cann": _cann_version(),
-           "ascend_driver": _ascend_driver(), "nvidia_driver": None, "torch_error": torch_error}
-    torch = sys.modules.get("torch")
-    if torch is not None and torch_error is None:
-        out["torch"] = torch.__version__
-        out["cuda"] = torch.version.cuda
-        try:
-            if torch.cuda.is_available():
-                v = torch.cuda.nccl.version()
-                out["nccl"] = ".".join(map(str, v)) if isinstance(v, tuple) else str(v)
-        except Exception as exc:  # a broken CUDA install is reported, not fatal
-            out["nccl"] = "error: %s" % exc
-    if shutil.which("nvidia-smi"):
-        try:
-            proc = subprocess.run(["nvidia-smi", "--query-gpu=driver_version",
-                                   "--format=csv,noheader"], check=False, stdout=subprocess.PIPE,
-                                  stderr=subprocess.PIPE, timeout=20)
-            text = proc.stdout.decode("utf-8", "replace").strip()
-            if proc.returncode == 0 and text:
-                out["nvidia_driver"] = text.splitlines()[0].strip()
-        except (OSError, subprocess.SubprocessError):
-            pass
-    return out
+    where this rehearsal did not run; both from versions.py, the part sent before this script),
+    from the torch this process already imported."""
+    return stack_versions(sys.modules.get("torch") if torch_error is None else None, torch_error)
 
 
 def main():

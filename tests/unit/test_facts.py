@@ -1,14 +1,19 @@
 """Typed facts at the node boundary (judge/facts.py): a probe's JSON is read once into values,
-from what the node scripts really print."""
+from what the node scripts really print; the port statuses are node/netprobe.py's own words."""
 
 from __future__ import annotations
 
+import ast
+import errno
 import json
+import socket
 import subprocess
 import sys
+import threading
 
 from paths import PACKAGE
 
+from cluster_tests import node
 from cluster_tests.judge import facts, sshfail
 
 PRELUDE = PACKAGE / "node" / "prelude.py"
@@ -41,3 +46,113 @@ def test_ssh_leg_names_the_cause_from_openssh_own_words() -> None:
     assert "Could not resolve hostname" in leg.evidence
     fine = facts.ssh_legs({"b": {"rc": 0, "out": "", "err": ""}})["b"]
     assert fine.ok and fine.cause is None and fine.evidence == "exit 0"
+
+
+# -- the port matrix: node/netprobe.py `connect`, run for real against this machine's sockets ---
+
+
+def _netprobe() -> dict:
+    """node/netprobe.py as sent (with its parts), its functions defined, its main not run."""
+    ns: dict = {"__name__": "ct_netprobe"}
+    exec(compile(node.source("netprobe.py"), "netprobe.py", "exec"), ns)  # noqa: S102
+    return ns
+
+
+def _greeter(sock: socket.socket, greeting: bytes) -> None:
+    while True:
+        try:
+            conn, _ = sock.accept()
+        except OSError:
+            return
+        with conn:
+            conn.sendall(greeting + b"\n")
+
+
+def test_port_statuses_are_netprobes_own_words() -> None:
+    """Every way netprobe.py's `connect` ends an attempt, produced by its own code (ours, a
+    stranger's listener, a closed port, a master address that does not resolve; the errors it
+    classifies), reads as a PortStatus of those very words, and every PortStatus is one of them."""
+    probe = _netprobe()
+    ours, stranger, closed = (socket.socket() for _ in range(3))
+    for s in (ours, stranger, closed):
+        s.bind(("127.0.0.1", 0))
+    ours.listen(16)
+    stranger.listen(16)
+    port = {name: s.getsockname()[1] for name, s in
+            (("ours", ours), ("stranger", stranger), ("closed", closed))}
+    closed.close()
+    threading.Thread(target=_greeter, args=(ours, probe["GREETING"] + b"tok"), daemon=True).start()
+    try:
+        raw = probe["section_connect"]({
+            "token": "tok", "port_timeout": 1, "samples": 1,
+            "targets": [{"name": "localhost", "ports": list(port.values()),
+                         "master_port": port["ours"], "master_host": "ct-no-such.invalid"}]})
+    finally:
+        ours.close()
+        stranger.close()
+    reach = facts.reach_row(json.loads(json.dumps(raw)))["localhost"]
+    got = {t.port: t.status for t in reach.ports}
+    assert got == {port["ours"]: facts.PortStatus.OK,
+                   port["stranger"]: facts.PortStatus.OTHER_LISTENER,
+                   port["closed"]: facts.PortStatus.REFUSED}
+    assert reach.master is not None and reach.master.status is facts.PortStatus.UNRESOLVED
+    assert [t.port for t in reach.failed] == sorted([port["stranger"], port["closed"]])
+    assert reach.rtt_ms and not reach.blocked
+    classified = {probe["_classify"](exc) for exc in (
+        TimeoutError(), OSError(errno.ETIMEDOUT, "t"), OSError(errno.EHOSTUNREACH, "h"),
+        OSError(errno.ENETUNREACH, "n"), OSError(errno.ECONNREFUSED, "r"),
+        OSError(errno.EACCES, "Permission denied"))}
+    words = {t.words for t in (*reach.ports, reach.master)} | classified
+    assert "error: [Errno 13] Permission denied" in words
+    assert {facts.PortStatus.of(w) for w in words} == set(facts.PortStatus)
+    # and no other word in its source: what _classify returns, every "status" it writes
+    assert _status_words(PACKAGE / "node" / "netprobe.py") == {s.value for s in facts.PortStatus}
+
+
+def _status_words(path) -> set[str]:
+    """The status words a node script can write: the string constants _classify returns and
+    those put as a "status" (a "... %s" format counts by its word before the colon)."""
+    exprs: list[ast.expr] = []
+    for fn in ast.walk(ast.parse(path.read_text())):
+        if isinstance(fn, ast.FunctionDef) and fn.name == "_classify":
+            exprs += [r.value for r in ast.walk(fn) if isinstance(r, ast.Return) and r.value]
+        if isinstance(fn, ast.Dict):
+            exprs += [v for k, v in zip(fn.keys, fn.values, strict=True)
+                      if isinstance(k, ast.Constant) and k.value == "status"]
+    out = set()
+    for e in exprs:
+        for c in ast.walk(e):
+            if isinstance(c, ast.Constant) and isinstance(c.value, str):
+                out.add(c.value.split(":")[0])
+    return out
+
+
+def test_f3_red_from_what_netprobe_reached() -> None:
+    """F3's red (judge.network.high_ports_problem), from a Reach as netprobe.py reports it: the
+    failed ports grouped by the node's words, every source failing into b, b's rules, the fix."""
+    from cluster_tests.judge import network as nc
+
+    reach = facts.Reach.from_json("n3", {
+        "addr": "10.0.0.3", "resolve_error": None, "master": None, "rtt_ms": [], "ssh": None,
+        "ports": {"40001": {"status": "timed out", "ms": 3000.1, "port": 40001},
+                  "40002": {"status": "timed out", "ms": 3000.2, "port": 40002},
+                  "40003": {"status": "ok", "ms": 0.2, "port": 40003}}})
+    p = nc.high_ports_problem(reach, "n1", timeout=3.0, into_b=["n1", "n2"], source_fault=False,
+                              rules=["iptables: -A INPUT -p tcp -j DROP"], source_addr="10.0.0.1")
+    assert p.nodes == ("n1", "n3") and p.text() == p.message
+    assert p.message.splitlines() == [
+        "n1 -> n3 (10.0.0.3): n3 drops new TCP connections on high ports from n1; NCCL/gloo/"
+        "HCCL open such ports, and the launch would hang at initialization.",
+        "  port 40001, 40002: timed out: no answer within 3 s: packets are dropped (a DROP rule "
+        "in n3's INPUT chain, or a security group / firewall in between)",
+        "  every node that tried fails into n3 (n1, n2): n3's INPUT is the filter",
+        "  DROP/REJECT rules in n3's INPUT:",
+        "    iptables: -A INPUT -p tcp -j DROP",
+        "  fix, on n3: iptables -I INPUT -p tcp -s 10.0.0.1 -j ACCEPT (or open 1024-65535/tcp "
+        "between the cluster's nodes in the firewall in between)"]
+    assert p.fix.startswith("on n3: iptables -I INPUT -p tcp -s 10.0.0.1")
+    mine = nc.high_ports_problem(reach, "n1", timeout=3.0, into_b=["n1"], source_fault=True,
+                                 rules=None, source_addr="10.0.0.1")
+    assert mine.message.startswith("n1 -> n3 (10.0.0.3): no answer from n3's high ports "
+                                   "40001, 40002; n1 reaches none of the nodes' ports")
+    assert "could not read n1's firewall rules" in mine.message

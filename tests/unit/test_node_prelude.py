@@ -1,5 +1,7 @@
-"""The node-side prelude: every script sent with it compiles as Python 3.6 together with it,
-defines none of its names, and the probe family runs locally from the combined source."""
+"""The node-side parts (node.PARTS: the prelude, versions.py): every script sent with parts
+compiles as Python 3.6 together with them, defines none of their names (nor do two parts of one
+script share a name), uses no name that what is sent does not define, and the probe family runs
+locally from the combined source."""
 
 from __future__ import annotations
 
@@ -13,7 +15,8 @@ import pytest
 from cluster_tests import node
 from cluster_tests.core.cluster import PROBE_MARK
 
-ALL = sorted(p.name for p in node.DIR.glob("*.py") if p.name not in ("__init__.py", "prelude.py"))
+ALL = sorted(p.name for p in node.DIR.glob("*.py")
+             if p.name != "__init__.py" and p.name not in node.PART_FILES)
 
 
 def _top_names(tree: ast.Module) -> set[str]:
@@ -26,7 +29,12 @@ def _top_names(tree: ast.Module) -> set[str]:
     return names
 
 
-PRELUDE_NAMES = _top_names(ast.parse((node.DIR / "prelude.py").read_text()))
+def _names(filename: str) -> set[str]:
+    return _top_names(ast.parse((node.DIR / filename).read_text()))
+
+
+def test_every_script_sent_with_parts_is_there() -> None:
+    assert set(node.PARTS) <= set(ALL) and node.PART_FILES <= {p.name for p in node.DIR.iterdir()}
 
 
 @pytest.mark.parametrize("name", ALL)
@@ -34,9 +42,12 @@ def test_combined_source_is_python36(name: str) -> None:
     ast.parse(node.source(name), filename=name, feature_version=(3, 6))
 
 
-@pytest.mark.parametrize("name", sorted(node.PRELUDED))
-def test_no_script_shadows_the_prelude(name: str) -> None:
-    assert not _top_names(ast.parse(node.script(name).read_text())) & PRELUDE_NAMES
+@pytest.mark.parametrize("name", sorted(node.PARTS))
+def test_no_script_shadows_its_parts(name: str) -> None:
+    seen = _names(name)
+    for part in node.PARTS[name]:
+        assert not _names(part) & seen, part
+        seen |= _names(part)
 
 
 @pytest.mark.parametrize("name", sorted(node.PRELUDED))
@@ -49,9 +60,9 @@ def test_probe_runs_from_combined_source(name: str) -> None:
     assert json.loads(line[len(PROBE_MARK):]) == {"no-such-section": {"error": "unknown section"}}
 
 
-@pytest.mark.parametrize("name", sorted(node.PRELUDED))
+@pytest.mark.parametrize("name", sorted(node.PARTS))
 def test_combined_source_defines_every_name(name: str, tmp_path) -> None:
-    """The scripts use the prelude's names unseen (ruff ignores F821 in them): what is sent,
+    """The scripts use their parts' names unseen (ruff ignores F821 in them): what is sent,
     prelude and script together, must define every name it uses."""
     path = tmp_path / name
     path.write_bytes(node.source(name))

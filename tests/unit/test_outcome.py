@@ -102,3 +102,47 @@ def test_lf_reruns_the_root_and_what_it_blocked(suite):
     for t in ("test_login[node3]", "test_whole_a", "test_whole_b", "test_trust[node1->node3]"):
         assert t in out, out
     assert "test_login[node1] PASSED" not in out
+
+
+TEXT_CHECKS = """
+import pytest
+from cluster_tests.core import outcome
+from cluster_tests.judge.problem import listed_problem, node_problems
+
+PROBLEMS = ["X is 'no': nothing works\\n  fix, on node2: set 'X yes'; reload",
+            "Y=3 matches no interface\\n  fix, on node1: export Y=eth0 in ~/.bashrc"]
+
+@pytest.mark.parametrize("node", ["node2"])
+@pytest.mark.parametrize("how", ["text", "problem"])
+def test_several(how, node):
+    if how == "problem":
+        outcome.fail(node_problems(node, PROBLEMS))
+    pytest.fail(f"{node}: " + f"\\n{node}: ".join(PROBLEMS), pytrace=False)
+
+@pytest.mark.parametrize("node", ["node2"])
+@pytest.mark.parametrize("how", ["text", "problem"])
+def test_listed(how, node):
+    if how == "problem":
+        outcome.fail(listed_problem(node, "ports", ["a down", "b slow"], "check the cable"))
+    pytest.fail(f"{node}: ports:\\n  a down\\n  b slow\\n  fix, on {node}: check the cable",
+                pytrace=False)
+"""
+
+
+def test_a_red_built_from_its_text_is_the_red_its_text_made(pytester):
+    """judge.problem's node_problems and listed_problem: the same red text, and the same
+    Problem (cause, fix, headline), as the check's own pytest.fail of that text made."""
+    import json
+
+    pytester.makeconftest(CONFTEST)
+    pytester.makepyfile(test_checks=TEXT_CHECKS)
+    xml = pytester.path / "junit.xml"
+    pytester.runpytest(f"--junitxml={xml}").assert_outcomes(failed=4)
+    messages = {c.get("name"): c.find("failure").get("message")  # type: ignore[union-attr]
+                for c in ET.parse(xml).getroot().iter("testcase")}
+    got = {name: json.loads(props["problem"]) for name, (_, props) in _junit(xml).items()}
+    for test in ("test_several", "test_listed"):
+        text, made = f"{test}[text-node2]", f"{test}[problem-node2]"
+        assert messages[text] == messages[made]
+        assert {**got[text], "check": ""} == {**got[made], "check": ""}
+        assert got[made]["fix"].startswith("on node2: ") and got[made]["nodes"] == ["node2"]

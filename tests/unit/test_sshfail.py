@@ -68,3 +68,19 @@ def test_transport_hints_are_the_vocabulary():
     assert transport._hint(target, sshfail.Cause.PROTOCOL, "/cfg") == "run: ssh -F /cfg -v n2 true"
     hint = transport._hint(target, sshfail.Cause.AUTH, "/cfg")
     assert hint.startswith("ssh-copy-id -F /cfg -i /k/id.pub n2 ")
+
+
+def test_sshd_config_problems_each_end_with_their_fix() -> None:
+    """S3 (judge.ssh.sshd_config_problems): keys refused, and root's keys refused only when the
+    suite logs in as root; each problem carries its own `fix, on NODE:` line."""
+    from cluster_tests.judge import ssh as sshcheck
+
+    cfg = sshcheck.parse_sshd_T("pubkeyauthentication no\npermitrootlogin no\n")
+    assert sshcheck.sshd_config_problems("n1", cfg, root=False) == [
+        "PubkeyAuthentication is 'no': sshd refuses every key, so pdsh cannot log in\n"
+        "  fix, on n1: set 'PubkeyAuthentication yes' in /etc/ssh/sshd_config; "
+        "systemctl reload ssh"]
+    both = sshcheck.sshd_config_problems("n1", cfg, root=True)
+    assert len(both) == 2 and both[1].startswith("PermitRootLogin is 'no'")
+    ok = sshcheck.parse_sshd_T("pubkeyauthentication yes\npermitrootlogin prohibit-password\n")
+    assert sshcheck.sshd_config_problems("n1", ok, root=True) == []
