@@ -46,7 +46,8 @@ CHECKS_DIR = Path(__file__).resolve().parent / "checks"
 def _testinfra_active(pluginmanager: pytest.PytestPluginManager) -> bool:
     if os.environ.get("PYTEST_DISABLE_PLUGIN_AUTOLOAD"):
         return pluginmanager.has_plugin("testinfra")
-    return importlib.util.find_spec("testinfra") is not None and not pluginmanager.is_blocked("testinfra")
+    return (importlib.util.find_spec("testinfra") is not None
+            and not pluginmanager.is_blocked("testinfra"))
 
 
 def pytest_addoption(parser: pytest.Parser, pluginmanager: pytest.PytestPluginManager) -> None:
@@ -190,7 +191,8 @@ class _SummaryPlugin:
             # the collective section prints its own table when its fixtures ran in this process;
             # else (the xdist controller) the table comes from the recorded properties, here
             extra += self.recorder.render_bandwidth()
-        lines = self.recorder.summary_lines(workers.node_facts(config, _cluster(config)), extra=extra)
+        facts = workers.node_facts(config, _cluster(config))
+        lines = self.recorder.summary_lines(facts, extra=extra)
         if lines:
             terminalreporter.section("cluster summary")
             for line in lines:
@@ -206,7 +208,8 @@ class _SummaryPlugin:
                 shown = script[0].relative_to(Path(config.invocation_params.dir))
             except ValueError:
                 pass
-            manual = f" ({script[2]} of its {script[1] + script[2]} blocks need a person)" if script[2] else ""
+            manual = (f" ({script[2]} of its {script[1] + script[2]} blocks need a person)"
+                      if script[2] else "")
             terminalreporter.line(f"review and run {shown}{manual}, then pytest --lf")
 
 
@@ -350,7 +353,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         is_check = {id(item) for item in checks}
         items.sort(key=lambda i: (section(i) if id(i) in is_check else -1, position[id(i)]))
     if checks and _the_cluster(config).settings.quick:
-        slow = [i for i in checks if i.get_closest_marker("collective") or i.get_closest_marker("training")]
+        slow = [i for i in checks
+                if i.get_closest_marker("collective") or i.get_closest_marker("training")]
         if slow:
             config.hook.pytest_deselected(items=slow)
             gone = {id(i) for i in slow}

@@ -276,7 +276,8 @@ def test_allreduce_pair(pair_runs: dict, node_pair: tuple[str, str], cluster: Cl
         row = run.report.rows[-1]
         others = [bw for p, bw in slow.slow if p != node_pair]
         first = (
-            f"{pb.pair_id(node_pair)}: busbw {mine:.3f} GB/s at {copts.format_size(row.size_bytes)}B, "
+            f"{pb.pair_id(node_pair)}: busbw {mine:.3f} GB/s at "
+            f"{copts.format_size(row.size_bytes)}B, "
             f"below {slow.threshold_GBps:.3f} GB/s = {slow.threshold_GBps / slow.reference_GBps:g}"
             f" x the typical good pair ({slow.reference_GBps:.3f} GB/s, median of the better half"
             f" of {len(pair_runs['runs'])} pairs)"

@@ -147,13 +147,15 @@ def test_master_port(cluster: Cluster, rendezvous_leg: tuple[str, str]) -> None:
         owner = master.get("owner") or f"(run `ss -ltnp sport = :{port}` as root to see who)"
         pytest.fail(
             f"{rank0}: the rendezvous port {port} (--master_port) is already in use "
-            f"({master.get('error')}): {owner}\n  rank 0 could not bind it and the launch would fail.\n"
+            f"({master.get('error')}): {owner}\n"
+            f"  rank 0 could not bind it and the launch would fail.\n"
             f"  fix: stop that process, or launch with --master_port <free port> (and pass "
             f"--master-port to this suite)", pytrace=False)
     d = masteraddr.derived(cluster)
     if d.value is None:  # H3 is red on rank 0: DeepSpeed cannot derive one
         outcome.block(ids.MASTER_ADDR.of(rank0), "the launch has no --master_addr to connect to")
-        pytest.skip(f"the launch has no --master_addr to connect to: see {ids.MASTER_ADDR.of(rank0)}")
+        pytest.skip("the launch has no --master_addr to connect to: see "
+                    f"{ids.MASTER_ADDR.of(rank0)}")
     reach = _slice(cluster, node, rank0)
     res = reach.master
     if res is not None and res.ok:
@@ -214,8 +216,10 @@ def test_firewall_rules(cluster: Cluster, node: str, record_property) -> None:
         pytest.fail(str(exc), pytrace=False)
     rules = _drop_rules(cluster, node)
     if rules is None:
-        errs = "; ".join(f"{t}: {(fw[t]['err'] or '').strip()[:150]}" for t in ("iptables", "nft") if t in fw)
-        pytest.skip(f"{node}: cannot read the firewall rules (needs root; uid {fw.get('uid')}): {errs}")
+        errs = "; ".join(f"{t}: {(fw[t]['err'] or '').strip()[:150]}"
+                         for t in ("iptables", "nft") if t in fw)
+        pytest.skip(f"{node}: cannot read the firewall rules (needs root; uid {fw.get('uid')}): "
+                    f"{errs}")
     if not ("iptables" in fw or "nft" in fw):
         pytest.skip(f"{node}: neither iptables nor nft is installed: no local firewall to report")
     record_property("drop_rules", str(len(rules)))
@@ -286,9 +290,11 @@ def test_socket_ifname(cluster: Cluster, node: str, record_property) -> None:
                       f"~/.deepspeed_env" + ("; it fits no node" if not fits else
                                              f"; it fits {', '.join(fits)}") + ")")
         why = ("matches no interface" if not matched else
-               "matches only " + ", ".join(f"{i.name} ({'up' if i.up else i.state.lower()}, "
-                                            f"{'address ' + ' '.join(i.ips) if i.ips else 'no address'})"
-                                            for i in matched) + ", none up with an address (lo does not count)")
+               "matches only "
+               + ", ".join(f"{i.name} ({'up' if i.up else i.state.lower()}, "
+                           f"{'address ' + ' '.join(i.ips) if i.ips else 'no address'})"
+                           for i in matched)
+               + ", none up with an address (lo does not count)")
         usable_now = [i.name for i in ifaces.values() if nc.usable(i) and i.name != "lo"]
         value_fix = ('=' + usable_now[0] if usable_now and not var.startswith('GLOO')
                      else (usable_now[0] if usable_now else '<interface>'))
@@ -313,7 +319,8 @@ def test_socket_ifname_route(cluster: Cluster, pair: tuple[str, str]) -> None:
     if not matches:
         pytest.skip(f"{a}: no *_SOCKET_IFNAME set (the libraries pick the interface themselves)")
     if any(not names for names in matches.values()):
-        pytest.skip(f"{a}: a *_SOCKET_IFNAME matches no usable interface: see {ids.SOCKET_IFNAME.of(a)}")
+        pytest.skip(f"{a}: a *_SOCKET_IFNAME matches no usable interface: see "
+                    f"{ids.SOCKET_IFNAME.of(a)}")
     addrs = cluster.base(a)["resolve"].get(b, {}).get("addrs") or []
     if not addrs:
         pytest.skip(f"{a} cannot resolve {b}: see {ids.RESOLVES.of(a, b)}")
@@ -338,7 +345,8 @@ def test_mtu(cluster: Cluster, node: str, record_property) -> None:
     cluster.require(node)
     mtus = mi.mtus(cluster)
     if node not in mtus:
-        pytest.skip(f"{node}: no interface found for the launch's traffic (see {ids.SOCKET_IFNAME.of(node)})")
+        pytest.skip(f"{node}: no interface found for the launch's traffic "
+                    f"(see {ids.SOCKET_IFNAME.of(node)})")
     dev, mtu = mtus[node]
     record_property("interface", dev)
     record_property("mtu", str(mtu))

@@ -124,7 +124,8 @@ def test_pdsh(cluster: Cluster, pdsh_leg: tuple[str, str]) -> None:
     rc, out, _ = got
     if rc == 124 and out == "pdsh timed out":
         pytest.fail(f"{site}: pdsh did not finish within its deadline", pytrace=False)
-    leg = cluster.memo(PDSH_LEGS(site), lambda: launchenv.split_pdsh_output(out, cluster.names))[target]
+    legs = cluster.memo(PDSH_LEGS(site), lambda: launchenv.split_pdsh_output(out, cluster.names))
+    leg = legs[target]
     if sshpairs.PDSH_OK in leg.lines:
         return
     said = "\n    ".join([*leg.lines, *(f"(pdsh: {e})" for e in leg.pdsh_errors)]

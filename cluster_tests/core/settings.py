@@ -91,6 +91,9 @@ def _choice(*choices: str) -> Callable[[str], str]:
 # `duplicates` pairs some of them.)
 
 
+# One frozen dataclass per section, each a list of option() declarations: `duplicates` pairs two
+# of them by shape (the end of one section, the next one's header and first option); there
+# is no shared logic to factor out.
 @dataclass(frozen=True)
 class NodeListSettings:
     """H: the node-list sources besides --hostfile (cluster_tests.core.nodelist)."""

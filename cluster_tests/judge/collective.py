@@ -315,7 +315,8 @@ def backend_problems(report: CollectiveReport,
     used = sorted(set(report.backends.values()))
     if len(used) > 1:
         parts = "; ".join(
-            f"{b}: {describe_ranks([r for r, x in report.backends.items() if x == b], report.ranks)}"
+            f"{b}: "
+            f"{describe_ranks([r for r, x in report.backends.items() if x == b], report.ranks)}"
             for b in used)
         out.append(f"the ranks did not all choose the same backend ({parts})")
     return out
@@ -357,7 +358,8 @@ def judge_busbw(rows: Sequence[SizeRow], min_busbw: float | None = None,
         common = sorted(set(base_rows) & set(mine))
         if not common:
             problems.append("the baseline shares no message size with this run: compare like "
-                            f"with like (--sizes {','.join(format_size(s) for s in sorted(base_rows))})")
+                            "with like (--sizes "
+                            f"{','.join(format_size(s) for s in sorted(base_rows))})")
         else:
             size = top.size_bytes if top.size_bytes in base_rows else common[-1]
             now, then = mine[size].busbw_GBps, base_rows[size]

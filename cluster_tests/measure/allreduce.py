@@ -243,7 +243,8 @@ def launch_exports_word(cluster: Cluster) -> str:
     return launchenv.exports_word(r.exports) if r.exports else ""
 
 
-def launch_layout(cluster: Cluster, nodes: Sequence[str] | None = None) -> list[tuple[str, list[int]]]:
+def launch_layout(cluster: Cluster, nodes: Sequence[str] | None = None
+                  ) -> list[tuple[str, list[int]]]:
     """(host, slot ids) as the launch will use them: --launch-include/--launch-exclude applied
     (DeepSpeed's resource filter; every slot when the filter is bad: T2 reports that), in
     hostfile order, optionally only ``nodes``."""
@@ -358,7 +359,8 @@ def run_allreduce(cluster: Cluster, ranks: Sequence[rk.Rank], *, master_addr: st
                 if event is not None and event.get("event") == "stack":
                     _keep_stack(run, event)
     finally:
-        confirmed = dict(zip(channels, cluster.pool.map(lambda ch: ch.stop(), channels.values()), strict=False))
+        stopped = cluster.pool.map(lambda ch: ch.stop(), channels.values())
+        confirmed = dict(zip(channels, stopped, strict=False))
         for node, ch in channels.items():
             run.stderr[node] = list(ch.stderr) + list(ch.text)
             run.channel_exit[node] = ch.exit_status
@@ -690,7 +692,8 @@ def network_hint(cluster: Cluster, nodes: Sequence[str]) -> str:
         return ("the network checks (F) of this session found closed ports: "
                 + "; ".join(findings[:4]) + more)
     if matrix is not None:
-        return f"the network checks (F) of this session found every probed port open for {', '.join(nodes)}"
+        return ("the network checks (F) of this session found every probed port open for "
+                f"{', '.join(nodes)}")
     return ("no network checks ran in this session: run `pytest -m network` to test every port "
             "between the nodes in each direction")
 
@@ -736,7 +739,8 @@ def _fix(run: RemoteRun, nodes: Sequence[str]) -> str:
                 f"{who} by a non-interactive ssh shell: pass --remote-python /path/to/python, or "
                 f"put it on PATH in ~/.bashrc above any early 'return'")
     if rep.verdict == "hang":
-        return f"a rank on {who} stalled mid-transfer: run `-k {ids.ALLREDUCE_PAIR}` to find the slow node or link"
+        return (f"a rank on {who} stalled mid-transfer: run `-k {ids.ALLREDUCE_PAIR}` to find the "
+                "slow node or link")
     return f"read the rank errors above; on {who}: {run.options.backend} backend, torch install"
 
 

@@ -69,7 +69,8 @@ def measure(cluster: Cluster) -> PortMatrix:
                              own_address=True, gloo_ifname=env.get("GLOO_SOCKET_IFNAME"),
                              timeout=30)
 
-    sort_outcomes(zip(up, cluster.pool.map(listen, up), strict=False), matrix.listeners, matrix.listen_errors)
+    sort_outcomes(zip(up, cluster.pool.map(listen, up), strict=False), matrix.listeners,
+                  matrix.listen_errors)
     try:
         targets = []
         for node, lst in matrix.listeners.items():

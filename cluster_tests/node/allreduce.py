@@ -144,8 +144,8 @@ _STACK_FD = -1
 def tcp_peers(pid: int) -> dict:
     """Process ``pid``'s TCP connections by state: ``syn_sent``, the 'ip:port' of every
     connect nobody has answered yet, and ``established``, [local port, remote 'ip:port'] of
-    every open one. A rank stuck in gloo's or NCCL's full-mesh connect waits in the same frames whichever
-    peer is missing; these say which peers it has and which it still waits for."""
+    every open one. A rank stuck in gloo's or NCCL's full-mesh connect waits in the same frames
+    whichever peer is missing; these say which peers it has and which it still waits for."""
     out = {"syn_sent": [], "established": []}  # type: dict
     try:
         inodes = set()
@@ -288,7 +288,8 @@ def apply_visible_devices(spec: str, environ: dict) -> dict:
 
 
 def accelerator_files(dev_dir: str = "/dev") -> dict:
-    """Device files of the node's accelerators, whatever torch can see: {"nvidia": n, "ascend": n}."""
+    """Device files of the node's accelerators, whatever torch can see:
+    {"nvidia": n, "ascend": n}."""
     return {"nvidia": len(glob.glob(os.path.join(dev_dir, "nvidia[0-9]*"))),
             "ascend": len(glob.glob(os.path.join(dev_dir, "davinci[0-9]*")))}
 
@@ -742,7 +743,8 @@ def sweep(torch: object, dist: object, args: argparse.Namespace, backend: str,
 
 
 # NCCL_DEBUG=INFO goes to a file of this rank's; after init its transport lines are sent as a
-# `transport` event, parsed on the launcher (cluster_tests/judge/nccllog.py) for C1's table and check.
+# `transport` event, parsed on the launcher (cluster_tests/judge/nccllog.py) for C1's table and
+# check.
 _TRANSPORT_LINE = ("NET/", "Using network", " via ", "NCCL WARN", "NCCL version")
 
 

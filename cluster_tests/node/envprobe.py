@@ -87,7 +87,8 @@ def section_devices(params):
             ok = float(t.sum().item()) == 1024.0
             out["devices"].append({"index": i, "ok": ok, "error": None if ok else "wrong sum"})
         except Exception as exc:
-            out["devices"].append({"index": i, "ok": False, "error": "%s: %s" % (type(exc).__name__, exc)})
+            out["devices"].append({"index": i, "ok": False,
+                                   "error": "%s: %s" % (type(exc).__name__, exc)})
     return out
 
 

@@ -88,14 +88,16 @@ def test_healthy_cluster_reports_busbw_per_size(healthy_sim, baseline: Path) -> 
         assert algbw == pytest.approx(size / (time_us * 1e-6) / 1e9, rel=1e-3)
         assert busbw == pytest.approx(algbw * 2 * (3 - 1) / 3, rel=1e-3)  # nccl-tests' factor
     assert float(result.properties["test_allreduce_pair[node1<->node3]"]["busbw_GBps"]) > 0
-    assert ">= --min-busbw 0.0001 GB/s" in result.properties["test_allreduce_busbw"]["busbw_verdict"]
+    verdict = result.properties["test_allreduce_busbw"]["busbw_verdict"]
+    assert ">= --min-busbw 0.0001 GB/s" in verdict
     # the terminal summary carries both tables, with units and what was timed
     assert "all-reduce bandwidth (C1/C2)" in result.output
     assert "# timed: avg time per op of 5 back-to-back in-place all_reduce calls" in result.output
     assert re.search(r"^\s+1048576\s+262144\s+float32\s+sum\s", result.output, re.MULTILINE)
     assert re.search(r"node1<->node2\s+1048576\s", result.output)
     record = json.loads(baseline.read_text())
-    assert record["world_size"] == 3 and [r["size_bytes"] for r in record["rows"]] == [65536, 1048576]
+    assert record["world_size"] == 3
+    assert [r["size_bytes"] for r in record["rows"]] == [65536, 1048576]
     assert_no_workers()
 
 
@@ -158,7 +160,8 @@ def test_ports_found_blocked_by_f3_are_not_waited_out_again(healthy_sim) -> None
 
 
 def test_communicator_init_hang_fails_at_its_deadline(healthy_sim) -> None:
-    for rule in (["--sport", "29500"], ["--dport", "29500"], ["--dport", "1024:65535", "-j", "DROP"]):
+    for rule in (["--sport", "29500"], ["--dport", "29500"],
+                 ["--dport", "1024:65535", "-j", "DROP"]):
         healthy_sim.iptables("node3", ["-A", "INPUT", "-p", "tcp", *rule]
                              + ([] if "DROP" in rule else ["-j", "ACCEPT"]))
     result = run_suite(healthy_sim, *FAST, "-k", "test_allreduce and not pair",
@@ -383,7 +386,8 @@ def test_killed_pytest_leaves_no_workers(healthy_sim, tmp_path: Path) -> None:
 def test_bootstrap_is_the_workers() -> None:
     tree = ast.parse((REPO / "cluster_tests" / "node" / "allreduce.py").read_text())
     (value,) = [ast.literal_eval(node.value) for node in tree.body
-                if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", "") == "BOOTSTRAP"]
+                if isinstance(node, ast.Assign)
+                and getattr(node.targets[0], "id", "") == "BOOTSTRAP"]
     assert value == R.BOOTSTRAP
 
 
@@ -425,9 +429,10 @@ def test_network_hint_uses_the_port_matrix_when_the_session_has_one() -> None:
     from cluster_tests.judge.network import PortMatrix
     from cluster_tests.measure.ports import PORT_MATRIX
 
-    matrix = PortMatrix("t", results={"node1": {"node3": {"ports": {"40001": {"status": "timed out"},
-                                                                    "40002": {"status": "ok"}}}},
-                                      "node2": {"node1": {"ports": {"40003": {"status": "ok"}}}}})
+    matrix = PortMatrix("t", results={
+        "node1": {"node3": {"ports": {"40001": {"status": "timed out"},
+                                      "40002": {"status": "ok"}}}},
+        "node2": {"node1": {"ports": {"40003": {"status": "ok"}}}}})
     cluster = Cluster(Settings(), [], Pool({}))  # a session that reaches no node: the memo only
     assert "run `pytest -m network`" in R.network_hint(cluster, ["node3"])
     cluster.memo(PORT_MATRIX, lambda: matrix)
@@ -449,12 +454,14 @@ def test_pair_results_are_keyed_in_hostfile_order(monkeypatch):
     assert any(names.index(a) > names.index(b) for rnd in pb.circle_schedule(names) for a, b in rnd)
     settings = Settings(collective=CollectiveSettings(backend="gloo"), master_port=29500)
     pool = SimpleNamespace(map=lambda fn, items: [fn(i) for i in items])
-    cluster: Any = SimpleNamespace(names=names, settings=settings, pool=pool, login_error=lambda n: None,
-                              cached=lambda key: None)  # no F3 in this session
+    cluster: Any = SimpleNamespace(names=names, settings=settings, pool=pool,
+                                   login_error=lambda n: None,
+                                   cached=lambda key: None)  # no F3 in this session
     monkeypatch.setattr(R, "worker_options", lambda *a, **k: None)
     monkeypatch.setattr(R, "chosen_sizes", lambda c: [1024])
     monkeypatch.setattr(R, "master_address", lambda *a, **k: "addr")
-    monkeypatch.setattr(R, "run_allreduce", lambda cluster, ranks, **k: tuple(sorted(r.host for r in ranks)))
+    monkeypatch.setattr(R, "run_allreduce",
+                        lambda cluster, ranks, **k: tuple(sorted(r.host for r in ranks)))
     monkeypatch.setattr(R, "launch_exports_word", lambda c: "")
     results = R.run_pairs(cluster)
     expected = {(a, b) for i, a in enumerate(names) for b in names[i + 1:]}
