@@ -317,8 +317,9 @@ def test_nccl_log_roce_2_7_8_and_shm_direct():
 # -- C1 wiring: the workers' `transport` events, the table lines, the socket-fallback verdict ------
 
 def _worker_module():
-    path = PROBE.parent / "allreduce.py"
-    return load_script(path, "ct_allreduce_worker")
+    from fixtures import localcollective as LC
+
+    return load_script(LC.WORKER_SCRIPT, "ct_allreduce_worker")
 
 
 def test_worker_routes_nccl_debug_to_a_file_and_sends_the_transport_lines(monkeypatch, capsys,

@@ -129,9 +129,9 @@ def test_tcp_peers_reads_a_real_connection_of_this_process() -> None:
     import runpy
     import socket
 
-    from cluster_tests import node
+    from fixtures import localcollective as LC
 
-    worker = runpy.run_path(str(node.script("allreduce.py")), run_name="not_main")
+    worker = runpy.run_path(str(LC.WORKER_SCRIPT), run_name="not_main")
     server = socket.socket()
     server.bind(("127.0.0.1", 0))
     server.listen(1)
