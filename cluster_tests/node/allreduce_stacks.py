@@ -9,7 +9,7 @@ import socket
 # --- where this rank is: its stack, on request or at its deadline ------------------------------
 
 #: Seconds a rank at its watchdog waits for the supervisor's py-spy before it ends.
-SPY_WAIT = 4.0
+SPY_WAIT = 2.5
 
 #: File descriptor the stacks go to: a pipe of the supervisor's (``CT_STACK_FD``), else stderr.
 _STACK_FD = -1
