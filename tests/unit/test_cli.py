@@ -57,3 +57,24 @@ def test_check_modules_are_not_test_files() -> None:
                           str(PACKAGE / "checks")], check=False, cwd=REPO,
                          capture_output=True, text=True, timeout=120)
     assert "no tests collected" in got.stdout, got.stdout + got.stderr
+
+
+@pytest.mark.parametrize("equals_form", [False, True])
+def test_hostfile_outside_the_repo_keeps_its_rootdir(tmp_path: Path, equals_form: bool) -> None:
+    """`pytest --hostfile /elsewhere/hostfile` from the repository: pytest finds its rootdir
+    before our option is known and takes the hostfile for a test path (PITFALLS 3); without
+    core/rootdir_fix the rootdir would be the hostfile's folder, the ini lost (-ra, timeout,
+    junit_family), the ids `hostfile.py::...` and the cache written beside the hostfile."""
+    hostfile = tmp_path / "hostfile"
+    hostfile.write_text(HOSTFILE.read_text())
+    form = [f"--hostfile={hostfile}"] if equals_form else ["--hostfile", str(hostfile)]
+    got = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-m", "hostfile",
+                          "-p", "no:cacheprovider", *form], check=False, cwd=REPO,
+                         capture_output=True, text=True, timeout=120)
+    assert got.returncode == 0, got.stdout + got.stderr
+    assert f"rootdir: {REPO}" in got.stdout and "configfile: pyproject.toml" in got.stdout
+    assert "<Module hostfile.py>" in got.stdout, got.stdout
+    ids = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-m", "hostfile",
+                          "-p", "no:cacheprovider", *form], check=False, cwd=REPO,
+                         capture_output=True, text=True, timeout=120).stdout
+    assert "cluster_tests/checks/hostfile.py::test_hostfile_syntax" in ids.splitlines(), ids
