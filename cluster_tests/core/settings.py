@@ -194,7 +194,7 @@ class StorageSettings:
 
 @dataclass(frozen=True)
 class CollectiveSettings:
-    """C: all-reduce through torch.distributed; option types in cluster_tests.judge.collective."""
+    """C: all-reduce through torch.distributed; option types in cluster_tests.judge.collopts."""
 
     backend: str = option(
         "--backend",

@@ -4,7 +4,7 @@ One measurement of a pair is one sample of a shared network: a backup, another j
 busy core can make a healthy pair slow once. So before C2 names a node, and before it calls a
 pair slow, the pairs in question are measured again:
 
-- the node that the slow pairs have in common (:func:`collective.suspect_node`), against the two
+- the node that the slow pairs have in common (:func:`pairbw.suspect_node`), against the two
   nodes that were fastest in this run (each node's best good pair), and
 - every other slow pair, itself, once (up to ``cap`` pairs; beyond that a pair keeps the
   verdict of its one measurement, and says so).

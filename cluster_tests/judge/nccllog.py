@@ -119,7 +119,7 @@ def socket_fallback_reason(t: Transports) -> str:
 def by_node(lines_by_rank: Mapping[int, Sequence[str]],
             ranks: Sequence[Any]) -> dict[str, Transports]:
     """{host: what its ranks chose}, the lines of all its ranks together (`ranks`: objects
-    with `.rank` and `.host`, collective.Rank), in hostfile order."""
+    with `.rank` and `.host`, ranks.Rank), in hostfile order."""
     host_of = {r.rank: r.host for r in ranks}
     grouped: dict[str, list[str]] = {}
     for r in ranks:
