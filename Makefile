@@ -39,8 +39,11 @@ demo: setup
 	$(PY) -m fixtures.sim down --state $(STATE); \
 	echo "JUnit report: reports/junit.xml"; exit $$rc
 
+# the unit tests on both cores (pytest-xdist), then the end-to-end tests one at a time (each
+# drives the one simulated cluster of the session)
 test: setup
-	$(PY) -m pytest tests/unit tests/e2e -p no:cacheprovider -q -x --timeout=900
+	$(PY) -m pytest tests/unit -p no:cacheprovider -q -x -n 2 --timeout=900
+	$(PY) -m pytest tests/e2e -p no:cacheprovider -q -x --timeout=900
 
 # the unit tests alone (no simulated cluster, about 2 minutes)
 test-unit: setup
