@@ -554,10 +554,20 @@ class Connection:
         seconds, at least 1), so it dies there at its deadline whatever happens here, with the
         run tag as its shell's $0 (`end_leftovers` finds it by that).  Standard input gets
         `stdin` and is closed at once, or, for a `Feed`, when the feed is closed.  Reading ends
-        when the command ends, when ``should_stop()`` is true (`stopped`), or `wait` seconds
+        when the command ends, when ``should_stop()`` is true or the run is ending (`closing`,
+        set by `Pool.end_leftovers` on Ctrl-C and at the end: `stopped`), or `wait` seconds
         after the start (default `timeout` + 3; `timed_out`); the channel is closed then, and a
-        command still running is left to its remote deadline and to the caller's cleanup.
+        command still running is left to its remote deadline and to the caller's cleanup. Once
+        the run is ending no command starts (a background thread would otherwise start one after
+        the cleanup, and the interpreter would wait for it at exit).
         """
+        if self.closing.is_set():
+            raise ConnectError(self.target, Cause.PROTOCOL, "the run is ending", "")
+        asked = should_stop
+
+        def stop_now() -> bool:
+            return self.closing.is_set() or asked()
+
         client = self.connect()
         command = quote_argv(argv)
         remote_deadline = max(1, int(timeout))
@@ -603,7 +613,7 @@ class Connection:
                     feed = None
                     with contextlib.suppress(OSError, EOFError):
                         chan.shutdown_write()
-                if should_stop():
+                if stop_now():
                     stopped = True
                     break
                 if time.monotonic() > deadline:
