@@ -271,6 +271,16 @@ def test_a_master_addr_deepspeed_derives_badly_is_red_on_rank0(healthy_sim, faul
         sim.exec("node1", ["ip", "addr", "del", "10.99.0.1/24", "dev", "eth0"])
 
 
+def hostname_on_node1(sim, body: str) -> None:
+    """A `hostname` of node1's own, first on its non-interactive PATH: /root/ct-bin/hostname
+    running ``body`` (/bin/sh). The test removes /root/ct-bin when it ends."""
+    script = shlex.quote(f"#!/bin/sh\n{body}\n")
+    sim.exec("node1", ["sh", "-c", f"mkdir -p /root/ct-bin && printf '%s' {script} > "
+                                   "/root/ct-bin/hostname && chmod +x /root/ct-bin/hostname"],
+             check=True)
+    sim.prepend_bashrc("node1", "export PATH=/root/ct-bin:$PATH\n")
+
+
 def test_hostname_I_unsupported_on_the_first_host_is_red_on_rank0(healthy_sim):
     """node1 (the first host) has a `hostname` without -I (as busybox's and the BSDs' are),
     stood in for by coreutils' `uname -n`, whose refusal of -I is uname's own: DeepSpeed's ssh
@@ -280,11 +290,7 @@ def test_hostname_I_unsupported_on_the_first_host_is_red_on_rank0(healthy_sim):
     is green and the real launch works."""
     sim = healthy_sim
     put_script(sim, NODES)
-    sim.exec("node1", ["sh", "-c", "mkdir -p /root/ct-bin && printf '#!/bin/sh\\nexec uname -n "
-                                   "\"$@\"\\n' > /root/ct-bin/hostname && chmod +x "
-                                   "/root/ct-bin/hostname"],
-             check=True)
-    sim.prepend_bashrc("node1", "export PATH=/root/ct-bin:$PATH\n")
+    hostname_on_node1(sim, 'exec uname -n "$@"')
     try:
         assert sim.ssh("node1", "hostname").stdout.strip() == "node1"
         assert sim.ssh("node1", "hostname -I").returncode != 0
@@ -315,11 +321,7 @@ def test_hostname_failing_on_the_first_host_stops_the_launch_whatever_master_add
     with --master_addr fails so; with --no_ssh_check it works, and H3 is green."""
     sim = healthy_sim
     put_script(sim, NODES)
-    sim.exec("node1", ["sh", "-c", "mkdir -p /root/ct-bin && printf '#!/bin/sh\\necho "
-                                   "\"sh: 1: hostname: not found\" >&2\\nexit 127\\n' > "
-                                   "/root/ct-bin/hostname && chmod +x /root/ct-bin/hostname"],
-             check=True)
-    sim.prepend_bashrc("node1", "export PATH=/root/ct-bin:$PATH\n")
+    hostname_on_node1(sim, 'echo "sh: 1: hostname: not found" >&2; exit 127')
     try:
         assert sim.ssh("node1", "hostname").returncode == 127
         r = run_suite(sim, *FAST, "-k", "master_addr", "--launch-args", "--master_addr node1")
