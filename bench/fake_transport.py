@@ -20,6 +20,9 @@ routes) generated for the targets each probe is asked about.  Node i has the add
 FAKE_DEAD=K (environment) makes every K-th node of the hostfile (node K, 2K, ...; 10: 10 % of
 the nodes) dead the way a powered-off host is: its login times out, every peer's ssh, TCP
 connect and pdsh leg to it time out (OpenSSH's and pdsh's own words).
+
+FAKE_BLOCK=SRC>DST[,SRC>DST...] drops SRC's connections to DST's high ports (and its master
+port) the way a firewall in between does: they time out, while DST's sshd answers SRC.
 """
 
 from __future__ import annotations
@@ -84,6 +87,10 @@ def address(name: str) -> str:
 
 DEAD_EVERY = int(os.environ.get("FAKE_DEAD", "0") or 0)
 _dead: set[str] = set()
+
+
+BLOCKED = frozenset(tuple(pair.split(">", 1)) for pair in
+                   os.environ.get("FAKE_BLOCK", "").replace(" ", "").split(",") if ">" in pair)
 
 
 def dead(name: str) -> bool:
@@ -159,7 +166,7 @@ def answer(node: str, script: str, section: str, params: dict[str, Any]) -> Any:
         samples = int(params.get("samples", 5))
         out = {}
         for t in params.get("targets", []):
-            gone = dead(t["name"])
+            gone = dead(t["name"]) or (node, t["name"]) in BLOCKED
             st = ({"status": "timed out", "ms": 3000.0} if gone else {"status": "ok", "ms": 0.12})
             entry: dict[str, Any] = {"addr": address(t["name"]), "resolve_error": None,
                                      "master": None, "ssh": None,
@@ -170,6 +177,8 @@ def answer(node: str, script: str, section: str, params: dict[str, Any]) -> Any:
                 entry["master"] = dict(st, port=t["master_port"])
             if not t.get("ports"):
                 entry["ssh"] = dict(st)
+            elif (node, t["name"]) in BLOCKED and not dead(t["name"]):  # no port: try sshd
+                entry["ssh"] = {"status": "ok", "ms": 0.12}
             out[t["name"]] = entry
         return out
     key = f"{script}/{section}"

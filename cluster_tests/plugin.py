@@ -291,7 +291,10 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         metafunc.parametrize("node", names, ids=names)
     if "pair" in metafunc.fixturenames:
         sel = pairs_mod.selection(cluster) if cluster else None
-        pairs = list(sel.pairs) if sel is not None else [(a, b) for a in names for b in names]
+        if sel is not None and sel.per_node and pairs_mod.is_per_node(metafunc.function):
+            pairs = pairs_mod.node_items(names)  # --pairs matrix: node->* and *->node
+        else:
+            pairs = list(sel.pairs) if sel is not None else [(a, b) for a in names for b in names]
         metafunc.parametrize("pair", pairs, ids=[f"{a}->{b}" for a, b in pairs])
     if "launch_site" in metafunc.fixturenames:
         sites = [ids.LAUNCHER, *names[:1]]
@@ -324,7 +327,7 @@ def _touched_nodes(item: pytest.Item) -> list[str]:
         if one in params:
             touched.append(params[one])
     if "pair" in params:
-        touched.extend(params["pair"])
+        touched.extend(n for n in params["pair"] if n != pairs_mod.ANY)
     if "launch_site" in params and params["launch_site"] != ids.LAUNCHER:
         touched.append(params["launch_site"])
     for legs in ("pdsh_leg", "rendezvous_leg"):
@@ -387,7 +390,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     sources: dict[str, list[str]] = {}
     for item in session.items:
         pair = _params(item).get("pair")
-        if pair is not None:
+        if pair is not None and pair[0] != pairs_mod.ANY:
             sources.setdefault(getattr(item, "originalname", item.name), []).append(pair[0])
     sources = {k: list(dict.fromkeys(v)) for k, v in sources.items()}
     cluster.memo(pairs_mod.SOURCES_KEY, lambda: sources)

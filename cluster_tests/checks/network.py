@@ -6,16 +6,19 @@ from __future__ import annotations
 
 import warnings
 from collections import Counter
+from collections.abc import Callable
 
 import pytest
 
 from cluster_tests.core import nodetable, outcome
+from cluster_tests.core import pairs as pairs_mod
 from cluster_tests.core import testids as ids
 from cluster_tests.core.cluster import Cluster, NodeProbe, ProbeError
 from cluster_tests.core.memokey import base_key
 from cluster_tests.core.nodetable import NodeColumn
 from cluster_tests.core.settings import Settings
 from cluster_tests.core.testids import LAUNCHER
+from cluster_tests.judge import masteraddr as ma
 from cluster_tests.judge import netfacts, ownaddr
 from cluster_tests.judge import network as nc
 from cluster_tests.judge.facts import PortStatus, Reach
@@ -77,16 +80,51 @@ def _slice(cluster: Cluster, a: str, b: str) -> Reach:
     return reach
 
 
+def _per_node(cluster: Cluster, pair: tuple[str, str], check: Callable[[str, str], object],
+              item_id: ids.TestId, record: Callable[[str, str], None]) -> None:
+    """A per-node item of F1/F3 under --pairs matrix (`node3->*`, `*->node3`): `check` on each
+    of its ordered pairs, a failing pair red on the item of the node at fault (the source when
+    its own side is, else the target) and blocked, naming that red, on the other."""
+    anchor = pair[0] if pair[1] == pairs_mod.ANY else pair[1]
+    cluster.require(anchor)
+    m = ports.port_matrix(cluster)
+    record("matrix_seconds", f"{m.seconds:.2f}")
+
+    def owner(t: outcome.Tried) -> str | None:
+        there = ports.pair_item(cluster, item_id, *t.pair)
+        return None if there == item_id.of(*pair) else there
+
+    tried = [outcome.attempt(p, check) for p in pairs_mod.expand(pair, cluster.names)]
+    record("row", outcome.row(tried))  # the reports' matrix: one mark per peer
+    # a pair's warnings once: on its source's item
+    outcome.conclude(pair, tried, owner, warn=pair[1] == pairs_mod.ANY)
+
+
+@pairs_mod.per_node
 def test_reachable(cluster: Cluster, pair: tuple[str, str], record_property) -> None:
     """F1: a reaches b; TCP handshake round-trip time and jitter measured; outliers flagged."""
-    a, b = pair
+    if pairs_mod.ANY in pair:
+        rtts: dict[str, float] = {}
+        try:
+            _per_node(cluster, pair, lambda a, b: _reachable(cluster, a, b, rtts), ids.REACHABLE,
+                      record_property)
+        finally:
+            if pair[1] == pairs_mod.ANY and rtts:  # the source's row of the latency matrix
+                record_property("rtt_row", " ".join(
+                    f"{rtts[b]:.3f}" if b in rtts else "-" for b in cluster.names))
+        return
+    _reachable(cluster, *pair, record=record_property)
+
+
+def _reachable(cluster: Cluster, a: str, b: str, rtts: dict[str, float] | None = None,
+               record: Callable[[str, str], None] | None = None) -> None:
     reach = _slice(cluster, a, b)
     stats = nc.rtt_stats(list(reach.rtt_ms))
     if stats is None:
         if reach.ssh is not None and reach.ssh.ok:
             warnings.warn(NetworkWarning(
                 f"{a} -> {b}: reaches {b}:22 but none of its high ports: RTT not measured "
-                f"(see {ids.HIGH_PORTS.of(a, b)})"), stacklevel=1)
+                f"(see {ports.pair_item(cluster, ids.HIGH_PORTS, a, b)})"), stacklevel=1)
             return
         m = ports.port_matrix(cluster)
         _block_by_firewall(cluster, a, b)
@@ -99,8 +137,11 @@ def test_reachable(cluster: Cluster, pair: tuple[str, str], record_property) -> 
             f"(port 22: {reach.ssh.words if reach.ssh is not None else 'not tried'}).\n"
             f"  fix: check the route (on {a}: ip route get {reach.addr}) and {b}'s firewall "
             f"(on {b}: iptables -S INPUT)", pytrace=False)
-    record_property("rtt_ms", f"{stats.median_ms:.3f}")
-    record_property("jitter_ms", f"{stats.jitter_ms:.3f}")
+    if record is not None:
+        record("rtt_ms", f"{stats.median_ms:.3f}")
+        record("jitter_ms", f"{stats.jitter_ms:.3f}")
+    if rtts is not None:
+        rtts[b] = stats.median_ms
     baseline = ports.rtt_baseline(cluster)
     if a != b and nc.is_outlier(stats.median_ms, baseline):
         warnings.warn(NetworkWarning(
@@ -109,12 +150,22 @@ def test_reachable(cluster: Cluster, pair: tuple[str, str], record_property) -> 
             f"pairs: a slow link or a busy node"), stacklevel=1)
 
 
+@pairs_mod.per_node
 def test_high_ports(cluster: Cluster, pair: tuple[str, str], record_property) -> None:
     """F3: arbitrary high ports of b accept connections from a (each direction on its own)."""
-    a, b = pair
+    if pairs_mod.ANY in pair:
+        _per_node(cluster, pair, lambda a, b: _high_ports(cluster, a, b), ids.HIGH_PORTS,
+                  record_property)
+    else:
+        _high_ports(cluster, *pair, record=record_property)
+
+
+def _high_ports(cluster: Cluster, a: str, b: str,
+                record: Callable[[str, str], None] | None = None) -> None:
     reach = _slice(cluster, a, b)
     m = ports.port_matrix(cluster)
-    record_property("matrix_seconds", f"{m.seconds:.2f}")
+    if record is not None:
+        record("matrix_seconds", f"{m.seconds:.2f}")
     if not reach.failed:
         return
     _block_by_firewall(cluster, a, b)
@@ -153,9 +204,12 @@ def test_master_port(cluster: Cluster, rendezvous_leg: tuple[str, str]) -> None:
             f"--master-port to this suite)", pytrace=False)
     d = masteraddr.derived(cluster)
     if d.value is None:  # H3 is red on rank 0: DeepSpeed cannot derive one
-        outcome.block(ids.MASTER_ADDR.of(rank0), "the launch has no --master_addr to connect to")
-        pytest.skip("the launch has no --master_addr to connect to: see "
-                    f"{ids.MASTER_ADDR.of(rank0)}")
+        why = ma.problems(d, {}, {})
+        outcome.block(ids.MASTER_ADDR.of(rank0), "the launch has no --master_addr to connect to"
+                      + (f": {why[0].splitlines()[0]}" if why else ""))
+        # H3 is not in this run (-m network): the cause is this red's, never hidden
+        pytest.fail(f"{node} -> {rank0}:{port}: the launch has no --master_addr to connect to: "
+                    + ("\n".join(why) if why else f"`{d.command}` gave none"), pytrace=False)
     reach = _slice(cluster, node, rank0)
     res = reach.master
     if res is not None and res.ok:

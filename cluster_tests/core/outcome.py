@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import contextvars
 import dataclasses
+import warnings
+from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
 import pytest
@@ -29,6 +31,7 @@ import pytest
 from cluster_tests.judge.problem import (
     BLOCKED_BY,
     PROPERTY,
+    ROW_MARKS,
     Fix,
     Problem,
     from_text,
@@ -85,6 +88,104 @@ def block(root: str, why: str) -> None:
     raise Blocked(root, why)
 
 
+@dataclasses.dataclass
+class Tried:
+    """How one ordered pair ended inside a per-node item (``node3->*``, see core.pairs): red
+    (`problem`), blocked by the red `root`, skipped, or passed; with the warnings it gave."""
+
+    pair: tuple[str, str]
+    problem: Problem | None = None
+    root: str = ""
+    why: str = ""
+    skipped: bool = False
+    warned: list[warnings.WarningMessage] = dataclasses.field(default_factory=list)
+
+
+def attempt(pair: tuple[str, str], check: Callable[[str, str], object]) -> Tried:
+    """Run the pair check `check(a, b)` inside the current item and say how it ended, instead of
+    ending the item: its red's Problem (taken back from the item), its block, its skip."""
+    item = _ITEM.get()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            check(*pair)
+        except Blocked as exc:
+            return Tried(pair, root=exc.root, why=str(exc.msg).split(": ", 1)[-1], warned=caught)
+        except pytest.skip.Exception as exc:
+            return Tried(pair, why=str(exc.msg), skipped=True, warned=caught)
+        except pytest.fail.Exception as exc:
+            problem = item.stash.get(PROBLEM_KEY, None) if item is not None else None
+            if item is not None and problem is not None:
+                del item.stash[PROBLEM_KEY]
+            if problem is None:
+                problem = from_text(pair, report_text(str(exc.msg)))
+            return Tried(pair, problem=dataclasses.replace(problem, check=""), warned=caught)
+    return Tried(pair, warned=caught)
+
+
+def row(tried: Sequence[Tried]) -> str:
+    """The marks of `tried`, in order: the item's pairs at a glance, and the reports' matrix."""
+    return "".join(ROW_MARKS["failed" if t.problem is not None else "blocked" if t.root
+                             else "skipped" if t.skipped else "passed"] for t in tried)
+
+
+def conclude(item_pair: tuple[str, str], tried: Sequence[Tried],
+             owner: Callable[[Tried], str | None], warn: bool = True) -> None:
+    """End a per-node item from its pairs: red when a pair is red here, else blocked when a pair
+    is blocked, else passed (its pairs' warnings warned again).  `owner(t)`: the test id of the
+    other per-node item that holds t's red (the node at fault is at that end), or None when it
+    is this item's: a red held there blocks here, so that each failing pair is one red, named
+    under both its nodes.  `warn`: warn the pairs' warnings again here (False: the other item
+    does)."""
+    reds: list[Problem] = []
+    blocks: list[tuple[str, str]] = []
+    for t in tried:
+        for w in t.warned if warn else ():
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+        if t.problem is not None:
+            there = owner(t)
+            if there is not None and selected(there):
+                said = f"{t.pair[0]} -> {t.pair[1]}"
+                head = t.problem.headline
+                blocks.append((there, head if head.startswith(said) else f"{said}: {head}"))
+            else:
+                reds.append(t.problem)
+        elif t.root:
+            said = f"{t.pair[0]} -> {t.pair[1]}"
+            blocks.append((t.root, t.why if said in t.why else f"{said}: {t.why}"))
+    if len(reds) == 1:
+        fail(reds[0])
+    if reds:
+        fail(_combined(item_pair, reds, len(tried)))
+    if blocks:
+        roots = list(dict.fromkeys(root for root, _ in blocks))
+        fine = sum(1 for t in tried if t.problem is None and not t.root and not t.skipped)
+        raise Blocked(roots[0], "; ".join(why for _, why in blocks[:5])
+                      + (f"; and {len(blocks) - 5} more" if len(blocks) > 5 else "")
+                      + (f" (also blocked by {', '.join(roots[1:4])})" if len(roots) > 1 else "")
+                      + f" ({fine} other pair{'s' if fine != 1 else ''} fine)")
+    if tried and all(t.skipped for t in tried):
+        pytest.skip(tried[0].why)
+
+
+def _combined(item_pair: tuple[str, str], reds: Sequence[Problem], total: int) -> Problem:
+    """One red for several failing pairs of one per-node item: each pair's own text, in turn."""
+    a, b = item_pair
+    node = a if b == "*" else b
+    peers = [p.nodes[-1] if b == "*" else p.nodes[0] for p in reds]
+    causes = {p.cause for p in reds}
+    fixes = {f.key(): f for p in reds for f in p.fixes}
+    # each pair's text; a fix said beside the text (not in it) once, at the end
+    apart = [p.fix for p in reds if p.text() != p.message.rstrip()]
+    return Problem(
+        (node,), causes.pop() if len(causes) == 1 else "several pairs fail",
+        f"{a} -> {b}: {len(reds)} of {total} pairs fail ({', '.join(peers)}):\n"
+        + "\n".join(p.message.rstrip() for p in reds), fix="; ".join(dict.fromkeys(apart)),
+        item=reds[0].item, launch="pair", fixes=tuple(fixes.values()),
+        pairs=tuple(pair for p in reds for pair in (p.pairs or (tuple(p.nodes[:2]),))
+                    if len(pair) == 2))
+
+
 def offer(*fixes: Fix) -> None:
     """Attach fixes to the failure the calling check is about to report (ignored outside a
     test, or when the test passes after all)."""
@@ -100,7 +201,7 @@ def _where(params: dict[str, Any]) -> tuple[str, ...]:
     for name in ("pair", "rendezvous_leg", "pdsh_leg", "node_pair"):
         got = params.get(name)
         if isinstance(got, tuple):
-            return tuple(got)
+            return tuple(n for n in got if n != "*")  # node3->*: node3
     if isinstance(params.get("launch_site"), str):
         return (params["launch_site"],)
     return ()

@@ -17,6 +17,14 @@ pytest item with its own report), so the default becomes the ring:
   rank 0 N targets to probe (1024 ssh logins on one node) and C2 N-1 rounds.
 * ``sample:K[:SEED]``: the ring plus K other ordered pairs drawn at random with SEED (default 0),
   so the same command tests the same pairs again; change the seed to look elsewhere.
+* ``matrix``: the ring for every pair check, except the connectivity checks marked
+  :func:`per_node` (F1, F3: what NCCL's rings and trees need between every two ranks).  Those
+  measure every ordered pair (each node connects to all its peers in its one port-matrix
+  probe) and report per node, two items each: ``node3->*`` (node3's connections to every
+  peer) and ``*->node3`` (every peer's into node3).  A failing pair is red on the item of the
+  node whose side is at fault and blocked (naming that red) on the other, so it is named under
+  both nodes, once.  2N items instead of N*N, and ``-k node3`` still selects every pair that
+  involves node3.  What ``auto`` becomes beyond ``AUTO_ALL_MAX`` nodes.
 
 Pure functions, tested in tests/unit/test_pairs.py; the plugin parametrizes `pair` with
 `select(names, spec)` and the probes ask `targets_of(cluster, a)`.
@@ -27,11 +35,13 @@ from __future__ import annotations
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from cluster_tests.core.memokey import MemoKey
 
-AUTO_ALL_MAX = 32  # "auto": all pairs up to this many nodes (32*32 = 1024 pairs), ring beyond
+AUTO_ALL_MAX = 32  # "auto": all pairs up to this many nodes (32*32 = 1024 pairs), matrix beyond
+ANY = "*"  # the other end of a per-node item of a per_node check: node3->* and *->node3
+F = TypeVar("F")
 MEMO_KEY: MemoKey[Any] = MemoKey("pairs", "selection")
 # {test function name: sources of its collected pairs}
 SOURCES_KEY: MemoKey[dict[str, list[str]]] = MemoKey("pairs", "collected_sources")
@@ -48,7 +58,7 @@ class NodeList(Protocol):
 
 @dataclass(frozen=True)
 class PairSpec:
-    mode: str  # auto | all | ring | sample
+    mode: str  # auto | all | ring | sample | matrix
     k: int = 0
     seed: int = 0
 
@@ -56,7 +66,7 @@ class PairSpec:
         """"auto" made concrete for a cluster of n_nodes."""
         if self.mode != "auto":
             return self
-        return PairSpec("all" if n_nodes <= AUTO_ALL_MAX else "ring")
+        return PairSpec("all" if n_nodes <= AUTO_ALL_MAX else "matrix")
 
     def describe(self) -> str:
         if self.mode == "sample":
@@ -67,7 +77,7 @@ class PairSpec:
 def parse_spec(value: str) -> PairSpec:
     """`--pairs` value: auto, all, ring or sample:K[:SEED]; ValueError otherwise."""
     v = str(value).strip().lower()
-    if v in ("auto", "all", "ring"):
+    if v in ("auto", "all", "ring", "matrix"):
         return PairSpec(v)
     if v.startswith("sample:"):
         parts = v.split(":")
@@ -81,7 +91,7 @@ def parse_spec(value: str) -> PairSpec:
         if k < 0:
             raise ValueError("sample:K wants K >= 0")
         return PairSpec("sample", k, seed)
-    raise ValueError("must be auto, all, ring or sample:K[:SEED]")
+    raise ValueError("must be auto, all, ring, matrix or sample:K[:SEED]")
 
 
 def ring_pairs(names: Sequence[str]) -> list[tuple[str, str]]:
@@ -107,7 +117,7 @@ def select(names: Sequence[str], spec: PairSpec) -> list[tuple[str, str]]:
     if spec.mode == "all":
         return [(a, b) for a in names for b in names]
     ring = ring_pairs(names)
-    if spec.mode == "ring":
+    if spec.mode in ("ring", "matrix"):
         return ring
     index = {name: i for i, name in enumerate(names)}
     chosen = {index[a] * n + index[b] for a, b in ring}
@@ -151,6 +161,34 @@ def rounds(pairs: Sequence[tuple[str, str]]) -> list[list[tuple[str, str]]]:
     return out
 
 
+def per_node(check: F) -> F:
+    """Marks a pair check that measures every ordered pair in bulk (one probe per node): under
+    ``--pairs matrix`` it is parametrized per node (``node->*``, ``*->node``), see the module
+    docstring."""
+    check.per_node_pairs = True  # type: ignore[attr-defined]
+    return check
+
+
+def is_per_node(check: object) -> bool:
+    return bool(getattr(check, "per_node_pairs", False))
+
+
+def node_items(names: Sequence[str]) -> list[tuple[str, str]]:
+    """The items of a per_node check under ``--pairs matrix``: each node's own connections
+    (``a->*``), then each node's incoming ones (``*->b``)."""
+    return [(a, ANY) for a in names] + [(ANY, b) for b in names]
+
+
+def expand(pair: tuple[str, str], names: Sequence[str]) -> list[tuple[str, str]]:
+    """The ordered pairs a per-node item stands for (a pair stands for itself)."""
+    a, b = pair
+    if b == ANY:
+        return [(a, x) for x in names]
+    if a == ANY:
+        return [(x, b) for x in names]
+    return [pair]
+
+
 def targets_by_source(pairs: Sequence[tuple[str, str]]) -> dict[str, list[str]]:
     out: dict[str, list[str]] = {}
     for a, b in pairs:
@@ -165,6 +203,11 @@ class Selection:
     pairs: tuple[tuple[str, str], ...]
     targets: dict[str, list[str]]
 
+    @property
+    def per_node(self) -> bool:
+        """The per_node checks measure every pair and report per node (``--pairs matrix``)."""
+        return self.spec.mode == "matrix"
+
     @classmethod
     def make(cls, names: Sequence[str], spec: PairSpec) -> Selection:
         pairs = select(names, spec)
@@ -173,12 +216,15 @@ class Selection:
 
     def describe(self, n_nodes: int) -> str:
         auto = " (auto)" if self.requested == "auto" else ""
+        every = (f"; F1/F3: all {n_nodes * n_nodes}, reported per node (node->*, *->node)"
+                 if self.per_node else "")
         return (f"pairs: {self.spec.describe()}{auto}, {len(self.pairs)} of {n_nodes * n_nodes} "
-                f"ordered pairs")
+                f"ordered pairs{every}")
 
     def meta(self, n_nodes: int) -> dict[str, Any]:
         return {"mode": self.spec.describe(), "requested": self.requested,
-                "pairs": len(self.pairs), "all_pairs": n_nodes * n_nodes}
+                "pairs": len(self.pairs), "all_pairs": n_nodes * n_nodes,
+                **({"per_node": True} if self.per_node else {})}
 
 
 def selection(cluster: NodeList) -> Selection | None:
@@ -188,10 +234,11 @@ def selection(cluster: NodeList) -> Selection | None:
     return cached(MEMO_KEY) if cached is not None else None
 
 
-def targets_of(cluster: NodeList, source: str) -> list[str]:
-    """The nodes `source` must reach in the selected pairs (every node when none was set)."""
+def targets_of(cluster: NodeList, source: str, per_node: bool = False) -> list[str]:
+    """The nodes `source` must reach in the selected pairs (every node when none was set);
+    `per_node`: for a per_node check's measurement (every node under ``--pairs matrix``)."""
     sel = selection(cluster)
-    if sel is None:
+    if sel is None or (per_node and sel.per_node):
         return list(cluster.names)
     return list(sel.targets.get(source, []))
 

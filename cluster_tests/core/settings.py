@@ -337,8 +337,9 @@ class Settings:
     pairs: str = option(
         "--pairs",
         "node pairs the pair checks cover: all, ring (each node to both ring neighbours), "
-        "sample:K[:SEED] (the ring plus K random pairs), or auto "
-        f"(all up to {pairs_mod.AUTO_ALL_MAX} nodes, ring beyond)", "auto", pairs_mod.normalize)
+        "sample:K[:SEED] (the ring plus K random pairs), matrix (the ring, but F1/F3 measure "
+        "every pair and report per node: node->*, *->node), or auto "
+        f"(all up to {pairs_mod.AUTO_ALL_MAX} nodes, matrix beyond)", "auto", pairs_mod.normalize)
     # Reports and run modes (cluster_tests.plugin, cluster_tests.core.site).
     html_report: str | None = option(
         "--html-report",

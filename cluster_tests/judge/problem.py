@@ -25,6 +25,9 @@ from typing import Any
 PROPERTY = "problem"
 #: the JUnit / report property of a blocked check: the test id of the red that blocks it
 BLOCKED_BY = "blocked_by"
+#: a pair's mark in the `row` property of a per-node item (`test_high_ports[node3->*]` under
+#: --pairs matrix: one mark per peer, in hostfile order; the reports' port matrix)
+ROW_MARKS = {"passed": ".", "failed": "x", "blocked": "b", "skipped": "s"}
 
 
 @dataclass(frozen=True)

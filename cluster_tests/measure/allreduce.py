@@ -53,6 +53,7 @@ from cluster_tests.judge import confirm as confirm_mod
 from cluster_tests.judge import network as nc
 from cluster_tests.judge import pairbw as pb
 from cluster_tests.judge import ranks as rk
+from cluster_tests.measure import ports
 from cluster_tests.measure.ports import PORT_MATRIX, firewall_root
 
 #: Where the collective results live for the terminal summary (see cluster_tests/plugin.py).
@@ -625,7 +626,8 @@ def blocked_by_f3(cluster: Cluster, nodes: Sequence[str]) -> str | None:
     shown = "; ".join(
         f"{dst} takes no connection from {src} ("
         + ", ".join(f"{p} {s}" for p, s in nc.failed_ports(matrix.entry(src, dst) or {}).items())
-        + f"; see {ids.HIGH_PORTS.of(src, dst)})" for src, dst in blocked[:4])
+        + f"; see {ports.pair_item(cluster, ids.HIGH_PORTS, src, dst)})"
+        for src, dst in blocked[:4])
     more = f" (+{len(blocked) - 4} more)" if len(blocked) > 4 else ""
     return (f"not run: the network checks found that {shown}{more}: an all-reduce could only "
             f"wait out its rendezvous deadline (--collective-connect-timeout).\n  fix: open the "
@@ -640,7 +642,7 @@ def ports_root(cluster: Cluster, pair: tuple[str, str]) -> tuple[str, str]:
     node = firewall_root(cluster, src, dst)
     if node is not None and outcome.selected(ids.FIREWALL_RULES.of(node)):
         return ids.FIREWALL_RULES.of(node), f"{node}'s own firewall drops {src} -> {dst}: {why}"
-    return ids.HIGH_PORTS.of(src, dst), why
+    return ports.pair_item(cluster, ids.HIGH_PORTS, src, dst), why
 
 
 def f3_blocked_pairs(cluster: Cluster, nodes: Sequence[str]) -> list[tuple[str, str]]:

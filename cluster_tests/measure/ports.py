@@ -21,6 +21,7 @@ from typing import Any
 from cluster_tests.core import pairs as pairs_mod
 from cluster_tests.core.cluster import Cluster, ProbeError
 from cluster_tests.core.memokey import MemoKey
+from cluster_tests.core.testids import TestId
 from cluster_tests.judge import facts
 from cluster_tests.judge import network as nc
 from cluster_tests.judge.network import PortMatrix
@@ -50,7 +51,7 @@ def measure(cluster: Cluster) -> PortMatrix:
     timeout = port_timeout(cluster)
     fanout = cluster.settings.fanout
     count = cluster.settings.network.probe_ports
-    widest = max([len(pairs_mod.targets_of(cluster, n)) + 1 for n in up] or [1])
+    widest = max([len(pairs_mod.targets_of(cluster, n, per_node=True)) + 1 for n in up] or [1])
     rounds = math.ceil(min(len(names), widest) * (count + 1) / fanout) + 1
     connect_budget = rounds * timeout * 2 + 10
     hold = connect_budget + 30  # the listeners die by themselves after this, whatever happens
@@ -84,8 +85,9 @@ def measure(cluster: Cluster) -> PortMatrix:
                 targets.append({"name": node, "ports": [], "master_port": None})
 
         def connect(node: str) -> dict[str, Any]:
-            # only the targets of node's selected pairs (--pairs), and rank 0 (F2, master port)
-            mine = set(pairs_mod.targets_of(cluster, node)) | {rank0}
+            # only the targets of node's selected pairs (--pairs: every node under matrix), and
+            # rank 0 (F2, master port)
+            mine = set(pairs_mod.targets_of(cluster, node, per_node=True)) | {rank0}
             return cluster.probe(node, "connect", script=SCRIPT, token=matrix.token,
                                  targets=[t for t in targets if t["name"] in mine],
                                  port_timeout=timeout, fanout=fanout,
@@ -106,6 +108,19 @@ def measure(cluster: Cluster) -> PortMatrix:
             matrix.stops[node] = {"error": str(res)} if isinstance(res, BaseException) else res
     matrix.seconds = time.monotonic() - start
     return matrix
+
+
+def pair_item(cluster: Cluster, check: TestId, a: str, b: str) -> str:
+    """The test id of the red F1/F3 (`check`) give a -> b: the pair's own item, or under
+    --pairs matrix the per-node item of the node at fault (a->* when a's own side is, else
+    *->b)."""
+    sel = pairs_mod.selection(cluster)
+    if sel is None or not sel.per_node:
+        return check.of(a, b)
+    m = cluster.cached(PORT_MATRIX)
+    if m is not None and nc.source_at_fault(m, a, b):
+        return check.of(a, pairs_mod.ANY)
+    return check.of(pairs_mod.ANY, b)
 
 
 def rtt_baseline(cluster: Cluster) -> list[float]:

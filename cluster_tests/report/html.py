@@ -123,30 +123,38 @@ def trust_heatmap(rec: Recorder) -> Heatmap | None:
 
 
 def latency_heatmap(rec: Recorder) -> Heatmap | None:
-    outcomes = {o.pair: o for o in rec.by_function(ids.REACHABLE.name) if o.pair}
-    if not outcomes:
-        return None
+    outcomes = {o.pair: o for o in rec.by_function(ids.REACHABLE.name)
+                if o.pair and "*" not in o.pair}
     rtt = rec.latency()
+    # --pairs matrix: the cells are the rows' (each node's node->* item), red where its mark is
+    marks = {(a, b): m for a, row in rec.rows(ids.REACHABLE.name).items()
+             for b, m in zip(rec.nodes, row, strict=False)}
+    if not outcomes and not marks:
+        return None
     off = [v for (a, b), v in rtt.items() if a != b] or list(rtt.values()) or [1.0]
     lo, hi = min(off), max(off)
     lo_c, hi_c = "#eef4fb", "#2c5d98"
 
     def fill(a: str, b: str) -> tuple[str, str, str, str] | None:
         o = outcomes.get((a, b))
-        if o is None:
+        mark = marks.get((a, b))
+        if o is None and mark is None:
             return None
-        if o.outcome in ("failed", "error"):
+        if o is not None and o.outcome in ("failed", "error"):
             return BAD, "✗", f"{a} -> {b}: {o.headline}", "failed"
+        if mark == "x":
+            return BAD, "✗", f"{a} -> {b}: failed (see {ids.REACHABLE.name}[{a}->*])", "failed"
         v = rtt.get((a, b))
         if v is None:
-            return SKIP, "-", f"{a} -> {b}: no RTT ({o.outcome})", o.outcome
+            return SKIP, "-", f"{a} -> {b}: no RTT ({o.outcome if o else 'skipped'})", "skipped"
         title = f"{a} -> {b}: TCP handshake {v:.3f} ms"
         if a == b:  # loopback: not a link, kept off the colour scale
             return SELF, f"{v:.2g}", title + " (loopback)", "value self"
         t = 0.5 if hi == lo else (v - lo) / (hi - lo)
         return _mix(lo_c, hi_c, t), f"{v:.2g}", title, "value"
 
-    return _grid(_names(rec, outcomes), outcomes, fill, id="heatmap-latency", title="Latency (F1)",
+    return _grid(_names(rec, [*outcomes, *marks]), [*outcomes, *marks], fill,
+                 id="heatmap-latency", title="Latency (F1)",
                  caption="median TCP handshake round trip, ms (row: from, column: to)",
                  legend=[(lo_c, f"{lo:.3g} ms"), (hi_c, f"{hi:.3g} ms"), (SELF, "loopback"),
                          (BAD, "unreachable")])

@@ -21,7 +21,7 @@ from typing import Any
 from cluster_tests.core import nodetable
 from cluster_tests.core import testids as ids
 from cluster_tests.core.nodetable import NodeTable
-from cluster_tests.judge.problem import BLOCKED_BY, fix_lines, report_text
+from cluster_tests.judge.problem import BLOCKED_BY, ROW_MARKS, fix_lines, report_text
 
 #: what replaces a secret value; which names are secret is judge.env.is_secret (the values of
 #: such variables are collected by Cluster.secrets)
@@ -158,9 +158,22 @@ class Recorder:
 
     # -- numbers from the tests' properties (available on the xdist controller too) ------------
     def latency(self) -> dict[tuple[str, str], float]:
-        """F1: TCP handshake RTT in ms per ordered pair (test_reachable's `rtt_ms`)."""
-        return {o.pair: v for o in self.by_function(ids.REACHABLE.name)
-                if o.pair and (v := _number(o.properties.get("rtt_ms"))) is not None}
+        """F1: TCP handshake RTT in ms per ordered pair (test_reachable's `rtt_ms`, or under
+        --pairs matrix the `rtt_row` of each node's node->* item)."""
+        out = {o.pair: v for o in self.by_function(ids.REACHABLE.name)
+               if o.pair and "*" not in o.pair and (v := _number(o.properties.get("rtt_ms")))
+               is not None}
+        for a, values in self.rows(ids.REACHABLE.name, "rtt_row").items():
+            for b, cell in zip(self.nodes, values.split(), strict=False):
+                if cell != "-":
+                    out[(a, b)] = float(cell)
+        return out
+
+    def rows(self, function: str, prop: str = "row") -> dict[str, str]:
+        """Under --pairs matrix: each node's row of a per-node check (its node->* item's `prop`:
+        one mark or value per peer, in hostfile order)."""
+        return {o.pair[0]: o.properties[prop] for o in self.by_function(function)
+                if o.pair and o.pair[1] == "*" and prop in o.properties}
 
     def pair_bandwidth(self) -> dict[tuple[str, str], float]:
         """C2: busbw in GB/s per unordered node pair (test_allreduce_pair's `busbw_GBps`)."""
@@ -316,6 +329,10 @@ class Recorder:
             "nodes": [{"name": n, **_node_json(facts.get(n, {}))} for n in self.nodes],
             "trust": trust,
             "pairs": self.pairs(),
+            **({"port_matrix": {"order": list(self.nodes), "marks": ROW_MARKS,
+                                "rows": {f: rows for f in (ids.REACHABLE.name, ids.HIGH_PORTS.name)
+                                         if (rows := self.rows(f))}}}
+               if self.rows(ids.HIGH_PORTS.name) or self.rows(ids.REACHABLE.name) else {}),
             "latency_rtt_ms": {f"{a}->{b}": v for (a, b), v in sorted(self.latency().items())},
             "allreduce": {
                 "sizes": self.allreduce_sizes(),

@@ -24,7 +24,8 @@ def test_healthy_network_is_green_and_leaves_nothing(healthy_sim):
     result = run_suite(healthy_sim, *NET)
     assert result.returncode == 0, result.describe()
     assert "test_high_ports[node1->node3]" in result.passed
-    assert "test_master_port[node3->node1]" in result.passed
+    assert "test_master_port[node3->node1]" in result.passed, \
+        result.message("test_master_port[node3->node1]")
     assert "test_reachable[node2->node1]" in result.passed
     assert float(result.properties["test_reachable[node2->node1]"]["rtt_ms"]) > 0
     assert _ours_left(healthy_sim) == []
@@ -83,3 +84,34 @@ def test_socket_ifname_names_a_missing_interface(healthy_sim):
     assert "eth0" in msg and "export NCCL_SOCKET_IFNAME==eth0" in msg
     assert "test_socket_ifname_route[node1->node2]" in result.passed
     assert "test_socket_ifname_route[node2->node1]" in result.ids("skipped")
+
+
+def test_pairs_matrix_names_one_dropped_pair_under_both_nodes(healthy_sim):
+    """--pairs matrix (what auto becomes beyond 32 nodes): F1/F3 measure every ordered pair
+    and report per node (node->*, *->node). node3's firewall drops node1 alone (stateful: its
+    own connections' replies pass): with F4 in the run, the cause is node3's rule, and both
+    nodes' F3 items are blocked by it; without F4, the red is *->node3 naming node1, and
+    node1->* is blocked by that red. Nothing else is red."""
+    node1 = healthy_sim.node("node1").address
+    healthy_sim.iptables("node3", ["-A", "INPUT", "-m", "conntrack", "--ctstate",
+                                   "ESTABLISHED,RELATED", "-j", "ACCEPT"])
+    healthy_sim.iptables("node3", ["-A", "INPUT", "-s", node1, "-p", "tcp", "--dport",
+                                   "1024:65535", "-j", "DROP"])
+    result = run_suite(healthy_sim, *NET, "--pairs", "matrix")
+    assert result.failed == {"test_firewall_rules[node3]"}, result.describe()
+    for item in ("test_high_ports[node1->*]", "test_high_ports[*->node3]"):
+        assert result.properties[item]["blocked_by"] == "test_firewall_rules[node3]", item
+        assert "node1 -> node3" in result.message(item)
+    assert {"test_high_ports[node2->*]", "test_high_ports[node3->*]",
+            "test_high_ports[*->node1]", "test_reachable[node2->*]"} <= result.passed
+    assert "test_high_ports[node1->node3]" not in result.properties  # no pair items
+    assert "node1 -> node3: ports" in result.message("test_firewall_rules[node3]")
+
+    result = run_suite(healthy_sim, "-k", "high_ports", "--pairs", "matrix")
+    assert result.failed == {"test_high_ports[*->node3]"}, result.describe()
+    msg = result.message("test_high_ports[*->node3]")
+    assert "node1 -> node3" in msg and f"-s {node1} -j ACCEPT" in msg, msg
+    assert result.properties["test_high_ports[node1->*]"]["blocked_by"] == \
+        "test_high_ports[*->node3]"
+    assert result.properties["test_high_ports[node1->*]"]["row"] == "..x"
+    assert _ours_left(healthy_sim) == []

@@ -23,13 +23,15 @@ from paths import REPO
 NODES = 8
 
 
-def _run(tmp_path: Path, pairs: str, extra: tuple[str, ...] = (),
-         dead: int = 0) -> tuple[subprocess.CompletedProcess[str], ET.Element]:
+def _run(tmp_path: Path, pairs: str, extra: tuple[str, ...] = (), dead: int = 0,
+         nodes: int = NODES, block: str = ""
+         ) -> tuple[subprocess.CompletedProcess[str], ET.Element]:
     hostfile = tmp_path / "hostfile"
-    hostfile.write_text("".join(f"node{i} slots=2\n" for i in range(1, NODES + 1)))
+    hostfile.write_text("".join(f"node{i} slots=2\n" for i in range(1, nodes + 1)))
     env = {k: v for k, v in os.environ.items() if k != "PYTEST_ADDOPTS"}
     env["PYTHONPATH"] = str(REPO / "bench")
     env["FAKE_DEAD"] = str(dead)
+    env["FAKE_BLOCK"] = block
     junit = tmp_path / "junit.xml"
     proc = subprocess.run(
         [sys.executable, "-m", "pytest", "-p", "fake_transport", "-p", "no:cacheprovider",
@@ -73,3 +75,61 @@ def test_dead_nodes_are_one_red_each(tmp_path: Path) -> None:
     assert failed == ["test_login[node4]", "test_login[node8]"], proc.stdout[-4000:]
     causes = json.loads((tmp_path / "summary.json").read_text())["causes"]
     assert len(causes) == 2, causes
+
+
+def _kinds(root: ET.Element) -> dict[str, tuple[str, dict[str, str]]]:
+    out = {}
+    for case in _cases(root):
+        props = {p.get("name") or "": p.get("value") or "" for p in case.iter("property")}
+        kind = next((c.tag for c in case if c.tag in ("failure", "skipped", "error")), "passed")
+        out[case.get("name") or ""] = (kind, props)
+    return out
+
+
+def test_beyond_the_all_pairs_limit_one_blocked_pair_is_named_under_both_nodes(tmp_path: Path
+                                                                             ) -> None:
+    """40 nodes, --pairs auto (all pairs only up to 32): F1/F3 measure every ordered pair and
+    report per node. One pair dropped on the way (node7 -> node35's high ports: FAKE_BLOCK) is
+    one red, on *->node35, naming node7; node7->* is blocked naming that red; nothing else is
+    red; and a -k that leaves the red out makes node7->* its own red."""
+    from cluster_tests.core.pairs import AUTO_ALL_MAX
+
+    nodes = 40
+    assert nodes > AUTO_ALL_MAX
+    proc, root = _run(tmp_path, "auto", nodes=nodes, block="node7>node35")
+    got = _kinds(root)
+    reds = sorted(n for n, (kind, _) in got.items() if kind in ("failure", "error"))
+    assert reds == ["test_high_ports[*->node35]"], proc.stdout[-4000:]
+    problem = json.loads(got["test_high_ports[*->node35]"][1]["problem"])
+    assert problem["nodes"] == ["node7", "node35"], problem
+    assert "node35 drops new TCP connections on high ports from node7" in problem["message"]
+    assert got["test_high_ports[node7->*]"][0] == "skipped"
+    assert got["test_high_ports[node7->*]"][1]["blocked_by"] == "test_high_ports[*->node35]"
+    # every node's two items, for F1 and F3; no pair items of theirs
+    for check in ("test_high_ports", "test_reachable"):
+        mine = [n for n in got if n.startswith(check + "[")]
+        assert len(mine) == 2 * nodes, (check, len(mine))
+        assert f"{check}[node35->*]" in mine and f"{check}[*->node35]" in mine
+    assert "test_ssh_trust[node1->node2]" in got and "test_ssh_trust[node1->node5]" not in got
+    pairs = json.loads((tmp_path / "summary.json").read_text())["meta"]["pairs"]
+    assert pairs["mode"] == "matrix" and pairs["requested"] == "auto", pairs
+    assert pairs["per_node"] is True
+    # the full matrix in the JSON: a row of marks per node, and every pair's RTT but the dropped
+    matrix = json.loads((tmp_path / "summary.json").read_text())["port_matrix"]
+    row = matrix["rows"]["test_high_ports"]["node7"]
+    assert row == "." * 34 + "x" + "." * 5 and matrix["order"][34] == "node35", matrix
+    assert sum(r.count("x") for r in matrix["rows"]["test_high_ports"].values()) == 1
+    rtt = json.loads((tmp_path / "summary.json").read_text())["latency_rtt_ms"]
+    assert len(rtt) == nodes * nodes - 1 and "node7->node35" not in rtt
+    # F1 warns once that node7 -> node35's RTT was not measured (sshd answers, no high port)
+    assert proc.stdout.count("node7 -> node35: reaches node35:22 but none of its high ports") == 1
+
+    # the red's item left out by -k: node7's own item is the red, naming the pair
+    (tmp_path / "k").mkdir()
+    proc, root = _run(tmp_path / "k", "auto", ("-k", "high_ports and node7"), nodes=nodes,
+                      block="node7>node35")
+    got = _kinds(root)
+    assert sorted(got) == ["test_high_ports[*->node7]", "test_high_ports[node7->*]"], sorted(got)
+    assert got["test_high_ports[*->node7]"][0] == "passed"
+    assert got["test_high_ports[node7->*]"][0] == "failure", proc.stdout[-3000:]
+    assert "node7 -> node35" in got["test_high_ports[node7->*]"][1]["problem"]

@@ -146,3 +146,80 @@ def test_a_red_built_from_its_text_is_the_red_its_text_made(pytester):
         assert messages[text] == messages[made]
         assert {**got[text], "check": ""} == {**got[made], "check": ""}
         assert got[made]["fix"].startswith("on node2: ") and got[made]["nodes"] == ["node2"]
+
+
+PER_NODE_CHECKS = """
+import warnings
+
+import pytest
+from cluster_tests.core import outcome
+from cluster_tests.judge.problem import Problem
+
+NODES = ["node1", "node2", "node3", "node4"]
+# node4 drops node2 (its side: the red is on *->node4); node3's own side fails everything it
+# starts (the red is on node3->*); node1 -> node2 is blocked by a root; node2 -> node3 is slow
+def one(a, b):
+    if (a, b) == ("node2", "node4"):
+        outcome.fail(Problem((a, b), "ports dropped", f"{a} -> {b}: dropped", fix=f"on {b}: open"))
+    if a == "node3" and b != "node3":
+        outcome.fail(Problem((a, b), "replies dropped", f"{a} -> {b}: no replies",
+                             fix=f"on {a}: accept"))
+    if (a, b) == ("node1", "node2"):
+        outcome.block("test_login[node2]", "node2 half dead")
+    if (a, b) == ("node2", "node3"):
+        warnings.warn(UserWarning(f"{a} -> {b}: slow"))
+
+def owner(t):
+    a, b = t.pair
+    return f"test_ports[{a}->*]" if a == "node3" else f"test_ports[*->{b}]"
+
+@pytest.mark.parametrize("node", ["node2"])
+def test_login(node):
+    pass
+
+ITEMS = [(n, "*") for n in NODES] + [("*", n) for n in NODES]
+
+@pytest.mark.parametrize("pair", ITEMS, ids=[f"{a}->{b}" for a, b in ITEMS])
+def test_ports(pair):
+    a, b = pair
+    pairs = [(a, x) for x in NODES] if b == "*" else [(x, b) for x in NODES]
+    tried = [outcome.attempt(p, one) for p in pairs]
+    me = f"test_ports[{a}->{b}]"
+    outcome.conclude(pair, tried, lambda t: None if owner(t) == me else owner(t),
+                     warn=b == "*")
+"""
+
+
+def test_per_node_items_one_red_per_pair_named_under_both_nodes(pytester):
+    """outcome.attempt / conclude (the per-node items of --pairs matrix): a failing pair is red
+    on the item that owns it and blocked, naming that red, on the other item of the pair; a
+    pair's block blocks its items; warnings come once; the rest passes."""
+    import json
+
+    pytester.makeconftest(CONFTEST)
+    pytester.makepyfile(test_checks=PER_NODE_CHECKS)
+    xml = pytester.path / "junit.xml"
+    res = pytester.runpytest(f"--junitxml={xml}", "-rs", "-W", "always")
+    got = _junit(xml)
+    reds = sorted(n for n, (kind, _) in got.items() if kind == "failure")
+    assert reds == ["test_ports[*->node4]", "test_ports[node3->*]"], got
+    # node3 -> *: its three failing peers in one red, on node3, with each pair's text
+    node3 = json.loads(got["test_ports[node3->*]"][1]["problem"])
+    assert node3["nodes"] == ["node3"] and node3["check"] == "test_ports[node3->*]"
+    assert node3["message"].startswith("node3 -> *: 3 of 4 pairs fail (node1, node2, node4)")
+    assert sorted(map(tuple, node3["pairs"])) == [("node3", "node1"), ("node3", "node2"),
+                                                  ("node3", "node4")]
+    # *->node4: node2's red alone (node3's is node3's), as the pair's own Problem
+    node4 = json.loads(got["test_ports[*->node4]"][1]["problem"])
+    assert node4["nodes"] == ["node2", "node4"] and node4["message"] == "node2 -> node4: dropped"
+    # the other end of each red is blocked by it, naming the pair
+    assert got["test_ports[node2->*]"] == ("skipped", {"blocked_by": "test_ports[*->node4]"})
+    assert got["test_ports[*->node1]"][1]["blocked_by"] == "test_ports[node3->*]"
+    assert got["test_ports[*->node2]"][1]["blocked_by"] == "test_login[node2]"  # its first
+    assert got["test_ports[node1->*]"] == ("skipped", {"blocked_by": "test_login[node2]"})
+    out = res.stdout.str()
+    assert "blocked by test_ports[*->node4]: node2 -> node4: dropped (3 other pairs fine)" in out
+    assert "blocked by test_login[node2]: node1 -> node2: node2 half dead (3 other pairs" in out
+    assert node3["fix"] == "on node3: accept"  # said once, after the three pairs
+    assert got["test_ports[*->node3]"][0] == "passed"  # node2 -> node3 is slow, not broken
+    assert out.count("node2 -> node3: slow") == 1, out

@@ -43,7 +43,7 @@ def test_all_is_every_ordered_pair(n):
 
 def test_auto_switches_at_the_limit():
     assert P.PairSpec("auto").resolved(P.AUTO_ALL_MAX).mode == "all"
-    assert P.PairSpec("auto").resolved(P.AUTO_ALL_MAX + 1).mode == "ring"
+    assert P.PairSpec("auto").resolved(P.AUTO_ALL_MAX + 1).mode == "matrix"
     big = names(P.AUTO_ALL_MAX + 1)
     assert P.select(big, P.PairSpec("auto")) == P.ring_pairs(big)
 
@@ -134,6 +134,30 @@ def test_targets_of_without_a_selection_is_everyone():
     assert P.targets_of(_FakeCluster(None), "a") == ["a", "b"]
     sel = P.Selection.make(["a", "b", "c"], P.PairSpec("ring"))
     assert P.targets_of(_FakeCluster(sel), "c") == ["a", "b"]
+
+
+def test_matrix_is_the_ring_with_every_pair_measured_for_the_per_node_checks():
+    assert P.parse_spec("Matrix") == P.PairSpec("matrix") and P.normalize("matrix") == "matrix"
+    ns = ["a", "b", "c", "d"]
+    sel = P.Selection.make(ns, P.PairSpec("matrix"))
+    assert sel.per_node and not P.Selection.make(ns, P.PairSpec("ring")).per_node
+    assert list(sel.pairs) == P.ring_pairs(ns)  # S4, N1, F5, D2, C2: the ring
+    cluster = _FakeCluster(sel)
+    cluster.names = ns
+    assert P.targets_of(cluster, "a") == ["b", "d"]
+    assert P.targets_of(cluster, "a", per_node=True) == ns  # the port matrix: every peer
+    assert P.targets_of(_FakeCluster(P.Selection.make(["a", "b", "c", "d"], P.PairSpec("ring"))),
+                        "a", per_node=True) == ["b", "d"]
+    assert "F1/F3: all 16, reported per node" in sel.describe(4)
+    items = P.node_items(ns)
+    assert len(items) == 2 * len(ns) and ("c", P.ANY) in items and (P.ANY, "c") in items
+    assert P.expand(("c", P.ANY), ns) == [("c", x) for x in ns]
+    assert P.expand((P.ANY, "c"), ns) == [(x, "c") for x in ns]
+    assert P.expand(("a", "b"), ns) == [("a", "b")]
+
+    @P.per_node
+    def check() -> None: ...
+    assert P.is_per_node(check) and not P.is_per_node(test_parse)
 
 
 def test_unordered_and_rounds():
