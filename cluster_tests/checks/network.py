@@ -142,11 +142,11 @@ def _reachable(cluster: Cluster, a: str, b: str, rtts: dict[str, float] | None =
         record("jitter_ms", f"{stats.jitter_ms:.3f}")
     if rtts is not None:
         rtts[b] = stats.median_ms
-    baseline = ports.rtt_baseline(cluster)
-    if a != b and nc.is_outlier(stats.median_ms, baseline):
+    typical = ports.rtt_typical(cluster)
+    if a != b and typical is not None and nc.is_outlier(stats.median_ms, typical):
         warnings.warn(NetworkWarning(
             f"{a} -> {b}: TCP handshake {stats.median_ms:.2f} ms (jitter {stats.jitter_ms:.2f} ms) "
-            f"against a typical {sorted(baseline)[len(baseline) // 2]:.2f} ms between the other "
+            f"against a typical {typical:.2f} ms between the other "
             f"pairs: a slow link or a busy node"), stacklevel=1)
 
 

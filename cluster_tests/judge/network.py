@@ -164,13 +164,20 @@ def rtt_stats(samples: list[float]) -> Rtt | None:
     return Rtt(statistics.median(samples), jitter, len(samples))
 
 
-def is_outlier(value_ms: float, baseline_ms: list[float], factor: float = 5.0,
+def typical_rtt(baseline_ms: list[float]) -> float | None:
+    """The cluster's typical pair RTT (median of the pairs' medians); None below two pairs."""
+    return statistics.median(baseline_ms) if len(baseline_ms) >= 2 else None
+
+
+def is_outlier(value_ms: float, baseline_ms: list[float] | float | None, factor: float = 5.0,
                floor_ms: float = 2.0) -> bool:
-    """True when a pair's median RTT is far above the cluster's typical pair (median of medians):
-    more than `factor` times it and more than `floor_ms` above it (sub-millisecond LANs jitter)."""
-    if len(baseline_ms) < 2:
+    """True when a pair's median RTT is far above the cluster's typical pair (median of medians,
+    or given already as :func:`typical_rtt`): more than `factor` times it and more than
+    `floor_ms` above it (sub-millisecond LANs jitter)."""
+    typical = (baseline_ms if isinstance(baseline_ms, float | None)
+               else typical_rtt(baseline_ms))
+    if typical is None:
         return False
-    typical = statistics.median(baseline_ms)
     return value_ms > typical * factor and value_ms - typical > floor_ms
 
 

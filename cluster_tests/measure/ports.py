@@ -31,6 +31,7 @@ SCRIPT = "netprobe.py"
 
 PORT_MATRIX: MemoKey[PortMatrix] = MemoKey("netcheck", "port_matrix")
 RTT_BASELINE: MemoKey[list[float]] = MemoKey("netcheck", "rtt_baseline")
+RTT_TYPICAL: MemoKey[float | None] = MemoKey("netcheck", "rtt_typical")
 
 
 def port_timeout(cluster: Cluster) -> float:
@@ -131,6 +132,12 @@ def rtt_baseline(cluster: Cluster) -> list[float]:
         return [s.median_ms for x, row in m.results.items() for y, e in row.items()
                 if x != y and (s := nc.rtt_stats(e["rtt_ms"])) is not None]
     return cluster.memo(RTT_BASELINE, compute)
+
+
+def rtt_typical(cluster: Cluster) -> float | None:
+    """The typical pair's RTT (median of rtt_baseline), computed once: F1 compares every pair
+    with it (a median per pair made F1 quadratic in the pairs under --pairs matrix)."""
+    return cluster.memo(RTT_TYPICAL, lambda: nc.typical_rtt(rtt_baseline(cluster)))
 
 
 def drop_rules(cluster: Cluster, node: str) -> list[str] | None:

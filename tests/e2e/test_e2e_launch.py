@@ -29,7 +29,15 @@ def train_script(imports: str, init: str) -> str:
             "dist.destroy_process_group()\n")
 
 
-TRAIN = train_script("", 'dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=20))')
+def gloo_job(init_timeout: int) -> str:
+    return train_script("", 'dist.init_process_group("gloo", timeout=datetime.timedelta('
+                            f'seconds={init_timeout}))')
+
+
+TRAIN = gloo_job(20)
+#: where the launch is meant to fail on one node (or on every one, for a rendezvous that is not
+#: there), the ranks that did start need not wait 20 s for it: their rendezvous gives up sooner
+FAILING = gloo_job(8)
 
 
 def real_launch(sim, hosts: list[str], *, launch_dir: str = "/root", master: str | None = None,
@@ -51,11 +59,11 @@ def real_launch(sim, hosts: list[str], *, launch_dir: str = "/root", master: str
         hostfile.unlink(missing_ok=True)
 
 
-def put_script(sim, nodes, launch_dir: str = "/root") -> None:
+def put_script(sim, nodes, launch_dir: str = "/root", job: str = TRAIN) -> None:
     """train.py in the launch directory (under /root) of each node: homes are private on the sim."""
     rel = Path(launch_dir).relative_to("/root") / "train.py"
     for n in nodes:
-        sim.set_env_file(n, str(rel), TRAIN)
+        sim.set_env_file(n, str(rel), job)
 
 
 def launch_ok(output: str, ranks: int) -> bool:
@@ -95,26 +103,26 @@ def _fault_launch_dir(sim):
     # the script only where the directory exists (on node3 the ranks start in the home instead)
     for n in ("node1", "node2"):
         sim.exec(n, ["mkdir", "-p", "/root/proj"])
-    put_script(sim, ["node1", "node2"], "/root/proj")
+    put_script(sim, ["node1", "node2"], "/root/proj", FAILING)
     return ("--launch-dir", "/root/proj"), "/root/proj"
 
 
 def _fault_interpreter(sim):
-    put_script(sim, NODES)
+    put_script(sim, NODES, job=FAILING)
     sim.bind_private_dir("node3", VENV)  # the venv (deepspeed's interpreter) is not on node3
     return (), "/root"
 
 
 def _fault_stray_package(sim):
     # an old copy of the package left in node3's home (the launch directory, first on sys.path)
-    put_script(sim, NODES)
+    put_script(sim, NODES, job=FAILING)
     sim.exec("node3", ["sh", "-c", "mkdir -p /root/deepspeed && "
                                    "echo '__version__ = \"0.14.0\"' > /root/deepspeed/__init__.py"])
     return (), "/root"
 
 
 def _fault_pythonhome(sim):
-    put_script(sim, NODES)
+    put_script(sim, NODES, job=FAILING)
     sim.append_bashrc("node3", "export PYTHONHOME=/opt/python-removed\n")
     return (), "/root"
 
@@ -256,7 +264,7 @@ def test_a_master_addr_deepspeed_derives_badly_is_red_on_rank0(healthy_sim, faul
     naming the value, and the real launch (no --master_addr) fails."""
     sim = healthy_sim
     inject, says, value = MASTER_FAULTS[fault]
-    put_script(sim, NODES)
+    put_script(sim, NODES, job=FAILING)
     try:
         inject(sim)
         r = run_suite(sim, *FAST)

@@ -22,8 +22,9 @@ from test_e2e_launch import TRAIN
 from fixtures.sim import SimCluster
 
 FAST = ("-m", "not collective and not training")
-#: these tests are not about slow pairs: a 2-core machine's noise must not make one
-STEADY = ("--pair-slow-ratio", "0.05")
+#: these tests are not about slow pairs: a 2-core machine's noise must not make one; nor about
+#: bandwidth figures: C1 and C2 run (so that what a cause blocks there is seen) on one size
+STEADY = ("--pair-slow-ratio", "0.05", "--sizes", "64K", "--iters", "3", "--warmup", "1")
 
 
 @pytest.fixture(scope="module")
