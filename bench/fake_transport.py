@@ -179,6 +179,10 @@ def answer(node: str, script: str, section: str, params: dict[str, Any]) -> Any:
                 entry["ssh"] = dict(st)
             elif (node, t["name"]) in BLOCKED and not dead(t["name"]):  # no port: try sshd
                 entry["ssh"] = {"status": "ok", "ms": 0.12}
+            if params.get("compact") and not gone and t.get("ports") and entry["master"] is None:
+                # node/netprobe.py's compact form of a target whose every port answered
+                entry = {"addr": entry["addr"], "ok": sorted(t["ports"]),
+                         "rtt_ms": [entry["rtt_ms"][len(entry["rtt_ms"]) // 2]]}
             out[t["name"]] = entry
         return out
     key = f"{script}/{section}"

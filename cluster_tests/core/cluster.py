@@ -14,7 +14,7 @@ import threading
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import pytest
 
@@ -79,6 +79,8 @@ class ProbeError(Exception):
 
 
 T = TypeVar("T")
+_MISSING = object()  # no value in the memo (None is a value)
+
 
 @dataclass(frozen=True)
 class Node:
@@ -94,6 +96,8 @@ class Cluster:
     #: the remote layer: `Pool` (SSH), or any other `Transport` (bench/fake_transport.py)
     pool: Transport
     _memo: dict[tuple[str, ...], Future[Any]] = field(default_factory=dict)
+    #: the memo's computed values (not its failures), read without the lock
+    _values: dict[tuple[str, ...], Any] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     #: what this process did remotely: logins, probes run, probes read from the shared cache
     stats: dict[str, int] = field(default_factory=lambda: {"ssh_logins": 0, "probes_run": 0,
@@ -140,6 +144,9 @@ class Cluster:
     # -- the memo ---------------------------------------------------------------------------
     def memo(self, key: MemoKey[T], compute: Callable[[], T]) -> T:
         """Compute `key` once for the whole session, even when many threads ask at once."""
+        done = self._values.get(key, _MISSING)  # computed: no lock (asked ~1000 times per node)
+        if done is not _MISSING:
+            return cast(T, done)
         with self._lock:
             fut = self._memo.get(key)
             owner = fut is None
@@ -148,13 +155,19 @@ class Cluster:
         assert fut is not None
         if owner:
             try:
-                fut.set_result(compute())
+                value = compute()
             except BaseException as exc:  # noqa: BLE001 - stored, re-raised to every asker
                 fut.set_exception(exc)
+            else:
+                self._values[key] = value
+                fut.set_result(value)
         return wait_result(fut)
 
     def cached(self, key: MemoKey[T]) -> T | None:
         """A memo entry that is already computed (None otherwise); never computes or waits."""
+        done = self._values.get(key, _MISSING)
+        if done is not _MISSING:
+            return cast(T, done)
         with self._lock:
             fut = self._memo.get(key)
         if fut is None or not fut.done() or fut.exception() is not None:

@@ -8,6 +8,7 @@ hashes and compares like the bare tuple it replaces.
 
 from __future__ import annotations
 
+import functools
 import json
 from typing import Any, Generic, TypeVar
 
@@ -36,6 +37,8 @@ def probe_key(node: str, section: str, params: dict[str, Any] | None = None,
     return MemoKey("probe", node, script, section, json.dumps(params or {}, sort_keys=True))
 
 
+@functools.lru_cache(maxsize=65536)
 def base_key(node: str) -> MemoKey[dict[str, Any]]:
-    """The key of a node's base facts (`Cluster.base`), for readers of the memo."""
+    """The key of a node's base facts (`Cluster.base`), for readers of the memo (made once per
+    node: the pair checks ask for both ends' on every pair)."""
     return probe_key(node, "base")

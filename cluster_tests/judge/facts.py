@@ -90,7 +90,7 @@ class PortStatus(enum.Enum):
         return cls(words)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class PortTry:
     """One connection from a node to a port of another: how it ended (`words`: the script's
     own, "error: [Errno 13] ..." included) and how long it took (None: not timed)."""
@@ -115,7 +115,7 @@ class PortTry:
                    error=raw.get("error"))
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Reach:
     """What one node's `connect` found of one target (node/netprobe.py `section_connect`): the
     target's address as the node resolves it, each high port tried, the master port where
@@ -146,6 +146,10 @@ class Reach:
 
     @classmethod
     def from_json(cls, target: str, raw: Mapping[str, Any]) -> Reach:
+        if "ok" in raw:  # netprobe's compact form (every port answered): ports, median RTT
+            return cls(target=target, addr=raw.get("addr"),
+                       ports=tuple(PortTry(int(p), PortStatus.OK, "ok") for p in raw["ok"]),
+                       rtt_ms=tuple(float(x) for x in raw.get("rtt_ms") or ()))
         ports = sorted((PortTry.from_json(r, int(p)) for p, r in (raw.get("ports") or {}).items()),
                        key=lambda t: t.port or 0)
         master, ssh = raw.get("master"), raw.get("ssh")

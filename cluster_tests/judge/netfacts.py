@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import re
 from dataclasses import dataclass, field
@@ -81,8 +82,14 @@ def own_addresses(base: dict | None) -> list[str]:
     """A node's non-loopback addresses from its base facts (sorted; [] when unknown)."""
     if not base:
         return []
-    ips = all_ips(parse_interfaces(base["ip_link"], base["ip_addr"]))
-    return sorted(a for a in ips if not is_loopback(a))
+    return list(_own_addresses(base["ip_link"], base["ip_addr"]))
+
+
+@functools.lru_cache(maxsize=4096)
+def _own_addresses(ip_link: str, ip_addr: str) -> tuple[str, ...]:
+    # parsed once per node's text: every pair check of a node's peers asks (N per node)
+    ips = all_ips(parse_interfaces(ip_link, ip_addr))
+    return tuple(sorted(a for a in ips if not is_loopback(a)))
 
 
 def misresolved(base_a: dict | None, base_b: dict | None, b: str) -> tuple[list[str], str] | None:

@@ -53,6 +53,8 @@ def measure(cluster: Cluster) -> PortMatrix:
     fanout = cluster.settings.fanout
     count = cluster.settings.network.probe_ports
     widest = max([len(pairs_mod.targets_of(cluster, n, per_node=True)) + 1 for n in up] or [1])
+    # --pairs matrix: every peer of every node; the healthy ones come back compact
+    every = bool((sel := pairs_mod.selection(cluster)) is not None and sel.per_node)
     rounds = math.ceil(min(len(names), widest) * (count + 1) / fanout) + 1
     connect_budget = rounds * timeout * 2 + 10
     hold = connect_budget + 30  # the listeners die by themselves after this, whatever happens
@@ -93,7 +95,7 @@ def measure(cluster: Cluster) -> PortMatrix:
                                  targets=[t for t in targets if t["name"] in mine],
                                  port_timeout=timeout, fanout=fanout,
                                  samples=cluster.settings.network.rtt_samples,
-                                 timeout=connect_budget + 10)
+                                 compact=every, timeout=connect_budget + 10)
 
         sort_outcomes(zip(up, cluster.pool.map(connect, up), strict=False), matrix.results,
                       matrix.connect_errors)

@@ -295,6 +295,18 @@ def section_connect(params):
                 entry["ssh"] = _connect(entry["addr"], int(params.get("ssh_port", 22)), timeout, "")
 
     in_parallel(rtt, out)
+    if params.get("compact"):
+        # every peer of every node (--pairs matrix): a target whose every port answered is sent
+        # as its address, those ports and the median RTT; a failure keeps every detail
+        for name, entry in out.items():
+            if (entry["addr"] and entry["ports"] and entry["master"] is None
+                    and all(r["status"] == "ok" for r in entry["ports"].values())):
+                rtts = sorted(entry["rtt_ms"])
+                small = {"addr": entry["addr"], "ok": sorted(int(p) for p in entry["ports"]),
+                         "rtt_ms": [rtts[len(rtts) // 2]] if rtts else []}
+                if "own" in entry:
+                    small["own"] = entry["own"]
+                out[name] = small
     return out
 
 

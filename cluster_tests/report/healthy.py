@@ -32,17 +32,23 @@ def slowness(recorder: Any, nodes: Iterable[str]) -> dict[str, float]:
     """A number per node, larger is slower, from the run's own measurements: C2's pair busbw
     (the inverse of the slowest pair a node is in), else F1's round-trip times (the node's
     median RTT to and from its peers, ms)."""
+    wanted = set(nodes)
     bw = recorder.pair_bandwidth()
     out: dict[str, float] = {}
     if bw:
-        for n in nodes:
-            mine = [v for p, v in bw.items() if n in p and v > 0]
-            if mine:
-                out[n] = 1.0 / min(mine)
-        return out
-    rtt = recorder.latency()
+        lowest: dict[str, float] = {}
+        for pair, v in bw.items():  # one pass over the pairs, not one per node
+            for n in set(pair) & wanted:
+                if v > 0:
+                    lowest[n] = min(v, lowest.get(n, v))
+        return {n: 1.0 / lowest[n] for n in nodes if n in lowest}
+    by_node: dict[str, list[float]] = {}
+    for (a, b), v in recorder.latency().items():
+        if a != b:
+            for n in {a, b} & wanted:
+                by_node.setdefault(n, []).append(v)
     for n in nodes:
-        mine = sorted(v for (a, b), v in rtt.items() if a != b and n in (a, b))
+        mine = sorted(by_node.get(n, ()))
         if mine:
             out[n] = mine[len(mine) // 2]
     return out

@@ -109,6 +109,37 @@ def test_port_statuses_are_netprobes_own_words() -> None:
     assert _status_words(PACKAGE / "node" / "netprobe.py") == {s.value for s in facts.PortStatus}
 
 
+def test_compact_connect_keeps_every_failure_whole() -> None:
+    """--pairs matrix asks netprobe's `connect` for its compact form: a target whose every port
+    answered comes back as its address, those ports and the median RTT, and reads as the same
+    Reach (ports OK, not failed, an RTT); a target with a closed port comes back whole."""
+    probe = _netprobe()
+    ours, closed = socket.socket(), socket.socket()
+    for s in (ours, closed):
+        s.bind(("127.0.0.1", 0))
+    ours.listen(16)
+    good, shut = ours.getsockname()[1], closed.getsockname()[1]
+    closed.close()
+    threading.Thread(target=_greeter, args=(ours, probe["GREETING"] + b"tok"), daemon=True).start()
+    try:
+        raw = probe["section_connect"]({
+            "token": "tok", "port_timeout": 1, "samples": 3, "compact": True,
+            "targets": [{"name": "localhost", "ports": [good]},
+                        {"name": "127.0.0.1", "ports": [good, shut]}]})
+    finally:
+        ours.close()
+    raw = json.loads(json.dumps(raw))
+    assert set(raw["localhost"]) == {"addr", "ok", "rtt_ms"} and raw["localhost"]["ok"] == [good]
+    assert len(raw["localhost"]["rtt_ms"]) == 1
+    assert "ports" in raw["127.0.0.1"] and "ok" not in raw["127.0.0.1"]
+    row = facts.reach_row(raw)
+    fine, half = row["localhost"], row["127.0.0.1"]
+    assert fine.addr == "127.0.0.1" and [t.port for t in fine.ports] == [good]
+    assert all(t.ok for t in fine.ports) and not fine.failed and not fine.blocked
+    assert fine.rtt_ms and fine.master is None and fine.ssh is None
+    assert [(t.port, t.status) for t in half.failed] == [(shut, facts.PortStatus.REFUSED)]
+
+
 def _status_words(path) -> set[str]:
     """The status words a node script can write: the string constants _classify returns and
     those put as a "status" (a "... %s" format counts by its word before the colon)."""
