@@ -301,7 +301,7 @@ def test_firewall_rules(cluster: Cluster, node: str, record_property) -> None:
     if not rules:
         return
     m = ports.port_matrix(cluster)
-    into = {a: r for a, row in sorted(m.reached.items()) if (r := row.get(node)) is not None}
+    into = m.into(node)
     hurt = sorted(f"{a} -> {node}: ports {', '.join(str(t.port) for t in r.failed)}"
                   for a, r in into.items() if r.failed)
     master = (m.listeners.get(node) or {}).get("master") or {}

@@ -9,6 +9,7 @@ scripts to them).
 from __future__ import annotations
 
 import enum
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -146,9 +147,9 @@ class Reach:
 
     @classmethod
     def from_json(cls, target: str, raw: Mapping[str, Any]) -> Reach:
-        if "ok" in raw:  # netprobe's compact form (every port answered): ports, median RTT
+        if is_compact(raw):  # netprobe's compact form (every port answered): ports, median RTT
             return cls(target=target, addr=raw.get("addr"),
-                       ports=tuple(PortTry(int(p), PortStatus.OK, "ok") for p in raw["ok"]),
+                       ports=tuple(_answered(int(p)) for p in raw["ok"]),
                        rtt_ms=tuple(float(x) for x in raw.get("rtt_ms") or ()))
         ports = sorted((PortTry.from_json(r, int(p)) for p, r in (raw.get("ports") or {}).items()),
                        key=lambda t: t.port or 0)
@@ -161,6 +162,20 @@ class Reach:
                    ssh=PortTry.from_json(ssh) if ssh else None)
 
 
-def reach_row(raw: Mapping[str, Any]) -> dict[str, Reach]:
-    """One node's `connect` section ({target: entry}) as what it reached, per target."""
-    return {target: Reach.from_json(target, entry) for target, entry in raw.items()}
+def reach_row(raw: Mapping[str, Any], *, compact: bool = True) -> dict[str, Reach]:
+    """One node's `connect` section ({target: entry}) as what it reached, per target;
+    `compact=False`: the targets whose entry is not in the compact form only (the others are
+    read when asked: :meth:`judge.network.PortMatrix.reach`)."""
+    return {target: Reach.from_json(target, entry) for target, entry in raw.items()
+            if compact or not is_compact(entry)}
+
+
+def is_compact(raw: Mapping[str, Any]) -> bool:
+    """netprobe's compact entry (--pairs matrix): a target whose every port answered."""
+    return "ok" in raw
+
+
+@functools.lru_cache(maxsize=1024)
+def _answered(port: int) -> PortTry:
+    # one value per port for a million answered tries (PortTry is frozen)
+    return PortTry(port, PortStatus.OK, "ok")

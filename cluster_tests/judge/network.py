@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cluster_tests.core import testids as ids
-from cluster_tests.judge.facts import PortStatus, Reach
+from cluster_tests.judge.facts import PortStatus, Reach, is_compact
 from cluster_tests.judge.netfacts import Interface
 from cluster_tests.judge.problem import Problem, from_text
 
@@ -38,7 +38,16 @@ class PortMatrix:
         return self.results.get(a, {}).get(b)
 
     def reach(self, a: str, b: str) -> Reach | None:
-        return self.reached.get(a, {}).get(b)
+        got = self.reached.get(a, {}).get(b)
+        if got is None:  # a compact entry (every port answered) is read when asked, not kept
+            raw = self.results.get(a, {}).get(b)
+            if raw is not None and is_compact(raw):
+                return Reach.from_json(b, raw)
+        return got
+
+    def into(self, b: str) -> dict[str, Reach]:
+        """What every source reached of b, by source, in name order."""
+        return {a: r for a in sorted(self.results) if (r := self.reach(a, b)) is not None}
 
 
 def failed_ports(entry: Mapping[str, Any]) -> dict[int, str]:
@@ -69,7 +78,7 @@ def target_at_fault(m: PortMatrix, a: str, b: str) -> bool:
 
 def failing_into(m: PortMatrix, b: str) -> list[str]:
     """The sources (b aside) whose high ports into b failed, in name order."""
-    return sorted(x for x in m.reached if x != b and (r := m.reach(x, b)) is not None and r.failed)
+    return sorted(x for x in m.results if x != b and (r := m.reach(x, b)) is not None and r.failed)
 
 
 SOURCE_CAUSE = ("{a} reaches none of the nodes' ports while the others reach {b}: the fault is on "

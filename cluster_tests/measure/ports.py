@@ -99,7 +99,8 @@ def measure(cluster: Cluster) -> PortMatrix:
 
         sort_outcomes(zip(up, cluster.pool.map(connect, up), strict=False), matrix.results,
                       matrix.connect_errors)
-        matrix.reached = {node: facts.reach_row(row) for node, row in matrix.results.items()}
+        matrix.reached = {node: facts.reach_row(row, compact=False)
+                          for node, row in matrix.results.items()}
     finally:
         stoppable = [n for n, lst in matrix.listeners.items() if lst.get("pid")]
 

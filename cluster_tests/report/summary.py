@@ -157,13 +157,13 @@ class Recorder:
         return out
 
     # -- numbers from the tests' properties (available on the xdist controller too) ------------
-    def latency(self) -> dict[tuple[str, str], float]:
+    def latency(self, rows: bool = True) -> dict[tuple[str, str], float]:
         """F1: TCP handshake RTT in ms per ordered pair (test_reachable's `rtt_ms`, or under
-        --pairs matrix the `rtt_row` of each node's node->* item)."""
+        --pairs matrix the `rtt_row` of each node's node->* item; `rows=False`: not those)."""
         out = {o.pair: v for o in self.by_function(ids.REACHABLE.name)
                if o.pair and "*" not in o.pair and (v := _number(o.properties.get("rtt_ms")))
                is not None}
-        for a, values in self.rows(ids.REACHABLE.name, "rtt_row").items():
+        for a, values in (self.rows(ids.REACHABLE.name, "rtt_row") if rows else {}).items():
             for b, cell in zip(self.nodes, values.split(), strict=False):
                 if cell != "-":
                     out[(a, b)] = float(cell)
@@ -329,11 +329,14 @@ class Recorder:
             "nodes": [{"name": n, **_node_json(facts.get(n, {}))} for n in self.nodes],
             "trust": trust,
             "pairs": self.pairs(),
+            # --pairs matrix: a row per node (a mark, an RTT per peer, in `order`), not N*N keys
             **({"port_matrix": {"order": list(self.nodes), "marks": ROW_MARKS,
                                 "rows": {f: rows for f in (ids.REACHABLE.name, ids.HIGH_PORTS.name)
-                                         if (rows := self.rows(f))}}}
+                                         if (rows := self.rows(f))},
+                                "rtt_ms_rows": self.rows(ids.REACHABLE.name, "rtt_row")}}
                if self.rows(ids.HIGH_PORTS.name) or self.rows(ids.REACHABLE.name) else {}),
-            "latency_rtt_ms": {f"{a}->{b}": v for (a, b), v in sorted(self.latency().items())},
+            "latency_rtt_ms": {f"{a}->{b}": v
+                               for (a, b), v in sorted(self.latency(rows=False).items())},
             "allreduce": {
                 "sizes": self.allreduce_sizes(),
                 "busbw_GBps": _number(c1[0].properties.get("busbw_GBps")) if c1 else None,

@@ -19,6 +19,7 @@ class _Memo:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._memo: dict[Any, Any] = {}
+        self._values: dict[Any, Any] = {}
 
     memo = Cluster.memo
 
