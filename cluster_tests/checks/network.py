@@ -95,8 +95,19 @@ def _per_node(cluster: Cluster, pair: tuple[str, str], check: Callable[[str, str
         return None if there == item_id.of(*pair) else there
 
     typical = ports.rtt_typical(cluster) if item_id is ids.REACHABLE else None
-    tried = [outcome.Tried(p) if _clean(cluster, m, *p, item_id, typical)
-             else outcome.attempt(p, check) for p in pairs_mod.expand(pair, cluster.names)]
+
+    def one(p: tuple[str, str]) -> outcome.Tried:
+        if _clean(cluster, m, *p, item_id, typical):
+            return outcome.Tried(p)
+        peer = p[1] if pair[1] == pairs_mod.ANY else p[0]
+        if cluster.login_error(peer) is not None:
+            # a peer that cannot be logged in is left out (its own red says why), so that a
+            # dead node blocks its own two items, not every node's
+            return outcome.Tried(p, why=f"{peer} unreachable: see {ids.LOGIN.of(peer)}",
+                                 skipped=True)
+        return outcome.attempt(p, check)
+
+    tried = [one(p) for p in pairs_mod.expand(pair, cluster.names)]
     record("row", outcome.row(tried))  # the reports' matrix: one mark per peer
     # a pair's warnings once: on its source's item
     outcome.conclude(pair, tried, owner, warn=pair[1] == pairs_mod.ANY)

@@ -2,7 +2,8 @@
 
 All N*N ordered pairs is the complete answer, and the default up to `AUTO_ALL_MAX` nodes.  Beyond
 that the pair items outgrow what they tell (1024 nodes are 1M pairs per pair check, each a
-pytest item with its own report), so the default becomes the ring:
+pytest item with its own report), so the default becomes ``matrix``: the ring, except for the
+connectivity checks, which still measure every pair:
 
 * ``all``: every ordered pair, self pairs included (a -> a: pdsh from a node to itself).
 * ``ring``: every node to its successor AND to its predecessor in hostfile order (2N pairs; a
@@ -75,7 +76,7 @@ class PairSpec:
 
 
 def parse_spec(value: str) -> PairSpec:
-    """`--pairs` value: auto, all, ring or sample:K[:SEED]; ValueError otherwise."""
+    """`--pairs` value: auto, all, ring, matrix or sample:K[:SEED]; ValueError otherwise."""
     v = str(value).strip().lower()
     if v in ("auto", "all", "ring", "matrix"):
         return PairSpec(v)

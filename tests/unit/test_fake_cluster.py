@@ -134,3 +134,28 @@ def test_beyond_the_all_pairs_limit_one_blocked_pair_is_named_under_both_nodes(t
     assert got["test_high_ports[*->node7]"][0] == "passed"
     assert got["test_high_ports[node7->*]"][0] == "failure", proc.stdout[-3000:]
     assert "node7 -> node35" in got["test_high_ports[node7->*]"][1]["problem"]
+
+
+def test_beyond_the_all_pairs_limit_a_dead_node_blocks_its_own_items_only(tmp_path: Path
+                                                                        ) -> None:
+    """40 nodes (--pairs matrix), every 10th dead (FAKE_DEAD=10): one red per dead node (its
+    login); its own F1/F3 items are blocked by it; every live node's items pass, leaving the
+    dead peers out (marked 's' in their rows), instead of every item being blocked."""
+    nodes, dead = 40, ("node10", "node20", "node30", "node40")
+    proc, root = _run(tmp_path, "auto", nodes=nodes, dead=10)
+    got = _kinds(root)
+    reds = sorted(n for n, (kind, _) in got.items() if kind in ("failure", "error"))
+    assert reds == sorted(f"test_login[{n}]" for n in dead), proc.stdout[-4000:]
+    for check in ("test_high_ports", "test_reachable"):
+        for n in dead:
+            for item in (f"{check}[{n}->*]", f"{check}[*->{n}]"):
+                assert got[item][0] == "skipped", (item, got[item])
+                assert got[item][1]["blocked_by"] == f"test_login[{n}]", (item, got[item])
+        live = [n for n in (f"node{i}" for i in range(1, nodes + 1)) if n not in dead]
+        for n in live:
+            assert got[f"{check}[{n}->*]"][0] == "passed", (check, n, got[f"{check}[{n}->*]"])
+            assert got[f"{check}[*->{n}]"][0] == "passed", (check, n, got[f"{check}[*->{n}]"])
+    row = json.loads((tmp_path / "summary.json").read_text())["port_matrix"]["rows"][
+        "test_high_ports"]["node1"]
+    assert [i + 1 for i, c in enumerate(row) if c == "s"] == [10, 20, 30, 40], row
+    assert set(row) == {".", "s"}
