@@ -23,11 +23,11 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar, cast
 
 import paramiko
 
@@ -318,13 +318,34 @@ def fan_out(fn: Callable[[T], R], items: Iterable[T], fanout: int) -> list[R | B
         except Exception as exc:  # noqa: BLE001 - handed back to the caller
             return exc
 
-    ex = ThreadPoolExecutor(max_workers=max(1, min(fanout, len(items))))
+    # Daemon threads, not a ThreadPoolExecutor: the interpreter joins an executor's threads at
+    # exit, so one command stuck in flight after Ctrl-C (end_leftovers() ends them on the nodes)
+    # would hold the run open. On Ctrl-C no item that has not started starts.
+    results: list[R | BaseException | None] = [None] * len(items)
+    pending = iter(enumerate(items))
+    lock = threading.Lock()
+    stop = threading.Event()
+
+    def worker() -> None:
+        while not stop.is_set():
+            with lock:
+                nxt = next(pending, None)
+            if nxt is None:
+                return
+            results[nxt[0]] = guarded(nxt[1])
+
+    threads = [threading.Thread(target=worker, name="ct-fan-out", daemon=True)
+               for _ in range(max(1, min(fanout, len(items))))]
     try:
-        futures = [ex.submit(guarded, item) for item in items]
-        return [wait_result(f) for f in futures]
-    finally:
-        # on Ctrl-C do not wait here for commands in flight: end_leftovers() ends them
-        ex.shutdown(wait=False, cancel_futures=True)
+        for t in threads:
+            t.start()
+        for t in threads:
+            while t.is_alive():  # short waits: Ctrl-C runs its handler in the main thread
+                t.join(0.2)
+    except BaseException:
+        stop.set()
+        raise
+    return cast(list[R | BaseException], results)
 
 
 class NodeSession(Protocol):

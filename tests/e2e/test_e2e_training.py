@@ -230,6 +230,7 @@ def test_ctrl_c_leaves_nothing_running(healthy_sim, tmp_path):
         "-m", "training", "--training-steps", "100000", "--training-deadline", "300",
     ]
     env = {k: v for k, v in os.environ.items() if k != "PYTEST_ADDOPTS"}
+    env["PYTHONFAULTHANDLER"] = "1"  # SIGABRT below: every thread's stack, if it never ends
     proc = subprocess.Popen(argv, cwd=REPO, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)
     try:
@@ -240,7 +241,13 @@ def test_ctrl_c_leaves_nothing_running(healthy_sim, tmp_path):
         assert _ours_left(healthy_sim), "the ranks never started"
         time.sleep(1)
         proc.send_signal(signal.SIGINT)
-        out, _ = proc.communicate(timeout=60)
+        try:
+            out, _ = proc.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.send_signal(signal.SIGABRT)  # where it waits: faulthandler prints every thread
+            out, _ = proc.communicate(timeout=20)
+            raise AssertionError(f"pytest did not end within 60 s of Ctrl-C:\n{out[-12000:]}"
+                                 ) from None
     finally:
         if proc.poll() is None:
             proc.kill()
