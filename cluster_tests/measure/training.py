@@ -180,18 +180,23 @@ def _stream(
     buf = bytearray()
     stopped: str | None = None
     stop_at: float | None = None
-    checked, last_check = 0, 0.0
+    checked, last_check, pause = 0, 0.0, 0.25
 
     def keep(chunk: bytes, is_stderr: bool) -> None:
         if len(buf) < _MAX_LOG:
             buf.extend(chunk)
 
     def stop_now() -> bool:
-        nonlocal stopped, stop_at, checked, last_check
+        nonlocal stopped, stop_at, checked, last_check, pause
         now = time.monotonic()
-        if stop_at is None and len(buf) != checked and now - last_check >= 0.25:
-            checked, last_check = len(buf), now
+        if stop_at is None and len(buf) != checked and now - last_check >= pause:
+            checked = len(buf)
             stopped = should_stop(buf.decode("utf-8", "replace"))
+            # the whole text is judged each time: wait 10x what that took before the next, so
+            # that a long, chatty job costs at most a tenth of a core per stream (three T1
+            # streams judging megabytes 4 times a second held the GIL, and Ctrl-C waited)
+            last_check = time.monotonic()
+            pause = max(0.25, 10 * (last_check - now))
             if stopped is None and cancelled():
                 stopped = "cancelled"
             if stopped is not None:
