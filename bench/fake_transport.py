@@ -239,9 +239,15 @@ class FakeSession:
         if not isinstance(argv, str) and len(argv) >= 4 and argv[1] == "-c":
             STATS["probes"] += 1
             params = json.loads(argv[3])
-            script = _script_name(stdin)
-            result = {s: answer(node, script, s, params) for s in params.get("sections", ["base"])}
-            stdout = PROBE_MARK + json.dumps(result) + "\n"
+            if "bundle" in params:  # Cluster.prefetch's probes in one command (node/bundle.py)
+                stdout = "".join(
+                    f"{cluster_mod.BUNDLE_MARK}{json.dumps([i, answer(node, sc, se, pa)])}\n"
+                    for i, (sc, se, pa) in enumerate(params["bundle"]))
+            else:
+                script = _script_name(stdin)
+                result = {s: answer(node, script, s, params)
+                          for s in params.get("sections", ["base"])}
+                stdout = PROBE_MARK + json.dumps(result) + "\n"
         elif "pdsh" in command and " -w " in command:  # S5's and the rehearsal's pdsh runs
             stdout = _pdsh_output(command)
         elif ma.BEGIN in command:  # H3: DeepSpeed's `ssh <first host> hostname -I`, a route

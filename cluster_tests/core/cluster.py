@@ -11,6 +11,7 @@ import contextlib
 import json
 import os
 import threading
+import time
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
@@ -19,6 +20,7 @@ from typing import Any, TypeVar, cast
 import pytest
 
 from cluster_tests import node
+from cluster_tests import node as node_scripts
 from cluster_tests.core import nodetable, outcome
 from cluster_tests.core import testids as ids
 from cluster_tests.core.memokey import LOGIN, MemoKey, base_key, probe_key
@@ -37,6 +39,8 @@ from cluster_tests.judge import sshfail
 from cluster_tests.judge.env import is_secret
 
 PROBE_MARK = "CT_PROBE_JSON:"
+#: a line of node/bundle.py: one section's facts, as [index, data]
+BUNDLE_MARK = "CT_BUNDLE_JSON:"
 # Runs the script that arrives on standard input as __main__, with the JSON parameters as argv[1].
 BOOTSTRAP = "import sys; exec(compile(sys.stdin.read(), '<cluster_tests>', 'exec'))"
 
@@ -250,15 +254,24 @@ class Cluster:
         done = [0]
         self.progress("probing nodes", 0, len(wanted))
 
+        # one command for the probes that share the default interpreter (node/bundle.py): one
+        # channel, shell and Python start-up per node instead of one per section.  Under xdist
+        # each probe stays a command of its own, for SharedResults' per-key hand-off.
+        together = [p for p in probes if "python" not in p[2]] if self.shared is None else []
+        alone = [p for p in probes if p not in together] if len(together) > 1 else list(probes)
+        if len(together) < 2:
+            together = []
+
         def warm(node: str) -> None:
             try:
                 self.login(node)
                 threads = [threading.Thread(target=one, args=(node, p), daemon=True)
-                           for p in probes[1:]]
+                           for p in alone]
                 for t in threads:
                     t.start()
-                if probes:
-                    one(node, probes[0])
+                if together:
+                    with contextlib.suppress(Exception):  # each test re-raises its own
+                        self.probe_together(node, together)
                 for t in threads:
                     t.join()
             except Exception:  # noqa: BLE001 - each test re-raises what concerns it
@@ -330,22 +343,84 @@ class Cluster:
                           timeout=timeout)
         for line in reversed(result.stdout.splitlines()):
             if line.startswith(PROBE_MARK):
-                data = json.loads(line[len(PROBE_MARK):])[section]
-                if isinstance(data, dict) and set(data) == {"error"}:
-                    raise ProbeError(node, f"{node}: probe '{section}' failed: {data['error']}",
-                                     result)
-                return data
-        if result.exit_status == 127 or "not found" in result.stderr:
-            raise ProbeError(
-                node,
-                f"{node}: the remote Python '{python}' was not found by a non-interactive ssh "
-                "shell (which is what pdsh runs).\n  fix: pass --remote-python /path/to/python, or "
-                f"put its directory on PATH in ~/.bashrc on {node}, above any early 'return' for "
-                "non-interactive shells",
-                result,
-            )
-        raise ProbeError(node, f"{node}: probe '{section}' gave no result\n{result.evidence()}",
-                         result)
+                return _facts(node, section, json.loads(line[len(PROBE_MARK):])[section], result)
+        raise _no_result(node, section, python, result)
+
+    def probe_together(self, node: str, probes: Sequence[NodeProbe]) -> None:
+        """Run several probes of `node` (same interpreter) as one command (node/bundle.py) and
+        fill their memo entries, each as soon as its line arrives, so that a reader of a quick
+        section never waits for a slow one.  Probes already in the memo are left out; every
+        entry taken here is filled (a fact, or the error that concerns it) before returning."""
+        claimed: dict[int, tuple[MemoKey[Any], Future[Any], str]] = {}
+        wanted: list[list[Any]] = []
+        with self._lock:
+            for script, section, params in probes:
+                key = probe_key(node, section, params, script)
+                if key in self._memo:
+                    continue
+                claimed[len(wanted)] = (key, Future(), section)
+                self._memo[key] = claimed[len(wanted)][1]
+                if section == "base":
+                    params = {"names": self.names, **params}
+                wanted.append([script, section, params])
+            self.stats["probes_run"] += len(wanted)
+        if not wanted:
+            return
+        python = self.settings.remote_python
+        timeout = max([float(p.get("timeout", self.settings.timeout_command))
+                       for _, _, p in wanted])
+        args = json.dumps({"bundle": wanted, "timeout": self.settings.timeout_command})
+        scripts = tuple(sorted({w[0] for w in wanted}))
+        out: dict[bool, list[bytes]] = {False: [], True: []}
+        pending = bytearray()
+        started = time.monotonic()
+
+        def answer(index: int, value: Any, error: BaseException | None) -> None:
+            key, fut, _ = claimed.pop(index)
+            if error is not None:
+                fut.set_exception(error)
+            else:
+                self._values[key] = value
+                fut.set_result(value)
+
+        def evidence(exit_status: int | None, timed_out: bool) -> CommandResult:
+            text = {k: b"".join(v).decode("utf-8", "replace") for k, v in out.items()}
+            return CommandResult(node, f"{python} -c <probes: {len(wanted)}>",
+                                 -1 if exit_status is None else exit_status, text[False],
+                                 text[True], time.monotonic() - started, timed_out)
+
+        def on_chunk(data: bytes, is_stderr: bool) -> None:
+            out[is_stderr].append(data)
+            if is_stderr:
+                return
+            pending.extend(data)
+            *lines, rest = bytes(pending).split(b"\n")
+            pending[:] = rest
+            for raw in lines:
+                line = raw.decode("utf-8", "replace")
+                if not line.startswith(BUNDLE_MARK):
+                    continue
+                index, data_ = json.loads(line[len(BUNDLE_MARK):])
+                if index in claimed:
+                    try:
+                        value = _facts(node, claimed[index][2], data_, None)
+                    except ProbeError as exc:
+                        answer(index, None, exc)
+                    else:
+                        answer(index, value, None)
+
+        try:
+            self.login(node)
+            done = self.pool.stream(node, [python, "-c", BOOTSTRAP, args],
+                                    stdin=node_scripts.bundle_source(scripts), on_chunk=on_chunk,
+                                    timeout=timeout + 5)
+            result = evidence(done.exit_status, done.timed_out)
+            for index in list(claimed):
+                answer(index, None, _no_result(node, claimed[index][2], python, result))
+        except BaseException as exc:  # noqa: BLE001 - every entry taken gets it, then raised
+            for index in list(claimed):
+                answer(index, None, exc)
+            raise
 
     def base(self, node: str) -> dict[str, Any]:
         """The cheap facts of a node; fails the calling test briefly if the node is unreachable."""
@@ -398,3 +473,25 @@ class Cluster:
 #: the run's cluster, on the pytest config (`config.stash.get(CLUSTER_KEY, None)`): set by the
 #: plugin when a node list was given
 CLUSTER_KEY = pytest.StashKey[Cluster]()
+
+
+def _facts(node: str, section: str, data: Any, result: CommandResult | None) -> Any:
+    """A probe section's facts, or the ProbeError that the section reported instead."""
+    if isinstance(data, dict) and set(data) == {"error"}:
+        raise ProbeError(node, f"{node}: probe '{section}' failed: {data['error']}", result)
+    return data
+
+
+def _no_result(node: str, section: str, python: str, result: CommandResult) -> ProbeError:
+    """Why a probe command printed no facts for `section`."""
+    if result.exit_status == 127 or "not found" in result.stderr:
+        return ProbeError(
+            node,
+            f"{node}: the remote Python '{python}' was not found by a non-interactive ssh "
+            "shell (which is what pdsh runs).\n  fix: pass --remote-python /path/to/python, or "
+            f"put its directory on PATH in ~/.bashrc on {node}, above any early 'return' for "
+            "non-interactive shells",
+            result,
+        )
+    return ProbeError(node, f"{node}: probe '{section}' gave no result\n{result.evidence()}",
+                      result)

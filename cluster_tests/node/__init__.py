@@ -35,3 +35,10 @@ def source(name: str) -> bytes:
     followed by the script. The files on disk without their parts are never what runs."""
     parts = [(DIR / part).read_bytes() for part in PARTS.get(name, ())]
     return b"\n\n".join([*parts, script(name).read_bytes()])
+
+
+def bundle_source(scripts: tuple[str, ...]) -> bytes:
+    """What to send to run several scripts' sections in one interpreter (bundle.py): the runner,
+    then ``bundle_main(SOURCES)`` with each script's `source` as a Python literal."""
+    sources = {name: source(name).decode("utf-8") for name in scripts}
+    return script("bundle.py").read_bytes() + f"\n\nbundle_main({sources!r})\n".encode()

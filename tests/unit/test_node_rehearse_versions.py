@@ -45,3 +45,22 @@ def test_a_torch_that_does_not_import_is_reported_as_e3_reports_it(tmp_path):
     v = _last(rehearsed.stdout, REHEARSAL_MARK)["versions"]
     assert v["torch"] is None and v["cuda"] is None
     assert "broken torch build" in v["torch_error"]
+
+
+def test_the_rehearsal_tells_the_installed_package_from_a_stray_copy(tmp_path):
+    """E3's `owned`: whether the module imported is a file its distribution's RECORD lists (read
+    as one line of RECORD, not as 16,000 path objects). The real torch and deepspeed of this
+    interpreter are; a `torch` package in the launch directory, which shadows it, is not."""
+    def packages(cwd):
+        run = subprocess.run([sys.executable, "-u", "-c", node.source("rehearse.py").decode()],
+                             capture_output=True, text=True, check=False, cwd=cwd, timeout=300)
+        return _last(run.stdout, REHEARSAL_MARK)["packages"]
+
+    real = packages(tmp_path)
+    assert real["torch"]["owned"] is True and real["deepspeed"]["owned"] is True, real
+    stray = tmp_path / "stray"
+    (stray / "torch").mkdir(parents=True)
+    (stray / "torch" / "__init__.py").write_text("__version__ = '0.0.1'\n")
+    shadowed = packages(stray)["torch"]
+    assert shadowed["file"] == str(stray / "torch" / "__init__.py")
+    assert shadowed["owned"] is False and shadowed["version"] == "0.0.1", shadowed

@@ -1,0 +1,112 @@
+"""node/bundle.py: a node's prefetch probes as one command (one channel, one shell, one Python
+start-up per node instead of one per section), run for real with this machine's interpreter:
+each section answers on its own line as soon as it ends, one that raises or hangs costs only its
+own answer, and the facts are those the scripts give when run alone."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+
+from cluster_tests import node
+from cluster_tests.core.cluster import BOOTSTRAP, BUNDLE_MARK, PROBE_MARK
+
+TOY = """\
+import time
+
+def section_quick(params):
+    return {"n": params["n"], "sections": params["sections"]}
+
+def section_slow(params):
+    time.sleep(params["sleep"])
+    return {"slept": params["sleep"]}
+
+def section_boom(params):
+    raise ValueError("no such file")
+
+if __name__ == "__main__":
+    raise SystemExit("a bundled script must not start its own protocol")
+"""
+
+
+def _bundle(sources: dict[str, str], wanted: list[list], timeout: float = 30):
+    program = node.script("bundle.py").read_text() + f"\nbundle_main({sources!r})\n"
+    proc = subprocess.Popen([sys.executable, "-c", BOOTSTRAP,
+                             json.dumps({"bundle": wanted, "timeout": timeout})],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert proc.stdin is not None and proc.stdout is not None
+    proc.stdin.write(program)
+    proc.stdin.close()
+    lines = []  # (seconds since start, index, data), in the order they arrived
+    start = time.monotonic()
+    for line in proc.stdout:
+        if line.startswith(BUNDLE_MARK):
+            index, data = json.loads(line[len(BUNDLE_MARK):])
+            lines.append((time.monotonic() - start, index, data))
+    assert proc.wait(timeout=60) == 0
+    return lines
+
+
+def test_each_section_answers_alone_and_a_hang_costs_only_its_own_answer():
+    lines = _bundle({"toy.py": TOY}, [
+        ["toy.py", "slow", {"sleep": 600, "timeout": 2}],  # hangs past its own deadline
+        ["toy.py", "quick", {"n": 7}],
+        ["toy.py", "boom", {}],
+        ["toy.py", "nope", {}],
+        ["toy.py", "slow", {"sleep": 0.5}],
+    ])
+    got = {index: data for _, index, data in lines}
+    assert sorted(got) == [0, 1, 2, 3, 4] and len(lines) == 5  # each answered once
+    assert got[1] == {"n": 7, "sections": ["quick"]}
+    assert got[2] == {"error": "ValueError: no such file"}
+    assert got[3] == {"error": "unknown section"}
+    assert got[4] == {"slept": 0.5}
+    assert got[0] == {"error": "did not finish within 2s"}
+    order = [index for _, index, _ in lines]
+    assert order.index(1) < order.index(4) < order.index(0)  # as each ended, the hang last
+
+
+def test_a_script_that_does_not_load_fails_its_own_sections_only():
+    lines = _bundle({"toy.py": TOY, "bad.py": "def section_x(params):\n  return (\n"},
+                    [["bad.py", "x", {}], ["toy.py", "quick", {"n": 1}]])
+    got = {index: data for _, index, data in lines}
+    assert got[0]["error"].startswith("SyntaxError")
+    assert got[1] == {"n": 1, "sections": ["quick"]}
+
+
+def _alone(script: str, section: str, params: dict) -> dict:
+    proc = subprocess.run([sys.executable, "-c", BOOTSTRAP,
+                           json.dumps({"sections": [section], **params})],
+                          input=node.source(script), capture_output=True, timeout=120, check=True)
+    line = [ln for ln in proc.stdout.decode().splitlines() if ln.startswith(PROBE_MARK)][-1]
+    return json.loads(line[len(PROBE_MARK):])[section]
+
+
+def test_the_real_probes_give_in_a_bundle_what_they_give_alone(tmp_path):
+    wanted = [["probe.py", "sshd", {}], ["envprobe.py", "envfiles", {"launch_dir": str(tmp_path)}],
+              ["probe.py", "base", {"names": ["localhost"]}], ["netprobe.py", "firewall", {}]]
+    proc = subprocess.run([sys.executable, "-c", BOOTSTRAP,
+                           json.dumps({"bundle": wanted, "timeout": 60})],
+                          input=node.bundle_source(("envprobe.py", "netprobe.py", "probe.py")),
+                          capture_output=True, timeout=120, check=True)
+    got = {}
+    for line in proc.stdout.decode().splitlines():
+        if line.startswith(BUNDLE_MARK):
+            index, data = json.loads(line[len(BUNDLE_MARK):])
+            got[index] = data
+    assert sorted(got) == [0, 1, 2, 3]
+    for index, (script, section, params) in enumerate(wanted):
+        alone = _alone(script, section, params)
+        assert "error" not in got[index], got[index]
+        assert _facts(got[index]) == _facts(alone), section
+
+
+def _facts(data):
+    """A probe's facts without its timings (which differ from run to run)."""
+    if isinstance(data, dict):
+        return {k: _facts(v) for k, v in data.items() if k != "seconds"}
+    if isinstance(data, list):
+        return [_facts(v) for v in data]
+    return data
