@@ -85,8 +85,9 @@ def _alone(script: str, section: str, params: dict) -> dict:
 
 
 def test_the_real_probes_give_in_a_bundle_what_they_give_alone(tmp_path):
-    wanted = [["probe.py", "sshd", {}], ["envprobe.py", "envfiles", {"launch_dir": str(tmp_path)}],
-              ["probe.py", "base", {"names": ["localhost"]}], ["netprobe.py", "firewall", {}]]
+    wanted: list[tuple[str, str, dict]] = [
+        ("probe.py", "sshd", {}), ("envprobe.py", "envfiles", {"launch_dir": str(tmp_path)}),
+        ("probe.py", "base", {"names": ["localhost"]}), ("netprobe.py", "firewall", {})]
     proc = subprocess.run([sys.executable, "-c", BOOTSTRAP,
                            json.dumps({"bundle": wanted, "timeout": 60})],
                           input=node.bundle_source(("envprobe.py", "netprobe.py", "probe.py")),
