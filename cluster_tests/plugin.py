@@ -21,6 +21,7 @@ import pytest
 from cluster_tests.core import outcome, rootdir_fix, sections, workers
 from cluster_tests.core import pairs as pairs_mod
 from cluster_tests.core import source as source_mod
+from cluster_tests.core import srun as srun_mod
 from cluster_tests.core import testids as ids
 from cluster_tests.core.cluster import CLUSTER_KEY, Cluster, Node, node_probes
 from cluster_tests.core.settings import Settings, add_options, read_settings
@@ -90,6 +91,12 @@ def pytest_configure(config: pytest.Config) -> None:
     if got is None:
         return
     settings, parse, config.stash[SOURCE_KEY] = got
+    if settings.transport == "srun":
+        try:
+            settings = dataclasses.replace(settings, srun_path=srun_mod.check_usable(
+                os.environ, settings.hostfile_source))
+        except srun_mod.SrunError as exc:
+            raise pytest.UsageError(str(exc)) from None
     config.stash[SETTINGS_KEY] = settings
     config.stash[PARSE_KEY] = parse
     nodes = [Node(h.name, h.slots, h.lineno) for h in parse.hosts]

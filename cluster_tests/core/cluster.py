@@ -8,10 +8,10 @@ will run, `prefetch` starts the logins of every node they touch at once, bounded
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import threading
-import time
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
@@ -20,8 +20,8 @@ from typing import Any, TypeVar, cast
 import pytest
 
 from cluster_tests import node
-from cluster_tests import node as node_scripts
 from cluster_tests.core import nodetable, outcome
+from cluster_tests.core import srun as srun_mod
 from cluster_tests.core import testids as ids
 from cluster_tests.core.memokey import LOGIN, MemoKey, base_key, probe_key
 from cluster_tests.core.nodetable import NodeTable
@@ -111,6 +111,8 @@ class Cluster:
     progress_sink: Callable[[str, int, int], None] | None = None
     #: set under pytest-xdist (core.workers): probe results shared by the worker processes
     shared: SharedResults | None = None
+    #: --transport srun: the job steps that carry srun_mod.SRUN_PROBES (None: all on SSH)
+    srun: srun_mod.Srun | None = None
 
     @classmethod
     def create(cls, settings: Settings, nodes: list[Node]) -> Cluster:
@@ -124,7 +126,9 @@ class Cluster:
             )
             for n in nodes
         }
-        return cls(settings, nodes, Pool(targets, settings.ssh_config, settings.fanout))
+        steps = srun_mod.Srun(settings.srun_path) if settings.transport == "srun" else None
+        return cls(settings, nodes, Pool(targets, settings.ssh_config, settings.fanout),
+                   srun=steps)
 
     @property
     def names(self) -> list[str]:
@@ -257,8 +261,12 @@ class Cluster:
         # one command for the probes that share the default interpreter (node/bundle.py): one
         # channel, shell and Python start-up per node instead of one per section.  Under xdist
         # each probe stays a command of its own, for SharedResults' per-key hand-off.
-        together = [p for p in probes if "python" not in p[2]] if self.shared is None else []
-        alone = [p for p in probes if p not in together] if len(together) > 1 else list(probes)
+        # --transport srun: the probes it carries run as one job step on every node at once
+        by_srun = [p for p in probes if self.srun is not None and self.shared is None
+                   and srun_mod.via_srun(p[0], p[1]) and "python" not in p[2]]
+        by_ssh = [p for p in probes if p not in by_srun]
+        together = [p for p in by_ssh if "python" not in p[2]] if self.shared is None else []
+        alone = [p for p in by_ssh if p not in together] if len(together) > 1 else by_ssh
         if len(together) < 2:
             together = []
 
@@ -282,7 +290,13 @@ class Cluster:
                     n = done[0]
                 self.progress("probing nodes", n, len(wanted))
 
+        def steps() -> None:
+            with contextlib.suppress(Exception):  # each test re-raises what concerns it
+                self.probe_by_srun(wanted, by_srun)
+
         def run() -> None:
+            if by_srun:
+                threading.Thread(target=steps, name="cluster-srun", daemon=True).start()
             self.pool.map(warm, wanted)
 
         threading.Thread(target=run, name="cluster-prefetch", daemon=True).start()
@@ -334,6 +348,8 @@ class Cluster:
         return data
 
     def _probe(self, node: str, section: str, params: dict[str, Any], script: str) -> Any:
+        if self.srun is not None and srun_mod.via_srun(script, section) and "python" not in params:
+            return self._probe_srun(node, section, params, script)
         if section == "base":
             params = {"names": self.names, **params}
         args = json.dumps({"sections": [section], **params})
@@ -351,43 +367,12 @@ class Cluster:
         fill their memo entries, each as soon as its line arrives, so that a reader of a quick
         section never waits for a slow one.  Probes already in the memo are left out; every
         entry taken here is filled (a fact, or the error that concerns it) before returning."""
-        claimed: dict[int, tuple[MemoKey[Any], Future[Any], str]] = {}
-        wanted: list[list[Any]] = []
-        with self._lock:
-            for script, section, params in probes:
-                key = probe_key(node, section, params, script)
-                if key in self._memo:
-                    continue
-                claimed[len(wanted)] = (key, Future(), section)
-                self._memo[key] = claimed[len(wanted)][1]
-                if section == "base":
-                    params = {"names": self.names, **params}
-                wanted.append([script, section, params])
-            self.stats["probes_run"] += len(wanted)
-        if not wanted:
+        claims = _Claims(self, node, probes)
+        if not claims.open:
             return
         python = self.settings.remote_python
-        timeout = max([float(p.get("timeout", self.settings.timeout_command))
-                       for _, _, p in wanted])
-        args = json.dumps({"bundle": wanted, "timeout": self.settings.timeout_command})
-        scripts = tuple(sorted({w[0] for w in wanted}))
         out: dict[bool, list[bytes]] = {False: [], True: []}
         pending = bytearray()
-        started = time.monotonic()
-
-        def answer(index: int, value: Any, error: BaseException | None) -> None:
-            key, fut, _ = claimed.pop(index)
-            if error is not None:
-                fut.set_exception(error)
-            else:
-                self._values[key] = value
-                fut.set_result(value)
-
-        def evidence(exit_status: int | None, timed_out: bool) -> CommandResult:
-            text = {k: b"".join(v).decode("utf-8", "replace") for k, v in out.items()}
-            return CommandResult(node, f"{python} -c <probes: {len(wanted)}>",
-                                 -1 if exit_status is None else exit_status, text[False],
-                                 text[True], time.monotonic() - started, timed_out)
 
         def on_chunk(data: bytes, is_stderr: bool) -> None:
             out[is_stderr].append(data)
@@ -397,30 +382,84 @@ class Cluster:
             *lines, rest = bytes(pending).split(b"\n")
             pending[:] = rest
             for raw in lines:
-                line = raw.decode("utf-8", "replace")
-                if not line.startswith(BUNDLE_MARK):
-                    continue
-                index, data_ = json.loads(line[len(BUNDLE_MARK):])
-                if index in claimed:
-                    try:
-                        value = _facts(node, claimed[index][2], data_, None)
-                    except ProbeError as exc:
-                        answer(index, None, exc)
-                    else:
-                        answer(index, value, None)
+                claims.line(raw.decode("utf-8", "replace"))
 
         try:
             self.login(node)
-            done = self.pool.stream(node, [python, "-c", BOOTSTRAP, args],
-                                    stdin=node_scripts.bundle_source(scripts), on_chunk=on_chunk,
-                                    timeout=timeout + 5)
-            result = evidence(done.exit_status, done.timed_out)
-            for index in list(claimed):
-                answer(index, None, _no_result(node, claimed[index][2], python, result))
+            done = self.pool.stream(node, self._bundle_argv(probes),
+                                    stdin=_bundle_source(probes), on_chunk=on_chunk,
+                                    timeout=self._bundle_timeout(probes) + 5)
+            text = {k: b"".join(v).decode("utf-8", "replace") for k, v in out.items()}
+            result = CommandResult(node, f"{python} -c <{len(probes)} probes>",
+                                   -1 if done.exit_status is None else done.exit_status,
+                                   text[False], text[True], done.seconds, done.timed_out)
+            claims.finish(lambda section: _no_result(node, section, python, result))
         except BaseException as exc:  # noqa: BLE001 - every entry taken gets it, then raised
-            for index in list(claimed):
-                answer(index, None, exc)
+            claims.finish(lambda section, exc=exc: exc)  # type: ignore[misc]
             raise
+
+    def probe_by_srun(self, nodes: Sequence[str], probes: Sequence[NodeProbe]) -> None:
+        """--transport srun: the same probes on every node of `nodes` as one Slurm job step
+        (core/srun.py), filling each node's memo entries as its lines arrive."""
+        assert self.srun is not None
+        claims = {n: _Claims(self, n, probes) for n in nodes}
+        busy = [n for n in nodes if claims[n].open]
+        if not busy:
+            return
+        tasks: dict[int, _Claims] = {}
+
+        def on_line(task: int, raw: bytes) -> None:
+            line = raw.decode("utf-8", "replace")
+            if line.startswith(srun_mod.NODE_MARK):
+                got = claims.get(line[len(srun_mod.NODE_MARK):].strip())
+                if got is not None:
+                    tasks[task] = got
+            elif task in tasks:
+                tasks[task].line(line)
+
+        with self._lock:
+            self.stats["srun_steps"] = self.stats.get("srun_steps", 0) + 1
+        try:
+            step = self.srun.step(busy, self._bundle_argv(probes), _bundle_source(probes),
+                                  on_line, self._bundle_timeout(probes) + 10)
+        except BaseException as exc:  # noqa: BLE001 - every entry taken gets it, then raised
+            for c in claims.values():
+                c.finish(lambda section, exc=exc: exc)  # type: ignore[misc]
+            raise
+        how = "timed out" if step.timed_out else f"exit {step.exit_status}"
+        tail = step.stderr.strip()[-1500:]
+        for n in busy:
+            claims[n].finish(functools.partial(_srun_error, n, how, len(busy), step.seconds, tail))
+
+    def _probe_srun(self, node: str, section: str, params: dict[str, Any], script: str) -> Any:
+        """One probe of one node as a job step (--transport srun), outside a prefetch."""
+        assert self.srun is not None
+        probe: list[NodeProbe] = [(script, section, params)]
+        got: dict[int, Any] = {}
+
+        def on_line(task: int, raw: bytes) -> None:
+            line = raw.decode("utf-8", "replace")
+            if line.startswith(BUNDLE_MARK):
+                index, data = json.loads(line[len(BUNDLE_MARK):])
+                got[index] = data
+
+        with self._lock:
+            self.stats["srun_steps"] = self.stats.get("srun_steps", 0) + 1
+        step = self.srun.step([node], self._bundle_argv(probe), _bundle_source(probe), on_line,
+                              self._bundle_timeout(probe) + 10)
+        if 0 in got:
+            return _facts(node, section, got[0], None)
+        how = "timed out" if step.timed_out else f"exit {step.exit_status}"
+        raise _srun_error(node, how, 1, step.seconds, step.stderr.strip()[-1500:], section)
+
+    def _bundle_argv(self, probes: Sequence[NodeProbe]) -> list[str]:
+        wanted = [[script, section, {"names": self.names, **params} if section == "base"
+                   else params] for script, section, params in probes]
+        args = json.dumps({"bundle": wanted, "timeout": self.settings.timeout_command})
+        return [self.settings.remote_python, "-c", BOOTSTRAP, args]
+
+    def _bundle_timeout(self, probes: Sequence[NodeProbe]) -> float:
+        return max(float(p.get("timeout", self.settings.timeout_command)) for _, _, p in probes)
 
     def base(self, node: str) -> dict[str, Any]:
         """The cheap facts of a node; fails the calling test briefly if the node is unreachable."""
@@ -465,6 +504,8 @@ class Cluster:
     def close(self) -> None:
         """End whatever this run left on the nodes, then log out."""
         try:
+            if self.srun is not None:
+                self.srun.end_all()
             self.pool.end_leftovers()
         finally:
             self.pool.close()
@@ -495,3 +536,54 @@ def _no_result(node: str, section: str, python: str, result: CommandResult) -> P
         )
     return ProbeError(node, f"{node}: probe '{section}' gave no result\n{result.evidence()}",
                       result)
+
+
+def _bundle_source(probes: Sequence[NodeProbe]) -> bytes:
+    return node.bundle_source(tuple(sorted({script for script, _, _ in probes})))
+
+
+class _Claims:
+    """The memo entries of one node that one bundle command (node/bundle.py) fills: taken when
+    made (an entry already in the memo is left to whoever took it), each filled as its line
+    arrives, the rest by `finish`."""
+
+    def __init__(self, cluster: Cluster, node: str, probes: Sequence[NodeProbe]) -> None:
+        self.cluster, self.node = cluster, node
+        self.open: dict[int, tuple[MemoKey[Any], Future[Any], str]] = {}
+        with cluster._lock:
+            for index, (script, section, params) in enumerate(probes):
+                key = probe_key(node, section, params, script)
+                if key not in cluster._memo:
+                    fut: Future[Any] = Future()
+                    cluster._memo[key] = fut
+                    self.open[index] = (key, fut, section)
+            cluster.stats["probes_run"] += len(self.open)
+
+    def line(self, line: str) -> None:
+        if not line.startswith(BUNDLE_MARK):
+            return
+        index, data = json.loads(line[len(BUNDLE_MARK):])
+        taken = self.open.pop(index, None)
+        if taken is None:
+            return
+        key, fut, section = taken
+        try:
+            value = _facts(self.node, section, data, None)
+        except ProbeError as exc:
+            fut.set_exception(exc)
+        else:
+            self.cluster._values[key] = value
+            fut.set_result(value)
+
+    def finish(self, error: Callable[[str], BaseException]) -> None:
+        """Every entry still open gets `error(section)`."""
+        for index in list(self.open):
+            _, fut, section = self.open.pop(index)
+            fut.set_exception(error(section))
+
+
+def _srun_error(node: str, how: str, nodes: int, seconds: float, said: str,
+                section: str) -> ProbeError:
+    return ProbeError(node, f"{node}: probe '{section}' gave no result through srun (the step on "
+                            f"{nodes} nodes: {how}, {seconds:.1f}s)"
+                            + (f"\n  srun said: {said}" if said else ""))

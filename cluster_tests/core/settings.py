@@ -315,6 +315,14 @@ class Settings:
         "how many nodes the launcher talks to at once, "
         "and how many targets one node probes at once",
         32, _positive_int)
+    transport: str = option(
+        "--transport",
+        "how the probes of each node's hardware and state reach the nodes: ssh, or srun (inside "
+        "a Slurm allocation whose node list the run uses: one job step on all nodes at once); "
+        "what the launch does through ssh is always checked through ssh (README: Transports)",
+        "ssh", _choice("ssh", "srun"))
+    #: --transport srun: the `srun` found on PATH (set when the run starts)
+    srun_path: str = "srun"
     include: str = option(
         "--launch-include", "the --include spec the launch will use (host:0,1@host2)", "",
         dest="ct_include")

@@ -16,15 +16,20 @@ Only sections that leave the process as they found it belong in a bundle (no chd
 environment changes, no signal handlers): the probes that check modules declare in
 `node_probes`."""
 import json
+import os
 import sys
 import threading
 import time
 
 BUNDLE_MARK = "CT_BUNDLE_JSON:"
+NODE_MARK = "CT_BUNDLE_NODE:"
 
 
 def bundle_main(sources):
     args = json.loads(sys.argv[1])
+    if os.environ.get("SLURMD_NODENAME"):
+        sys.stdout.write(NODE_MARK + os.environ["SLURMD_NODENAME"] + "\n")
+        sys.stdout.flush()
     wanted = args.get("bundle", [])
     default_timeout = float(args.get("timeout", 60))
     start = time.monotonic()

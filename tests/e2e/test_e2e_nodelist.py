@@ -88,3 +88,38 @@ def test_open_mpi_hostfile_becomes_a_deepspeed_hostfile_the_real_launch_accepts(
     assert r.outcomes.get("test_train_multi_node") == "passed", r.describe()
     assert r.properties["test_train_multi_node"]["ranks"] == "3"
     assert f"nodes from MPI hostfile {mpi}" in r.output
+
+
+def test_transport_srun_runs_the_node_probes_as_one_job_step(healthy_sim):
+    """--transport srun in an allocation, through the stand-in srun (fixtures/sim/srun.py: each
+    task in its node's own namespaces, with a step's environment; not Slurm). node3 drops every
+    high port: F4's rule dump, read through the step on node3, is the one red; the rest of the
+    checklist still goes through ssh, and the prefetch is one step on all three nodes."""
+    bin_dir = healthy_sim.install_srun()
+    before = len(healthy_sim.srun_log())
+    healthy_sim.iptables("node3",
+                         ["-A", "INPUT", "-p", "tcp", "--dport", "1024:65535", "-j", "DROP"])
+    env = {"SLURM_JOB_NODELIST": "node[1-3]", "SLURM_TASKS_PER_NODE": "1(x3)",
+           "SLURM_JOB_ID": "4242", "PATH": f"{bin_dir}:{os.environ['PATH']}"}
+    r = run_without_hostfile(healthy_sim, "-m", "network or ssh or accelerator or health",
+                             "--transport", "srun", env=env)
+    assert r.failed == {"test_firewall_rules[node3]"}, r.describe()
+    msg = r.message("test_firewall_rules[node3]")
+    assert "--dport 1024:65535 -j DROP" in msg and "fix: on node3" in msg, msg
+    assert {"test_login[node3]", "test_ssh_trust[node1->node3]"} <= r.passed, r.describe()
+    steps = healthy_sim.srun_log()[before:]
+    assert [s["nodes"] for s in steps] == [["node1", "node2", "node3"]], steps
+    assert steps[0]["command"][:2] == ["python3", "-c"]
+
+
+def test_transport_srun_outside_an_allocation_is_a_usage_error(healthy_sim):
+    bin_dir = healthy_sim.install_srun()
+    path = f"{bin_dir}:{os.environ['PATH']}"
+    r = run_without_hostfile(healthy_sim, "-m", "network", "--transport", "srun",
+                             env={"SLURM_JOB_NODELIST": "node[1-3]", "PATH": path,
+                                  "SLURM_TASKS_PER_NODE": "1(x3)"})
+    assert r.returncode == 4 and "not inside a Slurm allocation" in r.output, r.output[-800:]
+    r = run_without_hostfile(healthy_sim, "-m", "network", "--transport", "srun",
+                             "--hostfile", str(healthy_sim.hostfile),
+                             env={"SLURM_JOB_ID": "4242", "PATH": path})
+    assert r.returncode == 4 and "must come from the allocation" in r.output, r.output[-800:]
