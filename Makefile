@@ -5,7 +5,10 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STATE ?= .sim/demo
 NODES ?= 4
-APT_PACKAGES := openssh-server openssh-client pdsh iptables iproute2 iperf3 procps psmisc iputils-ping chromium
+# slurm*/munge: the real Slurm the tests run --transport srun under (fixtures/sim/slurm.py); their
+# services are kept from starting at install (policy-rc.d, removed after if made here)
+APT_PACKAGES := openssh-server openssh-client pdsh iptables iproute2 iperf3 procps psmisc iputils-ping chromium \
+  slurmctld slurmd slurm-client munge
 # DS_ACCELERATOR=cpu belongs to the simulated cluster only: its nodes' ~/.bashrc sets it
 # (fixtures/sim/files.py) and the project's tests set it where they start DeepSpeed themselves.
 
@@ -17,8 +20,12 @@ apt:
 	@missing=""; for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
 	if [ -n "$$missing" ]; then \
 	  echo "installing:$$missing"; \
-	  export DEBIAN_FRONTEND=noninteractive; \
-	  apt-get update -qq && apt-get install -y -qq --no-install-recommends $$missing >/dev/null; \
+	  export DEBIAN_FRONTEND=noninteractive; made=""; \
+	  if [ ! -e /usr/sbin/policy-rc.d ]; then \
+	    printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d; chmod 755 /usr/sbin/policy-rc.d; made=1; \
+	  fi; \
+	  apt-get update -qq && apt-get install -y -qq --no-install-recommends $$missing >/dev/null; rc=$$?; \
+	  if [ -n "$$made" ]; then rm -f /usr/sbin/policy-rc.d; fi; exit $$rc; \
 	fi
 
 # torch is pinned: 2.13.0 is the CPU build on this machine's disk; an unpinned torch is GBs of CUDA.

@@ -5,7 +5,9 @@ sessions: one `srun` runs a prefetch's probes on every node at once.
 
 What stays on SSH, because the launch goes through SSH and the check judges exactly that: the
 logins and trust (S), every probe of the non-interactive ssh shell's environment (`base`, which
-E1 and the names checks read; `sshd`; envprobe's sections: E), the port matrix's listeners
+E1 and the names checks read; `sshd`; envprobe's sections: E; healthprobe's `fabric`, whose
+limits a rank gets from its ssh session and `.bashrc`, where a step gets the submitting shell's
+under Slurm's PropagateResourceLimits), the port matrix's listeners
 (a listener outlives its command, and Slurm ends a step's every process with the step), the
 rehearsal and the launches.  `SRUN_PROBES` is the list of what moves; README "Transports".
 
@@ -28,7 +30,8 @@ from dataclasses import dataclass
 
 #: (script, section) that run as job steps under --transport srun; None: every section of it
 SRUN_PROBES: frozenset[tuple[str, str | None]] = frozenset({
-    ("healthprobe.py", None),  # R: the node's devices, fabric, limits and DCGM
+    ("healthprobe.py", "accel"),  # R: GPU/NPU health (nvidia-smi -q, npu-smi, the kernel log)
+    ("healthprobe.py", "diag"),  # R9: DCGM's diagnostic, minutes long, ended with its step
     ("probe.py", "accelerators"),  # A1's inventory
     ("netprobe.py", "firewall"),  # F4's rule dump
     ("storeprobe.py", "dir"),  # the shared output directory, as the node sees it

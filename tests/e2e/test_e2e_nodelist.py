@@ -4,6 +4,7 @@ hostfile, checked and written out as the DeepSpeed hostfile that the real launch
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -13,16 +14,23 @@ from pathlib import Path
 import pytest
 from suite import REPO, SuiteResult, parse_junit
 
+from fixtures.sim.slurm import SimSlurm, missing_tools
+
 
 def run_without_hostfile(sim, *args: str, env: dict[str, str] | None = None,
-                         timeout: float = 600) -> SuiteResult:
-    """`pytest --ssh-config <sim> ARGS` with no --hostfile (the node list comes from elsewhere)."""
+                         timeout: float = 600, prefix: tuple[str, ...] = ()) -> SuiteResult:
+    """`pytest --ssh-config <sim> ARGS` with no --hostfile (the node list comes from elsewhere),
+    under `prefix` (`salloc -N 3`: inside a real allocation).  Where Slurm's clients are
+    installed (make setup), they read the sim's slurm.conf: `scontrol show hostnames` then
+    expands the allocation's list for real."""
     tmp = tempfile.mkdtemp(prefix="ct-suite-", dir=os.environ.get("CT_SUITE_TMP"))
     junit = Path(tmp) / "junit.xml"
-    argv = [sys.executable, "-m", "pytest", "--ssh-config", str(sim.ssh_config),
+    argv = [*prefix, sys.executable, "-m", "pytest", "--ssh-config", str(sim.ssh_config),
             "-p", "no:cacheprovider", f"--junitxml={junit}", "-rA", *args]
     run_env = {k: v for k, v in os.environ.items()
                if not k.startswith(("SLURM_", "SKYPILOT_", "CLUSTER_TESTS_", "PYTEST_ADDOPTS"))}
+    if shutil.which("scontrol"):
+        run_env["SLURM_CONF"] = str(SimSlurm(sim).write_conf())
     run_env.update(env or {})
     start = time.monotonic()
     proc = subprocess.run(argv, cwd=REPO, env=run_env, capture_output=True, text=True,
@@ -123,3 +131,27 @@ def test_transport_srun_outside_an_allocation_is_a_usage_error(healthy_sim):
                              "--hostfile", str(healthy_sim.hostfile),
                              env={"SLURM_JOB_ID": "4242", "PATH": path})
     assert r.returncode == 4 and "must come from the allocation" in r.output, r.output[-800:]
+
+
+def test_transport_srun_under_a_real_slurm(healthy_sim):
+    """--transport srun under a real Slurm (Debian's slurmctld, slurmd and munge, 22.05 here: one
+    slurmd in each node's namespaces, fixtures/sim/slurm.py), the suite started inside
+    `salloc -N 3` as a user starts it. node3 has one harmless DROP rule: F4 counts it on node3
+    alone, read through the real step's task on node3; every node's slurmd launched the step."""
+    assert not missing_tools(), f"make setup installs Slurm; missing: {missing_tools()}"
+    real = healthy_sim.start_slurm()
+    try:
+        healthy_sim.iptables("node3", ["-A", "INPUT", "-p", "tcp", "--dport", "1000", "-j",
+                                       "DROP"])
+        r = run_without_hostfile(healthy_sim, "-m", "network or accelerator or health",
+                                 "--transport", "srun", env=real.env(),
+                                 prefix=("salloc", "-N", "3", "--quiet"))
+        assert r.returncode == 0, r.describe()
+        assert "from Slurm allocation SLURM_JOB_NODELIST=node[1-3]" in r.output
+        rules = {n: r.properties[f"test_firewall_rules[{n}]"]["drop_rules"]
+                 for n in ("node1", "node2", "node3")}
+        assert rules == {"node1": "0", "node2": "0", "node3": "1"}, rules
+        for n in ("node1", "node2", "node3"):
+            assert "launch task StepId=" in real.log(n), n
+    finally:
+        real.stop()
