@@ -66,15 +66,16 @@ def test_resolves(cluster: Cluster, pair: tuple[str, str]) -> None:
 def test_name_consistent(cluster: Cluster, node: str) -> None:
     """N2: every node (and the launcher) resolves `node` to the same address, one of node's own.
     A node whose view is wrong is named by N1 (test_resolves[viewer->node]) where that pair is
-    checked; here only the disagreement that no pair test reports."""
+    checked; here only the disagreement that no pair test reports.  Beyond --pairs all, the
+    viewers are those that resolve `node` (pairs.names_to_resolve: rank 0, its pairs' ends)."""
     if is_ip(node):
         pytest.skip(f"{node} is an IP address: nothing to resolve")
     own = {a for a in _addresses_of(cluster, node) if not is_loopback(a)}
     views: dict[str, tuple[str, ...]] = {}
     for viewer in cluster.names:
         facts = cluster.base_or_none(viewer) if viewer != node else None
-        if facts is None:  # its own tests report why it cannot be asked
-            continue
+        if facts is None or node not in facts["resolve"]:  # down (its own tests say why), or
+            continue  # not asked: beyond --pairs all, a node resolves what its pairs need
         views[viewer] = tuple(facts["resolve"][node]["addrs"])
     target = cluster.pool.targets[node].hostname
     try:

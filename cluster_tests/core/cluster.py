@@ -21,6 +21,7 @@ import pytest
 
 from cluster_tests import node
 from cluster_tests.core import nodetable, outcome
+from cluster_tests.core import pairs as pairs_mod
 from cluster_tests.core import srun as srun_mod
 from cluster_tests.core import testids as ids
 from cluster_tests.core.memokey import LOGIN, MemoKey, base_key, probe_key
@@ -351,7 +352,7 @@ class Cluster:
         if self.srun is not None and srun_mod.via_srun(script, section) and "python" not in params:
             return self._probe_srun(node, section, params, script)
         if section == "base":
-            params = {"names": self.names, **params}
+            params = {"names": pairs_mod.names_to_resolve(self, node), **params}
         args = json.dumps({"sections": [section], **params})
         python = params.get("python") or self.settings.remote_python  # the launch's, for E3
         timeout = params.get("timeout", self.settings.timeout_command)
@@ -386,7 +387,7 @@ class Cluster:
 
         try:
             self.login(node)
-            done = self.pool.stream(node, self._bundle_argv(probes),
+            done = self.pool.stream(node, self._bundle_argv(probes, node),
                                     stdin=_bundle_source(probes), on_chunk=on_chunk,
                                     timeout=self._bundle_timeout(probes) + 5)
             text = {k: b"".join(v).decode("utf-8", "replace") for k, v in out.items()}
@@ -452,9 +453,12 @@ class Cluster:
         how = "timed out" if step.timed_out else f"exit {step.exit_status}"
         raise _srun_error(node, how, 1, step.seconds, step.stderr.strip()[-1500:], section)
 
-    def _bundle_argv(self, probes: Sequence[NodeProbe]) -> list[str]:
-        wanted = [[script, section, {"names": self.names, **params} if section == "base"
-                   else params] for script, section, params in probes]
+    def _bundle_argv(self, probes: Sequence[NodeProbe], node: str | None = None) -> list[str]:
+        """The command of a bundle; `node`: the one it runs on, where a probe is `base` (srun
+        steps never carry it)."""
+        wanted = [[script, section, {"names": pairs_mod.names_to_resolve(self, node or ""),
+                                     **params} if section == "base" else params]
+                  for script, section, params in probes]
         args = json.dumps({"bundle": wanted, "timeout": self.settings.timeout_command})
         return [self.settings.remote_python, "-c", BOOTSTRAP, args]
 

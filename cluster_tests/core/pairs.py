@@ -203,6 +203,8 @@ class Selection:
     requested: str  # as given ("auto" included)
     pairs: tuple[tuple[str, str], ...]
     targets: dict[str, list[str]]
+    #: the sources whose selected pairs reach each node (the reverse of `targets`)
+    sources: dict[str, list[str]]
 
     @property
     def per_node(self) -> bool:
@@ -213,7 +215,7 @@ class Selection:
     def make(cls, names: Sequence[str], spec: PairSpec) -> Selection:
         pairs = select(names, spec)
         return cls(spec.resolved(len(names)), spec.describe(), tuple(pairs),
-                   targets_by_source(pairs))
+                   targets_by_source(pairs), targets_by_source([(b, a) for a, b in pairs]))
 
     def describe(self, n_nodes: int) -> str:
         auto = " (auto)" if self.requested == "auto" else ""
@@ -242,6 +244,21 @@ def targets_of(cluster: NodeList, source: str, per_node: bool = False) -> list[s
     if sel is None or (per_node and sel.per_node):
         return list(cluster.names)
     return list(sel.targets.get(source, []))
+
+
+def names_to_resolve(cluster: NodeList, node: str) -> list[str]:
+    """The hostfile names `node` resolves in its base probe (N1, N2, F5's routes, H2), in
+    hostfile order.  Every name where every pair is checked (``--pairs all``, and on rank 0,
+    whose pdsh resolves every host); otherwise what the launch and the selected pairs ask of
+    `node`: rank 0's name, its own, its pairs' targets and the sources whose pairs reach it.
+    So a 4096-node ring makes about 5 lookups per node instead of 4096 (16 M in all: the
+    launcher's memory, and a DNS server's queries on a real cluster)."""
+    names = cluster.names
+    sel = selection(cluster)
+    if sel is None or sel.spec.mode == "all" or not names or node == names[0]:
+        return list(names)
+    want = {names[0], node, *sel.targets.get(node, ()), *sel.sources.get(node, ())}
+    return [n for n in names if n in want]
 
 
 def normalize(value: str) -> str:

@@ -1,6 +1,7 @@
 """The scripts that run on the nodes (sent over SSH, run by the node's own Python 3.6+ with the
 standard library only). This package only says where they are; nothing here is imported there."""
 
+import functools
 from pathlib import Path
 
 DIR = Path(__file__).resolve().parent
@@ -30,6 +31,7 @@ PRELUDED = frozenset(name for name, parts in PARTS.items() if "prelude.py" in pa
 PART_FILES = frozenset(part for parts in PARTS.values() for part in parts)
 
 
+@functools.lru_cache(maxsize=None)
 def source(name: str) -> bytes:
     """The bytes to send (or write to a node) to run one node-side script: its parts (PARTS)
     followed by the script. The files on disk without their parts are never what runs."""
@@ -37,6 +39,7 @@ def source(name: str) -> bytes:
     return b"\n\n".join([*parts, script(name).read_bytes()])
 
 
+@functools.lru_cache(maxsize=None)
 def bundle_source(scripts: tuple[str, ...]) -> bytes:
     """What to send to run several scripts' sections in one interpreter (bundle.py): the runner,
     then ``bundle_main(SOURCES)`` with each script's `source` as a Python literal."""

@@ -191,3 +191,18 @@ def test_node_pairs_follow_the_selection():
     ring = _Cluster(40, P.PairSpec("auto"))  # > 32 nodes: ring
     assert len(P.node_pairs(ring)) == 40
     assert len(P.node_pair_rounds(ring)) == 2
+
+
+def test_names_to_resolve_all_where_all_pairs_else_what_the_launch_and_pairs_need():
+    small = _Cluster(5, P.PairSpec("all"))
+    assert P.names_to_resolve(small, "node3") == small.names
+    assert P.names_to_resolve(_Cluster(5, None), "node3") == names(5)
+    big = _Cluster(40, P.PairSpec("auto"))  # matrix: the ring for N1, F5 and the rest
+    assert P.names_to_resolve(big, "node1") == big.names  # rank 0: pdsh resolves every host
+    # rank 0's name, its own, its ring targets (node9, node11) and the sources reaching it
+    assert P.names_to_resolve(big, "node10") == ["node1", "node9", "node10", "node11"]
+    sample = _Cluster(40, P.PairSpec("sample", 30, 1))
+    for node in sample.names:
+        got = set(P.names_to_resolve(sample, node))
+        assert {a for a, b in sample.sel.pairs if b == node} <= got, node
+        assert set(sample.sel.targets.get(node, [])) <= got and {"node1", node} <= got
