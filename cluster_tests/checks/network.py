@@ -21,7 +21,7 @@ from cluster_tests.core.testids import LAUNCHER
 from cluster_tests.judge import masteraddr as ma
 from cluster_tests.judge import netfacts, ownaddr
 from cluster_tests.judge import network as nc
-from cluster_tests.judge.facts import PortStatus, Reach
+from cluster_tests.judge.facts import PortStatus, Reach, is_compact
 from cluster_tests.judge.netfacts import route_device
 from cluster_tests.judge.problem import Problem, node_problems
 from cluster_tests.measure import ifaces as mi
@@ -118,15 +118,23 @@ def _clean(cluster: Cluster, m: nc.PortMatrix, a: str, b: str, item_id: ids.Test
     """a -> b surely passes F1/F3 without a word, so that a per-node item need not run the
     pair's check (1024 peers a node): both ends logged in, every port answered, a resolved b to
     b's own address, and for F1 an RTT that is no outlier. Anything else runs the check."""
-    reach = m.reach(a, b)
-    if (reach is None or reach.addr is None or reach.failed or not reach.ports
+    raw = m.results.get(a, {}).get(b)
+    if raw is not None and is_compact(raw) and b not in m.reached.get(a, {}):
+        # netprobe's compact entry (every port answered), read as it is: a million of them
+        addr, answered, rtts = raw.get("addr"), raw["ok"], raw.get("rtt_ms") or ()
+    else:
+        reach = m.reach(a, b)
+        if reach is None or reach.failed:
+            return False
+        addr, answered, rtts = reach.addr, reach.ports, reach.rtt_ms
+    if (addr is None or not answered
             or cluster.login_error(a) is not None or cluster.login_error(b) is not None
             or netfacts.misresolved(cluster.cached(base_key(a)), cluster.cached(base_key(b)), b)
             is not None):
         return False
     if item_id is not ids.REACHABLE:
         return True
-    stats = nc.rtt_stats(list(reach.rtt_ms))
+    stats = nc.rtt_stats([float(x) for x in rtts])
     return stats is not None and (a == b or not nc.is_outlier(stats.median_ms, typical))
 
 

@@ -24,7 +24,7 @@ from cluster_tests.core import nodetable, outcome
 from cluster_tests.core import pairs as pairs_mod
 from cluster_tests.core import srun as srun_mod
 from cluster_tests.core import testids as ids
-from cluster_tests.core.memokey import LOGIN, MemoKey, base_key, probe_key
+from cluster_tests.core.memokey import LOGIN, MemoKey, base_key, login_key, probe_key
 from cluster_tests.core.nodetable import NodeTable
 from cluster_tests.core.settings import Settings
 from cluster_tests.core.transport import (
@@ -214,6 +214,9 @@ class Cluster:
     # -- logins -----------------------------------------------------------------------------
     def login(self, node: str) -> float:
         """Log in (once); returns the login time in seconds or raises ConnectError."""
+        done = self._values.get(login_key(node), _MISSING)  # logged in: asked ~N times a node
+        if done is not _MISSING:
+            return cast(float, done)
         conn = self.pool.connection(node)
 
         def do() -> float:
@@ -223,7 +226,7 @@ class Cluster:
             conn.connect()
             return conn.login_seconds or 0.0
 
-        return self.memo(LOGIN(node), do)
+        return self.memo(login_key(node), do)
 
     def login_error(self, node: str) -> ConnectError | None:
         try:

@@ -38,6 +38,12 @@ def probe_key(node: str, section: str, params: dict[str, Any] | None = None,
 
 
 @functools.lru_cache(maxsize=65536)
+def login_key(node: str) -> MemoKey[float]:
+    """LOGIN(node), made once per node (asked twice per pair of a per-node item's peers)."""
+    return LOGIN(node)
+
+
+@functools.lru_cache(maxsize=65536)
 def base_key(node: str) -> MemoKey[dict[str, Any]]:
     """The key of a node's base facts (`Cluster.base`), for readers of the memo (made once per
     node: the pair checks ask for both ends' on every pair)."""

@@ -95,10 +95,11 @@ def _own_addresses(ip_link: str, ip_addr: str) -> tuple[str, ...]:
 def misresolved(base_a: dict | None, base_b: dict | None, b: str) -> tuple[list[str], str] | None:
     """(what node a resolves `b` to, b's right address) when a's answer is none of b's own
     addresses; None when it is right, unknown, or b is an address."""
-    own = own_addresses(base_b)
-    if is_ip(b) or not base_a or not own:
+    # a's answer first: beyond --pairs all most nodes were not asked to resolve most names
+    got = list(((base_a or {}).get("resolve", {}).get(b) or {}).get("addrs") or [])
+    if not got:
         return None
-    got = list(base_a.get("resolve", {}).get(b, {}).get("addrs") or [])
-    if not got or set(got) & set(own):
+    own = own_addresses(base_b)
+    if is_ip(b) or not own or set(got) & set(own):
         return None
     return got, own[0]

@@ -202,6 +202,7 @@ def test_names_to_resolve_all_where_all_pairs_else_what_the_launch_and_pairs_nee
     # rank 0's name, its own, its ring targets (node9, node11) and the sources reaching it
     assert P.names_to_resolve(big, "node10") == ["node1", "node9", "node10", "node11"]
     sample = _Cluster(40, P.PairSpec("sample", 30, 1))
+    assert sample.sel is not None
     for node in sample.names:
         got = set(P.names_to_resolve(sample, node))
         assert {a for a, b in sample.sel.pairs if b == node} <= got, node
