@@ -11,9 +11,9 @@ under Slurm's PropagateResourceLimits), the port matrix's listeners
 (a listener outlives its command, and Slurm ends a step's every process with the step), the
 rehearsal and the launches.  `SRUN_PROBES` is the list of what moves; README "Transports".
 
-Not run against a real Slurm here: the project's tests run it against a stand-in `srun` on the
-simulated cluster (fixtures/sim/srun.py) that starts each task in its node's namespaces with
-the environment a step gets.  The options used are Slurm's own (20.11 and later for
+Tested against a real Slurm 22.05 on the simulated cluster (fixtures/sim/slurm.py, the suite
+started inside `salloc`), and against a stand-in `srun` (fixtures/sim/srun.py) for faults a real
+Slurm would not survive.  The options used are Slurm's own (20.11 and later for
 ``--overlap``): ``--nodelist --nodes --ntasks-per-node --input=all --label``.
 """
 
@@ -69,7 +69,7 @@ def check_usable(environ: Mapping[str, str], node_source: str) -> str:
 
 @dataclass
 class StepResult:
-    """One step on several nodes: each node's stdout lines (label removed), the step's exit."""
+    """How one step on several nodes ended (its stdout went to `on_line`, task by task)."""
 
     exit_status: int | None
     seconds: float
