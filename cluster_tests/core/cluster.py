@@ -442,10 +442,9 @@ class Cluster:
         got: dict[int, Any] = {}
 
         def on_line(task: int, raw: bytes) -> None:
-            line = raw.decode("utf-8", "replace")
-            if line.startswith(BUNDLE_MARK):
-                index, data = json.loads(line[len(BUNDLE_MARK):])
-                got[index] = data
+            answer = _bundle_answer(raw.decode("utf-8", "replace"))
+            if answer is not None:
+                got[answer[0]] = answer[1]
 
         with self._lock:
             self.stats["srun_steps"] = self.stats.get("srun_steps", 0) + 1
@@ -545,6 +544,14 @@ def _no_result(node: str, section: str, python: str, result: CommandResult) -> P
                       result)
 
 
+def _bundle_answer(line: str) -> tuple[int, Any] | None:
+    """(index, facts) of a node/bundle.py line; None for any other line (a chatty .bashrc)."""
+    if not line.startswith(BUNDLE_MARK):
+        return None
+    index, data = json.loads(line[len(BUNDLE_MARK):])
+    return int(index), data
+
+
 def _bundle_source(probes: Sequence[NodeProbe]) -> bytes:
     return node.bundle_source(tuple(sorted({script for script, _, _ in probes})))
 
@@ -567,9 +574,10 @@ class _Claims:
             cluster.stats["probes_run"] += len(self.open)
 
     def line(self, line: str) -> None:
-        if not line.startswith(BUNDLE_MARK):
+        answer = _bundle_answer(line)
+        if answer is None:
             return
-        index, data = json.loads(line[len(BUNDLE_MARK):])
+        index, data = answer
         taken = self.open.pop(index, None)
         if taken is None:
             return

@@ -194,7 +194,7 @@ def _stream(
             stopped = should_stop(buf.decode("utf-8", "replace"))
             # the whole text is judged each time: wait 10x what that took before the next, so
             # that a long, chatty job costs at most a tenth of a core per stream (three T1
-            # streams judging megabytes 4 times a second held the GIL, and Ctrl-C waited)
+            # streams judged megabytes 4 times a second each)
             last_check = time.monotonic()
             pause = max(0.25, 10 * (last_check - now))
             if stopped is None and cancelled():
