@@ -10,6 +10,7 @@ Used by the project's end-to-end tests against the simulated cluster:
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -55,6 +56,16 @@ class SuiteResult:
             lines.append(f"FAILED {t}: {self.message(t)[:600]}")
         lines.append(self.output[-3000:])
         return "\n".join(lines)
+
+
+def sigint_as_at_a_terminal() -> None:
+    """`preexec_fn` for a suite run that a test interrupts: SIGINT back to its default.
+
+    A shell without job control starts its background jobs with SIGINT ignored, and that
+    disposition survives exec; Python then keeps ignoring SIGINT instead of installing its
+    KeyboardInterrupt handler. So `make test &` (or nohup'd CI wrappers) would hand every
+    suite run a deaf ear, and a test of Ctrl-C would wait for an interrupt that never comes."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def parse_junit(path: Path):

@@ -8,7 +8,7 @@ import subprocess
 import sys
 import time
 
-from suite import REPO, run_suite
+from suite import REPO, run_suite, sigint_as_at_a_terminal
 
 FAST = ("-m", "hostfile or ssh or names")
 
@@ -31,10 +31,9 @@ def test_sigint_while_probing_ends_promptly_and_leaves_nothing(healthy_sim, tmp_
     argv = [sys.executable, "-m", "pytest", "--hostfile", str(healthy_sim.hostfile),
             "--ssh-config", str(healthy_sim.ssh_config), "-p", "no:cacheprovider", *FAST,
             f"--junitxml={tmp_path / 'junit.xml'}"]
-    # SIGINT as at a terminal (a shell's background job would ignore it)
     proc = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True,
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+                            preexec_fn=sigint_as_at_a_terminal)
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline and not ours_on(healthy_sim, "node2"):
         time.sleep(0.2)
@@ -59,7 +58,7 @@ def _interrupt_when(sim, marker: str, pattern: str, tmp_path) -> tuple[float, st
             f"--junitxml={tmp_path / 'junit.xml'}"]
     proc = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True,
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+                            preexec_fn=sigint_as_at_a_terminal)
     try:
         deadline = time.monotonic() + 120
         seen = False

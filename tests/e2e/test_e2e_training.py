@@ -16,7 +16,7 @@ import time
 from typing import Any
 
 import pytest
-from suite import REPO, run_suite
+from suite import REPO, run_suite, sigint_as_at_a_terminal
 
 from cluster_tests.core.settings import Settings, TrainingSettings
 from cluster_tests.judge import trainargv as targv
@@ -232,7 +232,8 @@ def test_ctrl_c_leaves_nothing_running(healthy_sim, tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "PYTEST_ADDOPTS"}
     env["PYTHONFAULTHANDLER"] = "1"  # SIGABRT below: every thread's stack, if it never ends
     proc = subprocess.Popen(argv, cwd=REPO, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
+                            stderr=subprocess.STDOUT, text=True,
+                            preexec_fn=sigint_as_at_a_terminal)
     try:
         end = time.monotonic() + 90
         while time.monotonic() < end and not any("train_smoke.py" in ln and "-u /" in ln
