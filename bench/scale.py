@@ -110,7 +110,31 @@ def run_suite(sim: SimCluster, extra: list[str], outdir: Path) -> dict:
             if " in " in ln and ("passed" in ln or "failed" in ln)]
     res["summary"] = tail[-1].strip("= ") if tail else res["out"][-300:]
     res["items"] = _junit_count(outdir / "junit.xml")
+    res["reds"] = _junit_reds(outdir / "junit.xml")
     return res
+
+
+def _junit_reds(path: Path) -> dict[str, list]:
+    """The red items of a run by check: {check: [count, first id, its first message line]}, so
+    that a red run on a healthy sim says what went red (a loaded machine's timeouts, say)."""
+    import xml.etree.ElementTree as ET
+
+    reds: dict[str, list] = {}
+    try:
+        cases = list(ET.parse(path).getroot().iter("testcase"))
+    except (OSError, ET.ParseError):
+        return reds
+    for case in cases:
+        bad = case.find("failure")
+        if bad is None:
+            bad = case.find("error")
+        if bad is None:
+            continue
+        name = case.get("name", "?")
+        check = name.split("[", 1)[0]
+        got = reds.setdefault(check, [0, name, (bad.get("message") or "").splitlines()[:1]])
+        got[0] += 1
+    return reds
 
 
 def _junit_count(path: Path) -> int:
@@ -192,6 +216,8 @@ def main() -> int:
                         if rs and rs[-1]["rc"] != 0 or rs and "FAIL" in rs[-1]["out"]:
                             print(f"  !! N={n} {name} run {rep}: exit {rs[-1]['rc']}: "
                                   f"{rs[-1].get('summary') or rs[-1]['out'][-400:]}", flush=True)
+                            for check, (count, first, msg) in (rs[-1].get("reds") or {}).items():
+                                print(f"     {count} x {check}, first {first}: {msg}", flush=True)
                     s = runs["suite"][-1]
                     print(f"  N={n:<3} run {rep + 1}: suite {s['seconds']:6.2f}s "
                           f"(CPU {s['cpu_s']:.1f}s; {s['summary']}), "

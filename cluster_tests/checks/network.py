@@ -4,6 +4,7 @@ launch hanging for 20 minutes), and the interfaces the libraries are told to use
 
 from __future__ import annotations
 
+import math
 import warnings
 from collections import Counter
 from collections.abc import Callable
@@ -14,16 +15,16 @@ from cluster_tests.core import nodetable, outcome
 from cluster_tests.core import pairs as pairs_mod
 from cluster_tests.core import testids as ids
 from cluster_tests.core.cluster import Cluster, NodeProbe, ProbeError
-from cluster_tests.core.memokey import base_key
+from cluster_tests.core.memokey import MemoKey, base_key
 from cluster_tests.core.nodetable import NodeColumn
 from cluster_tests.core.settings import Settings
 from cluster_tests.core.testids import LAUNCHER
 from cluster_tests.judge import masteraddr as ma
 from cluster_tests.judge import netfacts, ownaddr
 from cluster_tests.judge import network as nc
-from cluster_tests.judge.facts import PortStatus, Reach, is_compact
+from cluster_tests.judge.facts import PortStatus, Reach
 from cluster_tests.judge.netfacts import route_device
-from cluster_tests.judge.problem import Problem, node_problems
+from cluster_tests.judge.problem import ROW_MARKS, Problem, node_problems
 from cluster_tests.measure import ifaces as mi
 from cluster_tests.measure import masteraddr, ports, rehearsal
 
@@ -94,11 +95,12 @@ def _per_node(cluster: Cluster, pair: tuple[str, str], check: Callable[[str, str
         there = ports.pair_item(cluster, item_id, *t.pair)
         return None if there == item_id.of(*pair) else there
 
-    typical = ports.rtt_typical(cluster) if item_id is ids.REACHABLE else None
+    flags = _clean_flags(cluster, m)
+    bit = F1_CLEAN if item_id is ids.REACHABLE else F3_CLEAN
+    names = cluster.names
+    passed = ROW_MARKS["passed"]
 
     def one(p: tuple[str, str]) -> outcome.Tried:
-        if _clean(cluster, m, *p, item_id, typical):
-            return outcome.Tried(p)
         peer = p[1] if pair[1] == pairs_mod.ANY else p[0]
         if cluster.login_error(peer) is not None:
             # a peer that cannot be logged in is left out (its own red says why), so that a
@@ -107,35 +109,77 @@ def _per_node(cluster: Cluster, pair: tuple[str, str], check: Callable[[str, str
                                  skipped=True)
         return outcome.attempt(p, check)
 
-    tried = [one(p) for p in pairs_mod.expand(pair, cluster.names)]
-    record("row", outcome.row(tried))  # the reports' matrix: one mark per peer
+    # the clean pairs (nearly all of a million) are read from the flags, with no object each
+    if pair[1] == pairs_mod.ANY:
+        row = flags.get(pair[0])
+        clean = [row is not None and bool(row[i] & bit) for i in range(len(names))]
+    else:
+        col = names.index(pair[1])
+        clean = [(r := flags.get(x)) is not None and bool(r[col] & bit) for x in names]
+    tried: list[outcome.Tried] = []
+    marks: list[str] = []
+    for p, fine in zip(pairs_mod.expand(pair, names), clean, strict=True):
+        if fine:
+            marks.append(passed)
+            continue
+        t = one(p)
+        tried.append(t)
+        marks.append(outcome.row([t]))
+    record("row", "".join(marks))  # the reports' matrix: one mark per peer
     # a pair's warnings once: on its source's item
-    outcome.conclude(pair, tried, owner, warn=pair[1] == pairs_mod.ANY)
+    outcome.conclude(pair, tried, owner, warn=pair[1] == pairs_mod.ANY,
+                     passed=sum(clean))
 
 
-def _clean(cluster: Cluster, m: nc.PortMatrix, a: str, b: str, item_id: ids.TestId,
-           typical: float | None) -> bool:
-    """a -> b surely passes F1/F3 without a word, so that a per-node item need not run the
-    pair's check (1024 peers a node): both ends logged in, every port answered, a resolved b to
-    b's own address, and for F1 an RTT that is no outlier. Anything else runs the check."""
-    raw = m.results.get(a, {}).get(b)
-    if raw is not None and is_compact(raw) and b not in m.reached.get(a, {}):
-        # netprobe's compact entry (every port answered), read as it is: a million of them
-        addr, answered, rtts = raw.get("addr"), raw["ok"], raw.get("rtt_ms") or ()
+F3_CLEAN, F1_CLEAN = 1, 2
+CLEAN_FLAGS: MemoKey[dict[str, bytearray]] = MemoKey("netcheck", "clean_flags")
+
+
+def _clean_flags(cluster: Cluster, m: nc.PortMatrix) -> dict[str, bytearray]:
+    """Per source that answered, one byte per node in name order: F3_CLEAN when a -> b surely
+    passes F3 without a word (`_clean`), F1_CLEAN when F1 too. Worked out once for the whole
+    matrix, after every node's base facts are in: a pair is in four per-node items (F1 and
+    F3, at each end), and 1024 nodes make a million pairs."""
+    def compute() -> dict[str, bytearray]:
+        names = cluster.names
+        bases = {n: cluster.base_or_none(n) for n in names}
+        down = {n for n in names if cluster.login_error(n) is not None}
+        typical = ports.rtt_typical(cluster)
+        out: dict[str, bytearray] = {}
+        for a in m.results:
+            flags = out[a] = bytearray(len(names))
+            if a in down:
+                continue
+            for i, b in enumerate(names):
+                if b not in down:
+                    flags[i] = _clean(m, a, b, bases[a], bases[b], typical)
+        return out
+    return cluster.memo(CLEAN_FLAGS, compute)
+
+
+def _clean(m: nc.PortMatrix, a: str, b: str, base_a: dict | None, base_b: dict | None,
+           typical: float | None) -> int:
+    """F3_CLEAN | F1_CLEAN where a -> b surely passes F3 (and F1) without a word, so that a
+    per-node item need not run the pair's check (1024 peers a node): every port answered, a
+    resolved b to b's own address, and for F1 an RTT that is no outlier. Anything else (0)
+    runs the check. Both ends logged in: the caller's to know."""
+    compact = m.compact_of(a, b)
+    addr: str | None
+    if compact is not None:  # netprobe's compact entry (every port answered): a million of them
+        addr, median = compact
+        rtt: float | None = None if math.isnan(median) else median
     else:
         reach = m.reach(a, b)
-        if reach is None or reach.failed:
-            return False
-        addr, answered, rtts = reach.addr, reach.ports, reach.rtt_ms
-    if (addr is None or not answered
-            or cluster.login_error(a) is not None or cluster.login_error(b) is not None
-            or netfacts.misresolved(cluster.cached(base_key(a)), cluster.cached(base_key(b)), b)
-            is not None):
-        return False
-    if item_id is not ids.REACHABLE:
-        return True
-    stats = nc.rtt_stats([float(x) for x in rtts])
-    return stats is not None and (a == b or not nc.is_outlier(stats.median_ms, typical))
+        if reach is None or reach.failed or not reach.ports:
+            return 0
+        addr = reach.addr
+        stats = nc.rtt_stats(list(reach.rtt_ms))
+        rtt = stats.median_ms if stats is not None else None
+    if addr is None or netfacts.misresolved(base_a, base_b, b) is not None:
+        return 0
+    if rtt is not None and (a == b or not nc.is_outlier(rtt, typical)):
+        return F3_CLEAN | F1_CLEAN
+    return F3_CLEAN
 
 
 @pairs_mod.per_node
@@ -148,14 +192,23 @@ def test_reachable(cluster: Cluster, pair: tuple[str, str], record_property) -> 
         finally:
             if pair[1] == pairs_mod.ANY:  # the source's row of the latency matrix
                 m = cluster.cached(ports.PORT_MATRIX)
-                row = [nc.rtt_stats(list(r.rtt_ms)) if m is not None
-                       and (r := m.reach(pair[0], b)) is not None else None
-                       for b in cluster.names]
-                if any(row):
-                    record_property("rtt_row", " ".join(f"{st.median_ms:.3f}" if st else "-"
-                                                        for st in row))
+                if m is not None:
+                    row = [_median_rtt(m, pair[0], b) for b in cluster.names]
+                    if any(v is not None for v in row):
+                        record_property("rtt_row", " ".join(f"{v:.3f}" if v is not None else "-"
+                                                            for v in row))
         return
     _reachable(cluster, *pair, record=record_property)
+
+
+def _median_rtt(m: nc.PortMatrix, a: str, b: str) -> float | None:
+    """a -> b's median handshake RTT in ms (None: not measured)."""
+    compact = m.compact_of(a, b)
+    if compact is not None:
+        return None if math.isnan(compact[1]) else compact[1]
+    reach = m.reach(a, b)
+    stats = nc.rtt_stats(list(reach.rtt_ms)) if reach is not None else None
+    return stats.median_ms if stats is not None else None
 
 
 def _reachable(cluster: Cluster, a: str, b: str,

@@ -130,13 +130,13 @@ def row(tried: Sequence[Tried]) -> str:
 
 
 def conclude(item_pair: tuple[str, str], tried: Sequence[Tried],
-             owner: Callable[[Tried], str | None], warn: bool = True) -> None:
+             owner: Callable[[Tried], str | None], warn: bool = True, passed: int = 0) -> None:
     """End a per-node item from its pairs: red when a pair is red here, else blocked when a pair
     is blocked, else passed (its pairs' warnings warned again).  `owner(t)`: the test id of the
     other per-node item that holds t's red (the node at fault is at that end), or None when it
     is this item's: a red held there blocks here, so that each failing pair is one red, named
     under both its nodes.  `warn`: warn the pairs' warnings again here (False: the other item
-    does)."""
+    does).  `passed`: pairs of the item that passed without a Tried (read in bulk)."""
     reds: list[Problem] = []
     blocks: list[tuple[str, str]] = []
     for t in tried:
@@ -156,15 +156,15 @@ def conclude(item_pair: tuple[str, str], tried: Sequence[Tried],
     if len(reds) == 1:
         fail(reds[0])
     if reds:
-        fail(_combined(item_pair, reds, len(tried)))
+        fail(_combined(item_pair, reds, len(tried) + passed))
     if blocks:
         roots = list(dict.fromkeys(root for root, _ in blocks))
-        fine = sum(1 for t in tried if t.problem is None and not t.root and not t.skipped)
+        fine = passed + sum(1 for t in tried if t.problem is None and not t.root and not t.skipped)
         raise Blocked(roots[0], "; ".join(why for _, why in blocks[:5])
                       + (f"; and {len(blocks) - 5} more" if len(blocks) > 5 else "")
                       + (f" (also blocked by {', '.join(roots[1:4])})" if len(roots) > 1 else "")
                       + f" ({fine} other pair{'s' if fine != 1 else ''} fine)")
-    if tried and all(t.skipped for t in tried):
+    if tried and not passed and all(t.skipped for t in tried):
         pytest.skip(tried[0].why)
 
 

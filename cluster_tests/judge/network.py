@@ -5,14 +5,17 @@ in tests/unit/test_judge_network.py.
 
 from __future__ import annotations
 
+import math
 import re
 import statistics
+import threading
+from array import array
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from cluster_tests.core import testids as ids
-from cluster_tests.judge.facts import PortStatus, Reach, is_compact
+from cluster_tests.judge.facts import PortStatus, Reach
 from cluster_tests.judge.netfacts import Interface
 from cluster_tests.judge.problem import Problem, from_text
 
@@ -22,27 +25,96 @@ SOCKET_IFNAME_VARS = ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME", "HCCL_SOCKET_I
 # -- the port matrix ---------------------------------------------------------------------------
 
 @dataclass
+class CompactRow:
+    """One source's targets whose every port answered (netprobe's `*compact`, --pairs matrix),
+    held without an object per pair (4096 nodes make 16.7 M pairs): `names` and `index` are
+    shared by the rows that were asked the same targets, `addr` holds indices into the
+    matrix's address table (0: that target is not compact, its entry is in `results`), `rtt`
+    the median handshake RTT in ms (NaN: no sample)."""
+
+    names: list[str]
+    index: dict[str, int]
+    addr: array
+    rtt: array
+
+
+@dataclass
 class PortMatrix:
     token: str
     listeners: dict[str, dict[str, Any]] = field(default_factory=dict)  # node -> listen result
     listen_errors: dict[str, str] = field(default_factory=dict)
-    results: dict[str, dict[str, Any]] = field(default_factory=dict)  # source -> target -> entry
+    #: source -> target -> entry; under --pairs matrix only the targets that are not compact
+    #: (every source that answered has a row here, maybe empty)
+    results: dict[str, dict[str, Any]] = field(default_factory=dict)
     connect_errors: dict[str, str] = field(default_factory=dict)
     stops: dict[str, dict[str, Any]] = field(default_factory=dict)
     port_timeout: float = 3.0
     seconds: float = 0.0
     #: source -> target -> what it reached: `results` read once (facts.reach_row, by measure/)
     reached: dict[str, dict[str, Reach]] = field(default_factory=dict)
+    #: source -> its compact targets (--pairs matrix)
+    compact: dict[str, CompactRow] = field(default_factory=dict)
+    addr_table: list[str] = field(default_factory=lambda: ["-"])  # [0]: not compact
+    _addr_ids: dict[str, int] = field(default_factory=lambda: {"-": 0})
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+
+    def add_compact(self, source: str, names: list[str], index: dict[str, int],
+                    raw: Mapping[str, str]) -> None:
+        """Keep `source`'s `*compact` answer (two strings in the order of `names`)."""
+        addrs, rtts = str(raw["addr"]).split(), str(raw["rtt_ms"]).split()
+        if len(addrs) != len(names) or len(rtts) != len(names):
+            raise ValueError(f"compact answer of {len(addrs)}/{len(rtts)} entries for "
+                             f"{len(names)} targets")
+        rtt = array("f", [math.nan if w in ("-", "nan") else float(w) for w in rtts])
+        ids = self._addr_ids
+        if any(w not in ids for w in addrs):  # new addresses: numbered under the lock
+            with self._lock:
+                for w in addrs:
+                    if w not in ids:
+                        self.addr_table.append(w)
+                        ids[w] = len(self.addr_table) - 1
+        self.compact[source] = CompactRow(names, index, array("I", [ids[w] for w in addrs]), rtt)
+
+    def compact_of(self, a: str, b: str) -> tuple[str, float] | None:
+        """(the address a reached b at, the median RTT in ms, NaN if none) when a's entry for b
+        is compact (every port answered); None otherwise."""
+        row = self.compact.get(a)
+        if row is None:
+            return None
+        i = row.index.get(b)
+        if i is None or not row.addr[i]:
+            return None
+        return self.addr_table[row.addr[i]], row.rtt[i]
+
+    def compact_rtts(self) -> list[tuple[str, str, float]]:
+        """(source, target, median RTT ms) of every compact entry with an RTT."""
+        return [(a, row.names[i], v) for a, row in self.compact.items()
+                for i, v in enumerate(row.rtt) if row.addr[i] and v == v]
 
     def entry(self, a: str, b: str) -> dict[str, Any] | None:
-        return self.results.get(a, {}).get(b)
+        got = self.results.get(a, {}).get(b)
+        if got is not None:
+            return got
+        c = self.compact_of(a, b)
+        return None if c is None else self._as_entry(b, *c)
+
+    def _as_entry(self, b: str, addr: str, rtt: float) -> dict[str, Any]:
+        """A compact entry as netprobe's JSON (is_compact): what the readers of one pair get."""
+        target = self.listeners.get(b) or {}
+        ports = sorted(int(p) for p in target.get("ports") or ())
+        got: dict[str, Any] = {"addr": addr, "ok": ports,
+                               "rtt_ms": [] if math.isnan(rtt) else [rtt]}
+        own = target.get("own") or {}
+        if own.get("addr") and own.get("port"):  # tried, and it answered (else not compact)
+            got["own"] = {"status": "ok", "addr": own["addr"], "port": own["port"]}
+        return got
 
     def reach(self, a: str, b: str) -> Reach | None:
         got = self.reached.get(a, {}).get(b)
-        if got is None:  # a compact entry (every port answered) is read when asked, not kept
-            raw = self.results.get(a, {}).get(b)
-            if raw is not None and is_compact(raw):
-                return Reach.from_json(b, raw)
+        if got is None:  # a compact entry is read when asked, not kept
+            c = self.compact_of(a, b)
+            if c is not None:
+                return Reach.from_json(b, self._as_entry(b, *c))
         return got
 
     def into(self, b: str) -> dict[str, Reach]:
@@ -65,6 +137,9 @@ def source_at_fault(m: PortMatrix, a: str, b: str) -> bool:
     """a reaches none of the nodes, while another node reaches b: what is broken is a's side
     (its INPUT drops the replies to its own connections, or its OUTPUT drops)."""
     row = m.results.get(a, {})
+    compact = m.compact.get(a)
+    if compact is not None and any(compact.addr):
+        return False  # some target answered on every port
     if not row or not all(blocked(e) for e in row.values()):
         return False
     return any(x != a and not blocked(r.get(b)) for x, r in m.results.items())
@@ -73,12 +148,14 @@ def source_at_fault(m: PortMatrix, a: str, b: str) -> bool:
 def target_at_fault(m: PortMatrix, a: str, b: str) -> bool:
     """Some other node fails into b as well (or a is the only source that tried)."""
     others = [x for x in m.results if x not in (a, b)]
-    return not others or any(failed_ports(m.entry(x, b) or {}) for x in others)
+    # only entries in `results` can fail (a compact one answered on every port)
+    return not others or any(failed_ports(m.results[x].get(b) or {}) for x in others)
 
 
 def failing_into(m: PortMatrix, b: str) -> list[str]:
     """The sources (b aside) whose high ports into b failed, in name order."""
-    return sorted(x for x in m.results if x != b and (r := m.reach(x, b)) is not None and r.failed)
+    return sorted(x for x, row in m.results.items()
+                  if x != b and (e := row.get(b)) is not None and failed_ports(e))
 
 
 SOURCE_CAUSE = ("{a} reaches none of the nodes' ports while the others reach {b}: the fault is on "
@@ -323,7 +400,7 @@ def hurt_into(m: PortMatrix, node: str) -> list[tuple[str, str]]:
 
 
 def pair_failed(m: PortMatrix, a: str, b: str) -> bool:
-    entry = m.entry(a, b)
+    entry = m.results.get(a, {}).get(b)  # a compact entry (every port answered) never failed
     if not entry:
         return False
     return bool(failed_ports(entry) or (

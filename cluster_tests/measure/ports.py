@@ -87,20 +87,32 @@ def measure(cluster: Cluster) -> PortMatrix:
             if node not in matrix.listeners:
                 targets.append({"name": node, "ports": [], "master_port": None})
 
+        orders: dict[tuple[str, ...], tuple[list[str], dict[str, int]]] = {}
+
         def connect(node: str) -> dict[str, Any]:
             # only the targets of node's selected pairs (--pairs: every node under matrix), and
             # rank 0 (F2, master port)
             mine = set(pairs_mod.targets_of(cluster, node, per_node=True)) | {rank0}
-            return cluster.probe(node, "connect", script=SCRIPT, token=matrix.token,
-                                 targets=[t for t in targets if t["name"] in mine],
-                                 port_timeout=timeout, fanout=fanout,
-                                 samples=cluster.settings.network.rtt_samples,
-                                 compact=every, timeout=connect_budget + 10)
+            asked = [t for t in targets if t["name"] in mine]
+            got = cluster.probe(node, "connect", script=SCRIPT, token=matrix.token,
+                                targets=asked, port_timeout=timeout, fanout=fanout,
+                                samples=cluster.settings.network.rtt_samples,
+                                compact=every, timeout=connect_budget + 10)
+            if "*compact" in got:  # --pairs matrix: flat arrays, one order per target list
+                key = tuple(t["name"] for t in asked)
+                order = orders.get(key)
+                if order is None:
+                    order = orders.setdefault(key, (list(key), {n: i for i, n in enumerate(key)}))
+                try:
+                    matrix.add_compact(node, *order, got["*compact"])
+                except (KeyError, ValueError) as exc:
+                    raise ProbeError(node, f"netprobe's compact answer: {exc}") from None
+                got = got.get("*detail") or {}
+            return got
 
         sort_outcomes(zip(up, cluster.pool.map(connect, up), strict=False), matrix.results,
                       matrix.connect_errors)
-        matrix.reached = {node: facts.reach_row(row, compact=False)
-                          for node, row in matrix.results.items()}
+        matrix.reached = {node: facts.reach_row(row) for node, row in matrix.results.items()}
     finally:
         stoppable = [n for n, lst in matrix.listeners.items() if lst.get("pid")]
 
@@ -132,8 +144,9 @@ def rtt_baseline(cluster: Cluster) -> list[float]:
     tests quadratic in the number of pairs)."""
     def compute() -> list[float]:
         m = port_matrix(cluster)
-        return [s.median_ms for x, row in m.results.items() for y, e in row.items()
-                if x != y and (s := nc.rtt_stats(e["rtt_ms"])) is not None]
+        return ([s.median_ms for x, row in m.results.items() for y, e in row.items()
+                 if x != y and (s := nc.rtt_stats(e["rtt_ms"])) is not None]
+                + [v for x, y, v in m.compact_rtts() if x != y])
     return cluster.memo(RTT_BASELINE, compute)
 
 

@@ -296,18 +296,30 @@ def section_connect(params):
 
     in_parallel(rtt, out)
     if params.get("compact"):
-        # every peer of every node (--pairs matrix): a target whose every port answered is sent
-        # as its address, those ports and the median RTT; a failure keeps every detail
-        for name, entry in out.items():
-            if (entry["addr"] and entry["ports"] and entry["master"] is None
-                    and all(r["status"] == "ok" for r in entry["ports"].values())):
-                rtts = sorted(entry["rtt_ms"])
-                small = {"addr": entry["addr"], "ok": sorted(int(p) for p in entry["ports"]),
-                         "rtt_ms": [rtts[len(rtts) // 2]] if rtts else []}
-                if "own" in entry:
-                    small["own"] = entry["own"]
-                out[name] = small
+        return _compact(params.get("targets", []), out)
     return out
+
+
+def _compact(targets, out):
+    """--pairs matrix (every peer of every node): the targets whose every port answered (and
+    whose own gloo address, where tried) as two strings in the order of `targets`, their
+    addresses and median RTTs ("-" where the target is in `*detail` instead, with every detail);
+    the launcher keeps them as flat arrays, not as an object per pair (4096 nodes: 16.7 M)."""
+    addrs, rtts, detail = [], [], {}
+    for t in targets:
+        entry = out[t["name"]]
+        own = entry.get("own")
+        if (entry["addr"] and entry["ports"] and entry["master"] is None
+                and all(r["status"] == "ok" for r in entry["ports"].values())
+                and (own is None or own.get("status") == "ok")):
+            got = sorted(entry["rtt_ms"])
+            addrs.append(entry["addr"])
+            rtts.append("%.4f" % got[len(got) // 2] if got else "nan")
+        else:
+            addrs.append("-")
+            rtts.append("-")
+            detail[t["name"]] = entry
+    return {"*detail": detail, "*compact": {"addr": " ".join(addrs), "rtt_ms": " ".join(rtts)}}
 
 
 # -- stop --------------------------------------------------------------------------------------

@@ -10,11 +10,14 @@ import socket
 import subprocess
 import sys
 import threading
+from typing import Any
 
+import pytest
 from paths import PACKAGE
 
 from cluster_tests import node
 from cluster_tests.judge import facts, sshfail
+from cluster_tests.judge.network import PortMatrix
 
 PRELUDE = PACKAGE / "node" / "prelude.py"
 
@@ -110,9 +113,10 @@ def test_port_statuses_are_netprobes_own_words() -> None:
 
 
 def test_compact_connect_keeps_every_failure_whole() -> None:
-    """--pairs matrix asks netprobe's `connect` for its compact form: a target whose every port
-    answered comes back as its address, those ports and the median RTT, and reads as the same
-    Reach (ports OK, not failed, an RTT); a target with a closed port comes back whole."""
+    """--pairs matrix asks netprobe's `connect` for its compact form: the targets whose every
+    port answered come back as two strings (addresses, median RTTs) in the order asked, held
+    by the launcher as flat arrays, and read as the same Reach (ports OK, not failed, an RTT);
+    a target with a closed port comes back whole in `*detail`."""
     probe = _netprobe()
     ours, closed = socket.socket(), socket.socket()
     for s in (ours, closed):
@@ -121,23 +125,50 @@ def test_compact_connect_keeps_every_failure_whole() -> None:
     good, shut = ours.getsockname()[1], closed.getsockname()[1]
     closed.close()
     threading.Thread(target=_greeter, args=(ours, probe["GREETING"] + b"tok"), daemon=True).start()
+    targets: list[dict[str, Any]] = [{"name": "localhost", "ports": [good]},
+                                     {"name": "127.0.0.1", "ports": [good, shut]}]
     try:
-        raw = probe["section_connect"]({
-            "token": "tok", "port_timeout": 1, "samples": 3, "compact": True,
-            "targets": [{"name": "localhost", "ports": [good]},
-                        {"name": "127.0.0.1", "ports": [good, shut]}]})
+        raw = probe["section_connect"]({"token": "tok", "port_timeout": 1, "samples": 3,
+                                        "compact": True, "targets": targets})
     finally:
         ours.close()
     raw = json.loads(json.dumps(raw))
-    assert set(raw["localhost"]) == {"addr", "ok", "rtt_ms"} and raw["localhost"]["ok"] == [good]
-    assert len(raw["localhost"]["rtt_ms"]) == 1
-    assert "ports" in raw["127.0.0.1"] and "ok" not in raw["127.0.0.1"]
-    row = facts.reach_row(raw)
-    fine, half = row["localhost"], row["127.0.0.1"]
+    assert set(raw) == {"*detail", "*compact"}
+    assert raw["*compact"]["addr"].split() == ["127.0.0.1", "-"]
+    rtt, gap = raw["*compact"]["rtt_ms"].split()
+    assert float(rtt) > 0 and gap == "-"
+    assert list(raw["*detail"]) == ["127.0.0.1"] and "ports" in raw["*detail"]["127.0.0.1"]
+
+    m = PortMatrix(token="tok", listeners={t["name"]: {"ports": t["ports"]} for t in targets})
+    names: list[str] = [t["name"] for t in targets]
+    m.add_compact("me", names, {n: i for i, n in enumerate(names)}, raw["*compact"])
+    m.results["me"] = raw["*detail"]
+    m.reached["me"] = facts.reach_row(raw["*detail"])
+    fine, half = m.reach("me", "localhost"), m.reach("me", "127.0.0.1")
+    assert fine is not None and half is not None
     assert fine.addr == "127.0.0.1" and [t.port for t in fine.ports] == [good]
     assert all(t.ok for t in fine.ports) and not fine.failed and not fine.blocked
-    assert fine.rtt_ms and fine.master is None and fine.ssh is None
+    assert fine.rtt_ms == (m.compact_of("me", "localhost") or ("", 0.0))[1:]
+    assert abs(fine.rtt_ms[0] - float(rtt)) < 1e-3 and fine.master is None and fine.ssh is None
     assert [(t.port, t.status) for t in half.failed] == [(shut, facts.PortStatus.REFUSED)]
+    assert m.compact_of("me", "127.0.0.1") is None and m.entry("me", "nobody") is None
+    assert [(a, b) for a, b, _ in m.compact_rtts()] == [("me", "localhost")]
+    # a compact answer that does not match the targets asked is refused, not misread
+    with pytest.raises(ValueError):
+        m.add_compact("me", names, {}, {"addr": "127.0.0.1", "rtt_ms": "0.1"})
+
+
+def test_compact_needs_own_address_to_answer_too() -> None:
+    """A target whose high ports answered but whose own gloo address (F7) did not is not
+    compact: it comes back whole, with that failure."""
+    probe = _netprobe()
+    entry = {"addr": "10.0.0.2", "resolve_error": None, "master": None, "ssh": None,
+             "ports": {"40000": {"status": "ok", "ms": 0.1, "port": 40000}}, "rtt_ms": [0.2, 0.1],
+             "own": {"status": "timed out", "ms": 1000.0, "port": 41000, "addr": "10.9.0.2"}}
+    ok = dict(entry, own={"status": "ok", "ms": 0.1, "port": 41000, "addr": "10.0.0.2"})
+    got = probe["_compact"]([{"name": "a"}, {"name": "b"}], {"a": entry, "b": ok})
+    assert got["*compact"] == {"addr": "- 10.0.0.2", "rtt_ms": "- 0.2000"}
+    assert got["*detail"] == {"a": entry}
 
 
 def _status_words(path) -> set[str]:
