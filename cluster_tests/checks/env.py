@@ -31,6 +31,10 @@ pytestmark = pytest.mark.env
 JIT_VERDICTS: MemoKey[dict[str, jj.JitVerdict]] = MemoKey("jit", "verdicts")
 #: per table kind and node set: the values most nodes have (E2, E3), once, not once per node
 MAJORITIES: MemoKey[dict[str, object]] = MemoKey("env", "majorities")
+#: E3's tables across the nodes, built once (per node they made E3 quadratic in the nodes)
+VERSION_TABLE: MemoKey[dict[str, dict[str, Any]]] = MemoKey("env", "version_table")
+IMPORTED: MemoKey[dict[str, dict[str, Any]]] = MemoKey("env", "imported")
+IMPORTED_TABLE: MemoKey[dict[str, dict[str, Any]]] = MemoKey("env", "imported_table")
 
 
 def _differing(cluster: Cluster, kind: str, table: dict[str, dict[str, Any]],
@@ -216,7 +220,10 @@ def test_versions(cluster: Cluster, node: str, record_property) -> None:
     for k in VERSION_KEYS:
         if mine.get(k):
             record_property(k, str(mine[k]))
-    table = {n: {k: v.get(k) for k in VERSION_KEYS} for n, v in versions.items()}
+    table = cluster.memo(VERSION_TABLE, lambda: {n: {k: v.get(k) for k in VERSION_KEYS}
+                                                  for n, v in envfacts.versions(cluster).items()})
+    if node not in table:  # its own probe, re-run above
+        table = {**table, node: {k: mine.get(k) for k in VERSION_KEYS}}
     diff = _differing(cluster, "versions", table, node)
     problems = []
     if mine.get("torch_error"):
@@ -226,7 +233,7 @@ def test_versions(cluster: Cluster, node: str, record_property) -> None:
         problems.append(f"{', '.join(diff)} differ from the other nodes:\n"
                         + envcheck.side_by_side(table, [k for k in VERSION_KEYS if k in diff or any(
                             r.get(k) for r in table.values())], mark=node, secret_aware=False))
-    imported = _imported(cluster)
+    imported = cluster.memo(IMPORTED, lambda: _imported(cluster))
     python = rehearsal.rehearse(cluster).python
     if node in imported:
         for pkg, p in imported[node].items():
@@ -234,8 +241,9 @@ def test_versions(cluster: Cluster, node: str, record_property) -> None:
                 record_property(f"imported_{pkg}", f"{p.get('version')} {p.get('file')}")
         problems += [f"with the launch's interpreter ({python}): {f}"
                      for f in envcheck.import_findings(imported[node])]
-        itable = {n: {f"{k} (imported)": (v.get("version") if v.get("imported") else None)
-                      for k, v in pk.items()} for n, pk in imported.items()}
+        itable = cluster.memo(IMPORTED_TABLE, lambda: {
+            n: {f"{k} (imported)": (v.get("version") if v.get("imported") else None)
+                for k, v in pk.items()} for n, pk in imported.items()})
         idiff = _differing(cluster, "imported", itable, node)
         if idiff and len(itable) > 1:
             problems.append(f"the launch's interpreter ({python}) imports other versions here "
