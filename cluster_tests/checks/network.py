@@ -169,6 +169,8 @@ def _clean(m: nc.PortMatrix, a: str, b: str, base_a: dict | None, base_b: dict |
         addr, median = compact
         rtt: float | None = None if math.isnan(median) else median
     else:
+        if (m.results.get(a, {}).get(b) or {}).get("retried"):
+            return 0  # answered on the second try: the pair's check says so
         reach = m.reach(a, b)
         if reach is None or reach.failed or not reach.ports:
             return 0
@@ -260,6 +262,11 @@ def _high_ports(cluster: Cluster, a: str, b: str,
     if record is not None:
         record("matrix_seconds", f"{m.seconds:.2f}")
     if not reach.failed:
+        if (m.entry(a, b) or {}).get("retried"):
+            warnings.warn(NetworkWarning(
+                f"{a} -> {b}: a connection to {b}'s high ports timed out, and answered when tried "
+                f"again at once: a busy node or a lossy link (NCCL and gloo retry too)"),
+                stacklevel=1)
         return
     _block_by_firewall(cluster, a, b)
     at_a = nc.source_at_fault(m, a, b)

@@ -104,6 +104,8 @@ class Cluster:
     #: the memo's computed values (not its failures), read without the lock
     _values: dict[tuple[str, ...], Any] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
+    #: the memo's failed logins, read without raising them again
+    _login_errors: dict[str, ConnectError] = field(default_factory=dict)
     #: what this process did remotely: logins, probes run, probes read from the shared cache
     stats: dict[str, int] = field(default_factory=lambda: {"ssh_logins": 0, "probes_run": 0,
                                                            "probes_shared": 0})
@@ -229,9 +231,13 @@ class Cluster:
         return self.memo(login_key(node), do)
 
     def login_error(self, node: str) -> ConnectError | None:
+        err = self._login_errors.get(node)
+        if err is not None:  # asked per pair of a dead node's peers: not raised each time
+            return err
         try:
             self.login(node)
         except ConnectError as exc:
+            self._login_errors[node] = exc  # the memo keeps a failed login too
             return exc
         return None
 

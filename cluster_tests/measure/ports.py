@@ -112,6 +112,7 @@ def measure(cluster: Cluster) -> PortMatrix:
 
         sort_outcomes(zip(up, cluster.pool.map(connect, up), strict=False), matrix.results,
                       matrix.connect_errors)
+        _confirm_timeouts(cluster, matrix, targets, timeout, fanout, connect_budget)
         matrix.reached = {node: facts.reach_row(row) for node, row in matrix.results.items()}
     finally:
         stoppable = [n for n, lst in matrix.listeners.items() if lst.get("pid")]
@@ -124,6 +125,42 @@ def measure(cluster: Cluster) -> PortMatrix:
             matrix.stops[node] = {"error": str(res)} if isinstance(res, BaseException) else res
     matrix.seconds = time.monotonic() - start
     return matrix
+
+
+def _timed_out(entry: dict[str, Any]) -> bool:
+    """Some connection of this entry (high port, master port, own address) had no answer."""
+    tries = [*(entry.get("ports") or {}).values(), entry.get("master") or {},
+             entry.get("own") or {}]
+    return any(t.get("status") == "timed out" for t in tries)
+
+
+def _confirm_timeouts(cluster: Cluster, matrix: PortMatrix, targets: list[dict[str, Any]],
+                      timeout: float, fanout: int, budget: float) -> None:
+    """Confirm before blaming: every pair with a connection that timed out is tried once more,
+    at once, with the listeners still up (one `connect` per source, its suspects only), and
+    keeps the second answer, marked `retried`. A DROP rule drops the second SYN as it did the
+    first, and stays red; a SYN lost once (a busy node, a burst of thousands of connects at
+    once) does not name a healthy node. NCCL and gloo retry a connect that times out, too."""
+    suspects = {a: {b for b, e in row.items() if _timed_out(e)}
+                for a, row in matrix.results.items()}
+    suspects = {a: bs for a, bs in suspects.items() if bs}
+    if not suspects:
+        return
+
+    def again(node: str) -> dict[str, Any]:
+        return cluster.probe(node, "connect", script=SCRIPT, token=matrix.token,
+                             targets=[t for t in targets if t["name"] in suspects[node]],
+                             port_timeout=timeout, fanout=fanout,
+                             samples=cluster.settings.network.rtt_samples, attempt=2,
+                             timeout=budget + 10)
+
+    nodes = sorted(suspects)
+    for node, res in zip(nodes, cluster.pool.map(again, nodes), strict=True):
+        if isinstance(res, BaseException):
+            continue  # the first answer stands
+        for b, entry in res.items():
+            if b in suspects[node] and isinstance(entry, dict):
+                matrix.results[node][b] = {**entry, "retried": True}
 
 
 def pair_item(cluster: Cluster, check: TestId, a: str, b: str) -> str:

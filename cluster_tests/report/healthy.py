@@ -43,7 +43,7 @@ def slowness(recorder: Any, nodes: Iterable[str]) -> dict[str, float]:
                     lowest[n] = min(v, lowest.get(n, v))
         return {n: 1.0 / lowest[n] for n in nodes if n in lowest}
     by_node: dict[str, list[float]] = {}
-    for (a, b), v in recorder.latency().items():
+    for a, b, v in recorder.iter_latency():
         if a != b:
             for n in {a, b} & wanted:
                 by_node.setdefault(n, []).append(v)

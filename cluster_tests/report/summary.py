@@ -13,7 +13,7 @@ import re
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -160,14 +160,18 @@ class Recorder:
     def latency(self, rows: bool = True) -> dict[tuple[str, str], float]:
         """F1: TCP handshake RTT in ms per ordered pair (test_reachable's `rtt_ms`, or under
         --pairs matrix the `rtt_row` of each node's node->* item; `rows=False`: not those)."""
-        out = {o.pair: v for o in self.by_function(ids.REACHABLE.name)
-               if o.pair and "*" not in o.pair and (v := _number(o.properties.get("rtt_ms")))
-               is not None}
+        return {(a, b): v for a, b, v in self.iter_latency(rows)}
+
+    def iter_latency(self, rows: bool = True) -> Iterator[tuple[str, str, float]]:
+        """:meth:`latency` as (a, b, ms), one at a time: a 1024-node matrix has a million."""
+        for o in self.by_function(ids.REACHABLE.name):
+            if o.pair and "*" not in o.pair and (v := _number(o.properties.get("rtt_ms"))) \
+                    is not None:
+                yield o.pair[0], o.pair[1], v
         for a, values in (self.rows(ids.REACHABLE.name, "rtt_row") if rows else {}).items():
             for b, cell in zip(self.nodes, values.split(), strict=False):
                 if cell != "-":
-                    out[(a, b)] = float(cell)
-        return out
+                    yield a, b, float(cell)
 
     def rows(self, function: str, prop: str = "row") -> dict[str, str]:
         """Under --pairs matrix: each node's row of a per-node check (its node->* item's `prop`:
