@@ -95,7 +95,7 @@ _dead: set[str] = set()
 
 BLOCKED = frozenset(tuple(pair.split(">", 1)) for pair in
                    os.environ.get("FAKE_BLOCK", "").replace(" ", "").split(",") if ">" in pair)
-#: pairs whose high ports time out on the port matrix's first `connect` only (a SYN lost once)
+#: pairs whose high ports and ssh time out on the first try only (a SYN lost once)
 FLAKY = frozenset(tuple(pair.split(">", 1)) for pair in
                   os.environ.get("FAKE_FLAKY", "").replace(" ", "").split(",") if ">" in pair)
 
@@ -154,7 +154,8 @@ def answer(node: str, script: str, section: str, params: dict[str, Any]) -> Any:
                            for n in names}
         return base
     if script == "probe.py" and section == "ssh_pairs":
-        return {t: ({"rc": 255, "out": "", "err": _ssh_timeout(t)} if dead(t) else
+        return {t: ({"rc": 255, "out": "", "err": _ssh_timeout(t)}
+                    if dead(t) or ((node, t) in FLAKY and params.get("attempt") == 1) else
                     {"rc": 0, "out": "", "err": ""}) for t in params.get("targets", [])}
     if script == "probe.py" and section == "routes":
         tmpl = f["probe.py/routes"]

@@ -14,10 +14,10 @@ from typing import Any
 
 from cluster_tests.core import pairs as pairs_mod
 from cluster_tests.core import testids as ids
-from cluster_tests.core.cluster import Cluster
+from cluster_tests.core.cluster import Cluster, ProbeError
 from cluster_tests.core.memokey import MemoKey
 from cluster_tests.core.testids import LAUNCHER
-from cluster_tests.judge import facts
+from cluster_tests.judge import facts, sshfail
 from cluster_tests.judge.facts import SshLeg
 
 #: a pdsh run: (exit, output, the site's PDSH_RCMD_TYPE), or the failure to report where pdsh
@@ -49,7 +49,24 @@ def pairs_from(cluster: Cluster, source: str) -> dict[str, SshLeg]:
 
 
 def _legs(cluster: Cluster, source: str) -> dict[str, SshLeg]:
-    return cluster.memo(LEGS(source), lambda: facts.ssh_legs(_probe_pairs(cluster, source)))
+    return cluster.memo(LEGS(source), lambda: _confirmed(
+        cluster, source, facts.ssh_legs(_probe_pairs(cluster, source))))
+
+
+def _confirmed(cluster: Cluster, source: str, legs: dict[str, SshLeg]) -> dict[str, SshLeg]:
+    """Confirm before blaming: the legs that timed out to a node the launcher logs in to are
+    tried once more, at once (one probe of `source`, those targets), and the second answer
+    stands. A firewall that drops the SSH port drops the second try too, and stays red; a
+    login lost once in a burst (a busy sshd, a busy node) does not name a healthy pair."""
+    again = [t for t, leg in legs.items()
+             if leg.cause is sshfail.Cause.TIMEOUT and cluster.login_error(t) is None]
+    if not again:
+        return legs
+    try:
+        raw = _probe_pairs(cluster, source, again)
+    except ProbeError:
+        return legs  # the first answers stand
+    return {**legs, **{t: leg for t, leg in facts.ssh_legs(raw).items() if t in again}}
 
 
 # sshd's default MaxStartups is "10:30:100": past 10 connections that have not yet logged in, it
@@ -60,9 +77,11 @@ def _legs(cluster: Cluster, source: str) -> dict[str, SshLeg]:
 SSHD_SAFE_FANOUT = 7
 
 
-def _probe_pairs(cluster: Cluster, source: str) -> dict[str, Any]:
+def _probe_pairs(cluster: Cluster, source: str, again: list[str] | None = None
+                 ) -> dict[str, Any]:
+    """`source`'s ssh legs to its selected targets (`again`: those only, a second try)."""
     timeout = cluster.settings.timeout_connect
-    targets = pairs_mod.targets_of(cluster, source)
+    targets = again if again is not None else pairs_mod.targets_of(cluster, source)
     names = cluster.names
     start = names.index(source) + 1 if source in names else 0
     order = {n: (i - start) % len(names) for i, n in enumerate(names)}
@@ -71,6 +90,7 @@ def _probe_pairs(cluster: Cluster, source: str) -> dict[str, Any]:
     return cluster.probe(
         source, "ssh_pairs", targets=targets, connect_timeout=timeout,
         fanout=fanout, timeout=timeout * (1 + len(targets) // fanout) + 30,
+        attempt=1 if again is None else 2,
     )
 
 

@@ -138,17 +138,18 @@ def test_beyond_the_all_pairs_limit_one_blocked_pair_is_named_under_both_nodes(t
 
 
 def test_a_connect_that_times_out_once_is_tried_again_not_blamed(tmp_path: Path) -> None:
-    """Confirm before blaming: node7 -> node35's high ports time out on the port matrix's first
-    try only (a SYN lost once, FAKE_FLAKY). The pair is tried again at once and answers: no
-    red, no block, one warning naming the pair. (test_beyond_the_all_pairs_limit_one_blocked_
-    pair_is_named_under_both_nodes: a drop that stays is still red after its second try.)"""
-    proc, root = _run(tmp_path, "auto", nodes=40, flaky="node7>node35")
+    """Confirm before blaming: node7 -> node8's high ports and ssh time out on the first try
+    only (a SYN lost once, FAKE_FLAKY). The pair is tried again at once and answers: no red, no
+    block, one warning naming the pair. (test_beyond_the_all_pairs_limit_one_blocked_pair_is_
+    named_under_both_nodes: a drop that stays is still red after its second try.)"""
+    proc, root = _run(tmp_path, "auto", nodes=40, flaky="node7>node8")
     got = _kinds(root)
     reds = sorted(n for n, (kind, _) in got.items() if kind in ("failure", "error"))
     assert not reds, proc.stdout[-4000:]
+    assert got["test_ssh_trust[node7->node8]"][0] == "passed"
     assert got["test_high_ports[node7->*]"][0] == "passed"
-    assert got["test_high_ports[*->node35]"][0] == "passed"
-    assert proc.stdout.count("node7 -> node35: a connection to node35's high ports timed out, "
+    assert got["test_high_ports[*->node8]"][0] == "passed"
+    assert proc.stdout.count("node7 -> node8: a connection to node8's high ports timed out, "
                              "and answered when tried again") == 1, proc.stdout[-4000:]
 
 
