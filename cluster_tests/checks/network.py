@@ -530,6 +530,7 @@ def _own_try(m: nc.PortMatrix, a: str, b: str) -> dict | None:
         return _OWN_OK if own.get("addr") and own.get("port") else None
     return (m.results.get(a, {}).get(b) or {}).get("own")
 
+
 def test_own_address(cluster: Cluster, node: str, record_property) -> None:
     """F7: the address `node`'s gloo ranks advertise (its own hostname resolved there as torch
     and gloo resolve it, the first result that binds; GLOO_SOCKET_IFNAME's interface where set)
