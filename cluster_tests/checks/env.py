@@ -199,9 +199,11 @@ def test_deepspeed_env(cluster: Cluster, node: str, record_property) -> None:
 
 def _imported(cluster: Cluster) -> dict[str, dict[str, Any]]:
     """node -> {package: facts} as the launch's interpreter imports them (the rehearsal's), for
-    the nodes whose rehearsal ran."""
-    r = rehearsal.rehearse(cluster)
-    return {n: leg.data.get("packages") or {} for n, leg in r.legs.items() if leg.data}
+    the nodes whose rehearsal ran (built once)."""
+    def compute() -> dict[str, dict[str, Any]]:
+        r = rehearsal.rehearse(cluster)
+        return {n: leg.data.get("packages") or {} for n, leg in r.legs.items() if leg.data}
+    return cluster.memo(IMPORTED, compute)
 
 
 def test_versions(cluster: Cluster, node: str, record_property) -> None:
@@ -233,7 +235,7 @@ def test_versions(cluster: Cluster, node: str, record_property) -> None:
         problems.append(f"{', '.join(diff)} differ from the other nodes:\n"
                         + envcheck.side_by_side(table, [k for k in VERSION_KEYS if k in diff or any(
                             r.get(k) for r in table.values())], mark=node, secret_aware=False))
-    imported = cluster.memo(IMPORTED, lambda: _imported(cluster))
+    imported = _imported(cluster)
     python = rehearsal.rehearse(cluster).python
     if node in imported:
         for pkg, p in imported[node].items():

@@ -519,18 +519,6 @@ def test_mtu(cluster: Cluster, node: str, record_property) -> None:
 
 # -- F7: each rank's own address, as torch.distributed takes it ---------------------------------
 
-_OWN_OK = {"status": "ok"}
-
-
-def _own_try(m: nc.PortMatrix, a: str, b: str) -> dict | None:
-    """a's connect to b's own gloo address: None where not tried; a compact entry (every port
-    answered, its own address too where tried) is read without making the entry."""
-    if m.compact_of(a, b) is not None:
-        own = (m.listeners.get(b) or {}).get("own") or {}
-        return _OWN_OK if own.get("addr") and own.get("port") else None
-    return (m.results.get(a, {}).get(b) or {}).get("own")
-
-
 def test_own_address(cluster: Cluster, node: str, record_property) -> None:
     """F7: the address `node`'s gloo ranks advertise (its own hostname resolved there as torch
     and gloo resolve it, the first result that binds; GLOO_SOCKET_IFNAME's interface where set)
@@ -545,10 +533,17 @@ def test_own_address(cluster: Cluster, node: str, record_property) -> None:
     # a peer whose connections into node fail on the high ports too is F3's (the firewall of
     # either end, named there): here only what the address itself breaks
     # (the peers that tried node: with --pairs ring two, not all; judge only reads those)
-    peers = {a: _own_try(m, a, node) for a in m.results
-             if a != node and (m.compact_of(a, node) is not None
-                               or ((e := m.results[a].get(node)) is not None
-                                   and not nc.failed_ports(e)))}
+    # a compact entry (every port answered, its own address too where tried) is read without
+    # making the entry: one answer for every compact peer
+    compact_own = m.compact_own(node)
+    peers: dict[str, dict | None] = {}
+    for a, row in m.results.items():
+        if a == node:
+            continue
+        if m.compact_of(a, node) is not None:
+            peers[a] = compact_own
+        elif (e := row.get(node)) is not None and not nc.failed_ports(e):
+            peers[a] = e.get("own")
     peer_addrs = {a: (m.listeners.get(a, {}).get("own") or {}).get("addr") for a in peers}
     found, latent = ownaddr.judge(node, own, peers, peer_addrs)
     for text in latent:

@@ -162,12 +162,11 @@ class Reach:
                    ssh=PortTry.from_json(ssh) if ssh else None)
 
 
-def reach_row(raw: Mapping[str, Any], *, compact: bool = True) -> dict[str, Reach]:
-    """One node's `connect` section ({target: entry}) as what it reached, per target;
-    `compact=False`: the targets whose entry is not in the compact form only (the others are
-    read when asked: :meth:`judge.network.PortMatrix.reach`)."""
-    return {target: Reach.from_json(target, entry) for target, entry in raw.items()
-            if compact or not is_compact(entry)}
+def reach_row(raw: Mapping[str, Any]) -> dict[str, Reach]:
+    """One node's `connect` section ({target: entry}) as what it reached, per target (under
+    --pairs matrix its `*detail`: the compact targets are read when asked,
+    :meth:`judge.network.PortMatrix.reach`)."""
+    return {target: Reach.from_json(target, entry) for target, entry in raw.items()}
 
 
 def is_compact(raw: Mapping[str, Any]) -> bool:

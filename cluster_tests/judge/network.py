@@ -104,10 +104,18 @@ class PortMatrix:
         ports = sorted(int(p) for p in target.get("ports") or ())
         got: dict[str, Any] = {"addr": addr, "ok": ports,
                                "rtt_ms": [] if math.isnan(rtt) else [rtt]}
-        own = target.get("own") or {}
-        if own.get("addr") and own.get("port"):  # tried, and it answered (else not compact)
-            got["own"] = {"status": "ok", "addr": own["addr"], "port": own["port"]}
+        own = self.compact_own(b)
+        if own is not None:
+            got["own"] = own
         return got
+
+    def compact_own(self, b: str) -> dict[str, Any] | None:
+        """A compact entry's connect to b's own gloo address: tried where b's listener has one,
+        and then it answered (else the entry is not compact); None where not tried."""
+        own = (self.listeners.get(b) or {}).get("own") or {}
+        if own.get("addr") and own.get("port"):
+            return {"status": "ok", "addr": own["addr"], "port": own["port"]}
+        return None
 
     def reach(self, a: str, b: str) -> Reach | None:
         got = self.reached.get(a, {}).get(b)
