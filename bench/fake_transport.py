@@ -262,9 +262,13 @@ class FakeSession:
         node = self.target.alias
         command = argv if isinstance(argv, str) else " ".join(map(str, argv))
         stdout = ""
-        if not isinstance(argv, str) and len(argv) >= 4 and argv[1] == "-c":
+        if not isinstance(argv, str) and len(argv) >= 3 and argv[1] == "-c":
             STATS["probes"] += 1
-            params = json.loads(argv[3])
+            if len(argv) >= 4:
+                params = json.loads(argv[3])
+            else:  # long parameters come first on standard input (cluster.probe_command)
+                line, _, stdin = (stdin or b"").partition(b"\n")
+                params = json.loads(line)
             if "bundle" in params:  # Cluster.prefetch's probes in one command (node/bundle.py)
                 stdout = "".join(
                     f"{cluster_mod.BUNDLE_MARK}{json.dumps([i, answer(node, sc, se, pa)])}\n"

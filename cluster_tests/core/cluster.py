@@ -20,7 +20,7 @@ from typing import Any, TypeVar, cast
 import pytest
 
 from cluster_tests import node
-from cluster_tests.core import nodetable, outcome
+from cluster_tests.core import memokey, nodetable, outcome
 from cluster_tests.core import pairs as pairs_mod
 from cluster_tests.core import srun as srun_mod
 from cluster_tests.core import testids as ids
@@ -42,8 +42,22 @@ from cluster_tests.judge.env import is_secret
 PROBE_MARK = "CT_PROBE_JSON:"
 #: a line of node/bundle.py: one section's facts, as [index, data]
 BUNDLE_MARK = "CT_BUNDLE_JSON:"
-# Runs the script that arrives on standard input as __main__, with the JSON parameters as argv[1].
-BOOTSTRAP = "import sys; exec(compile(sys.stdin.read(), '<cluster_tests>', 'exec'))"
+# Runs the script that arrives on standard input as __main__, with the JSON parameters as argv[1]
+# (or, when they are long, as standard input's first line: `probe_command`).
+BOOTSTRAP = ("import sys; sys.argv[1:] = sys.argv[1:] or [sys.stdin.readline()]; "
+             "exec(compile(sys.stdin.read(), '<cluster_tests>', 'exec'))")
+#: Parameters longer than this travel on standard input, not in the command line: Linux refuses
+#: a single argument over 128 KiB (MAX_ARG_STRLEN), and sshd hands the whole command to the
+#: user's shell as one (`sh -c COMMAND`).  The port matrix's `connect` names every peer: 150 KB
+#: at 1024 nodes.
+ARGS_INLINE_MAX = 32 * 1024
+
+
+def probe_command(python: str, args: str, source: bytes) -> tuple[list[str], bytes]:
+    """The command line and standard input that run `source` with JSON parameters `args`."""
+    if len(args) <= ARGS_INLINE_MAX:
+        return [python, "-c", BOOTSTRAP, args], source
+    return [python, "-c", BOOTSTRAP], args.encode() + b"\n" + source
 
 
 #: One probe of a node: (script, section, parameters), as the tests call `Cluster.probe`.
@@ -362,11 +376,11 @@ class Cluster:
             return self._probe_srun(node, section, params, script)
         if section == "base":
             params = {"names": pairs_mod.names_to_resolve(self, node), **params}
-        args = json.dumps({"sections": [section], **params})
         python = params.get("python") or self.settings.remote_python  # the launch's, for E3
         timeout = params.get("timeout", self.settings.timeout_command)
-        result = self.run(node, [python, "-c", BOOTSTRAP, args], stdin=remote_script(script),
-                          timeout=timeout)
+        argv, stdin = probe_command(python, memokey.dumps({"sections": [section], **params}),
+                                    remote_script(script))
+        result = self.run(node, argv, stdin=stdin, timeout=timeout)
         for line in reversed(result.stdout.splitlines()):
             if line.startswith(PROBE_MARK):
                 return _facts(node, section, json.loads(line[len(PROBE_MARK):])[section], result)
@@ -396,8 +410,8 @@ class Cluster:
 
         try:
             self.login(node)
-            done = self.pool.stream(node, self._bundle_argv(probes, node),
-                                    stdin=_bundle_source(probes), on_chunk=on_chunk,
+            argv, stdin = self._bundle_command(probes, node)
+            done = self.pool.stream(node, argv, stdin=stdin, on_chunk=on_chunk,
                                     timeout=self._bundle_timeout(probes) + 5)
             text = {k: b"".join(v).decode("utf-8", "replace") for k, v in out.items()}
             result = CommandResult(node, f"{python} -c <{len(probes)} probes>",
@@ -430,8 +444,8 @@ class Cluster:
         with self._lock:
             self.stats["srun_steps"] = self.stats.get("srun_steps", 0) + 1
         try:
-            step = self.srun.step(busy, self._bundle_argv(probes), _bundle_source(probes),
-                                  on_line, self._bundle_timeout(probes) + 10)
+            step = self.srun.step(busy, *self._bundle_command(probes), on_line,
+                                  self._bundle_timeout(probes) + 10)
         except BaseException as exc:  # noqa: BLE001 - every entry taken gets it, then raised
             for c in claims.values():
                 c.finish(lambda section, exc=exc: exc)  # type: ignore[misc]
@@ -454,21 +468,22 @@ class Cluster:
 
         with self._lock:
             self.stats["srun_steps"] = self.stats.get("srun_steps", 0) + 1
-        step = self.srun.step([node], self._bundle_argv(probe), _bundle_source(probe), on_line,
+        step = self.srun.step([node], *self._bundle_command(probe), on_line,
                               self._bundle_timeout(probe) + 10)
         if 0 in got:
             return _facts(node, section, got[0], None)
         how = "timed out" if step.timed_out else f"exit {step.exit_status}"
         raise _srun_error(node, how, 1, step.seconds, step.stderr.strip()[-1500:], section)
 
-    def _bundle_argv(self, probes: Sequence[NodeProbe], node: str | None = None) -> list[str]:
-        """The command of a bundle; `node`: the one it runs on, where a probe is `base` (srun
-        steps never carry it)."""
+    def _bundle_command(self, probes: Sequence[NodeProbe],
+                        node: str | None = None) -> tuple[list[str], bytes]:
+        """The command line and standard input of a bundle; `node`: the one it runs on, where a
+        probe is `base` (srun steps never carry it)."""
         wanted = [[script, section, {"names": pairs_mod.names_to_resolve(self, node or ""),
                                      **params} if section == "base" else params]
                   for script, section, params in probes]
-        args = json.dumps({"bundle": wanted, "timeout": self.settings.timeout_command})
-        return [self.settings.remote_python, "-c", BOOTSTRAP, args]
+        args = memokey.dumps({"bundle": wanted, "timeout": self.settings.timeout_command})
+        return probe_command(self.settings.remote_python, args, _bundle_source(probes))
 
     def _bundle_timeout(self, probes: Sequence[NodeProbe]) -> float:
         return max(float(p.get("timeout", self.settings.timeout_command)) for _, _, p in probes)

@@ -10,7 +10,8 @@ import re
 import statistics
 import threading
 from array import array
-from collections.abc import Mapping, Sequence
+from collections import Counter
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -86,10 +87,13 @@ class PortMatrix:
             return None
         return self.addr_table[row.addr[i]], row.rtt[i]
 
-    def compact_rtts(self) -> list[tuple[str, str, float]]:
-        """(source, target, median RTT ms) of every compact entry with an RTT."""
-        return [(a, row.names[i], v) for a, row in self.compact.items()
-                for i, v in enumerate(row.rtt) if row.addr[i] and v == v]
+    def compact_rtts(self) -> Iterator[tuple[str, str, float]]:
+        """(source, target, median RTT ms) of every compact entry with an RTT, one at a time (a
+        4096-node matrix has 16.7 M)."""
+        for a, row in self.compact.items():
+            for i, v in enumerate(row.rtt):
+                if row.addr[i] and v == v:
+                    yield a, row.names[i], v
 
     def entry(self, a: str, b: str) -> dict[str, Any] | None:
         got = self.results.get(a, {}).get(b)
@@ -258,9 +262,25 @@ def rtt_stats(samples: list[float]) -> Rtt | None:
     return Rtt(statistics.median(samples), jitter, len(samples))
 
 
-def typical_rtt(baseline_ms: list[float]) -> float | None:
-    """The cluster's typical pair RTT (median of the pairs' medians); None below two pairs."""
-    return statistics.median(baseline_ms) if len(baseline_ms) >= 2 else None
+def typical_rtt(baseline_ms: Iterable[float]) -> float | None:
+    """The cluster's typical pair RTT (median of the pairs' medians); None below two pairs.
+    Counted, not sorted: RTTs come with a few digits, so a matrix of millions of pairs has
+    few distinct values, and the median needs no list of them all."""
+    counts = Counter(baseline_ms)
+    n = sum(counts.values())
+    if n < 2:
+        return None
+    lo = hi = None
+    seen = 0
+    for v in sorted(counts):  # the values at (n-1)//2 and n//2, as statistics.median takes
+        seen += counts[v]
+        if lo is None and seen > (n - 1) // 2:
+            lo = v
+        if seen > n // 2:
+            hi = v
+            break
+    assert lo is not None and hi is not None
+    return float(lo) if n % 2 else (lo + hi) / 2
 
 
 def is_outlier(value_ms: float, baseline_ms: list[float] | float | None, factor: float = 5.0,

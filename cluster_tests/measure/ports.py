@@ -14,13 +14,14 @@ median RTT of every measured pair) is computed from it once.
 
 from __future__ import annotations
 
+import itertools
 import math
 import secrets
 from typing import Any
 
 from cluster_tests.core import pairs as pairs_mod
 from cluster_tests.core.cluster import Cluster, ProbeError
-from cluster_tests.core.memokey import MemoKey
+from cluster_tests.core.memokey import Encoded, MemoKey
 from cluster_tests.core.testids import TestId
 from cluster_tests.judge import facts
 from cluster_tests.judge import network as nc
@@ -30,7 +31,6 @@ from cluster_tests.measure import masteraddr, sort_outcomes
 SCRIPT = "netprobe.py"
 
 PORT_MATRIX: MemoKey[PortMatrix] = MemoKey("netcheck", "port_matrix")
-RTT_BASELINE: MemoKey[list[float]] = MemoKey("netcheck", "rtt_baseline")
 RTT_TYPICAL: MemoKey[float | None] = MemoKey("netcheck", "rtt_typical")
 
 
@@ -88,18 +88,24 @@ def measure(cluster: Cluster) -> PortMatrix:
                 targets.append({"name": node, "ports": [], "master_port": None})
 
         orders: dict[tuple[str, ...], tuple[list[str], dict[str, int]]] = {}
+        # a target list asked of many nodes (--pairs matrix: the same for every node) is
+        # encoded once, not once per node: 600 KB of JSON at 4096 nodes
+        encoded: dict[tuple[str, ...], Encoded] = {}
 
         def connect(node: str) -> dict[str, Any]:
             # only the targets of node's selected pairs (--pairs: every node under matrix), and
             # rank 0 (F2, master port)
             mine = set(pairs_mod.targets_of(cluster, node, per_node=True)) | {rank0}
             asked = [t for t in targets if t["name"] in mine]
+            key = tuple(t["name"] for t in asked)
+            listed: list[dict[str, Any]] | Encoded = asked
+            if every:
+                listed = encoded.get(key) or encoded.setdefault(key, Encoded(asked))
             got = cluster.probe(node, "connect", script=SCRIPT, token=matrix.token,
-                                targets=asked, port_timeout=timeout, fanout=fanout,
+                                targets=listed, port_timeout=timeout, fanout=fanout,
                                 samples=cluster.settings.network.rtt_samples,
                                 compact=every, timeout=connect_budget + 10)
             if "*compact" in got:  # --pairs matrix: flat arrays, one order per target list
-                key = tuple(t["name"] for t in asked)
                 order = orders.get(key)
                 if order is None:
                     order = orders.setdefault(key, (list(key), {n: i for i, n in enumerate(key)}))
@@ -176,21 +182,17 @@ def pair_item(cluster: Cluster, check: TestId, a: str, b: str) -> str:
     return check.of(pairs_mod.ANY, b)
 
 
-def rtt_baseline(cluster: Cluster) -> list[float]:
-    """Median RTT of every measured pair (not self), computed once (per test it made the F1
-    tests quadratic in the number of pairs)."""
-    def compute() -> list[float]:
-        m = port_matrix(cluster)
-        return ([s.median_ms for x, row in m.results.items() for y, e in row.items()
-                 if x != y and (s := nc.rtt_stats(e["rtt_ms"])) is not None]
-                + [v for x, y, v in m.compact_rtts() if x != y])
-    return cluster.memo(RTT_BASELINE, compute)
-
-
 def rtt_typical(cluster: Cluster) -> float | None:
-    """The typical pair's RTT (median of rtt_baseline), computed once: F1 compares every pair
-    with it (a median per pair made F1 quadratic in the pairs under --pairs matrix)."""
-    return cluster.memo(RTT_TYPICAL, lambda: nc.typical_rtt(rtt_baseline(cluster)))
+    """The typical pair's RTT (median of every measured pair's median, not self), computed
+    once: F1 compares every pair with it.  Neither the pairs' RTTs nor a list of them is kept
+    (a 4096-node matrix has 16.7 M)."""
+    def compute() -> float | None:
+        m = port_matrix(cluster)
+        detail = (s.median_ms for x, row in m.results.items() for y, e in row.items()
+                  if x != y and (s := nc.rtt_stats(e["rtt_ms"])) is not None)
+        compact = (v for x, y, v in m.compact_rtts() if x != y)
+        return nc.typical_rtt(itertools.chain(detail, compact))
+    return cluster.memo(RTT_TYPICAL, compute)
 
 
 def drop_rules(cluster: Cluster, node: str) -> list[str] | None:

@@ -110,3 +110,17 @@ def test_fault_attribution():
     assert not nc.source_at_fault(both, "n1", "n3")
     assert "drops the replies" in nc.SOURCE_CAUSE
     assert "3 s" in nc.describe_status("timed out", "n1", "n3", 3.0)
+
+
+def test_typical_rtt_is_the_median_without_a_list_of_every_pair():
+    import random
+    import statistics
+
+    rng = random.Random(7)
+    for n in (2, 3, 10, 11, 1001):
+        values = [round(rng.uniform(0.05, 3.0), 3) for _ in range(n)]
+        assert nc.typical_rtt(iter(values)) == statistics.median(values)  # a generator will do
+    assert nc.typical_rtt([1.0, 1.0, 1.0, 9.0]) == 1.0
+    mid = nc.typical_rtt([0.5, 0.7])
+    assert mid is not None and abs(mid - 0.6) < 1e-12
+    assert nc.typical_rtt([]) is None and nc.typical_rtt([0.4]) is None

@@ -5,13 +5,18 @@ own answer, and the facts are those the scripts give when run alone."""
 
 from __future__ import annotations
 
+import errno
 import json
 import subprocess
 import sys
 import time
 
+import pytest
+
 from cluster_tests import node
-from cluster_tests.core.cluster import BOOTSTRAP, BUNDLE_MARK, PROBE_MARK
+from cluster_tests.core import memokey
+from cluster_tests.core.cluster import BOOTSTRAP, BUNDLE_MARK, PROBE_MARK, probe_command
+from cluster_tests.core.transport import quote_argv
 
 TOY = """\
 import time
@@ -111,3 +116,41 @@ def _facts(data):
     if isinstance(data, list):
         return [_facts(v) for v in data]
     return data
+
+
+COUNT = """\
+import json, sys
+params = json.loads(sys.argv[1])
+print("CT_PROBE_JSON:" + json.dumps({"count": {"n": len(params["targets"]),
+                                               "last": params["targets"][-1]}}))
+"""
+
+
+def test_long_parameters_travel_on_stdin_where_a_command_line_cannot_carry_them():
+    # the port matrix's connect at 2000 nodes: every peer's name and ports, 165 KB of JSON
+    targets = [{"name": f"node{i}.cluster.example", "ports": [40000 + i, 41000 + i, 42000 + i],
+                "master_port": None} for i in range(2000)]
+    args = memokey.dumps({"sections": ["count"], "targets": memokey.Encoded(targets)})
+    assert json.loads(args)["targets"] == targets  # spliced in as JSON, not as a string
+    # sshd runs the command as `$SHELL -c COMMAND`: one argument, which Linux caps at 128 KiB
+    with pytest.raises(OSError) as refused:
+        subprocess.run(["bash", "-c", quote_argv([sys.executable, "-c", BOOTSTRAP, args])],
+                       capture_output=True, check=False)
+    assert refused.value.errno == errno.E2BIG
+    argv, stdin = probe_command(sys.executable, args, COUNT.encode())
+    assert len(argv) == 3 and len(quote_argv(argv)) < 1000
+    proc = subprocess.run(["bash", "-c", quote_argv(argv)], input=stdin, capture_output=True,
+                          timeout=60, check=True)
+    line = [ln for ln in proc.stdout.decode().splitlines() if ln.startswith(PROBE_MARK)][-1]
+    assert json.loads(line[len(PROBE_MARK):])["count"] == {"n": 2000, "last": targets[-1]}
+    # short ones stay where they were, in the command line
+    argv, stdin = probe_command(sys.executable, '{"sections": ["count"]}', b"source")
+    assert argv[-1] == '{"sections": ["count"]}' and stdin == b"source"
+
+
+def test_an_encoded_parameter_keys_the_memo_by_its_content():
+    one, same, other = (memokey.Encoded([{"name": n}]) for n in ("a", "a", "b"))
+    key = memokey.probe_key("node1", "connect", {"targets": one}, "netprobe.py")
+    assert key == memokey.probe_key("node1", "connect", {"targets": same}, "netprobe.py")
+    assert key != memokey.probe_key("node1", "connect", {"targets": other}, "netprobe.py")
+    assert key != memokey.probe_key("node2", "connect", {"targets": one}, "netprobe.py")
