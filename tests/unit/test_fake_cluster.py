@@ -24,12 +24,12 @@ NODES = 8
 
 
 def _run(tmp_path: Path, pairs: str, extra: tuple[str, ...] = (), dead: int = 0,
-         nodes: int = NODES, block: str = "", flaky: str = ""
+         nodes: int = NODES, block: str = "", flaky: str = "", path: str = ""
          ) -> tuple[subprocess.CompletedProcess[str], ET.Element]:
     hostfile = tmp_path / "hostfile"
     hostfile.write_text("".join(f"node{i} slots=2\n" for i in range(1, nodes + 1)))
     env = {k: v for k, v in os.environ.items() if k != "PYTEST_ADDOPTS"}
-    env["PYTHONPATH"] = str(REPO / "bench")
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO / "bench"), path]))
     env["FAKE_DEAD"] = str(dead)
     env["FAKE_BLOCK"] = block
     env["FAKE_FLAKY"] = flaky
@@ -70,12 +70,21 @@ def test_healthy_fake_cluster_is_green(tmp_path: Path) -> None:
 def test_dead_nodes_are_one_red_each(tmp_path: Path) -> None:
     """The bench's dead-node mode (FAKE_DEAD=4: node4 and node8 time out) gives what a real run
     with two powered-off nodes gives: one red per dead node (its login), nothing else red."""
-    proc, root = _run(tmp_path, "ring", dead=4)
+    # and the command leaves (plugin._leave: without freeing its objects one by one) with the
+    # session's status, after every other exit handler, a plugin's included
+    (tmp_path / "late_exit.py").write_text(
+        "import atexit, pathlib\n"
+        "def pytest_configure(config):\n"
+        "    atexit.register(pathlib.Path('exit-handler-ran').write_text, 'yes')\n")
+    proc, root = _run(tmp_path, "ring", dead=4, extra=("-p", "late_exit"), path=str(tmp_path))
     failed = sorted(c.get("name") or "" for c in _cases(root)
                     if c.find("failure") is not None or c.find("error") is not None)
     assert failed == ["test_login[node4]", "test_login[node8]"], proc.stdout[-4000:]
     causes = json.loads((tmp_path / "summary.json").read_text())["causes"]
     assert len(causes) == 2, causes
+    assert proc.returncode == 1 and (tmp_path / "exit-handler-ran").read_text() == "yes"
+    last = proc.stdout.rstrip().splitlines()[-1]  # what it printed last came out whole
+    assert last.startswith("2 failed, ") and last.endswith("s"), proc.stdout[-300:]
 
 
 def _kinds(root: ET.Element) -> dict[str, tuple[str, dict[str, str]]]:

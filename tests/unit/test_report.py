@@ -3,6 +3,7 @@ the progress lines and the -k spelling of pair ids (no cluster needed)."""
 
 from __future__ import annotations
 
+import json
 import re
 
 from cluster_tests.report import html as html_report
@@ -65,6 +66,23 @@ def test_json_carries_units_pairs_and_node_facts():
                                                     "node2<->node3": 0.5}
     assert [r["size_bytes"] for r in data["allreduce"]["sizes"]] == [1024, 65536, 1048576]
     assert data["meta"]["ssh_logins"] == 3 and data["meta"]["duration_s"] >= 0
+
+
+def test_the_json_file_written_test_by_test_is_the_document(tmp_path):
+    rec = _recorder()
+    rec.write_json(tmp_path / "summary.json", FACTS, {"ssh_logins": 3}, {"healthy": {"kept": 2}})
+    text = (tmp_path / "summary.json").read_text()
+    got = json.loads(text)
+    want = json.loads(json.dumps(rec.to_json(FACTS, {"ssh_logins": 3}, {"healthy": {"kept": 2}}),
+                                 default=str))
+    for doc in (got, want):  # the clock moves between the two
+        for k in ("finished", "duration_s"):
+            doc["meta"].pop(k)
+    assert got == want and len(got["tests"]) == len(rec.outcomes) > 1
+    assert list(got)[-1] == "tests"
+    # a test a line: grep finds one whole test
+    line = next(ln for ln in text.splitlines() if '"test_ssh_trust[node1->node3]"' in ln)
+    assert json.loads(line.strip().rstrip(","))["outcome"] == "failed"
 
 
 def test_bandwidth_lines_from_properties():

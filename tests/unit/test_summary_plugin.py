@@ -1,0 +1,55 @@
+"""plugin._SummaryPlugin in a real pytest session (pytester): pytest's terminal reporter keeps
+every passed setup and teardown report for the whole session (two per item); the plugin lets go
+of those that captured nothing, and the counts, the summary line and a failed test's captured
+teardown output stay as pytest prints them."""
+
+from __future__ import annotations
+
+pytest_plugins = ["pytester"]
+
+CONFTEST = """
+import pytest
+from cluster_tests.plugin import _SummaryPlugin
+from cluster_tests.report.summary import Recorder
+
+def pytest_configure(config):
+    config.pluginmanager.register(_SummaryPlugin(Recorder(nodes=[]), config), "ct_summary")
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionfinish(session):
+    stats = session.config.pluginmanager.get_plugin("terminalreporter").stats
+    kept = [(r.nodeid.split("::")[-1], r.when) for r in stats.get("", [])]
+    with open("kept.txt", "w") as out:
+        out.write(repr(sorted(kept)))
+"""
+
+CHECKS = """
+import pytest
+
+@pytest.fixture
+def noisy():
+    yield
+    print("teardown says where it hurts")
+
+@pytest.mark.parametrize("node", ["node1", "node2", "node3"])
+def test_quiet(node):
+    pass
+
+def test_red(noisy):
+    assert False, "red"
+
+def test_green_but_noisy(noisy):
+    pass
+"""
+
+
+def test_passed_setup_and_teardown_are_let_go_unless_they_captured_output(pytester):
+    pytester.makeconftest(CONFTEST)
+    pytester.makepyfile(test_checks=CHECKS)
+    result = pytester.runpytest_inprocess("-p", "no:cacheprovider")
+    result.assert_outcomes(passed=4, failed=1)
+    # kept: only the teardowns that printed; every quiet setup and teardown was let go
+    kept = (pytester.path / "kept.txt").read_text()
+    assert kept == repr([("test_green_but_noisy", "teardown"), ("test_red", "teardown")])
+    # and a failed test still shows what its teardown printed, as pytest shows it
+    result.stdout.fnmatch_lines(["*Captured stdout teardown*", "teardown says where it hurts"])
