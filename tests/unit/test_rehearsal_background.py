@@ -22,6 +22,7 @@ class _Memo:
         self._values: dict[Any, Any] = {}
 
     memo = Cluster.memo
+    _computed = Cluster._computed
 
 
 def test_started_once_per_session(monkeypatch):
