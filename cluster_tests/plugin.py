@@ -299,9 +299,18 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     if cluster is not None:
         cluster.close()
     session = config.stash.get(SESSION_KEY, None)
-    if (session is not None and cluster is not None and not hasattr(config, "workerinput")
-            and list(config.invocation_params.args) == sys.argv[1:]):
+    if session is not None and cluster is not None and _is_the_command(config):
         atexit.register(_leave, int(session.exitstatus))
+
+
+def _is_the_command(config: pytest.Config) -> bool:
+    """This session is the process's own: `pytest ARGS`, `python -m pytest ARGS` or
+    `cluster-tests ARGS` (cli.main), not one run inside another, nor an xdist worker."""
+    from cluster_tests import cli
+
+    args = list(config.invocation_params.args)
+    return not hasattr(config, "workerinput") and args in (
+        sys.argv[1:], ["-p", cli.PLUGIN, *sys.argv[1:]])
 
 
 def _leave(status: int) -> None:
