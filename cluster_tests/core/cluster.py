@@ -48,8 +48,8 @@ BOOTSTRAP = ("import sys; sys.argv[1:] = sys.argv[1:] or [sys.stdin.readline()];
              "exec(compile(sys.stdin.read(), '<cluster_tests>', 'exec'))")
 #: Parameters longer than this travel on standard input, not in the command line: Linux refuses
 #: a single argument over 128 KiB (MAX_ARG_STRLEN), and sshd hands the whole command to the
-#: user's shell as one (`sh -c COMMAND`).  The port matrix's `connect` names every peer: 150 KB
-#: at 1024 nodes.
+#: user's shell as one (`sh -c COMMAND`).  The port matrix's `connect` names every peer's name
+#: and ports (90 bytes or more a peer): over that limit from about 1400 nodes, fewer with FQDNs.
 ARGS_INLINE_MAX = 32 * 1024
 
 
