@@ -53,6 +53,7 @@ from cluster_tests.judge import confirm as confirm_mod
 from cluster_tests.judge import network as nc
 from cluster_tests.judge import pairbw as pb
 from cluster_tests.judge import ranks as rk
+from cluster_tests.judge import stacks as S
 from cluster_tests.measure import ports
 from cluster_tests.measure.ports import PORT_MATRIX, firewall_root
 
@@ -700,6 +701,22 @@ def network_hint(cluster: Cluster, nodes: Sequence[str]) -> str:
             "between the nodes in each direction")
 
 
+def _own_store_unreachable(run: RemoteRun) -> bool:
+    """Rank 0 could not connect to the store it created on its own node: it said so, or, its
+    own words not in before the others were stopped, its stack was still in our connect step
+    once a peer's connect had failed.  Creating the store and connecting to it on the node's
+    own address takes milliseconds, unless a firewall on that node drops the connection; so
+    which of the two connect deadlines speaks first no longer decides the fix."""
+    rep = run.report
+    if rep.failed.get(0, ("", ""))[0] == "connect":
+        return True
+    if 0 in rep.failed or not any(stage == "connect" for stage, _ in rep.failed.values()):
+        return False
+    thread = S.main_thread(S.parse(run.stacks.get(0, "")))
+    return thread is not None and any(
+        f.func == "connect" and f.file.rsplit("/", 1)[-1] == "allreduce.py" for f in thread.frames)
+
+
 def _fix(run: RemoteRun, nodes: Sequence[str]) -> str:
     rep = run.report
     who = ", ".join(n for n in nodes if n != run.master) or ", ".join(nodes) or "the nodes"
@@ -713,7 +730,7 @@ def _fix(run: RemoteRun, nodes: Sequence[str]) -> str:
         return (f"on {', '.join(nodes) or 'the nodes'}: make the accelerator usable from the "
                 f"remote Python in a non-interactive shell (the rank errors above say what is "
                 f"missing), or pass --backend explicitly")
-    if rep.failed.get(0, ("", ""))[0] == "connect":
+    if _own_store_unreachable(run):
         return (f"{run.master} cannot reach its own rendezvous store at {run.where} (rank 0 "
                 f"listens, then connects to it like every rank): a firewall on {run.master} "
                 f"drops connections to port {run.port}: check `iptables -S INPUT` / "

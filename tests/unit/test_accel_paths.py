@@ -152,3 +152,51 @@ def test_hccl_init_hang_fix_names_its_ports_and_nics_and_the_device_stage_blames
     msg = R.explain(_session(), _run(rep), "all-reduce")
     assert "rank 0 (node1 local 0) failed in stage device" in msg
     assert "the accelerator did not come up on node1 (not a network problem)" in msg
+
+
+# rank 0's own dump from a real run on the simulated cluster (node3's INPUT dropping high ports,
+# test_e2e_collective's C2 pair node2<->node3, whose store is on node3): its connect error had
+# not reached the launcher when node2's did, but its stack was still in our connect step
+RANK0_IN_CONNECT = """\
+Thread 0x00007f19f0d156c0 (most recent call first):
+  File "/root/.pyenv/versions/3.11.7/lib/python3.11/threading.py", line 331 in wait
+  File "/root/.pyenv/versions/3.11.7/lib/python3.11/threading.py", line 629 in wait
+  File "allreduce.py", line 354 in _run
+  File "/root/.pyenv/versions/3.11.7/lib/python3.11/threading.py", line 982 in run
+  File "/root/.pyenv/versions/3.11.7/lib/python3.11/threading.py", line 1045 in _bootstrap_inner
+  File "/root/.pyenv/versions/3.11.7/lib/python3.11/threading.py", line 1002 in _bootstrap
+
+Current thread 0x00007f19f1aa7b80 (most recent call first):
+  File "allreduce.py", line 565 in connect
+  File "allreduce.py", line 820 in main
+  File "allreduce.py", line 1073 in <module>
+  File "<string>", line 1 in <module>
+"""
+
+
+def test_own_store_blamed_on_rank_0_whichever_connect_deadline_speaks_first() -> None:
+    ranks = rk.assign_ranks({"node1": 1, "node2": 1})
+    peer_failed = {"event": "error", "stage": "connect", "message": "cannot reach the "
+                   "rendezvous store at 10.0.0.1:29500 within 5 s", "timeout": True}
+    own = "node1 cannot reach its own rendezvous store at 10.0.0.1:29500"
+    # rank 0's own words first
+    events: dict[int, list[dict[str, Any]]] = {
+        0: [{"event": "start", "backend": "gloo"},
+            {**peer_failed, "message": "cannot create (listen on, then connect to) the "
+             "rendezvous store at 10.0.0.1:29500 within 5 s"}],
+        1: [{"event": "start", "backend": "gloo"}, peer_failed]}
+    rep = C.collect(events, ranks, {0: C.EXIT_CONNECT, 1: C.EXIT_CONNECT})
+    assert own in R.explain(_session(), _run(rep), "all-reduce")
+    # rank 1's first, rank 0 stopped before its own came in: its stack says where it was
+    events = {0: [{"event": "start", "backend": "gloo"}],
+              1: [{"event": "start", "backend": "gloo"}, peer_failed]}
+    rep = C.collect(events, ranks, {0: None, 1: C.EXIT_CONNECT})
+    run = _run(rep)
+    run.stacks[0] = RANK0_IN_CONNECT
+    assert own in R.explain(_session(), run, "all-reduce")
+    # rank 0 past its connect (waiting for the others in the rendezvous): the path is to blame
+    run.stacks[0] = RANK0_IN_CONNECT.replace("line 565 in connect", "line 340 in rendezvous")
+    msg = R.explain(_session(), run, "all-reduce")
+    assert own not in msg and "fix: let node2 reach node1 at 10.0.0.1:29500" in msg
+    run.stacks.clear()  # no stack: no evidence against rank 0's node either
+    assert own not in R.explain(_session(), run, "all-reduce")
