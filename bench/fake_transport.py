@@ -262,7 +262,7 @@ class FakeSession:
         node = self.target.alias
         command = argv if isinstance(argv, str) else " ".join(map(str, argv))
         stdout = ""
-        if not isinstance(argv, str) and len(argv) >= 3 and argv[1] == "-c":
+        if not isinstance(argv, str) and list(argv[1:3]) == ["-c", cluster_mod.BOOTSTRAP]:
             STATS["probes"] += 1
             if len(argv) >= 4:
                 params = json.loads(argv[3])
