@@ -4,30 +4,16 @@ nodes); a failure kept and re-raised to every asker, never computed again."""
 
 from __future__ import annotations
 
-import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
-
-from cluster_tests.core.cluster import Cluster
-
-
-class _Memo:
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._memo: dict[Any, Any] = {}
-        self._values: dict[Any, Any] = {}
-
-    memo = Cluster.memo
-    cached = Cluster.cached
-    _computed = Cluster._computed
-    _failed = Cluster._failed
+from memostub import SessionMemo
 
 
 def test_a_key_is_computed_once_and_kept_without_its_future():
-    m: Any = _Memo()
+    m: Any = SessionMemo()
     calls: list[int] = []
 
     def compute() -> str:
@@ -44,7 +30,7 @@ def test_a_key_is_computed_once_and_kept_without_its_future():
 
 
 def test_a_failure_is_kept_and_raised_to_every_asker():
-    m: Any = _Memo()
+    m: Any = SessionMemo()
     calls: list[int] = []
 
     def compute() -> str:

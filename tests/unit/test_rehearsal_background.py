@@ -7,22 +7,11 @@ import threading
 import time
 from typing import Any
 
+from memostub import SessionMemo
+
 from cluster_tests.checks import env as env_checks
 from cluster_tests.checks import network as net_checks
-from cluster_tests.core.cluster import Cluster
 from cluster_tests.measure import rehearsal
-
-
-class _Memo:
-    """Just the session memo of Cluster (its own code, thread-safe futures)."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._memo: dict[Any, Any] = {}
-        self._values: dict[Any, Any] = {}
-
-    memo = Cluster.memo
-    _computed = Cluster._computed
 
 
 def test_started_once_per_session(monkeypatch):
@@ -36,7 +25,7 @@ def test_started_once_per_session(monkeypatch):
         done.set()
 
     monkeypatch.setattr(rehearsal, "rehearse", rehearse)
-    cluster: Any = _Memo()
+    cluster: Any = SessionMemo()
     rehearsal.start_background(cluster)
     rehearsal.start_background(cluster)  # a second section asking: no second run
     release.set()
@@ -53,7 +42,7 @@ def test_an_error_stays_in_the_thread(monkeypatch):
         raise RuntimeError("rank 0 down")  # re-raised to the check that reads the memo
 
     monkeypatch.setattr(rehearsal, "rehearse", rehearse)
-    rehearsal.start_background(_Memo())  # type: ignore[arg-type]
+    rehearsal.start_background(SessionMemo())  # type: ignore[arg-type]
     assert done.wait(10)
 
 
