@@ -106,8 +106,7 @@ def _ext_root():
     if root is not None:
         return root, "TORCH_EXTENSIONS_DIR"
     import torch
-    from torch.utils.cpp_extension import get_default_build_root
-    base = get_default_build_root()
+    base = _default_build_root(torch)
     hip = getattr(torch.version, "hip", None)
     if hip is not None:
         flavour = "rocm" + hip.replace(".", "")
@@ -118,6 +117,31 @@ def _ext_root():
     folder = "py%d%d%s_%s" % (sys.version_info[0], sys.version_info[1],
                               getattr(sys, "abiflags", ""), flavour)
     return os.path.join(base, folder), "torch's default"
+
+
+#: the body of torch.utils.cpp_extension.get_default_build_root in torch 1.x-2.x
+BUILD_ROOT_BODY = ("return os.path.realpath("
+                   "torch._appdirs.user_cache_dir(appname='torch_extensions'))")
+
+
+def _default_build_root(torch):
+    """torch.utils.cpp_extension.get_default_build_root(), without importing that module
+    (it imports setuptools: 0.15 s on every node) where its source shows the body it has had
+    since torch 1.x; otherwise the function itself."""
+    loaded = sys.modules.get("torch.utils.cpp_extension")
+    if loaded is None:
+        try:
+            with open(os.path.join(os.path.dirname(torch.__file__), "utils",
+                                   "cpp_extension.py")) as fh:
+                text = fh.read()
+            body = text.split("def get_default_build_root(", 1)[1].split("\ndef ", 1)[0]
+            if BUILD_ROOT_BODY in body:
+                import torch._appdirs
+                return os.path.realpath(torch._appdirs.user_cache_dir(appname="torch_extensions"))
+        except (OSError, IndexError, AttributeError, ImportError):
+            pass
+    from torch.utils.cpp_extension import get_default_build_root
+    return get_default_build_root()
 
 
 def _triton_dir():
@@ -268,7 +292,6 @@ def _jit_ops():
     compatible), DeepSpeed's Adam on a device accelerator (FusedAdamBuilder), and every op a
     previous job built in the extensions directory.  `prebuilt`: installed with DeepSpeed
     (installed_ops), so loaded without a build."""
-    import deepspeed.ops
     from deepspeed.accelerator import get_accelerator
     try:
         from deepspeed.git_version_info import accelerator_name, installed_ops
@@ -276,7 +299,6 @@ def _jit_ops():
         installed_ops, accelerator_name = {}, ""
     accel = get_accelerator()
     name = getattr(accel, "_name", None) or accel.device_name()
-    compatible = dict(deepspeed.ops.__compatible_ops__)
     ops = []
 
     def add(builder_class, why):
@@ -287,15 +309,37 @@ def _jit_ops():
             return
         if b is None:
             return
-        ok = bool(compatible.get(b.name, False))
+        ok = _compatible(b.name)
         ops.append({"name": b.name, "builder": builder_class, "why": why,
                     "absolute_name": b.absolute_name(), "compatible": ok,
                     "prebuilt": bool(installed_ops.get(b.name)) and accelerator_name == name})
     add("ShareMemCommBuilder", "init_distributed (TorchBackend's build_shm_op)")
     if name != "cpu":
         add("FusedAdamBuilder", "DeepSpeed's Adam (FusedAdam)")
-    return {"accelerator": name, "op_builder_dir": accel.op_builder_dir(), "ops": ops,
-            "compatible": compatible}
+    return {"accelerator": name, "op_builder_dir": accel.op_builder_dir(), "ops": ops}
+
+
+def _compatible(op_name):
+    """``deepspeed.ops.__compatible_ops__[op_name]`` as the launch gets it: DeepSpeed 0.17+
+    computes that dict on first access, by ``probe_is_compatible`` of every op's builder in
+    ``ALL_OPS``, one op independently of the others; this calls it for the op asked about only
+    (async_io's probe alone compiles a test program and imports distutils: 0.2 s on every node,
+    for an op the first step never builds).  An older DeepSpeed's dict, computed at import, is
+    read as it is."""
+    import deepspeed.ops
+    eager = deepspeed.ops.__dict__.get("__compatible_ops__")
+    if eager is None:
+        try:
+            from deepspeed.ops.op_builder.all_ops import ALL_OPS
+            from deepspeed.ops.op_builder.builder import probe_is_compatible
+        except ImportError:
+            eager = deepspeed.ops.__compatible_ops__
+        else:
+            if op_name == "deepspeed_not_implemented":  # the dict sets it False after probing
+                return False
+            builder = ALL_OPS.get(op_name)
+            return bool(builder is not None and probe_is_compatible(builder))
+    return bool(eager.get(op_name, False))
 
 
 def jit_facts():

@@ -77,6 +77,51 @@ def test_extensions_root_is_torchs(node, monkeypatch, tmp_path):
     assert root.startswith(str(tmp_path))
 
 
+_FRESH = """
+import json, sys
+ns = {"__name__": "ct_rehearse"}
+source = open(sys.argv[1]).read().rstrip()
+exec(compile(source[: -len("main()")], sys.argv[1], "exec"), ns)
+if sys.argv[2] == "root":
+    import torch
+    if sys.argv[3] == "changed":
+        ns["BUILD_ROOT_BODY"] = "return something_else()"
+    got = ns["_default_build_root"](torch)
+    imported = "torch.utils.cpp_extension" in sys.modules
+    from torch.utils.cpp_extension import get_default_build_root
+    print(json.dumps([got, get_default_build_root(), imported]))
+else:
+    import deepspeed.ops
+    from deepspeed.ops.op_builder.all_ops import ALL_OPS
+    got = {name: ns["_compatible"](name) for name in ALL_OPS}
+    probed_all = "__compatible_ops__" in deepspeed.ops.__dict__
+    print(json.dumps([got, deepspeed.ops.__compatible_ops__, probed_all]))
+"""
+
+
+def _fresh(*args: str) -> Any:
+    """Run rehearse.py's functions in a new interpreter (nothing imported yet, as on a node)."""
+    import json
+
+    proc = subprocess.run([sys.executable, "-c", _FRESH, str(REHEARSE), *args],
+                          capture_output=True, text=True, check=True, timeout=120)
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def test_the_build_root_is_torchs_without_importing_its_builder():
+    got, torchs, imported = _fresh("root", "as-is")
+    assert got == torchs and not imported  # setuptools stays out of every node's rehearsal
+    # a torch whose function no longer has the known body: the function itself answers
+    got, torchs, imported = _fresh("root", "changed")
+    assert got == torchs and imported
+
+
+def test_each_ops_compatibility_is_deepspeeds_without_probing_every_op():
+    got, deepspeeds, probed_all = _fresh("ops")
+    assert not probed_all  # async_io's compiler probe did not run for the other ops' answers
+    assert got == {name: bool(deepspeeds.get(name, False)) for name in got}
+
+
 def test_tools_and_directories(node, tmp_path):
     missing = node["_tool"](["ct-no-such-tool"])
     assert missing["ok"] is False and missing["path"] is None
