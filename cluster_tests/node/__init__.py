@@ -15,14 +15,15 @@ def script(name: str) -> Path:
 #: The parts sent before a script, in this order (each a file here that defines names the script
 #: uses unseen); a script not named here is sent as it is.  prelude.py: the probe protocol and
 #: capped commands; versions.py: E3's versions, for envprobe.py and the rehearsal alike;
+#: tmpdirs.py: E6's temporary directories, likewise;
 #: allreduce_pattern.py and allreduce_stacks.py: the all-reduce worker's pattern and stacks.
 PARTS: dict[str, tuple[str, ...]] = {
     "probe.py": ("prelude.py",),
-    "envprobe.py": ("prelude.py", "versions.py"),
+    "envprobe.py": ("prelude.py", "versions.py", "tmpdirs.py"),
     "netprobe.py": ("prelude.py",),
     "healthprobe.py": ("prelude.py",),
     "storeprobe.py": ("prelude.py",),
-    "rehearse.py": ("versions.py",),
+    "rehearse.py": ("versions.py", "tmpdirs.py"),
     "allreduce.py": ("allreduce_pattern.py", "allreduce_stacks.py"),
 }
 #: The scripts sent with the prelude (prelude.py) prepended.

@@ -21,7 +21,6 @@ import os
 import re
 import shutil
 import subprocess
-import tempfile
 
 #: how much of an environment file (.deepspeed_env, .bashrc) is read
 ENV_FILE_CAP = 256 * 1024
@@ -189,48 +188,12 @@ def section_launch(params):
     return out
 
 
-def _try_dir(path):
-    """Is `path` a directory this user can create a file in (really: one is written and
-    removed), and how much is free there."""
-    info = {"path": path, "is_dir": os.path.isdir(path), "exists": os.path.exists(path)}
-    if not info["is_dir"]:
-        return info
-    try:
-        fd, name = tempfile.mkstemp(prefix=".ct_tmpdir_", dir=path)
-        try:
-            os.write(fd, b"\0" * 4096)
-        finally:
-            os.close(fd)
-            os.unlink(name)
-        info["writable"] = True
-    except OSError as exc:
-        info["writable"] = False
-        info["error"] = "%s: %s" % (type(exc).__name__, exc.strerror or exc)
-    try:
-        st = os.statvfs(path)
-        info["free_bytes"] = st.f_bavail * st.f_frsize
-    except OSError:
-        pass
-    return info
-
-
 def section_tmpdir(params):
-    """E6: gcc and ninja (DeepSpeed's op builds), nvcc, Triton and torch.compile write their
-    temporary files to TMPDIR when it is set; Python's tempfile skips an unusable TMPDIR and
-    settles on /tmp (or the next candidate). `tmpdir` in params: the value the launch exports
-    (from .deepspeed_env), which then replaces this shell's."""
+    """E6, where the rehearsal's own leg did not report it (tmpdirs.py). `tmpdir` in params:
+    the value the launch exports (from .deepspeed_env), which then replaces this shell's."""
     given = params.get("tmpdir")
-    value = given if given is not None else os.environ.get("TMPDIR")
-    out = {"TMPDIR": value, "from_launch": given is not None}
-    if value:
-        out["tmpdir"] = _try_dir(value)
-        os.environ["TMPDIR"] = value
-    tempfile.tempdir = None
-    try:
-        out["effective"] = _try_dir(tempfile.gettempdir())
-    except OSError as exc:  # FileNotFoundError: "No usable temporary directory found in ..."
-        out["effective_error"] = str(exc)
-    return out
+    return tmpdir_facts(given if given is not None else os.environ.get("TMPDIR"),
+                        given is not None)
 
 
 if __name__ == "__main__":

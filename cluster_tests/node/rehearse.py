@@ -16,7 +16,9 @@ removes at once.
 
 It also reports the versions CHECKLIST E3 compares (``versions`` in the JSON: the keys of
 envprobe.py's ``versions`` section), from this same import, so that each node starts the
-interpreter and imports torch once for E3 and E5 together.
+interpreter and imports torch once for E3 and E5 together; and E6's temporary directories
+(``tmpdir``: tmpdirs.py, as envprobe.py's ``tmpdir`` section reports them) as this process, with
+the rank's exports and environment, finds them.
 """
 
 import csv
@@ -446,6 +448,8 @@ def main():
         except Exception as exc:
             out["jit"] = {"error": _error(exc)}
         out["jit"]["seconds"] = round(time.time() - start, 3)
+    # E6 from the rank's own environment (exports applied), not from another shell's
+    out["tmpdir"] = tmpdir_facts(os.environ.get("TMPDIR"), None)
     if deadline:
         faulthandler.cancel_dump_traceback_later()
     sys.stdout.write(MARK + json.dumps(out) + "\n")
