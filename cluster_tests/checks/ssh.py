@@ -16,7 +16,7 @@ from cluster_tests.judge import launch as launchenv
 from cluster_tests.judge import ssh as sshcheck
 from cluster_tests.judge import sshfail
 from cluster_tests.judge.problem import Problem, node_problems
-from cluster_tests.measure import sshpairs, sshroot
+from cluster_tests.measure import rehearsal, sshpairs, sshroot
 
 #: per launch site: its pdsh run's output split by host, once (not once per target's item)
 PDSH_LEGS: MemoKey[dict[str, launchenv.HostOutput]] = MemoKey("pdsh", "legs")
@@ -94,15 +94,40 @@ def _trust_facts(cluster: Cluster, a: str, b: str) -> sshcheck.TrustFacts:
     )
 
 
+def _from_rehearsal(cluster: Cluster, site: str) -> bool:
+    """S5's legs from the rank-0 node are read from the launch rehearsal's pdsh run (E5: the
+    launch's own pdsh, from that node, to the launch's hosts) when this session runs it anyway:
+    one login per node fewer than a pdsh run of S5's own."""
+    return site in cluster.names[:1] and rehearsal.scheduled(cluster)
+
+
+def _own_runs(cluster: Cluster) -> list[str]:
+    """The launch sites whose S5 legs come from a pdsh run of S5's own (started together)."""
+    return [s for s in (LAUNCHER, *cluster.names[:1]) if not _from_rehearsal(cluster, s)]
+
+
+def _rehearsal_output(cluster: Cluster, site: str, target: str) -> launchenv.HostOutput | None:
+    """The rehearsal's pdsh output for `target`, where it tells whether the leg reached it;
+    None where S5 needs its own run (the rehearsal did not run pdsh to `target`, or the leg
+    ended before the host said anything)."""
+    if not _from_rehearsal(cluster, site):
+        return None
+    try:
+        r = rehearsal.rehearse(cluster)
+    except Exception:  # noqa: BLE001 - E5 reports it; S5 runs its own pdsh
+        return None
+    out = r.outputs.get(target) if r.site == site else None
+    return out if out is not None and launchenv.leg_reached(out) is not None else None
+
+
 def test_pdsh_installed(cluster: Cluster, launch_site: str) -> None:
     """S5: pdsh is installed where the launch starts (the launcher, the rank-0 node), and
     PDSH_RCMD_TYPE=ssh is set there."""
     if launch_site != LAUNCHER:
         cluster.require(launch_site)
-    got = sshpairs.pdsh_run(cluster, launch_site)
-    if isinstance(got, str):
-        pytest.fail(got, pytrace=False)
-    rcmd = got[2]
+    missing, rcmd = sshpairs.pdsh_here(cluster, launch_site)
+    if missing is not None:
+        pytest.fail(missing, pytrace=False)
     if rcmd != "ssh":
         warnings.warn(SshWarning(
             f"{launch_site}: PDSH_RCMD_TYPE is {'unset' if rcmd is None else repr(rcmd)}; "
@@ -113,21 +138,28 @@ def test_pdsh_installed(cluster: Cluster, launch_site: str) -> None:
 
 def test_pdsh(cluster: Cluster, pdsh_leg: tuple[str, str]) -> None:
     """S5: `pdsh -w <all hosts>` from the launch site reaches this target: the verdict is read
-    from the target's own lines of pdsh's output."""
+    from the target's own lines of pdsh's output (from the rank-0 node, of the launch
+    rehearsal's pdsh run where this session has one)."""
     site, target = pdsh_leg
     if site != LAUNCHER:
         cluster.require(site)
-    got = sshpairs.pdsh_run(cluster, site)
-    if isinstance(got, str):
-        outcome.block(ids.PDSH_INSTALLED.of(site), f"no pdsh on {site}")
-        pytest.skip(f"no pdsh on {site}: see {ids.PDSH_INSTALLED.of(site)}")
-    rc, out, _ = got
-    if rc == 124 and out == "pdsh timed out":
-        pytest.fail(f"{site}: pdsh did not finish within its deadline", pytrace=False)
-    legs = cluster.memo(PDSH_LEGS(site), lambda: launchenv.split_pdsh_output(out, cluster.names))
-    leg = legs[target]
-    if sshpairs.PDSH_OK in leg.lines:
-        return
+    leg = _rehearsal_output(cluster, site, target)
+    if leg is not None:
+        if launchenv.leg_reached(leg):
+            return
+    else:
+        got = sshpairs.pdsh_run(cluster, site, together=_own_runs(cluster))
+        if isinstance(got, str):
+            outcome.block(ids.PDSH_INSTALLED.of(site), f"no pdsh on {site}")
+            pytest.skip(f"no pdsh on {site}: see {ids.PDSH_INSTALLED.of(site)}")
+        rc, out, _ = got
+        if rc == 124 and out == "pdsh timed out":
+            pytest.fail(f"{site}: pdsh did not finish within its deadline", pytrace=False)
+        legs = cluster.memo(PDSH_LEGS(site),
+                            lambda: launchenv.split_pdsh_output(out, cluster.names))
+        leg = legs[target]
+        if sshpairs.PDSH_OK in leg.lines:
+            return
     said = "\n    ".join([*leg.lines, *(f"(pdsh: {e})" for e in leg.pdsh_errors)]
                           + ([f"(ssh exited with exit code {leg.exit_code})"]
                              if leg.exit_code is not None else [])) or "(nothing)"

@@ -255,6 +255,29 @@ def rehearsal_data(out: HostOutput) -> dict | None:
     return None
 
 
+def ssh_failed(out: HostOutput) -> bool:
+    """pdsh's ssh leg to the host failed (ssh's own exit code 255, with ssh's words or nothing
+    at all from the host), so no command of the leg ran there."""
+    return out.exit_code == 255 and (not out.lines
+                                     or any(_SSH_FAILURE.search(ln) for ln in out.lines))
+
+
+def leg_reached(out: HostOutput) -> bool | None:
+    """Did pdsh's ssh leg reach the host?  True: the command ran there (the rehearsal's own
+    lines, the remote command's exit code, or its output and a clean end); False: ssh failed
+    (`ssh_failed`); None: the output cannot tell (nothing from the host, or a leg that pdsh
+    ended or gave up on before the host said anything of its own)."""
+    if ssh_failed(out):
+        return False
+    if any(line.startswith((STEP_MARK, REHEARSAL_MARK)) for line in out.lines):
+        return True
+    if out.exit_code is not None:  # pdsh -S: the remote command's own (255: without ssh's words)
+        return True
+    if out.timed_out or out.pdsh_errors or not out.lines:
+        return None
+    return True
+
+
 def last_step(out: HostOutput) -> str | None:
     steps = [line[len(STEP_MARK):] for line in out.lines if line.startswith(STEP_MARK)]
     return steps[-1] if steps else None
@@ -320,8 +343,7 @@ def judge_leg(node: str, out: HostOutput, *, site: str, python: str, launch_dir:
                        + f"  it said:\n    {_said(out)}",
                        f"on {node}: time `{python} -c 'import deepspeed'` in {launch_dir}: a hung "
                        f"NFS mount or a slow ~/.bashrc (try: {replay})")
-        ssh_said = any(_SSH_FAILURE.search(ln) for ln in out.lines)
-        if out.exit_code == 255 and (ssh_said or not out.lines):
+        if ssh_failed(out):
             return Leg("skip", f"{site} cannot reach {node} through pdsh's ssh: see "
                        f"{ids.PDSH.of(site, node)}", root=ids.PDSH.of(site, node))
         text = "\n".join(out.lines)

@@ -57,6 +57,8 @@ class Rehearsal:
     #: others skip citing it) or "skip" (every node skips: the cause is another test's)
     site_problem: tuple[str, str, str] | None = None
     legs: dict[str, launchenv.Leg] = field(default_factory=dict)
+    #: what the launch's pdsh printed for each host (S5 reads rank 0's legs from it)
+    outputs: dict[str, launchenv.HostOutput] = field(default_factory=dict)
     seconds: float = 0.0
     deepspeed_version: str | None = None
 
@@ -148,6 +150,11 @@ def start_background(cluster: Cluster) -> None:
     threading.Thread(target=run, name="ct-rehearsal", daemon=True).start()
 
 
+def scheduled(cluster: Cluster) -> bool:
+    """This session runs the rehearsal (started in the background after collection)."""
+    return cluster.cached(BACKGROUND) is True
+
+
 def _code_word(deadline: float) -> str:
     """The rehearsal script as one `-c` word; CT_DEADLINE (pdsh's deadline for the leg) lets it
     dump its stacks just before that deadline, if it is still running (node/rehearse.py)."""
@@ -215,7 +222,7 @@ def _rehearse(cluster: Cluster) -> Rehearsal:
                f"PDSH_SSH_ARGS_APPEND=\"$PDSH_SSH_ARGS_APPEND {ssh_args}\" "
                + shlex.join([*argv, *words]))
     res = cluster.run(site, command, timeout=connect + deadline + 30)
-    outputs = launchenv.split_pdsh_output(res.stdout + "\n" + res.stderr, r.hosts)
+    r.outputs = outputs = launchenv.split_pdsh_output(res.stdout + "\n" + res.stderr, r.hosts)
     replay_line = launchenv.remote_line(words[:-2] + ["-c", "\"import deepspeed.launcher.launch\""])
     for node in r.hosts:
         r.legs[node] = launchenv.judge_leg(node, outputs[node], site=site, python=r.python,

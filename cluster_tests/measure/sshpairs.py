@@ -94,44 +94,60 @@ def _probe_pairs(cluster: Cluster, source: str, again: list[str] | None = None
     )
 
 
+def pdsh_here(cluster: Cluster, site: str) -> tuple[str | None, str | None]:
+    """(why pdsh cannot run at `site`, else None; PDSH_RCMD_TYPE there), from what the site's
+    non-interactive shell finds (the launcher: this process's PATH and environment)."""
+    if site == LAUNCHER:
+        missing = None if shutil.which("pdsh") else (
+            "pdsh is not installed on the launcher (deepspeed --hostfile needs it).\n"
+            "  fix: apt-get install pdsh   (or yum install pdsh pdsh-rcmd-ssh)")
+        return missing, os.environ.get("PDSH_RCMD_TYPE")
+    facts = cluster.base(site)
+    missing = None if facts["which"].get("pdsh") else (
+        f"{site} (rank 0, where `deepspeed --hostfile` starts) has no pdsh on the PATH of a "
+        f"non-interactive shell.\n  fix, on {site}: apt-get install pdsh")
+    return missing, facts["env"].get("PDSH_RCMD_TYPE")
+
+
 def _pdsh(cluster: Cluster, site: str) -> PdshRun:
     """Run `pdsh -S -w <all hosts> echo OK` from `site` as deepspeed would: (exit, output, the
     site's PDSH_RCMD_TYPE); a string where pdsh is not installed there (the failure to report)."""
+    missing, rcmd = pdsh_here(cluster, site)
+    if missing is not None:
+        return missing
     hosts = ",".join(cluster.names)
     timeout = cluster.settings.timeout_connect
     ssh_args = f"-o BatchMode=yes -o ConnectTimeout={int(timeout)}"
     # pdsh's own connect timer (-t, 10 s by default) would outlast ssh's on a black-holed node.
     pdsh = ["pdsh", "-S", "-t", str(max(1, int(timeout))), "-w", hosts, "echo", PDSH_OK]
     if site == LAUNCHER:
-        if shutil.which("pdsh") is None:
-            return ("pdsh is not installed on the launcher (deepspeed --hostfile needs it).\n"
-                    "  fix: apt-get install pdsh   (or yum install pdsh pdsh-rcmd-ssh)")
         if cluster.settings.ssh_config:
             ssh_args += f" -F {shlex.quote(cluster.settings.ssh_config)}"
         env = dict(os.environ, PDSH_RCMD_TYPE="ssh", PDSH_SSH_ARGS_APPEND=ssh_args)
         try:
             proc = subprocess.run(pdsh, env=env, capture_output=True, text=True, errors="replace",
                                   timeout=timeout * 2 + 30, check=False)
-            return proc.returncode, proc.stdout + proc.stderr, os.environ.get("PDSH_RCMD_TYPE")
+            return proc.returncode, proc.stdout + proc.stderr, rcmd
         except subprocess.TimeoutExpired:
-            return 124, "pdsh timed out", os.environ.get("PDSH_RCMD_TYPE")
-    facts = cluster.base(site)
-    if not facts["which"].get("pdsh"):
-        return (f"{site} (rank 0, where `deepspeed --hostfile` starts) has no pdsh on the PATH "
-                f"of a non-interactive shell.\n  fix, on {site}: apt-get install pdsh")
+            return 124, "pdsh timed out", rcmd
     res = cluster.run(site, ["env", "PDSH_RCMD_TYPE=ssh", f"PDSH_SSH_ARGS_APPEND={ssh_args}",
                              *pdsh],
                       timeout=timeout * 2 + 30)
-    return res.exit_status, res.stdout + res.stderr, facts["env"].get("PDSH_RCMD_TYPE")
+    return res.exit_status, res.stdout + res.stderr, rcmd
 
 
-def pdsh_run(cluster: Cluster, site: str) -> PdshRun:
-    """`site`'s pdsh run, once; both launch sites' runs start together (on a dead node each
-    waits out a connect timeout)."""
-    for other in (LAUNCHER, cluster.names[0]):
-        if other != site and cluster.cached(PDSH(other)) is None:
-            threading.Thread(target=_quiet_pdsh, args=(cluster, other), daemon=True).start()
+def pdsh_run(cluster: Cluster, site: str, together: Sequence[str] = ()) -> PdshRun:
+    """`site`'s pdsh run, once; the runs of the sites in `together` start with it (on a dead
+    node each waits out a connect timeout)."""
+    start_pdsh(cluster, [s for s in together if s != site])
     return cluster.memo(PDSH(site), lambda: _pdsh(cluster, site))
+
+
+def start_pdsh(cluster: Cluster, sites: Sequence[str]) -> None:
+    """Start these sites' pdsh runs in the background (their own tests read them)."""
+    for other in sites:
+        if cluster.cached(PDSH(other)) is None:
+            threading.Thread(target=_quiet_pdsh, args=(cluster, other), daemon=True).start()
 
 
 def _quiet_pdsh(cluster: Cluster, site: str) -> None:

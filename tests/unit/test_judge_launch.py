@@ -183,6 +183,28 @@ def test_verdicts():
     assert _leg("node1: CT_REHEARSAL:{}\n").kind == "fail"  # nothing from node3 at all
 
 
+def test_whether_a_leg_reached_its_host():
+    """S5 reads rank 0's legs from the rehearsal's pdsh output: reached where anything of the
+    command's own came back, not where ssh failed, and undecided where nothing did (S5 then runs
+    its own pdsh)."""
+    def reached(text: str):
+        return le.leg_reached(le.split_pdsh_output(text, ["node1", "node2", "node3"])["node3"])
+
+    assert reached("node3: CT_STEP:import deepspeed.launcher.launch\nnode3: CT_REHEARSAL:{}\n")
+    # the interpreter is missing there: ssh got in, the shell said so
+    assert reached("node3: bash: line 1: /venv/bin/python: No such file or directory\n"
+                   "pdsh@node1: node3: ssh exited with exit code 127\n")
+    assert reached("node3: CT_STEP:import torch\npdsh@node1: node3: command timeout\n")
+    assert reached("node3: Host key verification failed.\n"
+                   "pdsh@node1: node3: ssh exited with exit code 255\n") is False
+    assert reached("node3: ssh: connect to host node3 port 22: Connection refused\n"
+                   "pdsh@node1: node3: ssh exited with exit code 255\n") is False
+    assert reached("pdsh@node1: node3: ssh exited with exit code 255\n") is False
+    # a leg pdsh ended before the host said anything: a hung ~/.bashrc or a hung ssh, unknown
+    assert reached("pdsh@node1: node3: command timeout\n") is None
+    assert reached("node1: CT_REHEARSAL:{}\n") is None  # nothing from node3 at all
+
+
 def test_a_hung_leg_says_where_it_hung(tmp_path) -> None:
     """The rehearsal's code word (measure/rehearsal.py) run for real with a `deepspeed` whose
     import never returns: its faulthandler fires 5 s before CT_DEADLINE (1 s floor here), and
