@@ -163,3 +163,10 @@ def fake_tool(sim, node: str, tool: str, script: str) -> None:
     path.write_text("#!/bin/sh\n" + script)
     path.chmod(0o755)
     sim.append_bashrc(node, f"export PATH={shlex.quote(str(bindir))}:$PATH\n")
+
+
+def logins_from(sim, node: str, address: str) -> int:
+    """ssh logins into `node` from `address` so far, as its sshd logged them (LogLevel VERBOSE)."""
+    text = sim.node(node).paths["sshd_log"].read_text(errors="replace")
+    return sum(1 for line in text.splitlines()
+               if "Accepted publickey" in line and f" from {address} port " in line)

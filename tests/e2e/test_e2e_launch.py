@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from suite import run_suite
+from suite import logins_from, run_suite
 
 FAST = ("-m", "not collective and not training")
 NODES = ["node1", "node2", "node3"]
@@ -183,7 +183,11 @@ def test_broken_deepspeed_env_on_rank0_is_red_on_rank0_only(healthy_sim):
 def test_pdsh_leg_to_a_dead_node_is_red_under_its_name_only(healthy_sim):
     sim = healthy_sim
     sim.stop_sshd("node3")
+    rank0 = sim.node("node1").address
+    before = logins_from(sim, "node2", rank0)
     r = run_suite(sim, "-m", "ssh or env", "--timeout-connect", "3")
+    # from node1 into node2: S4's leg and the launch's pdsh (the rehearsal's, which S5 reads)
+    assert logins_from(sim, "node2", rank0) - before == 2
     # one red for the dead node; pdsh's legs to it and its rehearsal are blocked by it
     assert r.failed == {"test_login[node3]"}, r.describe()
     for t in ("test_pdsh[node1->node3]", "test_pdsh[launcher->node3]",

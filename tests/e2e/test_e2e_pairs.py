@@ -5,21 +5,15 @@ from __future__ import annotations
 
 import json
 
-from suite import run_suite
+from suite import logins_from, run_suite
 
 RING3 = ["node1->node2", "node1->node3", "node2->node1", "node2->node3", "node3->node1",
          "node3->node2"]
 
 
-def _logins_from(sim, node: str, address: str) -> int:
-    text = sim.node(node).paths["sshd_log"].read_text(errors="replace")
-    return sum(1 for line in text.splitlines()
-               if "Accepted publickey" in line and f" from {address} port " in line)
-
-
 def test_ring_runs_exactly_the_ring(healthy_sim):
     own = {n: healthy_sim.node(n).address for n in ("node1", "node2", "node3")}
-    before = {n: _logins_from(healthy_sim, n, a) for n, a in own.items()}
+    before = {n: logins_from(healthy_sim, n, a) for n, a in own.items()}
     r = run_suite(healthy_sim, "-m", "ssh or network", "-k", "trust or high_ports or master_port",
                   "--pairs", "ring", "-v")
     assert r.returncode == 0, r.describe()
@@ -30,7 +24,7 @@ def test_ring_runs_exactly_the_ring(healthy_sim):
     # no self pair is selected: no ssh a -> a was made (S5's pdsh from node1 is deselected here)
     # but DeepSpeed's own `ssh node1 hostname -I` on node1, which F2 makes to derive the master
     # address as the launch does
-    after = {n: _logins_from(healthy_sim, n, a) for n, a in own.items()}
+    after = {n: logins_from(healthy_sim, n, a) for n, a in own.items()}
     assert after == {**before, "node1": before["node1"] + 1}
     assert "cluster: pairs: ring, 6 of 9 ordered pairs (--pairs)" in r.output
     meta = json.loads((r.junit.parent / "summary.json").read_text())["meta"]
