@@ -262,10 +262,11 @@ class FakeSession:
         node = self.target.alias
         command = argv if isinstance(argv, str) else " ".join(map(str, argv))
         stdout = ""
-        if not isinstance(argv, str) and list(argv[1:3]) == ["-c", cluster_mod.BOOTSTRAP]:
+        words = [] if isinstance(argv, str) else [w for w in argv[1:] if w != "-S"]
+        if words[:2] == ["-c", cluster_mod.BOOTSTRAP]:
             STATS["probes"] += 1
-            if len(argv) >= 4:
-                params = json.loads(argv[3])
+            if len(words) >= 3:
+                params = json.loads(words[2])
             else:  # long parameters come first on standard input (cluster.probe_command)
                 line, _, stdin = (stdin or b"").partition(b"\n")
                 params = json.loads(line)

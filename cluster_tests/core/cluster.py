@@ -53,11 +53,21 @@ BOOTSTRAP = ("import sys; sys.argv[1:] = sys.argv[1:] or [sys.stdin.readline()];
 ARGS_INLINE_MAX = 32 * 1024
 
 
-def probe_command(python: str, args: str, source: bytes) -> tuple[list[str], bytes]:
-    """The command line and standard input that run `source` with JSON parameters `args`."""
+def probe_command(python: str, args: str, source: bytes,
+                  site: bool = True) -> tuple[list[str], bytes]:
+    """The command line and standard input that run `source` with JSON parameters `args`;
+    `site`: with the interpreter's site-packages (else `-S`, see node.SITE_SECTIONS)."""
+    head = [python] if site else [python, "-S"]
     if len(args) <= ARGS_INLINE_MAX:
-        return [python, "-c", BOOTSTRAP, args], source
-    return [python, "-c", BOOTSTRAP], args.encode() + b"\n" + source
+        return [*head, "-c", BOOTSTRAP, args], source
+    return [*head, "-c", BOOTSTRAP], args.encode() + b"\n" + source
+
+
+def needs_site(probes: Iterable[NodeProbe]) -> bool:
+    """Whether any of these probes imports installed packages (node.SITE_SECTIONS), or runs in
+    an interpreter named for it (E3's: the launch's, whose imports are the point)."""
+    return any((script, section) in node.SITE_SECTIONS or "python" in params
+               for script, section, params in probes)
 
 
 #: One probe of a node: (script, section, parameters), as the tests call `Cluster.probe`.
@@ -392,7 +402,7 @@ class Cluster:
         python = params.get("python") or self.settings.remote_python  # the launch's, for E3
         timeout = params.get("timeout", self.settings.timeout_command)
         argv, stdin = probe_command(python, memokey.dumps({"sections": [section], **params}),
-                                    remote_script(script))
+                                    remote_script(script), needs_site([(script, section, params)]))
         result = self.run(node, argv, stdin=stdin, timeout=timeout)
         for line in reversed(result.stdout.splitlines()):
             if line.startswith(PROBE_MARK):
@@ -496,7 +506,8 @@ class Cluster:
                                      **params} if section == "base" else params]
                   for script, section, params in probes]
         args = memokey.dumps({"bundle": wanted, "timeout": self.settings.timeout_command})
-        return probe_command(self.settings.remote_python, args, _bundle_source(probes))
+        return probe_command(self.settings.remote_python, args, _bundle_source(probes),
+                             needs_site(probes))
 
     def _bundle_timeout(self, probes: Sequence[NodeProbe]) -> float:
         return max(float(p.get("timeout", self.settings.timeout_command)) for _, _, p in probes)
