@@ -31,7 +31,7 @@ from cluster_tests.core import testids as ids
 from cluster_tests.core.cluster import CLUSTER_KEY, Cluster, Node, node_probes
 from cluster_tests.core.settings import Settings, add_options, read_settings
 from cluster_tests.judge import hostfile as hf
-from cluster_tests.report import files
+from cluster_tests.report import files, junit
 from cluster_tests.report import fixes as fixes_mod
 from cluster_tests.report.summary import Recorder, keyword_form, mask, progress_writer
 
@@ -59,6 +59,18 @@ def _testinfra_active(pluginmanager: pytest.PytestPluginManager) -> bool:
 
 def pytest_addoption(parser: pytest.Parser, pluginmanager: pytest.PytestPluginManager) -> None:
     add_options(parser, have_ssh_config_flag=_testinfra_active(pluginmanager))
+    if not pluginmanager.has_plugin(_JunitWriter.NAME):
+        pluginmanager.register(_JunitWriter(), _JunitWriter.NAME)
+
+
+class _JunitWriter:
+    """--junitxml (on by default: reports/junit.xml) written test by test (report.junit)."""
+
+    NAME = "cluster_tests_junit"
+
+    @pytest.hookimpl(trylast=True)  # after pytest's junitxml plugin made its writer
+    def pytest_configure(self, config: pytest.Config) -> None:
+        junit.install(config)
 
 
 @pytest.hookimpl(tryfirst=True)

@@ -1,0 +1,135 @@
+"""`--junitxml` written test by test: the same document as pytest's own writer, without holding
+every test's XML element until the session ends.
+
+pytest's LogXML keeps, for every test, its `testcase` element (with its properties, skip reason
+or failure text) in a list, and at the session's end serializes the whole tree as one string.
+At 4096 nodes (190,000 items) that is several hundred MB held for the session, then a string of
+the whole file and its pieces at once.  Here each test's element is serialized when pytest
+finalizes it and appended to an anonymous spool file; the list keeps a small record per test
+(where its text lies in the spool), and the session's end writes the document by streaming from
+the spool, in pytest's order.
+
+Only LogXML's serialization moves: what goes into each element (properties, failures, captured
+output, durations) is pytest's own code.  Where pytest's LogXML lacks what this relies on (a
+future pytest), its own writer is left in place (`install`)."""
+
+from __future__ import annotations
+
+import os
+import platform
+import tempfile
+import xml.etree.ElementTree as ET
+from typing import IO, Any
+
+import pytest
+
+try:
+    from _pytest import junitxml as _junitxml
+except ImportError:  # pragma: no cover - pytest always has it
+    _junitxml = None  # type: ignore[assignment]
+
+#: marks where the test cases go inside the serialized <testsuite> element
+_CASES = "CT_JUNIT_CASES_GO_HERE"
+#: what this writer relies on in pytest's LogXML (methods; and attributes of an instance)
+_METHODS = ("node_reporter", "finalize", "pytest_sessionfinish", "_get_global_properties_node")
+_ATTRS = ("node_reporters", "node_reporters_ordered", "stats", "cnt_double_fail_tests",
+          "suite_name", "logfile")
+
+
+class _Spooled:
+    """A finalized test's element, as text in the spool: (start, length) in bytes."""
+
+    __slots__ = ("start", "length")
+
+    def __init__(self, start: int, length: int) -> None:
+        self.start = start
+        self.length = length
+
+
+def streaming_class() -> Any:
+    """The LogXML subclass, or None where pytest's LogXML is not what it was written for."""
+    if _junitxml is None or not all(hasattr(_junitxml.LogXML, n) for n in _METHODS):
+        return None
+
+    class StreamingLogXML(_junitxml.LogXML):
+        _spool: IO[bytes] | None = None
+        #: a live reporter's place in node_reporters_ordered, until it is finalized
+        _index: dict[int, int]
+
+        def node_reporter(self, report: Any) -> Any:
+            n = len(self.node_reporters_ordered)
+            reporter = super().node_reporter(report)
+            if len(self.node_reporters_ordered) > n:  # created now, in the file's order
+                self._index[id(reporter)] = n
+            return reporter
+
+        def finalize(self, report: pytest.TestReport) -> None:
+            workernode = getattr(report, "node", None)
+            reporter = self.node_reporters.pop((report.id, workernode))
+            for propname, propvalue in report.user_properties:
+                reporter.add_property(propname, str(propvalue))
+            data = ET.tostring(reporter.to_xml(), encoding="unicode").encode("utf-8")
+            if self._spool is None:
+                self._spool = tempfile.TemporaryFile(prefix="ct-junit-")
+            start = self._spool.seek(0, os.SEEK_END)
+            self._spool.write(data)
+            # the test's place in the file now holds where its text is, not its element
+            ordered: list[Any] = self.node_reporters_ordered
+            ordered[self._index.pop(id(reporter))] = _Spooled(start, len(data))
+
+        def pytest_sessionfinish(self) -> None:
+            dirname = os.path.dirname(os.path.abspath(self.logfile))
+            os.makedirs(dirname, exist_ok=True)
+            duration = self.suite_start.elapsed()
+            numtests = (self.stats["passed"] + self.stats["failure"] + self.stats["skipped"]
+                        + self.stats["error"] - self.cnt_double_fail_tests)
+            suite_node = ET.Element(
+                "testsuite", name=self.suite_name, errors=str(self.stats["error"]),
+                failures=str(self.stats["failure"]), skipped=str(self.stats["skipped"]),
+                tests=str(numtests), time=f"{duration.seconds:.3f}",
+                timestamp=self.suite_start.as_utc().astimezone().isoformat(),
+                hostname=platform.node())
+            suite_node.text = _CASES
+            testsuites = ET.Element("testsuites")
+            testsuites.set("name", "pytest tests")
+            testsuites.append(suite_node)
+            head, _, tail = ET.tostring(testsuites, encoding="unicode").partition(_CASES)
+            spool = self._spool
+            with open(self.logfile, "w", encoding="utf-8") as logfile:
+                logfile.write('<?xml version="1.0" encoding="utf-8"?>')
+                logfile.write(head)
+                global_properties = self._get_global_properties_node()
+                if global_properties is not None:
+                    logfile.write(ET.tostring(global_properties, encoding="unicode"))
+                for entry in self.node_reporters_ordered:
+                    if isinstance(entry, _Spooled):
+                        assert spool is not None
+                        spool.seek(entry.start)
+                        logfile.write(spool.read(entry.length).decode("utf-8"))
+                    else:  # never finalized (a collection error, an internal error)
+                        logfile.write(ET.tostring(entry.to_xml(), encoding="unicode"))
+                logfile.write(tail)
+            if spool is not None:
+                spool.close()
+                self._spool = None
+
+    return StreamingLogXML
+
+
+def install(config: pytest.Config) -> bool:
+    """Put the streaming writer in place of pytest's LogXML, with its settings (after pytest's
+    junitxml plugin configured it, before the session starts).  False where nothing changed."""
+    if _junitxml is None:
+        return False
+    xml = config.stash.get(_junitxml.xml_key, None)
+    cls = streaming_class()
+    if (xml is None or cls is None or type(xml) is not _junitxml.LogXML
+            or not all(hasattr(xml, n) for n in _ATTRS) or xml.node_reporters_ordered):
+        return False
+    new = cls.__new__(cls)
+    new.__dict__.update(xml.__dict__)
+    new._index = {}
+    config.pluginmanager.unregister(xml)
+    config.stash[_junitxml.xml_key] = new
+    config.pluginmanager.register(new)
+    return True
