@@ -98,7 +98,6 @@ def _per_node(cluster: Cluster, pair: tuple[str, str], check: Callable[[str, str
     flags = _clean_flags(cluster, m)
     bit = F1_CLEAN if item_id is ids.REACHABLE else F3_CLEAN
     names = cluster.names
-    passed = ROW_MARKS["passed"]
 
     def one(p: tuple[str, str]) -> outcome.Tried:
         peer = p[1] if pair[1] == pairs_mod.ANY else p[0]
@@ -109,26 +108,43 @@ def _per_node(cluster: Cluster, pair: tuple[str, str], check: Callable[[str, str
                                  skipped=True)
         return outcome.attempt(p, check)
 
-    # the clean pairs (nearly all of a million) are read from the flags, with no object each
+    # the clean pairs (nearly all of a million) are read from the flags, with no object each:
+    # one byte per peer, 1 where clean, 0 where the pair's check runs
     if pair[1] == pairs_mod.ANY:
-        row = flags.get(pair[0])
-        clean = [row is not None and bool(row[i] & bit) for i in range(len(names))]
+        line = bytes(flags.get(pair[0]) or bytes(len(names))).translate(CLEAN_BYTE[bit])
     else:
-        col = names.index(pair[1])
-        clean = [(r := flags.get(x)) is not None and bool(r[col] & bit) for x in names]
+        col = _name_index(cluster)[pair[1]]
+        line = bytes((r[col] if r is not None else 0) for r in _rows(cluster, flags)
+                     ).translate(CLEAN_BYTE[bit])
     tried: list[outcome.Tried] = []
-    marks: list[str] = []
-    for p, fine in zip(pairs_mod.expand(pair, names), clean, strict=True):
-        if fine:
-            marks.append(passed)
-            continue
-        t = one(p)
+    marks = bytearray(line.translate(CLEAN_MARK))  # the reports' matrix: one mark per peer
+    i = line.find(0)
+    while i >= 0:
+        t = one((pair[0], names[i]) if pair[1] == pairs_mod.ANY else (names[i], pair[1]))
         tried.append(t)
-        marks.append(outcome.row([t]))
-    record("row", "".join(marks))  # the reports' matrix: one mark per peer
+        marks[i] = ord(outcome.row([t]))
+        i = line.find(0, i + 1)
+    record("row", marks.decode())
     # a pair's warnings once: on its source's item
     outcome.conclude(pair, tried, owner, warn=pair[1] == pairs_mod.ANY,
-                     passed=sum(clean))
+                     passed=len(names) - len(tried))
+
+
+#: flag byte -> 1 where the bit (F1_CLEAN or F3_CLEAN) is set, else 0
+CLEAN_BYTE = {bit: bytes(1 if v & bit else 0 for v in range(256)) for bit in (1, 2)}
+#: clean byte -> the passed mark (the others are written over, pair by pair)
+CLEAN_MARK = bytes(ord(ROW_MARKS["passed"]) if v == 1 else ord("?") for v in range(256))
+NAME_INDEX: MemoKey[dict[str, int]] = MemoKey("netcheck", "name_index")
+FLAG_ROWS: MemoKey[list[bytearray | None]] = MemoKey("netcheck", "flag_rows")
+
+
+def _name_index(cluster: Cluster) -> dict[str, int]:
+    return cluster.memo(NAME_INDEX, lambda: {n: i for i, n in enumerate(cluster.names)})
+
+
+def _rows(cluster: Cluster, flags: dict[str, bytearray]) -> list[bytearray | None]:
+    """The flag rows in name order (None: that source did not answer)."""
+    return cluster.memo(FLAG_ROWS, lambda: [flags.get(x) for x in cluster.names])
 
 
 F3_CLEAN, F1_CLEAN = 1, 2
@@ -142,19 +158,54 @@ def _clean_flags(cluster: Cluster, m: nc.PortMatrix) -> dict[str, bytearray]:
     F3, at each end), and 1024 nodes make a million pairs."""
     def compute() -> dict[str, bytearray]:
         names = cluster.names
+        where = {n: i for i, n in enumerate(names)}
         bases = {n: cluster.base_or_none(n) for n in names}
         down = {n for n in names if cluster.login_error(n) is not None}
         typical = ports.rtt_typical(cluster)
         out: dict[str, bytearray] = {}
         for a in m.results:
-            flags = out[a] = bytearray(len(names))
             if a in down:
+                out[a] = bytearray(len(names))
                 continue
+            row = m.compact.get(a)
+            if row is not None and (row.names is names or row.names == names):
+                out[a] = _row_flags(m, a, row, where, bases, down, typical)
+                continue
+            flags = out[a] = bytearray(len(names))
             for i, b in enumerate(names):
                 if b not in down:
                     flags[i] = _clean(m, a, b, bases[a], bases[b], typical)
         return out
     return cluster.memo(CLEAN_FLAGS, compute)
+
+
+def _row_flags(m: nc.PortMatrix, a: str, row: nc.CompactRow, where: dict[str, int],
+               bases: dict[str, dict | None], down: set[str], typical: float | None) -> bytearray:
+    """`_clean` for every target of a compact row asked in name order, in bulk: the compact
+    entries from the row's arrays at once (a 4096-node matrix has 16.7 M), then what differs
+    from that, each where it can be: the pairs with an entry of their own, the targets `a`
+    resolved (the only ones it can misresolve), `a` itself, the nodes that are down."""
+    both = F3_CLEAN | F1_CLEAN
+    # not an outlier (nc.is_outlier): at most max(5 x, x + 2 ms) the typical RTT; NaN (no
+    # sample) compares false, so such an entry is F3-clean only, as in _clean
+    limit = math.inf if typical is None else max(typical * 5.0, typical + 2.0)
+    flags = bytearray(both if (x and r <= limit) else (F3_CLEAN if x else 0)
+                      for x, r in zip(row.addr, row.rtt, strict=True))
+    me = where[a]
+    if row.addr[me] and row.rtt[me] == row.rtt[me]:
+        flags[me] = both  # a node to itself: F1 judges no outlier
+    base_a = bases[a]
+    for b in ((base_a or {}).get("resolve") or {}):
+        i = where.get(b)
+        if i is not None and flags[i] and netfacts.misresolved(base_a, bases[b], b) is not None:
+            flags[i] = 0
+    for b in m.results.get(a) or {}:  # the pairs that did not come back compact
+        i = where.get(b)
+        if i is not None:
+            flags[i] = _clean(m, a, b, base_a, bases[b], typical)
+    for b in down:
+        flags[where[b]] = 0
+    return flags
 
 
 def _clean(m: nc.PortMatrix, a: str, b: str, base_a: dict | None, base_b: dict | None,
@@ -194,13 +245,38 @@ def test_reachable(cluster: Cluster, pair: tuple[str, str], record_property) -> 
         finally:
             if pair[1] == pairs_mod.ANY:  # the source's row of the latency matrix
                 m = cluster.cached(ports.PORT_MATRIX)
-                if m is not None:
-                    row = [_median_rtt(m, pair[0], b) for b in cluster.names]
-                    if any(v is not None for v in row):
-                        record_property("rtt_row", " ".join(f"{v:.3f}" if v is not None else "-"
-                                                            for v in row))
+                text = _rtt_row(cluster, m, pair[0]) if m is not None else None
+                if text is not None:
+                    record_property("rtt_row", text)
         return
     _reachable(cluster, *pair, record=record_property)
+
+
+RTT_TEXT: MemoKey[dict[float, str]] = MemoKey("netcheck", "rtt_text")
+
+
+def _rtt_row(cluster: Cluster, m: nc.PortMatrix, a: str) -> str | None:
+    """a's median RTT to every node in name order, in ms with three decimals ("-": not
+    measured), for the reports' latency map; None when none was.  A compact row is read from
+    its arrays, each distinct value formatted once (RTTs have few: 16.7 M of them at 4096
+    nodes)."""
+    names = cluster.names
+    row = m.compact.get(a)
+    text = cluster.memo(RTT_TEXT, dict)
+    words: list[str] = []
+    if row is not None and (row.names is names or row.names == names):
+        for b, x, r in zip(names, row.addr, row.rtt, strict=True):
+            if not x:  # not compact: the pair's own entry
+                v = _median_rtt(m, a, b)
+                words.append("-" if v is None else f"{v:.3f}")
+            elif r != r:  # NaN: no sample
+                words.append("-")
+            else:
+                w = text.get(r)
+                words.append(w if w is not None else text.setdefault(r, f"{r:.3f}"))
+    else:
+        words = [("-" if (v := _median_rtt(m, a, b)) is None else f"{v:.3f}") for b in names]
+    return None if all(w == "-" for w in words) else " ".join(words)
 
 
 def _median_rtt(m: nc.PortMatrix, a: str, b: str) -> float | None:
