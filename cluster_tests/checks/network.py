@@ -253,6 +253,20 @@ def test_reachable(cluster: Cluster, pair: tuple[str, str], record_property) -> 
 
 
 RTT_TEXT: MemoKey[dict[float, str]] = MemoKey("netcheck", "rtt_text")
+ENTRIES_INTO: MemoKey[dict[str, list[tuple[str, dict]]]] = MemoKey("netcheck", "entries_into")
+
+
+def _entries_into(cluster: Cluster, m: nc.PortMatrix) -> dict[str, list[tuple[str, dict]]]:
+    """target -> [(source, its entry)] of the matrix's entries kept whole (under --pairs matrix
+    the ones that did not come back compact), by target: read once, not once per target."""
+    def compute() -> dict[str, list[tuple[str, dict]]]:
+        out: dict[str, list[tuple[str, dict]]] = {}
+        for a, row in m.results.items():
+            for b, e in row.items():
+                if isinstance(e, dict):
+                    out.setdefault(b, []).append((a, e))
+        return out
+    return cluster.memo(ENTRIES_INTO, compute)
 
 
 def _rtt_row(cluster: Cluster, m: nc.PortMatrix, a: str) -> str | None:
@@ -609,6 +623,14 @@ def test_own_address(cluster: Cluster, node: str, record_property) -> None:
     # a peer whose connections into node fail on the high ports too is F3's (the firewall of
     # either end, named there): here only what the address itself breaks
     # (the peers that tried node: with --pairs ring two, not all; judge only reads those)
+    if own is None or not ownaddr.problems(node, own, {}):
+        # the address itself is usable: only a peer that failed it makes a problem, and a
+        # compact peer (every port answered, the own address too) did not; the peers with an
+        # entry of their own are few under --pairs matrix (4096 a node otherwise)
+        tried = {a: e.get("own") for a, e in _entries_into(cluster, m).get(node, ())
+                 if a != node and not nc.failed_ports(e)}
+        if not ownaddr.problems(node, own, tried):
+            return
     # a compact entry (every port answered, its own address too where tried) is read without
     # making the entry: one answer for every compact peer
     compact_own = m.compact_own(node)
