@@ -35,6 +35,12 @@ from cluster_tests.report import files, junit
 from cluster_tests.report import fixes as fixes_mod
 from cluster_tests.report.summary import Recorder, keyword_form, mask, progress_writer
 
+try:  # what the tmpdir plugin leaves on an item (private: absent from another pytest)
+    from _pytest.tmpdir import tmppath_result_key
+    TMPPATH_RESULT: pytest.StashKey[Any] | None = tmppath_result_key
+except ImportError:  # pragma: no cover
+    TMPPATH_RESULT = None
+
 SETTINGS_KEY = pytest.StashKey[Settings]()
 PARSE_KEY = pytest.StashKey[object]()
 #: where the node list came from (the report header's "from ...")
@@ -200,6 +206,18 @@ class _SummaryPlugin:
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         self.recorder.add(report)
 
+    @pytest.hookimpl(wrapper=True, tryfirst=True)
+    def pytest_runtest_protocol(self, item: pytest.Item, nextitem: pytest.Item | None):
+        """Once an item has run, what plugins left on it for its own run goes: pytest-timeout's
+        cancel closure, the tmpdir plugin's per-phase results (read by tmp_path's teardown, left
+        on every item that has none): 300 B an item, for the whole session."""
+        try:
+            return (yield)
+        finally:
+            item.__dict__.pop("cancel_timeout", None)
+            if TMPPATH_RESULT is not None and TMPPATH_RESULT in item.stash:
+                del item.stash[TMPPATH_RESULT]
+
     @pytest.hookimpl(trylast=True, specname="pytest_runtest_logreport")
     def pytest_runtest_logreport_let_go(self, report: pytest.TestReport) -> None:
         """Once the terminal reporter has counted it, a passed setup or teardown with nothing
@@ -207,6 +225,9 @@ class _SummaryPlugin:
         at 4096 nodes), reads them only to print a failed test's captured teardown output, and
         looks through all of them for each failed test (quadratic on a red cluster)."""
         if report.when == "call" or not report.passed or report.sections:
+            # kept (pytest's stats, to the end): its copy of the item's keywords (300 B an item)
+            # is read only for the skipped summary's folding, which asks for these two
+            report.keywords = {k: 1 for k in ("skip", "pytestmark") if k in report.keywords}
             return
         reporter = self.config.pluginmanager.get_plugin("terminalreporter")
         kept = reporter.stats.get("") if reporter is not None else None

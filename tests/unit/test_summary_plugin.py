@@ -21,6 +21,13 @@ def pytest_sessionfinish(session):
     kept = [(r.nodeid.split("::")[-1], r.when) for r in stats.get("", [])]
     with open("kept.txt", "w") as out:
         out.write(repr(sorted(kept)))
+    from _pytest.tmpdir import tmppath_result_key
+    left = {"keywords": sorted({k for rs in stats.values() for r in rs
+                                for k in getattr(r, "keywords", {})}),
+            "cancel_timeout": [i.name for i in session.items if hasattr(i, "cancel_timeout")],
+            "tmppath": [i.name for i in session.items if tmppath_result_key in i.stash]}
+    with open("left.txt", "w") as out:
+        out.write(repr(left))
 """
 
 CHECKS = """
@@ -35,6 +42,13 @@ def noisy():
 def test_quiet(node):
     pass
 
+@pytest.mark.skip(reason="marked")
+def test_marked_skip():
+    pass
+
+def test_skips_itself():
+    pytest.skip("not here")
+
 def test_red(noisy):
     assert False, "red"
 
@@ -46,10 +60,17 @@ def test_green_but_noisy(noisy):
 def test_passed_setup_and_teardown_are_let_go_unless_they_captured_output(pytester):
     pytester.makeconftest(CONFTEST)
     pytester.makepyfile(test_checks=CHECKS)
-    result = pytester.runpytest_inprocess("-p", "no:cacheprovider")
-    result.assert_outcomes(passed=4, failed=1)
+    result = pytester.runpytest_inprocess("-p", "no:cacheprovider", "-rs")
+    result.assert_outcomes(passed=4, failed=1, skipped=2)
     # kept: only the teardowns that printed; every quiet setup and teardown was let go
     kept = (pytester.path / "kept.txt").read_text()
     assert kept == repr([("test_green_but_noisy", "teardown"), ("test_red", "teardown")])
     # and a failed test still shows what its teardown printed, as pytest shows it
     result.stdout.fnmatch_lines(["*Captured stdout teardown*", "teardown says where it hurts"])
+    # the reports pytest keeps hold only the keywords its skipped summary reads; what plugins
+    # left on each item for its own run is gone (pytest-timeout's closure, tmpdir's results)
+    left = eval((pytester.path / "left.txt").read_text())  # noqa: S307 - our own repr
+    assert left == {"keywords": ["pytestmark", "skip"], "cancel_timeout": [], "tmppath": []}
+    # (by those keywords pytest folds a skip marker's reports; a marked function has both)
+    result.stdout.fnmatch_lines(["SKIPPED [[]1[]] test_checks.py:12: marked",
+                                 "SKIPPED [[]1[]] test_checks.py:17: not here"])
