@@ -31,11 +31,20 @@ from cluster_tests.measure import masteraddr, ports, rehearsal
 pytestmark = pytest.mark.network
 
 
+#: the tests that read the port matrix
+MATRIX_READERS = frozenset(t.name for t in (ids.REACHABLE, ids.MASTER_PORT, ids.HIGH_PORTS,
+                                             ids.FIREWALL_RULES, ids.OWN_ADDRESS))
+
+
 def session_start(cluster: Cluster, selected: frozenset[str]) -> None:
     """After collection: F5 reads the launch's exports from the rehearsal; start it in the
-    background (see env.session_start)."""
+    background (see env.session_start); and the port matrix, so that its rounds (listen,
+    connect, stop: round trips, little work) overlap the S checks' waits instead of following
+    them."""
     if ids.SOCKET_IFNAME.name in selected:
         rehearsal.start_background(cluster)
+    if selected & MATRIX_READERS:
+        ports.start_background(cluster)
 
 
 def node_probes(settings: Settings) -> list[NodeProbe]:

@@ -14,9 +14,11 @@ median RTT of every measured pair) is computed from it once.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import math
 import secrets
+import threading
 from typing import Any
 
 from cluster_tests.core import pairs as pairs_mod
@@ -41,6 +43,16 @@ def port_timeout(cluster: Cluster) -> float:
 def port_matrix(cluster: Cluster) -> PortMatrix:
     """The whole matrix, measured once for the session."""
     return cluster.memo(PORT_MATRIX, lambda: measure(cluster))
+
+
+def start_background(cluster: Cluster) -> None:
+    """Measure the matrix in a thread of its own (its readers wait for the same memo entry; an
+    error is re-raised to each of them)."""
+    def run() -> None:
+        with contextlib.suppress(Exception):
+            port_matrix(cluster)
+
+    threading.Thread(target=run, name="ct-port-matrix", daemon=True).start()
 
 
 def measure(cluster: Cluster) -> PortMatrix:
