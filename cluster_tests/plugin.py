@@ -325,13 +325,36 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
 
 def pytest_sessionstart(session: pytest.Session) -> None:
     session.config.stash[SESSION_KEY] = session
+    cluster = _cluster(session.config)
+    if cluster is not None and _logs_in_everywhere(session.config):
+        # before collection: the handshakes overlap it (a second at 16 nodes, more at 4096)
+        cluster.login_all_background()
+
+
+def _logs_in_everywhere(config: pytest.Config) -> bool:
+    """Whether this session will log in to every node, known before collection: it runs tests
+    (not --collect-only, --setup-plan, --fixtures), here (not an xdist controller or worker),
+    over SSH, and selects by no name (no -k, --lf, --deselect, test ids), which every node's
+    items would pass or fail together."""
+    o = config.option
+    if hasattr(config, "workerinput") or getattr(o, "numprocesses", None):
+        return False
+    if _the_cluster(config).settings.transport != "ssh":
+        return False
+    if any(getattr(o, name, None) for name in (
+            "keyword", "lf", "deselect", "collectonly", "setupplan", "setuponly",
+            "showfixtures", "show_fixtures_per_test")):
+        return False
+    return not any("::" in str(a) for a in config.args)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
     cluster = config.stash.get(CLUSTER_KEY, None)
-    if cluster is not None:
-        cluster.close()
     session = config.stash.get(SESSION_KEY, None)
+    if cluster is not None:
+        if session is not None and session.exitstatus != pytest.ExitCode.INTERRUPTED:
+            cluster.finish_background()  # (after Ctrl-C: listeners end by their own deadline)
+        cluster.close()
     if session is not None and cluster is not None and _is_the_command(config):
         atexit.register(_leave, int(session.exitstatus))
 
@@ -512,9 +535,11 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     # what exists now (the items above all: 200,000 at 4096 nodes, a dozen objects each) lives
     # until the session ends; the cyclic garbage collector need not walk it on every full pass
     gc.freeze()
+    if session.config.option.collectonly:
+        return  # nothing runs: nothing to fetch or start on the nodes
     cluster.prefetch(touched, node_probes(cluster.settings, [m for m in modules if m is not None]))
-    # background phases a check module starts for its selected tests (the launch rehearsal);
-    # not under pytest-xdist, where each worker would start its own
+    # background phases a check module starts for its selected tests (the launch rehearsal, the
+    # port matrix); not under pytest-xdist, where each worker would start its own
     if not hasattr(session.config, "workerinput"):
         selected = frozenset(getattr(item, "originalname", item.name) for item in session.items)
         for module in modules:

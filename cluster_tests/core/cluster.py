@@ -130,6 +130,7 @@ class Cluster:
     _lock: threading.Lock = field(default_factory=threading.Lock)
     #: the memo's failed logins, read without raising them again
     _login_errors: dict[str, ConnectError] = field(default_factory=dict)
+    _background: list[threading.Thread] = field(default_factory=list)
     #: what this process did remotely: logins, probes run, probes read from the shared cache
     stats: dict[str, int] = field(default_factory=lambda: {"ssh_logins": 0, "probes_run": 0,
                                                            "probes_shared": 0})
@@ -266,6 +267,36 @@ class Cluster:
             return conn.login_seconds or 0.0
 
         return self.memo(login_key(node), do)
+
+    def login_all_background(self) -> None:
+        """Start every node's login now, in the background (the pool holds --fanout handshakes
+        at a time): whoever needs a node later waits for its login in flight, or finds it
+        done."""
+        def run() -> None:
+            self.pool.map(self.login_error, self.names)
+
+        threading.Thread(target=run, name="cluster-logins", daemon=True).start()
+
+    def in_background(self, name: str, fn: Callable[[], object]) -> None:
+        """Run a phase of the session in a thread of its own (its readers wait for its memo
+        entries, an error re-raised to each), one that the session waits for before it ends
+        (`finish_background`): what it leaves on the nodes (listeners) is its own to stop."""
+        def run() -> None:
+            with contextlib.suppress(Exception):
+                fn()
+
+        thread = threading.Thread(target=run, name=name, daemon=True)
+        with self._lock:
+            self._background.append(thread)
+        thread.start()
+
+    def finish_background(self) -> None:
+        """Wait for the background phases (a session that ended before reading them: -x, a
+        deselection by a plugin) so that they end what they started on the nodes."""
+        with self._lock:
+            threads = list(self._background)
+        for thread in threads:
+            thread.join()
 
     def login_error(self, node: str) -> ConnectError | None:
         err = self._login_errors.get(node)

@@ -14,11 +14,9 @@ median RTT of every measured pair) is computed from it once.
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import math
 import secrets
-import threading
 from typing import Any
 
 from cluster_tests.core import pairs as pairs_mod
@@ -47,12 +45,9 @@ def port_matrix(cluster: Cluster) -> PortMatrix:
 
 def start_background(cluster: Cluster) -> None:
     """Measure the matrix in a thread of its own (its readers wait for the same memo entry; an
-    error is re-raised to each of them)."""
-    def run() -> None:
-        with contextlib.suppress(Exception):
-            port_matrix(cluster)
-
-    threading.Thread(target=run, name="ct-port-matrix", daemon=True).start()
+    error is re-raised to each of them); the session waits for it before it ends, so that its
+    listeners are stopped."""
+    cluster.in_background("ct-port-matrix", lambda: port_matrix(cluster))
 
 
 def measure(cluster: Cluster) -> PortMatrix:

@@ -8,11 +8,11 @@ from __future__ import annotations
 import random
 
 import pytest
+from memostub import SessionMemo
 
 from cluster_tests.checks import network as net
 from cluster_tests.judge import netfacts
 from cluster_tests.judge import network as nc
-from memostub import SessionMemo
 
 
 def _matrix(rng: random.Random, names: list[str]) -> nc.PortMatrix:
