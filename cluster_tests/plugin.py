@@ -511,10 +511,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.user_properties.append(("pair", "->".join(params["pair"])))
 
 
+@pytest.hookimpl(tryfirst=True)  # the order settled before xdist's workers report theirs
 def pytest_collection_finish(session: pytest.Session) -> None:
     cluster = _cluster(session.config)
     if cluster is None:
         return
+    _pdsh_legs_with_the_rehearsal(session.items, cluster.names[:1])
     session.config.stash[outcome.SELECTED_KEY] = frozenset(item.name for item in session.items)
     touched: list[str] = []
     for item in session.items:
@@ -546,6 +548,30 @@ def pytest_collection_finish(session: pytest.Session) -> None:
             start = getattr(module, "session_start", None)
             if start is not None:
                 start(cluster, selected)
+
+
+def _pdsh_legs_with_the_rehearsal(items: list[pytest.Item], rank0: list[str]) -> None:
+    """Where the session runs the launch rehearsal (a test that reads it is selected: each
+    check module's REHEARSAL_READERS), S5's legs from the rank-0 node are read from its pdsh
+    run (checks/ssh.py): they run right after the last of those readers, not in S's place,
+    where they would hold every check between S and E back until the rehearsal's imports
+    are done (those checks then ran one after another at its end, on one core)."""
+    modules = dict.fromkeys(getattr(item, "module", None) for item in items)
+    readers = frozenset().union(*(getattr(m, "REHEARSAL_READERS", frozenset())
+                                  for m in modules if m is not None))
+    last = max((i for i, item in enumerate(items)
+                if getattr(item, "originalname", None) in readers), default=None)
+    if last is None:
+        return
+    legs = [item for item in items[:last] if getattr(item, "originalname", None) == ids.PDSH.name
+            and _params(item).get("pdsh_leg", ("",))[0] in rank0]
+    if not legs:
+        return
+    moved = {id(item) for item in legs}
+    anchor = items[last]
+    kept = [item for item in items if id(item) not in moved]
+    at = next(i for i, item in enumerate(kept) if item is anchor) + 1
+    items[:] = kept[:at] + legs + kept[at:]
 
 
 def pytest_itemcollected(item: pytest.Item) -> None:

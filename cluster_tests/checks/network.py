@@ -31,6 +31,8 @@ from cluster_tests.measure import masteraddr, ports, rehearsal
 pytestmark = pytest.mark.network
 
 
+#: the tests of this section that read the rehearsal (F5: the launch's exports)
+REHEARSAL_READERS = frozenset({ids.SOCKET_IFNAME.name})
 #: the tests that read the port matrix
 MATRIX_READERS = frozenset(t.name for t in (ids.REACHABLE, ids.MASTER_PORT, ids.HIGH_PORTS,
                                              ids.FIREWALL_RULES, ids.OWN_ADDRESS))
@@ -41,7 +43,7 @@ def session_start(cluster: Cluster, selected: frozenset[str]) -> None:
     background (see env.session_start); and the port matrix, so that its rounds (listen,
     connect, stop: round trips, little work) overlap the S checks' waits instead of following
     them."""
-    if ids.SOCKET_IFNAME.name in selected:
+    if selected & REHEARSAL_READERS:
         rehearsal.start_background(cluster)
     if selected & MATRIX_READERS:
         ports.start_background(cluster)
