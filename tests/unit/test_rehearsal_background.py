@@ -11,7 +11,7 @@ from memostub import SessionMemo
 
 from cluster_tests.checks import env as env_checks
 from cluster_tests.checks import network as net_checks
-from cluster_tests.measure import rehearsal
+from cluster_tests.measure import ports, rehearsal
 
 
 def test_started_once_per_session(monkeypatch):
@@ -48,7 +48,9 @@ def test_an_error_stays_in_the_thread(monkeypatch):
 
 def test_started_only_for_the_readers_of_the_rehearsal(monkeypatch):
     calls: list[object] = []
+    matrix: list[object] = []
     monkeypatch.setattr(rehearsal, "start_background", lambda c: calls.append(c))
+    monkeypatch.setattr(ports, "start_background", lambda c: matrix.append(c))
     cluster: Any = object()
     env_checks.session_start(cluster, frozenset({"test_required_env", "test_env_agrees"}))
     net_checks.session_start(cluster, frozenset({"test_reachable", "test_mtu"}))
@@ -56,3 +58,5 @@ def test_started_only_for_the_readers_of_the_rehearsal(monkeypatch):
     env_checks.session_start(cluster, frozenset({"test_versions"}))  # E3 alone (-k)
     net_checks.session_start(cluster, frozenset({"test_socket_ifname"}))
     assert calls == [cluster, cluster]
+    # the port matrix likewise, for its readers only (F1 above; not F5, F6)
+    assert matrix == [cluster]
