@@ -142,10 +142,15 @@ def test_standard_library_probes_start_without_site_packages_with_the_same_facts
         assert (torch is not None) is site and needs_site(versions)
 
 
+#: what differs from run to run: timings, and this machine's interfaces (`ip -o link`/`addr`),
+#: which the simulated clusters of tests running beside these ones (-n 2) add and remove
+VOLATILE = frozenset({"seconds", "ip_link", "ip_addr"})
+
+
 def _facts(data):
-    """A probe's facts without its timings (which differ from run to run)."""
+    """A probe's facts without what differs from run to run (VOLATILE)."""
     if isinstance(data, dict):
-        return {k: _facts(v) for k, v in data.items() if k != "seconds"}
+        return {k: _facts(v) for k, v in data.items() if k not in VOLATILE}
     if isinstance(data, list):
         return [_facts(v) for v in data]
     return data
