@@ -14,8 +14,10 @@ class SessionMemo:
         self._lock = threading.Lock()
         self._memo: dict[Any, Any] = {}
         self._values: dict[Any, Any] = {}
+        self._background: list[Any] = []
 
     memo = Cluster.memo
     cached = Cluster.cached
     _computed = Cluster._computed
     _failed = Cluster._failed
+    in_background = Cluster.in_background

@@ -277,17 +277,19 @@ class Cluster:
 
         threading.Thread(target=run, name="cluster-logins", daemon=True).start()
 
-    def in_background(self, name: str, fn: Callable[[], object]) -> None:
+    def in_background(self, name: str, fn: Callable[[], object], *, wait: bool = True) -> None:
         """Run a phase of the session in a thread of its own (its readers wait for its memo
-        entries, an error re-raised to each), one that the session waits for before it ends
-        (`finish_background`): what it leaves on the nodes (listeners) is its own to stop."""
+        entries, an error re-raised to each).  `wait`: the session waits for it before it ends
+        (`finish_background`), for what it leaves on the nodes (listeners) is its own to stop;
+        else what it has in flight is ended with the run's other commands (`close`)."""
         def run() -> None:
             with contextlib.suppress(Exception):
                 fn()
 
         thread = threading.Thread(target=run, name=name, daemon=True)
-        with self._lock:
-            self._background.append(thread)
+        if wait:
+            with self._lock:
+                self._background.append(thread)
         thread.start()
 
     def finish_background(self) -> None:

@@ -23,9 +23,7 @@ and the pdsh process itself runs under the session's `timeout` and run tag.
 from __future__ import annotations
 
 import base64
-import contextlib
 import shlex
-import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -142,12 +140,7 @@ def start_background(cluster: Cluster) -> None:
     cluster.memo(BACKGROUND, claim)
     if not started[0]:
         return
-
-    def run() -> None:
-        with contextlib.suppress(Exception):
-            rehearse(cluster)
-
-    threading.Thread(target=run, name="ct-rehearsal", daemon=True).start()
+    cluster.in_background("ct-rehearsal", lambda: rehearse(cluster), wait=False)
 
 
 def scheduled(cluster: Cluster) -> bool:
