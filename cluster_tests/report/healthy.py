@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import dataclasses
 import shlex
-from array import array
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -33,9 +32,9 @@ def slowness(recorder: Any, nodes: Iterable[str]) -> dict[str, float]:
     """A number per node, larger is slower, from the run's own measurements: C2's pair busbw
     (the inverse of the slowest pair a node is in), else F1's round-trip times (the node's
     median RTT to and from its peers, ms)."""
+    nodes = list(nodes)
     wanted = set(nodes)
     bw = recorder.pair_bandwidth()
-    out: dict[str, float] = {}
     if bw:
         lowest: dict[str, float] = {}
         for pair, v in bw.items():  # one pass over the pairs, not one per node
@@ -43,21 +42,7 @@ def slowness(recorder: Any, nodes: Iterable[str]) -> dict[str, float]:
                 if v > 0:
                     lowest[n] = min(v, lowest.get(n, v))
         return {n: 1.0 / lowest[n] for n in nodes if n in lowest}
-    # 8 bytes per RTT, no float object (a 4096-node matrix has 16.7 M, each at both ends)
-    by_node: dict[str, array] = {}
-    for a, b, v in recorder.iter_latency():
-        if a != b:
-            for n in (a, b):
-                if n in wanted:
-                    got = by_node.get(n)
-                    if got is None:
-                        got = by_node[n] = array("d")
-                    got.append(v)
-    for n in nodes:
-        mine = sorted(by_node.get(n, ()))
-        if mine:
-            out[n] = mine[len(mine) // 2]
-    return out
+    return recorder.latency_medians(nodes)
 
 
 def decide(recorder: Any, nodes: list[str], world_multiple: int = 1) -> Healthy:

@@ -184,3 +184,46 @@ def test_html_folds_the_ranks_stacks_by_group():
         assert "<summary>ranks 0,1 (node1) in rendezvous (allreduce.py)</summary>" in page
         assert "<summary>rank 2 (node3) in connect (allreduce.py) (differs)</summary>" in page
         assert "in connect" in page and "Current thread 0x" in page
+
+
+def _median_by_definition(rec: Recorder, nodes: list[str]) -> dict[str, float]:
+    """Each node's median of every RTT at either end of a pair it is in (not its own cell)."""
+    seen: dict[str, list[float]] = {}
+    for a, b, v in rec.iter_latency():
+        if a != b:
+            for n in (a, b):
+                if n in nodes:
+                    seen.setdefault(n, []).append(v)
+    return {n: sorted(seen[n])[len(seen[n]) // 2] for n in nodes if n in seen}
+
+
+def test_latency_medians_are_the_medians_of_every_pair_at_both_ends():
+    import random
+
+    rnd = random.Random(7)
+    for trial in range(30):
+        names = [f"node{i}" for i in range(1, rnd.randint(2, 70))]
+        rec = Recorder(list(names))
+        for a in names:
+            if rnd.random() < 0.1:
+                continue  # a source with no row (its node->* item did not run)
+            cells = [rnd.choice(["-", "-", f"{rnd.uniform(0.01, 900):.3f}",
+                                 f"{rnd.choice([0.05, 0.1, 0.25]):.3f}"]) for _ in names]
+            rec.outcomes[f"test_reachable[{a}->*]"] = Outcome(
+                f"test_reachable[{a}->*]", "test_reachable", "m", "passed", pair=(a, "*"),
+                properties={"rtt_row": " ".join(cells[:len(names) - (trial % 5 == 0)])})
+        for _ in range(rnd.randint(0, 5)):  # pair items beside the rows
+            a, b = rnd.choice(names), rnd.choice(names)
+            rec.outcomes[f"test_reachable[{a}->{b}]"] = Outcome(
+                f"test_reachable[{a}->{b}]", "test_reachable", "m", "passed", pair=(a, b),
+                properties={"rtt_ms": f"{rnd.uniform(0.01, 5):.4f}"})
+        wanted = [n for n in names if rnd.random() < 0.8]
+        assert rec.latency_medians(wanted) == _median_by_definition(rec, wanted)
+
+
+def test_latency_medians_leave_out_a_node_without_a_measured_pair():
+    rec = Recorder(["node1", "node2", "node3"])
+    rec.outcomes["test_reachable[node1->*]"] = Outcome(
+        "test_reachable[node1->*]", "test_reachable", "m", "passed", pair=("node1", "*"),
+        properties={"rtt_row": "0.100 0.200 -"})
+    assert rec.latency_medians(["node1", "node2", "node3"]) == {"node1": 0.2, "node2": 0.2}
