@@ -181,52 +181,50 @@ class Recorder:
 
         A 4096-node matrix has 16.7 M RTTs, each counted at both ends: its rows are read in
         bulk (each distinct word parsed once, a row an `array` of float32 whose missing cells
-        are +inf, the columns by transposing 64 rows at a time), and each median is mapped back
-        to the value it was parsed from."""
+        and the node's own are +inf), each node's column is taken in turn from all rows at once
+        (`zip`), and each median is mapped back to the value it was parsed from."""
         wanted = set(nodes)
         inf = math.inf
         parsed = _Parsed()
         exact: dict[float, float] = {}  # float32 -> the value it stands for
-        by_node: dict[str, array] = {}
-
-        def add(n: str, values: Iterable[float]) -> None:
-            if n in wanted:
-                got = by_node.get(n)
-                if got is None:
-                    got = by_node[n] = array("f")
-                got.extend(values)
-
+        extra: dict[str, list[float]] = {}  # the pair items' RTTs, by node
         for o in self.by_function(ids.REACHABLE.name):
             if o.pair and "*" not in o.pair and o.pair[0] != o.pair[1] \
                     and (v := _number(o.properties.get("rtt_ms"))) is not None:
                 exact.setdefault(array("f", [v])[0], v)
-                add(o.pair[0], (v,))
-                add(o.pair[1], (v,))
+                for n in o.pair:
+                    extra.setdefault(n, []).append(v)
         names = self.nodes
         index = {n: i for i, n in enumerate(names)}
-        rows = list(self.rows(ids.REACHABLE.name, "rtt_row").items())
-        for start in range(0, len(rows), 64):
-            block = []
-            for a, text in rows[start:start + 64]:
-                row = array("f", map(parsed.__getitem__, text.split()[:len(names)]))
-                row.extend([inf] * (len(names) - len(row)))
-                if (i := index.get(a)) is not None:
-                    row[i] = inf  # a's own cell: not a pair
-                add(a, row)
-                block.append(row)
-            for b, column in zip(names, zip(*block, strict=True), strict=True):
-                add(b, column)
+        rows: dict[str, array] = {}
+        for a, text in self.rows(ids.REACHABLE.name, "rtt_row").items():
+            row = rows[a] = array("f", map(parsed.__getitem__, text.split()[:len(names)]))
+            row.extend([inf] * (len(names) - len(row)))
+            if (i := index.get(a)) is not None:
+                row[i] = inf  # a's own cell: not a pair
         for v in parsed.values():
             exact.setdefault(array("f", [v])[0], v)
+
+        def median(n: str, column: Iterable[float]) -> float | None:
+            got = array("f", column)
+            got.extend(rows.get(n, ()))
+            got.extend(extra.get(n, ()))
+            finite = len(got) - got.count(inf)
+            if not finite:
+                return None
+            mid = sorted(got)[finite // 2]
+            return exact.get(mid, mid)
+
+        found: dict[str, float | None] = {}
+        if rows:
+            for b, column in zip(names, zip(*rows.values(), strict=True), strict=True):
+                if b in wanted:
+                    found[b] = median(b, column)
         out: dict[str, float] = {}
         for n in nodes:
-            got = by_node.get(n)
-            if got is None:
-                continue
-            finite = len(got) - got.count(inf)
-            if finite:
-                median = sorted(got)[finite // 2]
-                out[n] = exact.get(median, median)
+            v = found[n] if n in found else median(n, ())
+            if v is not None:
+                out[n] = v
         return out
 
     def rows(self, function: str, prop: str = "row") -> dict[str, str]:
