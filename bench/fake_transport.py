@@ -105,10 +105,13 @@ _SPECIAL_SOURCES = frozenset(src for src, _ in BLOCKED | FLAKY)
 _LOCK = threading.Lock()
 #: (target list, samples, attempt) -> the compact connect answer of an ordinary source
 _CONNECT_ANSWERS: dict[tuple[Any, ...], dict[str, Any]] = {}
-#: a long parameter line (the port matrix's target list) -> its decoded parameters, and the
-#: ids of their target lists (kept alive here, so that an id names one list)
-_PARAMS: dict[bytes, dict[str, Any]] = {}
+#: a long parameter line (the port matrix's target list) and its decoded parameters, by the
+#: line's length (hashing 475 KB for each node cost more than comparing it); the ids of their
+#: target lists (kept alive here, so that an id names one list)
+_PARAMS: dict[int, list[tuple[bytes, dict[str, Any]]]] = {}
 _KEPT: set[int] = set()
+#: id of a kept connect answer -> its JSON (the probe's output line)
+_TEXT: dict[int, str] = {}
 
 
 def _decoded(line: bytes) -> dict[str, Any]:
@@ -117,12 +120,13 @@ def _decoded(line: bytes) -> dict[str, Any]:
     if len(line) < 65536:
         return json.loads(line)
     with _LOCK:
-        got = _PARAMS.get(line)
+        same = _PARAMS.setdefault(len(line), [])
+        got = next((p for text, p in same if text == line), None)
     if got is None:
         got = json.loads(line)
         with _LOCK:
-            if len(_PARAMS) < 8:
-                _PARAMS[line] = got
+            if sum(map(len, _PARAMS.values())) < 8:
+                same.append((line, got))
                 _KEPT.add(id(got.get("targets")))
     return got
 
@@ -209,6 +213,7 @@ def answer(node: str, script: str, section: str, params: dict[str, Any]) -> Any:
                 got = _connect(node, params)
                 with _LOCK:
                     _CONNECT_ANSWERS[key] = got
+                    _TEXT[id(got)] = json.dumps(got)
             return got
         return _connect(node, params)
     key = f"{script}/{section}"
@@ -322,7 +327,9 @@ class FakeSession:
                 script = _script_name(stdin)
                 result = {s: answer(node, script, s, params)
                           for s in params.get("sections", ["base"])}
-                stdout = PROBE_MARK + json.dumps(result) + "\n"
+                stdout = PROBE_MARK + "{" + ", ".join(
+                    f"{json.dumps(s)}: {_TEXT.get(id(a)) or json.dumps(a)}"
+                    for s, a in result.items()) + "}\n"
         elif "pdsh" in command and " -w " in command:  # S5's and the rehearsal's pdsh runs
             stdout = _pdsh_output(command)
         elif ma.BEGIN in command:  # H3: DeepSpeed's `ssh <first host> hostname -I`, a route

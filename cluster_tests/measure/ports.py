@@ -14,7 +14,6 @@ median RTT of every measured pair) is computed from it once.
 
 from __future__ import annotations
 
-import itertools
 import math
 import secrets
 from typing import Any
@@ -197,10 +196,10 @@ def rtt_typical(cluster: Cluster) -> float | None:
     (a 4096-node matrix has 16.7 M)."""
     def compute() -> float | None:
         m = port_matrix(cluster)
-        detail = (s.median_ms for x, row in m.results.items() for y, e in row.items()
-                  if x != y and (s := nc.rtt_stats(e["rtt_ms"])) is not None)
-        compact = (v for x, y, v in m.compact_rtts() if x != y)
-        return nc.typical_rtt(itertools.chain(detail, compact))
+        counts = m.compact_rtt_counts()
+        counts.update(s.median_ms for x, row in m.results.items() for y, e in row.items()
+                      if x != y and (s := nc.rtt_stats(e["rtt_ms"])) is not None)
+        return nc.typical_rtt(counts)
     return cluster.memo(RTT_TYPICAL, compute)
 
 

@@ -82,3 +82,17 @@ def test_the_latency_row_read_in_bulk_is_each_pairs_median():
         assert net._rtt_row(cluster, m, a) == " ".join(
             f"{v:.3f}" if v is not None else "-" for v in one_by_one)
     assert net._rtt_row(cluster, nc.PortMatrix(token="t"), "node1") is None  # nothing measured
+
+
+def test_the_compact_rtts_counted_in_bulk_are_each_pairs_median_but_a_nodes_own():
+    names = [f"node{i}" for i in range(1, 41)]
+    m = _matrix(random.Random(11), names)
+    want: dict[float, int] = {}
+    for a in names:
+        for b in names:
+            c = m.compact_of(a, b)
+            if a != b and c is not None and c[1] == c[1]:
+                want[c[1]] = want.get(c[1], 0) + 1
+    got = m.compact_rtt_counts()
+    assert got == want and sum(got.values()) > 1000
+    assert any(m.compact_of(a, a) for a in names)  # some own cells were compact: left out
