@@ -19,6 +19,7 @@ import logging
 import os
 import sys
 import types
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -584,9 +585,10 @@ def pytest_itemcollected(item: pytest.Item) -> None:
 
 def _session_fixtures(config: pytest.Config) -> types.ModuleType:
     """The session's own fixtures, closures over its config, in a plugin of their own (registered
-    by pytest_configure).  Through pytest's `pytestconfig` they would take `request`, for which
-    pytest builds a new FixtureDef (and reads a signature) in every test that reaches it: 8 %
-    of a test's cost on a 4096-node cluster, where nearly every test takes `cluster`."""
+    by pytest_configure).  Each time a test reaches a fixture that takes `request` (pytest's
+    `pytestconfig` and `record_property` do), pytest builds a new FixtureDef for it and reads a
+    signature: a test taking `cluster` and `record_property` through them built four, where
+    nearly every test of a 4096-node run takes `cluster` and 31 checks `record_property`."""
     holder = types.ModuleType("cluster_tests.fixtures")
 
     @pytest.fixture(scope="session", name="cluster")
@@ -608,8 +610,27 @@ def _session_fixtures(config: pytest.Config) -> types.ModuleType:
         verdict."""
         return config.stash[PARSE_KEY]  # type: ignore[return-value]
 
-    for fixture in (cluster, settings, hostfile):
-        setattr(holder, fixture.__name__, fixture)
+    current: list[pytest.Item] = []  # the test being set up, for record_property
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_setup(item: pytest.Item) -> None:
+        current[:] = [item]
+
+    @pytest.fixture(name="record_property")
+    def record_property() -> Callable[[str, object], None]:
+        """Add a property to the calling test (`record_property(name, value)`): it goes into
+        the test's report, JUnit and the cluster summary.  pytest's own fixture, without its
+        `request` (see above); the same warning where the JUnit family drops properties."""
+        item = current[0]
+        xml = config.stash.get(junit.xml_key, None) if junit.xml_key is not None else None
+        if xml is not None and xml.family not in ("xunit1", "legacy"):
+            item.warn(pytest.PytestWarning(
+                f"record_property is incompatible with junit_family '{xml.family}' "
+                f"(use 'legacy' or 'xunit1')"))
+        return lambda name, value: item.user_properties.append((name, value))
+
+    for fn in (cluster, settings, hostfile, record_property, pytest_runtest_setup):
+        setattr(holder, fn.__name__, fn)
     return holder
 
 

@@ -27,6 +27,8 @@ try:
     from _pytest import junitxml as _junitxml
 except ImportError:  # pragma: no cover - pytest always has it
     _junitxml = None  # type: ignore[assignment]
+#: where pytest keeps its LogXML (None where pytest has no junitxml)
+xml_key = getattr(_junitxml, "xml_key", None)
 
 #: marks where the test cases go inside the serialized <testsuite> element
 _CASES = "CT_JUNIT_CASES_GO_HERE"
