@@ -587,8 +587,8 @@ def _session_fixtures(config: pytest.Config) -> types.ModuleType:
     """The session's own fixtures, closures over its config, in a plugin of their own (registered
     by pytest_configure).  Each time a test reaches a fixture that takes `request` (pytest's
     `pytestconfig` and `record_property` do), pytest builds a new FixtureDef for it and reads a
-    signature: a test taking `cluster` and `record_property` through them built four, where
-    nearly every test of a 4096-node run takes `cluster` and 31 checks `record_property`."""
+    signature (three times a test for `record_property`), where nearly every test of a
+    4096-node run takes `cluster`, and 31 checks `record_property`."""
     holder = types.ModuleType("cluster_tests.fixtures")
 
     @pytest.fixture(scope="session", name="cluster")
