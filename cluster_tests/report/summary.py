@@ -67,6 +67,8 @@ class Outcome:
 
 
 _MARK = {"passed": ".", "failed": "X", "error": "E", "skipped": "s"}
+#: the most nodes the terminal's pair matrix shows whole (Recorder.render_matrix)
+MATRIX_NODES = 48
 
 
 @dataclass
@@ -123,22 +125,64 @@ class Recorder:
     # -- rendering -----------------------------------------------------------------------------
     def render_matrix(self, function: str = ids.SSH_TRUST.name,
                       title: str = "SSH trust") -> list[str]:
+        """The pairs' marks as a matrix (row: from, column: to), and a line per red pair.  Up to
+        MATRIX_NODES nodes, the whole matrix; beyond (a 4096-node matrix is 150 MB of text), the
+        rows and columns of the nodes in a pair that did not pass, or past MATRIX_NODES such
+        nodes a line each for the first of them; the red pairs' lines stop at MATRIX_NODES too.
+        The whole matrix is in the JSON summary (`trust`) and the HTML report."""
         cells = self.matrix(function)
         if not cells:
             return []
-        names = [n for n in self.nodes if any(n in p for p in cells)]
+        involved = {n for pair in cells for n in pair}
+        names = [n for n in self.nodes if n in involved]
+        shown = names
+        lines: list[str] = []
+        if len(names) > MATRIX_NODES:
+            not_ok = {n for pair, o in cells.items() if o.outcome != "passed" for n in pair}
+            shown = [n for n in names if n in not_ok]
+            passed = sum(o.outcome == "passed" for o in cells.values())
+            lines.append(f"{title}: {len(cells)} pairs over {len(names)} nodes, {passed} passed"
+                         + (f"; the {len(shown)} nodes in a pair that did not pass:" if shown
+                            else "") + " (every pair: summary.json's trust, the HTML report)")
+        if shown and len(shown) <= MATRIX_NODES:
+            lines += self._matrix_lines(cells, shown, title)
+        elif shown:
+            lines += self._node_lines(cells, shown)
+        red = sorted((pair, o) for pair, o in cells.items() if o.outcome in ("failed", "error"))
+        lines += [f"  {a}->{b}: {o.headline[:160]}" for (a, b), o in red[:MATRIX_NODES]]
+        if len(red) > MATRIX_NODES:
+            lines.append(f"  ... and {len(red) - MATRIX_NODES} more red pairs (causes above)")
+        return lines
+
+    @staticmethod
+    def _matrix_lines(cells: dict[tuple[str, str], Outcome], names: list[str],
+                      title: str) -> list[str]:
         width = max(6, *(len(n) for n in names)) + 1
         lines = [f"{title} (row: from, column: to; . ok, X failed, s skipped, - not run):",
                  " " * width + "".join(n.rjust(width) for n in names)]
         for a in names:
-            row = a.ljust(width)
-            for b in names:
-                o = cells.get((a, b))
-                row += (_MARK.get(o.outcome, "?") if o else "-").rjust(width)
-            lines.append(row)
-        for (a, b), o in sorted(cells.items()):
-            if o.outcome in ("failed", "error"):
-                lines.append(f"  {a}->{b}: {o.headline[:160]}")
+            lines.append(a.ljust(width) + "".join(
+                (_MARK.get(o.outcome, "?") if (o := cells.get((a, b))) else "-").rjust(width)
+                for b in names))
+        return lines
+
+    @staticmethod
+    def _node_lines(cells: dict[tuple[str, str], Outcome], names: list[str]) -> list[str]:
+        """A line per node (the first MATRIX_NODES of `names`): its pairs that did not pass, from
+        it and to it, of its pairs."""
+        out_of: dict[str, list[int]] = {n: [0, 0, 0, 0] for n in names}
+        for (a, b), o in cells.items():
+            bad = o.outcome != "passed"
+            if a in out_of:
+                out_of[a][0] += bad
+                out_of[a][1] += 1
+            if b in out_of:
+                out_of[b][2] += bad
+                out_of[b][3] += 1
+        lines = [f"  {n}: from it {f} of {fn} did not pass, to it {t} of {tn}"
+                 for n, (f, fn, t, tn) in list(out_of.items())[:MATRIX_NODES]]
+        if len(names) > MATRIX_NODES:
+            lines.append(f"  ... and {len(names) - MATRIX_NODES} more nodes")
         return lines
 
     def render_nodes(self, facts: dict[str, dict[str, str]]) -> list[str]:

@@ -227,3 +227,52 @@ def test_latency_medians_leave_out_a_node_without_a_measured_pair():
         "test_reachable[node1->*]", "test_reachable", "m", "passed", pair=("node1", "*"),
         properties={"rtt_row": "0.100 0.200 -"})
     assert rec.latency_medians(["node1", "node2", "node3"]) == {"node1": 0.2, "node2": 0.2}
+
+
+def _ring(n: int, red: set[tuple[str, str]]) -> Recorder:
+    names = [f"node{i}" for i in range(1, n + 1)]
+    rec = Recorder(names)
+    for i, a in enumerate(names):
+        for b in (names[i - 1], names[(i + 1) % n]):
+            bad = (a, b) in red
+            rec.outcomes[f"test_ssh_trust[{a}->{b}]"] = Outcome(
+                f"test_ssh_trust[{a}->{b}]", "test_ssh_trust", "m", "failed" if bad else "passed",
+                f"{a} -> {b}: public key refused" if bad else "", pair=(a, b))
+    return rec
+
+
+def test_the_terminal_matrix_is_whole_up_to_its_width():
+    lines = _recorder().render_matrix()
+    assert lines[0].startswith("SSH trust (row: from, column: to;")
+    assert lines[1].split() == NODES and lines[2].split() == ["node1", ".", ".", "X"]
+    assert lines[-1] == "  node1->node3: public key refused"
+
+
+def test_a_big_clusters_matrix_shows_only_the_nodes_of_pairs_that_did_not_pass():
+    assert _ring(4096, set()).render_matrix() == [
+        "SSH trust: 8192 pairs over 4096 nodes, 8192 passed (every pair: summary.json's trust, "
+        "the HTML report)"]
+    lines = _ring(4096, {("node7", "node8"), ("node9", "node8")}).render_matrix()
+    assert lines[0].startswith("SSH trust: 8192 pairs over 4096 nodes, 8190 passed; the 3 "
+                               "nodes in a pair that did not pass:")
+    assert lines[2].split() == ["node7", "node8", "node9"]
+    assert lines[3].split() == ["node7", "-", "X", "-"]
+    assert lines[5].split() == ["node9", "-", "X", "-"]
+    assert lines[6:] == ["  node7->node8: public key refused", "  node9->node8: public key refused"]
+    assert len("\n".join(lines)) < 1000
+
+
+def test_past_its_width_the_nodes_get_a_line_each_and_the_red_pairs_stop():
+    from cluster_tests.report.summary import MATRIX_NODES
+
+    dead = [f"node{i}" for i in range(10, 4096, 10)]  # 10 % of the nodes: no login to them
+    red = {(f"node{i - 1}", f"node{i}") for i in range(10, 4096, 10)}
+    red |= {(f"node{i + 1}", f"node{i}") for i in range(10, 4096, 10)}
+    lines = _ring(4096, red).render_matrix()
+    assert lines[0].startswith(f"SSH trust: 8192 pairs over 4096 nodes, {8192 - len(red)} passed;"
+                               f" the {3 * len(dead)} nodes in a pair that did not pass:")
+    assert lines[1] == "  node9: from it 1 of 2 did not pass, to it 0 of 2"
+    assert lines[2] == "  node10: from it 0 of 2 did not pass, to it 2 of 2"
+    assert lines[MATRIX_NODES + 1] == f"  ... and {3 * len(dead) - MATRIX_NODES} more nodes"
+    assert lines[-1] == f"  ... and {len(red) - MATRIX_NODES} more red pairs (causes above)"
+    assert len(lines) == 2 * MATRIX_NODES + 3
