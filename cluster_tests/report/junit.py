@@ -48,6 +48,50 @@ class _Spooled:
         self.length = length
 
 
+_escape_cdata = getattr(ET, "_escape_cdata", None)
+_escape_attrib = getattr(ET, "_escape_attrib", None)
+
+
+def serialized(elem: ET.Element) -> str:
+    """`ET.tostring(elem, encoding="unicode")`, written directly for a tree of plain elements
+    (what pytest's reporter builds: string tags and attributes, no namespace), with
+    ElementTree's own escaping: its writer's set-up (a tree, a buffer, a namespace pass) cost
+    more than the test case's text.  Anything else goes to ElementTree."""
+    out: list[str] = []
+    try:
+        _write(elem, out.append)
+    except _NotPlain:
+        return ET.tostring(elem, encoding="unicode")
+    return "".join(out)
+
+
+class _NotPlain(Exception):
+    """An element `_write` leaves to ElementTree."""
+
+
+def _write(elem: ET.Element, write: Any) -> None:
+    """ElementTree's _serialize_xml for a plain element (short empty elements), tail and all."""
+    tag, text = elem.tag, elem.text
+    if type(tag) is not str or "{" in tag or _escape_cdata is None or _escape_attrib is None:
+        raise _NotPlain
+    write("<" + tag)
+    for k, v in elem.items():
+        if type(k) is not str or type(v) is not str or "{" in k:
+            raise _NotPlain
+        write(f' {k}="{_escape_attrib(v)}"')
+    if text or len(elem):
+        write(">")
+        if text:
+            write(_escape_cdata(text))
+        for child in elem:
+            _write(child, write)
+        write("</" + tag + ">")
+    else:
+        write(" />")
+    if elem.tail:
+        write(_escape_cdata(elem.tail))
+
+
 def streaming_class() -> Any:
     """The LogXML subclass, or None where pytest's LogXML is not what it was written for."""
     if _junitxml is None or not all(hasattr(_junitxml.LogXML, n) for n in _METHODS):
@@ -70,7 +114,7 @@ def streaming_class() -> Any:
             reporter = self.node_reporters.pop((report.id, workernode))
             for propname, propvalue in report.user_properties:
                 reporter.add_property(propname, str(propvalue))
-            data = ET.tostring(reporter.to_xml(), encoding="unicode").encode("utf-8")
+            data = serialized(reporter.to_xml()).encode("utf-8")
             if self._spool is None:
                 self._spool = tempfile.TemporaryFile(prefix="ct-junit-")
             start = self._spool.seek(0, os.SEEK_END)

@@ -121,3 +121,34 @@ def test_a_pytest_writer_it_was_not_made_for_is_left_in_place(pytester, monkeypa
 
     monkeypatch.setattr(junit, "_METHODS", (*junit._METHODS, "a_method_pytest_never_had"))
     assert junit.streaming_class() is None
+
+
+def test_a_test_cases_text_is_what_elementtree_writes():
+    import random
+    import xml.etree.ElementTree as ET
+
+    from cluster_tests.report.junit import serialized
+
+    rng = random.Random(3)
+    words = ["", "ok", "a<b", "x & y", 'say "hi"', "tab\there", "line\nnext", "\u00e9\u4e2d",
+             "]]>", "'q'", "\r", "->"]
+
+    def element(depth: int) -> ET.Element:
+        e = ET.Element(rng.choice(["testcase", "properties", "property", "skipped", "failure"]),
+                       {k: rng.choice(words) for k in rng.sample(["name", "value", "message",
+                                                                   "classname", "time"], 3)})
+        e.text = rng.choice([None, *words])
+        e.tail = rng.choice([None, None, *words])
+        if depth < 3:
+            for _ in range(rng.randint(0, 3)):
+                e.append(element(depth + 1))
+        return e
+
+    for _ in range(300):
+        e = element(0)
+        assert serialized(e) == ET.tostring(e, encoding="unicode")
+    # what it does not write itself, ElementTree does
+    odd = ET.Element("testcase")
+    odd.append(ET.Comment("a comment"))
+    odd.append(ET.Element("{urn:x}ns"))
+    assert serialized(odd) == ET.tostring(odd, encoding="unicode")
