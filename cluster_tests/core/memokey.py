@@ -73,13 +73,21 @@ def probe_key(node: str, section: str, params: dict[str, Any] | None = None,
     JSON, or their digest when long (the port matrix's `connect` names every peer: kept whole,
     1024 nodes' keys held 100 MB for the whole session, 4096 nodes' 1.6 GB); an `Encoded`
     parameter as its digest."""
-    params = params or {}
+    if not params:
+        return _plain_probe_key(node, section, script)
     if any(isinstance(v, Encoded) for v in params.values()):
         params = {k: v.digest if isinstance(v, Encoded) else v for k, v in params.items()}
     text = json.dumps(params, sort_keys=True)
     if len(text) > 256:
         text = "sha256:" + hashlib.sha256(text.encode()).hexdigest()
     return MemoKey("probe", node, script, section, text)
+
+
+@functools.lru_cache(maxsize=262144)  # the nodes' sections: 120,000 at 4096 nodes
+def _plain_probe_key(node: str, section: str, script: str) -> MemoKey[Any]:
+    """probe_key without parameters, made once (asked by every check that reads a node's facts;
+    its key was encoded again each time)."""
+    return MemoKey("probe", node, script, section, "{}")
 
 
 @functools.lru_cache(maxsize=65536)
