@@ -168,6 +168,11 @@ def main() -> int:
             print(f"  {n} nodes, --pairs {mode}: {items} items, collect {row['collect_s']:.2f}s "
                   f"({row['collect_mb']:.0f} MB), run {row['run_s']:.2f}s ({row['run_mb']:.0f} MB, "
                   f"{row['failed']} reds, {row['skipped']} skipped){dead_text}", flush=True)
+            if args.repeat > 1:  # the medians' spread: every run, in the order run
+                for what, got in (("run", full), ("dead run", dd if args.dead else [])):
+                    if got:
+                        print(f"    each {what}: " + ", ".join(
+                            f"{r['seconds']:.1f}s/{r['rss_mb']:.0f}MB" for r in got), flush=True)
     per_item = [r["per_item_ms"] for r in rows if r.get("per_item_ms")]
     typical = statistics.median(per_item) if per_item else None
     print()
