@@ -735,10 +735,15 @@ def supervise(spec: dict, source: bytes) -> int:
         for t in spies:
             t.start()
         time.sleep(0.5)  # faulthandler writes from the signal handler: well within this
+        # its Python stacks at once: the launcher stops the run a grace after it asked, and
+        # py-spy can take longer than that on a loaded node (the stacks were then lost)
+        for rank, proc in live.items():
+            stacks[rank].flush("asked", "", tcp_peers(proc.pid))
         for t in spies:
             t.join(12)
-        for rank, proc in live.items():
-            stacks[rank].flush("asked", native.get(rank, ""), tcp_peers(proc.pid))
+        for rank in live:  # then the native frames, as py-spy gives them
+            if native.get(rank):
+                stacks[rank].flush("asked", native[rank])
 
     def watch_stdin() -> None:
         while True:
