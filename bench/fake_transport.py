@@ -206,13 +206,13 @@ def answer(node: str, script: str, section: str, params: dict[str, Any]) -> Any:
         if params.get("compact") and node not in _SPECIAL_SOURCES and id(targets) in _KEPT:
             # every source the firewall rules leave alone gets the same answer for the same
             # target list: computed once (the nodes' own work, 5 ms a node at 4096 peers)
-            key = (id(targets), params.get("samples"), params.get("attempt"))
+            memo = (id(targets), params.get("samples"), params.get("attempt"))
             with _LOCK:
-                got = _CONNECT_ANSWERS.get(key)
+                got = _CONNECT_ANSWERS.get(memo)
             if got is None:
                 got = _connect(node, params)
                 with _LOCK:
-                    _CONNECT_ANSWERS[key] = got
+                    _CONNECT_ANSWERS[memo] = got
                     _TEXT[id(got)] = json.dumps(got)
             return got
         return _connect(node, params)
@@ -225,7 +225,7 @@ def answer(node: str, script: str, section: str, params: dict[str, Any]) -> Any:
 def _connect(node: str, params: dict[str, Any]) -> dict[str, Any]:
     """netprobe.py connect's answer from `node` to `params`' targets."""
     samples = int(params.get("samples", 5))
-    out = {}
+    out: dict[str, Any] = {}
     compact = params.get("compact")
     median = "%.4f" % (0.1 + 0.001 * (samples // 2)) if samples else "nan"
     for t in params.get("targets", []):
@@ -252,7 +252,9 @@ def _connect(node: str, params: dict[str, Any]) -> dict[str, Any]:
     if not compact:
         return out
     # node/netprobe.py's compact form (--pairs matrix): its own rule for every other target
-    addrs, rtts, detail = [], [], {}
+    addrs: list[str] = []
+    rtts: list[str] = []
+    detail: dict[str, Any] = {}
     for t in params.get("targets", []):
         e = out[t["name"]]
         if isinstance(e, tuple):
@@ -334,9 +336,9 @@ class FakeSession:
             stdout = _pdsh_output(command)
         elif ma.BEGIN in command:  # H3: DeepSpeed's `ssh <first host> hostname -I`, a route
             m = re.search(r" (\S+) hostname -I", command)
-            words = (f"{address(m.group(1))} " if m else
-                     f"{command.split('route get ')[-1].split()[0]} dev eth0 src {address(node)}")
-            stdout = f"{ma.BEGIN}\n{words}\n\n{ma.END} 0\n"
+            said = (f"{address(m.group(1))} " if m else
+                    f"{command.split('route get ')[-1].split()[0]} dev eth0 src {address(node)}")
+            stdout = f"{ma.BEGIN}\n{said}\n\n{ma.END} 0\n"
         return CommandResult(node=node, command=command, exit_status=0, stdout=stdout, stderr="",
                              duration=time.monotonic() - start)
 

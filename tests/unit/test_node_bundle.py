@@ -10,6 +10,7 @@ import json
 import subprocess
 import sys
 import time
+from typing import Any
 
 import pytest
 
@@ -132,7 +133,7 @@ def test_standard_library_probes_start_without_site_packages_with_the_same_facts
     assert sorted(runs[False]) == [0, 1, 2, 3]
     assert _facts(runs[False]) == _facts(runs[True])
     # and why the others keep it: torch is found only through the site-packages
-    versions = [("envprobe.py", "versions", {})]
+    versions: list[tuple[str, str, dict[str, Any]]] = [("envprobe.py", "versions", {})]
     for site in (True, False):
         argv, stdin = probe_command(sys.executable, json.dumps({"sections": ["versions"]}),
                                     node.source("envprobe.py"), site=site)
