@@ -96,8 +96,7 @@ def login_key(node: str) -> MemoKey[float]:
     return LOGIN(node)
 
 
-@functools.lru_cache(maxsize=65536)
 def base_key(node: str) -> MemoKey[dict[str, Any]]:
     """The key of a node's base facts (`Cluster.base`), for readers of the memo (made once per
-    node: the pair checks ask for both ends' on every pair)."""
-    return probe_key(node, "base")
+    node, by `_plain_probe_key`'s cache: the pair checks ask for both ends' on every pair)."""
+    return _plain_probe_key(node, "base", "probe.py")
