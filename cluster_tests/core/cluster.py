@@ -118,7 +118,7 @@ class Node:
     lineno: int
 
 
-@dataclass
+@dataclass(repr=False)
 class Cluster:
     settings: Settings
     nodes: list[Node]
@@ -141,6 +141,12 @@ class Cluster:
     shared: SharedResults | None = None
     #: --transport srun: the job steps that carry srun_mod.SRUN_PROBES (None: all on SSH)
     srun: srun_mod.Srun | None = None
+
+    def __repr__(self) -> str:
+        """Short: pytest shows every argument of every frame of a red's traceback, and of a
+        Ctrl-C's (the memo with every node's facts took seconds to write out, and then lost)."""
+        rank0 = f", rank 0: {self.nodes[0].name}" if self.nodes else ""
+        return f"<Cluster of {len(self.nodes)} nodes{rank0}>"
 
     @classmethod
     def create(cls, settings: Settings, nodes: list[Node]) -> Cluster:

@@ -300,6 +300,61 @@ def wait_result(fut: Future[T]) -> T:
             continue
 
 
+#: the environment variable that carries the run tag into every process a command starts
+RUN_TAG_VAR = "CT_RUN_TAG"
+
+
+def leftovers_script(tag: str) -> str:
+    """The shell script that ends every process of run `tag` on a node: those whose command
+    line carries the tag, those whose environment does (what left the session with setsid: a
+    port listener, pdsh's ssh clients), and the whole session of each (what a command started,
+    a ~/.bashrc's `sleep`, a worker, stays in its sshd session). TERM first (`timeout` passes
+    it on to the command's process group), KILL what is left. The pattern's brackets keep the
+    script's own command lines (pgrep's, grep's, this shell's) from matching."""
+    pattern = shlex.quote(f"[{tag[0]}]{tag[1:]}")
+    return (
+        f"p={pattern}; "
+        f'ours() {{ pgrep -f "$p"; grep -lsa "{RUN_TAG_VAR}=$p" /proc/[0-9]*/environ '
+        "| cut -d/ -f3; }; "
+        "end() { for s in $(ours | xargs -r ps -o sid= -p | sort -u); do pkill -$1 -s $s; done; "
+        "ours | xargs -r kill -$1 2>/dev/null; }; "
+        "end TERM; sleep 0.3; end KILL; exit 0"
+    )
+
+
+def off_main_thread(fn: Callable[[], T], name: str,
+                    on_interrupt: Callable[[], None] = lambda: None) -> T:
+    """`fn()`, run in a thread of its own when called from the main thread, which only waits.
+
+    Ctrl-C raises KeyboardInterrupt in the main thread wherever it is. Inside paramiko, between
+    a lock's acquire and its release, it leaves a channel's or the transport's lock held, and
+    every later command on that session (the cleanup's own among them) waits for it forever:
+    the run then outlives Ctrl-C and leaves the launch running on that node. So the main thread
+    never runs paramiko code; on an interrupt, `on_interrupt()` tells `fn` to stop, and the
+    interrupt goes on."""
+    if threading.current_thread() is not threading.main_thread():
+        return fn()
+    box: list[Any] = []
+
+    def run() -> None:
+        try:
+            box.append(fn())
+        except BaseException as exc:  # noqa: BLE001 - handed to the waiting main thread
+            box.append(exc)
+
+    thread = threading.Thread(target=run, name=name, daemon=True)
+    thread.start()
+    try:
+        while thread.is_alive():  # short waits: Ctrl-C runs its handler in the main thread
+            thread.join(0.2)
+    except BaseException:
+        on_interrupt()
+        raise
+    if isinstance(box[0], BaseException):
+        raise box[0]
+    return cast(T, box[0])
+
+
 def new_run_tag() -> str:
     """A tag that every remote command of one run carries on its command line, so that whatever
     the run left on a node (after Ctrl-C, say) can be found and ended: `pkill -f TAG`."""
@@ -418,7 +473,11 @@ class Connection:
         return f"Connection({self.target.alias!r})"
 
     def connect(self) -> paramiko.SSHClient:
-        """Log in once; a failure is remembered, so a dead node costs one connect timeout."""
+        """Log in once; a failure is remembered, so a dead node costs one connect timeout.
+        (Off the main thread: see `off_main_thread`.)"""
+        return off_main_thread(self._connect, f"ct-login-{self.target.alias}")
+
+    def _connect(self) -> paramiko.SSHClient:
         with self._lock:
             if self._client is not None:
                 return self._client
@@ -584,18 +643,29 @@ class Connection:
         """
         if self.closing.is_set():
             raise ConnectError(self.target, Cause.PROTOCOL, "the run is ending", "")
-        asked = should_stop
+        interrupted = threading.Event()
 
         def stop_now() -> bool:
-            return self.closing.is_set() or asked()
+            return self.closing.is_set() or interrupted.is_set() or should_stop()
 
-        client = self.connect()
+        return off_main_thread(
+            lambda: self._stream(argv, stdin, on_chunk, stop_now, timeout, kill_after, wait,
+                                 combine_stderr),
+            f"ct-stream-{self.target.alias}", on_interrupt=interrupted.set)
+
+    def _stream(self, argv: Sequence[str] | str, stdin: bytes | Feed | None,
+                on_chunk: Callable[[bytes, bool], None], stop_now: Callable[[], bool],
+                timeout: float, kill_after: int, wait: float | None,
+                combine_stderr: bool) -> Streamed:
+        client = self._connect()
         command = quote_argv(argv)
         remote_deadline = max(1, int(timeout))
         # `timeout` ends the command (and its process group) at the deadline on the node; the
-        # run tag, as the shell's $0, marks it as ours for `end_leftovers`.
-        wrapped = (f"timeout -k {kill_after} {remote_deadline} sh -c {shlex.quote(command)} "
-                   f"{self.tag}")
+        # run tag marks it and all it starts as ours for `end_leftovers`: as the shell's $0 (the
+        # command line), and in the environment, which what leaves the session inherits too (a
+        # port listener, pdsh's ssh clients).
+        wrapped = (f"env {RUN_TAG_VAR}={self.tag} timeout -k {kill_after} {remote_deadline} "
+                   f"sh -c {shlex.quote(command)} {self.tag}")
         start = time.monotonic()
         deadline = start + (timeout + 3 if wait is None else wait)
         transport = client.get_transport()
@@ -652,21 +722,10 @@ class Connection:
         return self._client is not None
 
     def end_leftovers(self, timeout: float = 5.0) -> None:
-        """TERM every process of this run still alive on the node (`timeout` passes it on to the
-        command's process group), then KILL what is left.  The pattern's brackets keep pkill's
-        own command line from matching."""
+        """End every process of this run still alive on the node (`leftovers_script`)."""
         if self._client is None:
             return
-        head, rest = self.tag[0], self.tag[1:]
-        pattern = shlex.quote(f"[{head}]{rest}")
-        # Every command of ours is the shell of an sshd session (its own session id), and what
-        # it started (a ~/.bashrc's `sleep`, a worker...) stays in that session unless it left
-        # with setsid: end whole sessions, not just the processes that carry the tag.
-        sids = f"$(pgrep -f {pattern} | xargs -r ps -o sid= -p | sort -u)"
-        script = (
-            f"for s in {sids}; do pkill -TERM -s $s; done; sleep 0.3; "
-            f"for s in {sids}; do pkill -KILL -s $s; done; exit 0"
-        )
+        script = f"sh -c {shlex.quote(leftovers_script(self.tag))}"
         try:
             transport = self._client.get_transport()
             if transport is None or not transport.is_active():
@@ -687,9 +746,12 @@ class Connection:
                 self._client = None
 
 
-@dataclass
+@dataclass(repr=False)
 class Pool:
     """All connections of a run, and a bounded thread pool to reach many nodes at once."""
+
+    def __repr__(self) -> str:  # short, as Cluster's
+        return f"<Pool of {len(self.targets)} nodes, {self.tag}>"
 
     targets: Mapping[str, SSHTarget]
     ssh_config: str | None = None

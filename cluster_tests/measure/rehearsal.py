@@ -148,11 +148,13 @@ def scheduled(cluster: Cluster) -> bool:
     return cluster.cached(BACKGROUND) is True
 
 
-def _code_word(deadline: float) -> str:
+def _code_word(deadline: float, tag: str) -> str:
     """The rehearsal script as one `-c` word; CT_DEADLINE (pdsh's deadline for the leg) lets it
-    dump its stacks just before that deadline, if it is still running (node/rehearse.py)."""
+    dump its stacks just before that deadline, if it is still running (node/rehearse.py). The
+    run's tag (a comment) marks the leg, and pdsh's ssh client that carries it, as the run's
+    own: after Ctrl-C the run ends them on every node (`Pool.end_leftovers`)."""
     b64 = base64.b64encode(remote_script("rehearse.py")).decode()
-    return f"'CT_DEADLINE={deadline:g};import base64;exec(base64.b64decode(\"{b64}\"))'"
+    return f"'CT_DEADLINE={deadline:g};import base64;exec(base64.b64decode(\"{b64}\"))#{tag}'"
 
 
 def _rehearse(cluster: Cluster) -> Rehearsal:
@@ -207,7 +209,7 @@ def _rehearse(cluster: Cluster) -> Rehearsal:
     connect = cluster.settings.timeout_connect
     deadline = max(60.0, timeout)
     words = launchenv.remote_words(r.exports, r.launch_dir, r.python,
-                                   ["-u", "-c", _code_word(deadline)])
+                                   ["-u", "-c", _code_word(deadline, cluster.pool.tag)])
     r.line = launchenv.remote_line(words[:-1] + ["'<import check>'"])
     argv = launchenv.pdsh_argv(r.hosts, connect_timeout=int(connect), command_timeout=int(deadline))
     ssh_args = f"-o BatchMode=yes -o ConnectTimeout={int(connect)}"

@@ -216,8 +216,8 @@ def test_a_hung_leg_says_where_it_hung(tmp_path) -> None:
     pkg = tmp_path / "deepspeed"
     pkg.mkdir()
     (pkg / "__init__.py").write_text("import time\ntime.sleep(60)\n")
-    word = _code_word(6)
-    assert word.startswith("'CT_DEADLINE=6;") and word.endswith("'")
+    word = _code_word(6, "ct-run-0123456789ab")
+    assert word.startswith("'CT_DEADLINE=6;") and word.endswith("#ct-run-0123456789ab'")
     proc = subprocess.Popen([sys.executable, "-u", "-c", word[1:-1]], cwd=tmp_path,
                             env={**os.environ, "PYTHONPATH": str(tmp_path)},
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
