@@ -31,6 +31,7 @@ from cluster_tests.core import source as source_mod
 from cluster_tests.core import srun as srun_mod
 from cluster_tests.core import testids as ids
 from cluster_tests.core.cluster import CLUSTER_KEY, Cluster, Node, node_probes
+from cluster_tests.core.interrupt import InterruptGuard
 from cluster_tests.core.settings import Settings, add_options, read_settings
 from cluster_tests.judge import hostfile as hf
 from cluster_tests.report import files, junit
@@ -51,6 +52,7 @@ RECORDER_KEY = pytest.StashKey[Recorder]()
 #: the report files written at the end of the run (report.files)
 WRITTEN_KEY = pytest.StashKey[files.Written]()
 SESSION_KEY = pytest.StashKey[pytest.Session]()
+GUARD_KEY = pytest.StashKey[InterruptGuard]()
 # Lines that other sections (e.g. the bandwidth table) add to the terminal summary.
 SUMMARY_EXTRA_KEY = pytest.StashKey[list[Any]]()
 
@@ -128,6 +130,10 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[PARSE_KEY] = parse
     nodes = [Node(h.name, h.slots, h.lineno) for h in parse.hosts]
     config.stash[CLUSTER_KEY] = cluster = Cluster.create(settings, nodes)
+    # a second Ctrl-C must not cut short the cleanup of the nodes that the first one starts
+    config.stash[GUARD_KEY] = guard = InterruptGuard(bool(config.option.fulltrace))
+    if guard.install():
+        config.pluginmanager.register(guard, "cluster_tests_interrupt")
     # --pairs: chosen once, before collection; the probes ask it which targets to reach
     spec = pairs_mod.parse_spec(settings.pairs)
     cluster.memo(pairs_mod.MEMO_KEY, lambda: pairs_mod.Selection.make(cluster.names, spec))
@@ -354,10 +360,15 @@ def _logs_in_everywhere(config: pytest.Config) -> bool:
 def pytest_unconfigure(config: pytest.Config) -> None:
     cluster = config.stash.get(CLUSTER_KEY, None)
     session = config.stash.get(SESSION_KEY, None)
-    if cluster is not None:
-        if session is not None and session.exitstatus != pytest.ExitCode.INTERRUPTED:
-            cluster.finish_background()  # (after Ctrl-C: listeners end by their own deadline)
-        cluster.close()
+    try:
+        if cluster is not None:
+            if session is not None and session.exitstatus != pytest.ExitCode.INTERRUPTED:
+                cluster.finish_background()  # (after Ctrl-C: close() ends what they started)
+            cluster.close()
+    finally:
+        guard = config.stash.get(GUARD_KEY, None)
+        if guard is not None:
+            guard.uninstall()
     if session is not None and cluster is not None and _is_the_command(config):
         atexit.register(_leave, int(session.exitstatus))
 
