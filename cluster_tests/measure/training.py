@@ -45,6 +45,11 @@ FORWARD_ENV = ("DS_ACCELERATOR",)
 RELEASE_KILLED_LOCKS = (
     'for f in $d/.ct_jit_lock.*; do [ -f "$f" ] || continue; { read ino; read l; } < "$f"; '
     '[ "$(stat -c %i -- "$l" 2>/dev/null)" = "$ino" ] && rm -f -- "$l"; done; ')
+#: ...and the /dev/shm segments of DeepSpeed's CPU all-reduce that a killed job could not unlink
+#: (node/train_smoke.py records each one's name first)
+REMOVE_KILLED_SEGMENTS = (
+    'for f in $d/.ct_shm.*; do [ -f "$f" ] || continue; read n < "$f"; '
+    'case "$n" in ""|*/*) ;; *) rm -f -- "/dev/shm/$n";; esac; done; ')
 #: what the launch's .deepspeed_env may set for DeepSpeed's JIT builds, passed on to the job
 JIT_ENV = ("TORCH_EXTENSIONS_DIR", "TRITON_CACHE_DIR", "TRITON_HOME", "CXX")
 #: Diagnoses that do not stop a launch that is still running (they are normal mid-run, or
@@ -462,7 +467,7 @@ class TrainingRuns:
         script = (
             'read p; read d; pkill -KILL -f -- "$p"; i=0; '
             'while pgrep -f -- "$p" >/dev/null && [ $i -lt 25 ]; do sleep 0.2; i=$((i+1)); done; '
-            + RELEASE_KILLED_LOCKS +
+            + RELEASE_KILLED_LOCKS + REMOVE_KILLED_SEGMENTS +
             'rm -rf -- $d; pgrep -af -- "$p"; true'
         )
 

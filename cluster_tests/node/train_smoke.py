@@ -40,11 +40,13 @@ import datetime
 import hashlib
 import json
 import os
+import re
 import socket
 import sys
 import threading
 import time
 import traceback
+from collections.abc import Callable, Mapping
 
 # The same as judge/trainresult.py's (this script runs alone on the nodes and cannot import it;
 # tests/unit/test_trainresult.py keeps them equal).
@@ -70,6 +72,41 @@ def emit(event: str, **fields: object) -> None:
 #: the record of a JIT build lock this process holds, in its working directory (the run's own
 #: directory): the launcher side's cleanup removes a lock whose holder it killed (judge: E7)
 JIT_LOCK_RECORD = ".ct_jit_lock"
+
+
+SHM_RECORD = ".ct_shm"
+#: the segment DeepSpeed's CPU shared-memory all-reduce makes for a rank in /dev/shm when every
+#: rank is on one machine (deepspeed/ops/csrc/cpu/comm/shm.cpp, shm_initialize); it never
+#: unlinks it: 64 MiB a rank stays in /dev/shm after every such job, whatever its end
+SHM_SEGMENT = "deepspeed_allreduce_buffer_{uid}_{addr}_{port}_{rank}"
+
+
+def record_shm_segment(environ: Mapping[str, str] = os.environ) -> str | None:
+    """The /dev/shm segment DeepSpeed's CPU all-reduce will make for this rank (None where it
+    makes none: ranks on several machines, LOCAL_SIZE != WORLD_SIZE), recorded in the working
+    directory before it exists: the suite's cleanup removes what a job killed before
+    `release_shm_segment` leaves (as for the JIT locks)."""
+    if environ.get("LOCAL_SIZE") != environ.get("WORLD_SIZE") or "RANK" not in environ:
+        return None
+    name = SHM_SEGMENT.format(uid=os.getuid(), addr=environ.get("MASTER_ADDR", ""),
+                              port=environ.get("MASTER_PORT", ""), rank=environ["RANK"])
+    if not re.fullmatch(r"[A-Za-z0-9_.:-]+", name):
+        return None
+    with contextlib.suppress(OSError):
+        with open(f"{SHM_RECORD}.{environ['RANK']}", "w") as fh:
+            fh.write(name + "\n")
+    return name
+
+
+def release_shm_segment(name: str, barrier: Callable[[], object]) -> None:
+    """Unlink this rank's segment once every rank has mapped every other's (`barrier()` after
+    init_distributed): the mappings stay, the name goes, and the job leaves nothing in
+    /dev/shm even when it is killed later."""
+    barrier()
+    with contextlib.suppress(OSError):
+        os.unlink(f"/dev/shm/{name}")
+    with contextlib.suppress(OSError):
+        os.unlink(f"{SHM_RECORD}.{os.environ['RANK']}")
 
 
 def record_jit_locks() -> None:
@@ -292,11 +329,15 @@ def main(argv: list[str] | None = None) -> int:
         time.sleep(args.sleep_before_init)
 
     _state["phase"] = "dist-init"
+    segment = record_shm_segment() if accel_name == "cpu" else None
     deepspeed.init_distributed(
         dist_backend=backend,
         timeout=datetime.timedelta(seconds=args.dist_timeout),
     )
     import torch.distributed as dist
+
+    if segment is not None:
+        release_shm_segment(segment, dist.barrier)
 
     bound = None
     with contextlib.suppress(Exception):  # private API: only reported
