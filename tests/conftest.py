@@ -50,3 +50,9 @@ def healthy_sim(sim):
     sim.restore()
     yield sim
     sim.restore()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "alone: the test needs the machine to itself (it loads both cores, or "
+        "measures time): `make test` runs these after the others, one at a time")

@@ -9,14 +9,11 @@ from __future__ import annotations
 
 import os
 import re
-import signal
-import subprocess
-import sys
 import time
 from typing import Any
 
 import pytest
-from suite import REPO, run_suite, sigint_as_at_a_terminal
+from suite import run_suite
 
 from cluster_tests.core.settings import Settings, TrainingSettings
 from cluster_tests.judge import trainargv as targv
@@ -128,6 +125,11 @@ def _no_leftovers(sim, wait: float = 5.0) -> None:
         time.sleep(0.5)
         left = _ours_left(sim)
     assert not left, left
+    # DeepSpeed's CPU all-reduce never unlinks its 64 MiB a rank in /dev/shm: the job does, once
+    # every rank has it mapped, and the cleanup of a job killed before that
+    shm = {nd.name: [f for f in sim.exec(nd.name, ["ls", "/dev/shm"]).stdout.split()
+                     if f.startswith("deepspeed_allreduce_buffer")] for nd in sim.nodes}
+    assert not any(shm.values()), shm
 
 
 def test_healthy_cluster_trains(healthy_sim):
@@ -220,38 +222,3 @@ def test_t1_at_its_deadline_shows_where_the_rank_was(healthy_sim):
 def test_not_training_deselects(healthy_sim):
     result = run_suite(healthy_sim, "-m", "not training", "-k", "train")
     assert not result.outcomes, result.describe()
-
-
-def test_ctrl_c_leaves_nothing_running(healthy_sim, tmp_path):
-    argv = [
-        sys.executable, "-m", "pytest", "--hostfile", str(healthy_sim.hostfile),
-        "--ssh-config", str(healthy_sim.ssh_config), "-p", "no:cacheprovider",
-        f"--junitxml={tmp_path / 'junit.xml'}", "-q",
-        "-m", "training", "--training-steps", "100000", "--training-deadline", "300",
-    ]
-    env = {k: v for k, v in os.environ.items() if k != "PYTEST_ADDOPTS"}
-    env["PYTHONFAULTHANDLER"] = "1"  # SIGABRT below: every thread's stack, if it never ends
-    proc = subprocess.Popen(argv, cwd=REPO, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True,
-                            preexec_fn=sigint_as_at_a_terminal)
-    try:
-        end = time.monotonic() + 90
-        while time.monotonic() < end and not any("train_smoke.py" in ln and "-u /" in ln
-                                                 for ln in _ours_left(healthy_sim)):
-            time.sleep(0.5)
-        assert _ours_left(healthy_sim), "the ranks never started"
-        time.sleep(1)
-        proc.send_signal(signal.SIGINT)
-        try:
-            out, _ = proc.communicate(timeout=60)
-        except subprocess.TimeoutExpired:
-            proc.send_signal(signal.SIGABRT)  # where it waits: faulthandler prints every thread
-            out, _ = proc.communicate(timeout=20)
-            raise AssertionError(f"pytest did not end within 60 s of Ctrl-C:\n{out[-12000:]}"
-                                 ) from None
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    assert "KeyboardInterrupt" in out or "Interrupted" in out, out[-2000:]
-    _no_leftovers(healthy_sim)
