@@ -43,7 +43,7 @@ MAX_RANGE = 64 * 1024
 #: our own limit on a whole expanded list (Slurm's MAX_PREFIX_CNT is of the same order)
 MAX_HOSTS = 100_000
 #: how long `scontrol show hostnames` may take (it answers in milliseconds where it is configured;
-#: with SLURM_CONF naming a missing file, Slurm 22.05's retries for 60 s)
+#: with SLURM_CONF naming a missing file, Slurm 22.05 retries for 60 s)
 SCONTROL_TIMEOUT = 15.0
 _SEP = "\t, "
 _CSPACE = " \t\n\v\f\r"
