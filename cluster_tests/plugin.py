@@ -119,7 +119,10 @@ def pytest_configure(config: pytest.Config) -> None:
         raise pytest.UsageError(str(exc)) from None
     if got is None:
         return
-    settings, parse, config.stash[SOURCE_KEY] = got
+    settings, parse, config.stash[SOURCE_KEY], notes = got
+    if notes and not hasattr(config, "workerinput"):
+        # (the header's "nodes from" says it too; the summary's last lines are what stays seen)
+        config.stash[SUMMARY_EXTRA_KEY] = [*config.stash.get(SUMMARY_EXTRA_KEY, []), *notes]
     if settings.transport == "srun":
         try:
             settings = dataclasses.replace(settings, srun_path=srun_mod.check_usable(

@@ -10,7 +10,7 @@ from cluster_tests.core import outcome
 from cluster_tests.core import testids as ids
 from cluster_tests.core.cluster import Cluster
 from cluster_tests.core.memokey import MemoKey, base_key
-from cluster_tests.judge import fixcmd
+from cluster_tests.judge import fixcmd, ownname
 from cluster_tests.judge.netfacts import all_ips, is_ip, is_loopback, parse_interfaces
 from cluster_tests.judge.problem import Problem
 
@@ -137,19 +137,9 @@ def _checked_sources(cluster: Cluster) -> dict[str, set[str]]:
 
 def test_hostname_not_loopback(cluster: Cluster, node: str) -> None:
     """N3: a node's own hostname does not resolve to 127.x there (the 127.0.1.1 trap)."""
-    facts = cluster.base(node)
-    hostname = facts["hostname"]
-    addrs = facts["resolve"].get(hostname, {}).get("addrs", [])
-    loop = [a for a in addrs if is_loopback(a)]
-    if loop:
-        own = sorted(a for a in _addresses_of(cluster, node) if not is_loopback(a))
-        pytest.fail(
-            f"{node}: its hostname '{hostname}' resolves to {', '.join(loop)} on the node itself, "
-            f"so its ranks advertise an address nobody else can reach.\n"
-            f"  fix, on {node}: remove '{hostname}' from the 127.x line in /etc/hosts and add "
-            f"'{own[0] if own else '<its address>'} {hostname}'",
-            pytrace=False,
-        )
+    problem = ownname.judge(node, cluster.base(node))
+    if problem is not None:
+        outcome.fail(problem)
 
 
 def test_resolve_fast(cluster: Cluster, pair: tuple[str, str], record_property) -> None:

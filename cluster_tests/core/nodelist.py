@@ -42,6 +42,9 @@ from cluster_tests.judge import hostfile as hf
 MAX_RANGE = 64 * 1024
 #: our own limit on a whole expanded list (Slurm's MAX_PREFIX_CNT is of the same order)
 MAX_HOSTS = 100_000
+#: how long `scontrol show hostnames` may take (it answers in milliseconds where it is configured;
+#: with SLURM_CONF naming a missing file, Slurm 22.05 retries for 60 s)
+SCONTROL_TIMEOUT = 15.0
 _SEP = "\t, "
 _CSPACE = " \t\n\v\f\r"
 
@@ -204,19 +207,45 @@ def expand_hostlist(expression: str) -> list[str]:
     return out
 
 
-def scontrol_hostnames(expression: str, scontrol: str, timeout: float = 15.0) -> list[str]:
-    """``scontrol show hostnames EXPR`` (it exits 0 even on a bad list: its stderr says so)."""
+class ScontrolFailed(NodeListError):
+    """`scontrol show hostnames` gave no list: a client without a configuration ("Could not
+    establish a configuration source"), a timeout, a refusal. ``said``: what it said, one line."""
+
+    def __init__(self, said: str) -> None:
+        super().__init__(f"`scontrol show hostnames` said: {said}")
+        self.said = said
+
+
+def _scontrol_said(stderr: str, returncode: int) -> str:
+    """What scontrol's stderr says about why: its first line (the root: `cannot stat file ...`,
+    `res_nsearch error`) and its fatal line (`Could not establish a configuration source`), else
+    its last line (`Invalid hostlist: ...`), else the exit status."""
+    lines = [ln.strip() for ln in stderr.splitlines() if ln.strip()]
+    fatal = [ln for ln in lines if "fatal:" in ln]
+    if fatal:
+        return f"{lines[0]} ... {fatal[-1]}" if lines[0] != fatal[-1] else fatal[-1]
+    return lines[-1] if lines else f"exit {returncode} and no host"
+
+
+def scontrol_hostnames(expression: str, scontrol: str, timeout: float = SCONTROL_TIMEOUT
+                       ) -> list[str]:
+    """``scontrol show hostnames EXPR`` (it exits 0 even on a bad list: its stderr says so).
+    Raises ScontrolFailed when it gives no list."""
     try:
         proc = subprocess.run([scontrol, "show", "hostnames", expression], capture_output=True,
                               text=True, errors="replace", timeout=timeout, check=False)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise NodeListError(f"`scontrol show hostnames` failed: {exc}") from None
+    except subprocess.TimeoutExpired as exc:
+        err = exc.stderr.decode(errors="replace") if isinstance(exc.stderr, bytes) else (
+            exc.stderr or "")
+        last = [ln.strip() for ln in err.splitlines() if ln.strip()]
+        raise ScontrolFailed(f"no answer within {timeout:g} s"
+                             + (f" (its last words: {last[-1]})" if last else "")) from None
+    except OSError as exc:
+        raise ScontrolFailed(f"{scontrol} did not run: {exc.strerror or exc}") from None
     names = proc.stdout.split()
     if (proc.returncode != 0 or "Invalid hostlist" in proc.stderr
             or (expression.strip() and not names)):
-        said = proc.stderr.strip().splitlines()
-        raise NodeListError(f"SLURM_JOB_NODELIST={expression!r}: `scontrol show hostnames` said: "
-                            f"{said[-1] if said else f'exit {proc.returncode}'}")
+        raise ScontrolFailed(_scontrol_said(proc.stderr, proc.returncode))
     return names
 
 
@@ -266,6 +295,8 @@ class NodeList:
     hosts: list[hf.Host] = field(default_factory=list)
     findings: list[hf.Finding] = field(default_factory=list)
     path: str = "<node list>"  # what the findings' path names
+    #: what the user must be told about how the list was read (the run's summary shows them)
+    notes: list[str] = field(default_factory=list)
 
     def deepspeed_text(self) -> str:
         return "".join(f"{h.name} slots={h.slots}\n" for h in self.hosts)
@@ -303,12 +334,28 @@ def _slots_from_slurm(environ: Mapping[str, str], n: int,
 def slurm_nodes(environ: Mapping[str, str], slots: int | None = None,
                 scontrol: str | None = None) -> NodeList:
     """The allocation's nodes in SLURM_JOB_NODELIST's order: through ``scontrol`` when given
-    (its path), else the built-in expander."""
+    (its path), else the built-in expander. Where scontrol gives no list (a login node with the
+    client but no slurm.conf, configless mode unreachable, a timeout), the built-in expander's
+    list is taken with a note naming what scontrol said; refused only when both refuse."""
     expr = environ.get("SLURM_JOB_NODELIST") or environ.get("SLURM_NODELIST") or ""
     var = "SLURM_JOB_NODELIST" if environ.get("SLURM_JOB_NODELIST") else "SLURM_NODELIST"
+    notes: list[str] = []
     if scontrol:
-        names = scontrol_hostnames(expr, scontrol)
-        how = "scontrol show hostnames"
+        try:
+            names = scontrol_hostnames(expr, scontrol)
+            how = "scontrol show hostnames"
+        except ScontrolFailed as failed:
+            try:
+                names = expand_hostlist(expr)
+            except HostlistError as exc:
+                raise NodeListError(
+                    f"{var}={expr!r}: `scontrol show hostnames` said: {failed.said}; the "
+                    f"built-in Slurm hostlist expander: {exc}") from None
+            how = (f"built-in Slurm hostlist expander: `scontrol show hostnames` failed: "
+                   f"{failed.said}")
+            notes.append(f"warning: {var}={expr} was expanded by the built-in Slurm hostlist "
+                         f"expander ({len(names)} nodes), because `{scontrol} show hostnames` "
+                         f"failed: {failed.said}")
     else:
         try:
             names = expand_hostlist(expr)
@@ -322,7 +369,7 @@ def slurm_nodes(environ: Mapping[str, str], slots: int | None = None,
         raise NodeListError(f"{var}={expr!r} names {', '.join(dups)} more than once")
     per, slot_source = _slots_from_slurm(environ, len(names), slots)
     nl = NodeList("slurm", f"Slurm allocation {var}={expr} ({how}; slots from {slot_source})",
-                  path=var)
+                  path=var, notes=notes)
     nl.hosts = [hf.Host(name, s, i) for i, (name, s) in enumerate(zip(names, per, strict=False), 1)]
     return nl
 

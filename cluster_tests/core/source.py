@@ -7,21 +7,28 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 from pathlib import Path
+from typing import NamedTuple
 
 from cluster_tests.core import nodelist as nodelist_mod
 from cluster_tests.core.nodelist import NodeListError
 from cluster_tests.core.settings import Settings
 from cluster_tests.judge import hostfile as hf
 
-__all__ = ["NodeListError", "node_list"]
+__all__ = ["NodeListError", "RunNodes", "node_list"]
+
+
+class RunNodes(NamedTuple):
+    settings: Settings  # with the hostfile the run checks
+    parse: hf.HostfileParse
+    where: str  # where the nodes came from, for the report header
+    notes: list[str]  # what the user must be told about how the list was read (the summary)
 
 
 def node_list(settings: Settings, environ: Mapping[str, str], reports_dir: Path
-              ) -> tuple[Settings, hf.HostfileParse, str] | None:
-    """The run's nodes: (settings with the hostfile the run checks, its parse, where they came
-    from, for the report header), or None where no node source is given. `reports_dir`: where
-    a hostfile written from another source goes unless --write-hostfile says. Raises
-    NodeListError (a usage error) for a source that cannot be read."""
+              ) -> RunNodes | None:
+    """The run's nodes, or None where no node source is given. `reports_dir`: where a hostfile
+    written from another source goes unless --write-hostfile says. Raises NodeListError (a
+    usage error) for a source that cannot be read."""
     v = settings.nodelist
     source = nodelist_mod.choose_source(
         hostfile=str(settings.hostfile) if settings.hostfile else None,
@@ -45,11 +52,12 @@ def node_list(settings: Settings, environ: Mapping[str, str], reports_dir: Path
             nodelist_mod.write_hostfile(out, "".join(f"{h.name} slots={h.slots}\n"
                                                      for h in parse.hosts))
             where += f", checked lines written to {out}"
-        return settings, parse, where
+        return RunNodes(settings, parse, where, [])
     if out is None:
         out = reports_dir.absolute() / "hostfile"
     got = nodelist_mod.resolve(source, mpi_hostfile=v.mpi_hostfile, slots=v.slots,
                                environ=environ, out=out)
     settings = dataclasses.replace(settings, hostfile=got.hostfile,
                                    hostfile_source=got.nodes.source)
-    return settings, got.parse, got.description + nodelist_mod.env_note(source, environ)
+    return RunNodes(settings, got.parse, got.description + nodelist_mod.env_note(source, environ),
+                    list(got.nodes.notes))

@@ -67,6 +67,7 @@ PDSH = TestId("test_pdsh", "S5")
 # N. name resolution
 RESOLVES = TestId("test_resolves", "N1")
 NAME_CONSISTENT = TestId("test_name_consistent", "N2")
+HOSTNAME_NOT_LOOPBACK = TestId("test_hostname_not_loopback", "N3")
 # F. network
 REACHABLE = TestId("test_reachable", "F1")
 MASTER_PORT = TestId("test_master_port", "F2")

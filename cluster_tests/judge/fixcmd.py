@@ -62,6 +62,48 @@ def hosts_entry_cmd(name: str, address: str, hosts: str = "/etc/hosts") -> str:
             f'{{ cmp -s "$t" {f} || cat "$t" > {f}; }}; rc=$?; rm -f "$t"; exit $rc )')
 
 
+#: where the N3 fix keeps the node's /etc/hosts as it was before its first change
+HOSTS_BACKUP_SUFFIX = ".cluster-tests.bak"
+
+# awk over /etc/hosts: take `n` (the hostname, and its FQDNs `n.*`; hosts lookups ignore case)
+# off every loopback line (127.x, ::1), dropping a line left naming nothing; add `a` with the
+# names taken off, in their order (`node2.example node2` stays so: the first is the canonical
+# name), unless a line of `a` names them already. Every other line is kept as it is.
+_OWN_NAME_AWK = (
+    "function own(w) { w = tolower(w); return w == ln || index(w, ln \".\") == 1 } "
+    "function lo(w) { return w ~ /^127\\./ || w == \"::1\" || w == \"0:0:0:0:0:0:0:1\" } "
+    "BEGIN { ln = tolower(n) } "
+    "{ c = $0; cm = \"\"; h = index(c, \"#\"); "
+    "if (h) { cm = \" \" substr(c, h); c = substr(c, 1, h - 1) } "
+    "k = split(c, w); "
+    "if (k >= 2 && lo(w[1])) { out = w[1]; hit = 0; "
+    "for (i = 2; i <= k; i++) { if (own(w[i])) { hit = 1; "
+    "if (!(tolower(w[i]) in seen)) { seen[tolower(w[i])] = 1; order[++m] = w[i] } } "
+    "else out = out \" \" w[i] } "
+    "if (hit) { if (out != w[1]) print out cm; next } } "
+    "if (k >= 2 && w[1] == a) for (i = 2; i <= k; i++) have[tolower(w[i])] = 1; "
+    "print } "
+    "END { if (!(ln in seen)) order[++m] = n; add = \"\"; "
+    "for (i = 1; i <= m; i++) if (!(tolower(order[i]) in have)) "
+    "add = add \" \" order[i]; if (add != \"\") print a add }"
+)
+
+
+def own_name_hosts_cmd(hostname: str, address: str, hosts: str = "/etc/hosts",
+                       backup: str | None = None) -> str:
+    """N3: the node's own hostname (and its FQDNs) off every loopback line of ``hosts`` (the
+    ``127.0.1.1 <hostname>`` line goes when it names nothing else; ``127.0.0.1 localhost`` keeps
+    localhost), and a line ``address hostname`` where none says it. ``hosts`` is backed up to
+    ``backup`` (default ``<hosts>.cluster-tests.bak``) before the first change only: a backup
+    already there is kept. Rewritten in place (the file may be a bind mount), and only when the
+    content changes: a second run changes nothing."""
+    f = q(hosts)
+    b = q(backup if backup is not None else hosts + HOSTS_BACKUP_SUFFIX)
+    return (f'( t=$(mktemp) && awk -v n={q(hostname)} -v a={q(address)} {q(_OWN_NAME_AWK)} '
+            f'{f} > "$t" && {{ cmp -s "$t" {f} || {{ {{ [ -e {b} ] || cp -p {f} {b}; }} && '
+            f'cat "$t" > {f}; }}; }}; rc=$?; rm -f "$t"; exit $rc )')
+
+
 def hostname_cmd(name: str) -> str:
     """Set the hostname where it differs: hostnamectl on a systemd host, else hostname(1)."""
     n = q(name)

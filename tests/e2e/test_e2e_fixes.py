@@ -147,3 +147,46 @@ def test_faults_fixed_by_the_script_then_lf_is_green_and_a_rerun_changes_nothing
               f"({len(rerun.passed)} passed)")
     finally:
         sim.restore()
+
+
+def test_the_127_0_1_1_line_is_healed_by_the_script_with_a_backup_once(healthy_sim):
+    """node2's /etc/hosts gets Debian's `127.0.1.1 node2` line (after localhost, above its own
+    line): N3 is red on node2 alone; fixes.sh, run from the launcher through the run's ssh,
+    keeps the file as it was in node2's /etc/hosts.cluster-tests.bak, takes the line out, and a
+    second run changes nothing (the backup not overwritten with the fixed file); `--lf` is
+    green."""
+    sim = healthy_sim
+    node2 = sim.node("node2")
+    healthy = node2.paths["hosts"].read_text()
+    sim.add_hosts_line("node2", "127.0.1.1 node2")
+    faulty = node2.paths["hosts"].read_text()
+    backup = node2.paths["etc_upper"] / "hosts.cluster-tests.bak"  # node2's /etc, seen from here
+    work = Path(tempfile.mkdtemp(prefix="ct-fixes-", dir=os.environ.get("CT_SUITE_TMP")))
+    try:
+        first = run(sim, work, "-m", "names")
+        assert first.failed == {"test_hostname_not_loopback[node2]"}, first.describe()
+        assert "resolves to 127.0.1.1" in first.message("test_hostname_not_loopback[node2]")
+        script = (first.junit.parent / "fixes.sh").read_text()
+        heads = [ln for ln in script.splitlines() if ln.startswith("# --- [")]
+        assert [h.split(":")[0] for h in heads] == ["# --- [N3] on node2"], heads
+        shutil.copy(first.junit.parent / "fixes.sh", work / "fixes.sh")
+
+        ran = subprocess.run(["bash", str(work / "fixes.sh")], capture_output=True, text=True,
+                             timeout=60, check=False)
+        assert ran.returncode == 0, ran.stderr
+        assert node2.paths["hosts"].read_text() == healthy  # the line out, its own line kept
+        assert sim.exec("node2", ["cat", "/etc/hosts.cluster-tests.bak"]).stdout == faulty
+        assert not Path("/etc/hosts.cluster-tests.bak").exists()  # not the machine's /etc
+        files = [(p.read_bytes(), p.stat().st_ctime_ns) for p in (node2.paths["hosts"], backup)]
+        again = subprocess.run(["bash", str(work / "fixes.sh")], capture_output=True, text=True,
+                               timeout=60, check=False)
+        assert again.returncode == 0, again.stderr
+        assert [(p.read_bytes(), p.stat().st_ctime_ns)
+                for p in (node2.paths["hosts"], backup)] == files  # nothing changed
+
+        rerun = run(sim, work, "-m", "names", "--lf")
+        assert rerun.returncode == 0, rerun.describe()
+        assert rerun.passed == {"test_hostname_not_loopback[node2]"}, rerun.describe()
+        print(f"-m names {first.seconds:.1f} s, --lf {rerun.seconds:.1f} s")
+    finally:
+        backup.unlink(missing_ok=True)

@@ -14,6 +14,8 @@ from pathlib import Path
 import pytest
 from suite import logins_from, run_suite
 
+from fixtures.sim import free_subnet_in
+
 FAST = ("-m", "not collective and not training")
 NODES = ["node1", "node2", "node3"]
 #: the venv whose `deepspeed` the nodes run (its `#!` line names this path, unresolved)
@@ -493,3 +495,34 @@ def test_a_hostname_other_than_the_hostfile_name_resolving_to_a_routable_address
     assert own == f"{sim.nodes[2].address} (hostname)"
     out = real_launch(sim, NODES)
     assert launch_ok(out, 3), out[-3000:]
+
+
+def test_127_0_1_1_where_peers_must_dial_it_is_one_red_n3_with_f7_blocked(healthy_sim):
+    """node2's hostname on Debian's `127.0.1.1 node2` line, and its peers' gloo addresses above
+    127.0.1.1 (node1's and node3's hostnames resolve there first to a second address of theirs,
+    in 192.168.0.0/16): in gloo's tcp pair the greater address dials, so node1 and node3 would
+    connect to 127.0.1.1, themselves (run for real: "Connection refused, remote=[127.0.1.1]",
+    the launch fails).  F7 finds that red on node2, and it is N3's cause: one red (N3, with its
+    fixes.sh block), F7 blocked by it."""
+    sim = healthy_sim
+    net = free_subnet_in("192.168.0.0/16")
+    added = []
+    try:
+        for i, n in enumerate(NODES, 1):
+            sim.exec(n, ["ip", "addr", "add", f"{net}.{i}/24", "dev", "eth0"], check=True)
+            added.append((n, f"{net}.{i}/24"))
+        for i in (1, 3):
+            sim.add_hosts_line(f"node{i}", f"{net}.{i} node{i}")
+        sim.add_hosts_line("node2", "127.0.1.1 node2")
+        r = run_suite(sim, "-m", "names or network", "-k", "own_address or hostname_not_loopback")
+        assert r.failed == {"test_hostname_not_loopback[node2]"}, r.describe()
+        assert r.properties["test_own_address[node2]"]["blocked_by"] == \
+            "test_hostname_not_loopback[node2]", r.describe()
+        assert {"test_own_address[node1]", "test_own_address[node3]"} <= r.passed, r.describe()
+        assert r.properties["test_own_address[node1]"]["own_address"] == f"{net}.1 (hostname)"
+        script = (r.junit.parent / "fixes.sh").read_text()
+        assert [ln.split(":")[0] for ln in script.splitlines() if ln.startswith("# --- [")] == [
+            "# --- [N3] on node2"], script
+    finally:
+        for n, cidr in added:
+            sim.exec(n, ["ip", "addr", "del", cidr, "dev", "eth0"])

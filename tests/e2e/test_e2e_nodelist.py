@@ -71,6 +71,39 @@ def test_slurm_and_hostfile_and_bad_hostlist_are_usage_errors(healthy_sim):
     assert r.returncode == 4 and "Invalid hostlist: node[1-2]-ib" in r.output
 
 
+def test_slurm_allocation_whose_scontrol_has_no_configuration_runs_on_the_builtin_expander(
+        healthy_sim, tmp_path):
+    """Inside a real `salloc -N 3` (Debian's Slurm on the sim), the suite's own `scontrol` has no
+    usable configuration: its SLURM_CONF names an empty file, as on a login node whose client
+    was installed but never configured. The real `scontrol show hostnames` fails; the built-in
+    expander gives Slurm's list, the run is green, and the header and the summary say so in
+    scontrol's own words."""
+    assert not missing_tools(), f"make setup installs Slurm; missing: {missing_tools()}"
+    unconfigured = tmp_path / "slurm.conf"
+    unconfigured.write_text("")
+    real = healthy_sim.start_slurm()
+    try:
+        r = run_without_hostfile(healthy_sim, "-m", "hostfile", env=real.env(),
+                                 prefix=("salloc", "-N", "3", "--quiet",
+                                         "env", f"SLURM_CONF={unconfigured}"))
+    finally:
+        real.stop()
+    assert r.returncode == 0, r.describe()
+    said = (f'scontrol: s_p_parse_file: file "{unconfigured}" is empty ... '
+            "scontrol: fatal: Unable to process configuration file")
+    header = next(ln for ln in r.output.splitlines() if ln.startswith("cluster: 3 nodes"))
+    assert ("from Slurm allocation SLURM_JOB_NODELIST=node[1-3] (built-in Slurm hostlist "
+            f"expander: `scontrol show hostnames` failed: {said}; slots from "
+            "SLURM_TASKS_PER_NODE=1(x3))") in header, header
+    summary = r.output[r.output.index("= cluster summary ="):]
+    assert ("warning: SLURM_JOB_NODELIST=node[1-3] was expanded by the built-in Slurm hostlist "
+            f"expander (3 nodes), because `{shutil.which('scontrol')} show hostnames` failed: "
+            f"{said}") in summary, summary
+    assert {"test_hostfile_syntax", "test_hostname_matches[node1]",
+            "test_hostname_matches[node3]"} <= r.passed, r.describe()
+    print(f"suite inside salloc: {r.seconds:.1f} s")
+
+
 OPEN_MPI_HOSTFILE = """\
 # written for mpirun --hostfile
 node1 slots=1 max_slots=2

@@ -150,3 +150,85 @@ def test_choose_source_names_both_when_ambiguous():
                             environ=env) == "hostfile"
     assert "not used" in nl.env_note("hostfile", env)
     assert nl.choose_source(environ={}, **kw) is None
+
+
+# -- Slurm without a configured scontrol: the built-in expander serves, with a warning ----------
+
+NO_CONFIG = {c["configuration"].split(" (")[0]: c for c in json.loads(
+    (SAMPLES / "scontrol-without-configuration-22.05.8.json").read_text())["captures"]}
+
+
+def _stand_in_scontrol(tmp_path, capture: dict[str, Any], sleep: float = 0) -> str:
+    """A real executable named scontrol that says what the real one said (stdout, stderr, exit
+    status of a capture), after `sleep` seconds."""
+    out = tmp_path / "out.txt"
+    err = tmp_path / "err.txt"
+    out.write_text(capture["stdout"])
+    err.write_text(capture["stderr"])
+    script = tmp_path / "scontrol"
+    script.write_text("#!/bin/sh\n"
+                      f"cat '{out}'; cat '{err}' >&2\n"
+                      + (f"exec sleep {sleep}\n" if sleep else f"exit {capture['rc']}\n"))
+    script.chmod(0o755)
+    return str(script)
+
+
+@pytest.mark.parametrize("configuration", sorted(NO_CONFIG))
+def test_a_failing_scontrol_leaves_the_list_to_the_builtin_expander_with_a_warning(
+        tmp_path, configuration):
+    capture = NO_CONFIG[configuration]
+    scontrol = _stand_in_scontrol(tmp_path, capture)
+    env = {"SLURM_JOB_NODELIST": "node[1-3]", "SLURM_TASKS_PER_NODE": "1(x3)"}
+    got = nl.slurm_nodes(env, scontrol=scontrol)
+    assert [h.name for h in got.hosts] == ["node1", "node2", "node3"]
+    fatal = capture["stderr"].strip().splitlines()[-1]
+    first = capture["stderr"].strip().splitlines()[0]
+    assert fatal.startswith("scontrol: fatal: ")
+    # the header's "nodes from ..." and the summary's note both name what scontrol said
+    assert "built-in Slurm hostlist expander: `scontrol show hostnames` failed: " \
+        in got.description
+    assert f"{first} ... {fatal}" in got.description
+    [note] = got.notes
+    assert note.startswith("warning: SLURM_JOB_NODELIST=node[1-3] was expanded by the built-in")
+    assert f"`{scontrol} show hostnames` failed: {first} ... {fatal}" in note
+
+
+def test_what_both_refuse_is_a_usage_error_naming_both(tmp_path):
+    scontrol = _stand_in_scontrol(tmp_path, NO_CONFIG["SLURM_CONF unset, no /etc/slurm/slurm.conf"])
+    env = {"SLURM_JOB_NODELIST": "node[1-2]-ib", "SLURM_TASKS_PER_NODE": "1(x2)"}
+    with pytest.raises(nl.NodeListError) as exc:
+        nl.slurm_nodes(env, scontrol=scontrol)
+    said = str(exc.value)
+    assert "`scontrol show hostnames` said: scontrol: error: resolve_ctls_from_dns_srv" in said
+    assert "Could not establish a configuration source" in said
+    assert "the built-in Slurm hostlist expander: Invalid hostlist: node[1-2]-ib" in said
+
+
+def test_a_working_scontrol_is_used_without_a_note(tmp_path):
+    [capture] = [c for c in CAPTURES if c["expression"] == "gpu-[01-04,07]"]
+    scontrol = _stand_in_scontrol(tmp_path, capture)
+    got = nl.slurm_nodes({"SLURM_JOB_NODELIST": "gpu-[01-04,07]", "SLURM_GPUS_ON_NODE": "8"},
+                         scontrol=scontrol)
+    assert [h.name for h in got.hosts] == capture["stdout"].split()
+    assert "(scontrol show hostnames;" in got.description and got.notes == []
+    # scontrol's own refusal ("Invalid hostlist", exit 0) that the built-in expander shares
+    [bad] = [c for c in CAPTURES if c["expression"] == "a[1-2]-ib,b3"]
+    with pytest.raises(nl.NodeListError, match=r"said: Invalid hostlist: a\[1-2\]-ib,b3; the "
+                                               r"built-in Slurm hostlist expander: Invalid"):
+        nl.slurm_nodes({"SLURM_JOB_NODELIST": "a[1-2]-ib,b3", "SLURM_TASKS_PER_NODE": "1(x3)"},
+                       scontrol=_stand_in_scontrol(tmp_path, bad))
+
+
+def test_an_scontrol_that_does_not_answer_is_given_up_with_its_last_words(tmp_path):
+    """A missing SLURM_CONF file: Slurm 22.05's scontrol retries for 60 s (the capture)."""
+    capture = NO_CONFIG["SLURM_CONF=/nonexistent/slurm.conf"]
+    assert capture["seconds"] >= 50
+    scontrol = _stand_in_scontrol(tmp_path, {**capture, "stderr": capture["stderr"].splitlines(
+        keepends=True)[0]}, sleep=60)
+    with pytest.raises(nl.ScontrolFailed) as exc:
+        nl.scontrol_hostnames("node[1-3]", scontrol, timeout=1.0)
+    assert exc.value.said == ("no answer within 1 s (its last words: scontrol: error: "
+                              "s_p_parse_file: cannot stat file /nonexistent/slurm.conf: No such "
+                              "file or directory, retrying in 1sec up to 60sec)")
+    with pytest.raises(nl.ScontrolFailed, match="did not run: "):
+        nl.scontrol_hostnames("node[1-3]", str(tmp_path / "no-such-scontrol"))

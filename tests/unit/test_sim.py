@@ -205,6 +205,24 @@ def test_etc_hosts_private_per_node(healthy: SimCluster) -> None:
     assert sim.exec("node1", ["getent", "hosts", "node1"]).stdout.split()[0] == "127.0.1.1"
 
 
+def test_etc_private_per_node(healthy: SimCluster) -> None:
+    """A file a node writes in /etc (a fix's backup of /etc/hosts) is that node's alone: in
+    its overlay's upper dir, not in the machine's /etc nor another node's; the machine's /etc
+    is read through."""
+    sim = healthy
+    marker = "/etc/hosts.sim-selftest-marker"
+    sim.exec("node1", ["sh", "-c", f"echo node1 > {marker}"], check=True)
+    try:
+        assert sim.exec("node1", ["cat", marker]).stdout == "node1\n"
+        assert sim.exec("node2", ["cat", marker]).returncode != 0
+        assert not Path(marker).exists()
+        assert (sim.node("node1").paths["etc_upper"] / Path(marker).name).read_text() == "node1\n"
+        assert sim.exec("node2", ["cat", "/etc/os-release"]).stdout == \
+            Path("/etc/os-release").read_text()
+    finally:
+        sim.exec("node1", ["rm", "-f", marker])
+
+
 def test_home_private_per_node(healthy: SimCluster) -> None:
     sim = healthy
     marker = ".sim-selftest-marker"
