@@ -34,27 +34,18 @@ PAIRS = {"test_allreduce_pair[node1<->node2]", "test_allreduce_pair[node1<->node
          "test_allreduce_pair[node2<->node3]"}
 
 
-def worker_pids() -> list[int]:
-    """Processes of the all-reduce harness (supervisors and workers) on this machine, which is
-    every simulated node's process table too."""
-    pids = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            cmd = Path(f"/proc/{entry}/cmdline").read_bytes()
-        except OSError:
-            continue
-        if b"allreduce.py" in cmd and (b"--world-size" in cmd or b"--supervise" in cmd):
-            pids.append(int(entry))
-    return pids
+def worker_pids(sim) -> list[int]:
+    """Processes of the all-reduce harness (supervisors and workers) in the sim's nodes."""
+    return [p.pid for p in sim.processes()
+            if "allreduce.py" in p.cmdline and ("--world-size" in p.cmdline
+                                                or "--supervise" in p.cmdline)]
 
 
-def assert_no_workers(within: float = 5.0) -> None:
+def assert_no_workers(sim, within: float = 5.0) -> None:
     deadline = time.monotonic() + within
-    while worker_pids() and time.monotonic() < deadline:
+    while worker_pids(sim) and time.monotonic() < deadline:
         time.sleep(0.2)
-    left = worker_pids()
+    left = worker_pids(sim)
     if left:
         ps = subprocess.run(["ps", "-o", "pid,ppid,stat,etime,wchan:20,args", "-p",
                              ",".join(map(str, left))], capture_output=True, text=True,
@@ -98,7 +89,7 @@ def test_healthy_cluster_reports_busbw_per_size(healthy_sim, baseline: Path) -> 
     record = json.loads(baseline.read_text())
     assert record["world_size"] == 3
     assert [r["size_bytes"] for r in record["rows"]] == [65536, 1048576]
-    assert_no_workers()
+    assert_no_workers(healthy_sim)
 
 
 # --- C3: high ports dropped on node3 turns red within the connect deadline, naming node3 ------
@@ -132,7 +123,7 @@ def test_high_ports_dropped_on_one_node(healthy_sim) -> None:
     # every stage deadline is 5-30 s: a hang would take minutes (the time is printed, not asserted:
     # speed is bench/'s to measure)
     print(f"run took {result.seconds:.1f}s")
-    assert_no_workers()
+    assert_no_workers(healthy_sim)
 
 
 def test_ports_found_blocked_by_f3_are_not_waited_out_again(healthy_sim) -> None:
@@ -153,7 +144,7 @@ def test_ports_found_blocked_by_f3_are_not_waited_out_again(healthy_sim) -> None
     text = result.message("test_allreduce_pair[node2<->node3]")
     assert "node3 takes no connection from node2 on high ports" in text, text
     assert "test_high_ports[node1->node3]" in result.failed
-    assert_no_workers()
+    assert_no_workers(healthy_sim)
 
 
 # --- C3: the store works but gloo's own connections are dropped: red at the init deadline ----
@@ -205,7 +196,7 @@ def test_communicator_init_hang_fails_at_its_deadline(healthy_sim) -> None:
         assert all("gloo::" in p.read_text() for p in natives)
     html = (result.junit.parent / "cluster_report.html").read_text()
     assert html.count('<details class="stacks">') == 1, "the stacks are not folded by group"
-    assert_no_workers()
+    assert_no_workers(healthy_sim)
 
 
 # --- issue 26: where every rank was when the deadline passed ---------------------------------
@@ -229,7 +220,7 @@ def test_ranks_that_never_join_are_shown_where_they_wait(healthy_sim) -> None:
     html = (result.junit.parent / "cluster_report.html").read_text()
     assert html.count('<details class="stacks">') == 2
     assert "rank 2 (node3) in connect" in html and "(differs)" in html
-    assert_no_workers()
+    assert_no_workers(healthy_sim)
 
 
 # --- PITFALLS 9: inbound high ports dropped, replies let in: the pair that node serves fails --
@@ -252,7 +243,7 @@ def test_inbound_drop_with_replies_allowed_is_caught_where_the_node_serves(healt
         "rendezvous store" in msg, msg
     assert "fix: node3 cannot reach its own rendezvous store" in msg
     assert "a firewall on node3 drops connections to port 29501" in msg
-    assert_no_workers()
+    assert_no_workers(healthy_sim)
 
 
 # --- C2: a rate-limited node is named by its pairs; busbw below threshold and baseline --------
@@ -289,7 +280,7 @@ def test_rate_limited_node_named_by_its_pairs(healthy_sim, baseline: Path) -> No
     msg = result.message("test_allreduce_busbw")
     assert re.search(r"busbw 0\.\d+ GB/s at 1MB < --min-busbw 0\.05 GB/s", msg), msg
     assert re.search(r"vs baseline \d+\.\d+ GB/s \(-\d+%; tolerance -20%", msg), msg
-    assert_no_workers()
+    assert_no_workers(healthy_sim)
 
 
 def test_a_pair_slow_only_once_is_flaky_not_red(healthy_sim) -> None:
@@ -325,7 +316,7 @@ def test_a_pair_slow_only_once_is_flaky_not_red(healthy_sim) -> None:
     test = next(t for t in report["tests"] if t["test_id"].endswith("[node1<->node2]"))
     assert test["properties"]["confirm"] == "flaky", test
     assert "# suspect node: none (not confirmed: " in result.output
-    assert_no_workers()
+    assert_no_workers(healthy_sim)
 
 
 # --- issue 26: a crawling link is named within --collective-budget ----------------------------
@@ -355,7 +346,7 @@ def test_crawling_link_named_within_the_budget(healthy_sim) -> None:
                          r"slow with node1 \(.*\) and node3 \(.*\), both fast in this run: "
                          r"suspect node2", text), text
     assert "SLOW (sweep stopped)" in result.output
-    assert_no_workers()
+    assert_no_workers(healthy_sim)
 
 
 # --- C3: pytest killed mid-run leaves nothing behind on the nodes -----------------------------
@@ -370,14 +361,15 @@ def test_killed_pytest_leaves_no_workers(healthy_sim, tmp_path: Path) -> None:
                             stderr=subprocess.DEVNULL, start_new_session=True)
     try:
         deadline = time.monotonic() + 30
-        while len(worker_pids()) < 6 and time.monotonic() < deadline:  # 3 supervisors + 3 ranks
+        # 3 supervisors + 3 ranks
+        while len(worker_pids(healthy_sim)) < 6 and time.monotonic() < deadline:
             time.sleep(0.1)
-        assert len(worker_pids()) >= 6, "the workers never started"
+        assert len(worker_pids(healthy_sim)) >= 6, "the workers never started"
         time.sleep(1.0)
     finally:
         os.killpg(proc.pid, signal.SIGKILL)  # no finally, no atexit: only the channels close
         proc.wait(timeout=10)
-    assert_no_workers(within=10.0)
+    assert_no_workers(healthy_sim, within=10.0)
 
 
 # --- pure pieces -------------------------------------------------------------------------------

@@ -29,8 +29,6 @@ from suite import REPO, sigint_as_at_a_terminal
 
 pytestmark = pytest.mark.alone
 
-#: what the simulated node runs of its own: the namespace holder, sshd, Slurm and munge
-SIM_OWN = frozenset({"unshare", "sleep", "sshd", "slurmd", "slurmctld", "slurmstepd", "munged"})
 COLLECTIVE = ("--sizes", "64K,1M", "--iters", "5", "--warmup", "2",
               "--collective-connect-timeout", "5", "--collective-init-timeout", "10",
               "--collective-op-timeout", "30")
@@ -65,24 +63,10 @@ PHASES = {
 
 
 def node_processes(sim) -> dict[str, list[str]]:
-    """Every process in each node's network namespace that the sim did not start itself, as
-    `pid comm: command line` (the machine's process table is every node's; a process belongs
-    to a node by its network namespace)."""
-    inode = {os.stat(f"/proc/{nd.pid}/ns/net").st_ino: nd.name for nd in sim.nodes}
+    """Every process in each node that the sim did not start itself (`SimCluster.processes`)."""
     out: dict[str, list[str]] = {nd.name: [] for nd in sim.nodes}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            node = inode.get(os.stat(f"/proc/{entry}/ns/net").st_ino)
-            if node is None:
-                continue
-            comm = Path(f"/proc/{entry}/comm").read_text().strip()
-            cmd = Path(f"/proc/{entry}/cmdline").read_bytes().replace(b"\0", b" ")
-        except OSError:
-            continue
-        if comm not in SIM_OWN:
-            out[node].append(f"{entry} {comm}: {cmd.decode(errors='replace')[:300]}")
+    for p in sim.processes():
+        out[p.node].append(str(p))
     return out
 
 

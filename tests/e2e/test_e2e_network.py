@@ -15,8 +15,8 @@ def _ours_left(sim) -> list[str]:
     for nd in sim.nodes:
         ss = sim.exec(nd.name, ["ss", "-Hltnp"]).stdout
         left += [f"{nd.name}: {ln}" for ln in ss.splitlines() if ln.strip() and "sshd" not in ln]
-    ps = sim.exec(sim.nodes[0].name, ["ps", "-eo", "pid,args"]).stdout
-    left += [ln for ln in ps.splitlines() if '"listen"' in ln or '"connect"' in ln]
+    left += [str(p) for p in sim.processes()
+             if '"listen"' in p.cmdline or '"connect"' in p.cmdline]
     return left
 
 

@@ -7,7 +7,6 @@ Run: .venv/bin/python -m pytest tests/e2e/test_e2e_training.py -p no:cacheprovid
 
 from __future__ import annotations
 
-import os
 import re
 import time
 from typing import Any
@@ -103,19 +102,7 @@ def test_exit_code_of_a_remote_launch_is_not_called_an_ssh_failure():
 def _ours_left(sim) -> list[str]:
     """train_smoke processes (and launchers of it) running inside this sim's nodes; processes of
     other sims and local runs on the same machine (one process table) are not ours."""
-    left = []
-    for nd in sim.nodes:
-        out = sim.exec(nd.name, ["pgrep", "-af", "train_smoke"]).stdout
-        mine = sim.node(nd.name).pid
-        want = os.stat(f"/proc/{mine}/ns/net").st_ino
-        for line in out.splitlines():
-            pid = line.split()[0]
-            try:
-                if os.stat(f"/proc/{pid}/ns/net").st_ino == want:
-                    left.append(f"{nd.name}: {line}")
-            except OSError:
-                continue
-    return left
+    return [str(p) for p in sim.processes() if "train_smoke" in p.cmdline]
 
 
 def _no_leftovers(sim, wait: float = 5.0) -> None:

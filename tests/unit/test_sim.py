@@ -257,6 +257,27 @@ def test_venv_python_imports_torch_inside_a_node(sim: SimCluster) -> None:
     assert cp.stdout.strip() == "node2"
 
 
+def test_processes_are_listed_under_their_node(sim: SimCluster) -> None:
+    """A process belongs to a node by its network namespace (the machine's process table is
+    every node's); the sim's own daemons (holders, sshd) are left out unless asked for."""
+    proc = sim.popen("node2", ["sleep", "30"])
+    try:
+        deadline = time.monotonic() + 10
+        mine: list = []
+        while not mine and time.monotonic() < deadline:
+            mine = [p for p in sim.processes() if p.cmdline == "sleep 30"]
+            time.sleep(0.05)
+        assert [p.node for p in mine] == ["node2"], sim.processes()
+        assert str(mine[0]).startswith(f"node2: {mine[0].pid} sleep: sleep 30")
+        assert not [p for p in sim.processes() if p.comm == "sshd" or p.cmdline == "sleep infinity"]
+        own = sim.processes(own=True)
+        assert {p.node for p in own if p.comm == "sshd"} == set(NODES)
+        assert {p.node for p in own if p.cmdline == "sleep infinity"} == set(NODES)
+    finally:
+        proc.kill()
+        proc.wait()
+
+
 def test_shared_dir_is_shared(sim: SimCluster) -> None:
     f = sim.shared_dir / "selftest-shared.txt"
     sim.exec("node1", ["sh", "-c", f"echo from-node1 > {f}"], check=True)
