@@ -73,8 +73,9 @@ STARTUP_S = 30.0
 GRACE_S = 3.0
 #: Seconds to wait for a supervisor's confirmation that its workers are dead.
 REAP_S = 5.0
-#: Seconds the supervisors get to relay the stacks they were asked for.
-DUMP_S = 2.0
+#: Seconds the run may go on, once the stacks were asked for, to wait for those of the ranks
+#: still running (a loaded node relays them late: a fixed wait lost them)
+STACKS_WAIT_S = 8.0
 #: On HCCL the worker's init deadline is at least HCCL_CONNECT_TIMEOUT (120 s unless set) + 15 s;
 #: the remote ``timeout`` must outlast that too when the backend may be hccl.
 HCCL_INIT_FLOOR_S = 135.0
@@ -310,7 +311,16 @@ def run_allreduce(cluster: Cluster, ranks: Sequence[rk.Rank], *, master_addr: st
                 run.start_errors[node] = f"{type(exc).__name__}: {exc}"
                 deadline = min(deadline, time.monotonic() + grace_s)
         open_channels = len(channels)
-        while open_channels and time.monotonic() < deadline:
+        asked_at: float | None = None  # when the stacks were asked for
+
+        def waiting_for_stacks() -> bool:
+            """The stacks asked for, of ranks still running, are not all in yet."""
+            return (asked_at is not None and time.monotonic() < asked_at + STACKS_WAIT_S
+                    and any(r.rank not in run.stacks and r.rank not in exit_codes
+                            and r.host in channels and not channels[r.host].ended.is_set()
+                            for r in ranks))
+
+        while open_channels and (time.monotonic() < deadline or waiting_for_stacks()):
             try:
                 node, event = inbox.get(timeout=0.2)
             except queue.Empty:
@@ -339,6 +349,7 @@ def run_allreduce(cluster: Cluster, ranks: Sequence[rk.Rank], *, master_addr: st
                         # a stage deadline passed: every rank still running says where it is
                         # before the grace ends and the others are killed
                         dumped = _ask_stacks(channels)
+                        asked_at = time.monotonic()
                     deadline = min(deadline, time.monotonic() + grace_s)
                     shortened = True
                 elif (kind == "start" and not shortened
@@ -352,8 +363,8 @@ def run_allreduce(cluster: Cluster, ranks: Sequence[rk.Rank], *, master_addr: st
         if open_channels and not dumped and channels:
             # our own deadline passed with ranks still running: their stacks first
             dumped = _ask_stacks(channels)
-            until = time.monotonic() + DUMP_S
-            while time.monotonic() < until:
+            asked_at = time.monotonic()
+            while waiting_for_stacks():
                 try:
                     node, event = inbox.get(timeout=0.2)
                 except queue.Empty:

@@ -643,6 +643,7 @@ class _Stacks:
         self._fd = fd
         self._buf = bytearray()
         self._lock = threading.Lock()
+        self.grew = threading.Event()  # set whenever the worker wrote more
         self.thread = threading.Thread(target=self._read, daemon=True, name=f"stacks-{rank}")
         self.thread.start()
 
@@ -656,7 +657,16 @@ class _Stacks:
                 break
             with self._lock:
                 self._buf += chunk
+            self.grew.set()
         os.close(self._fd)
+
+    def wait_written(self, within: float) -> None:
+        """After a dump was asked for: until the worker wrote some (at most `within` s), then
+        until it stops writing (0.1 s without more)."""
+        if self.grew.wait(within):
+            self.grew.clear()
+            while self.grew.wait(0.1):
+                self.grew.clear()
 
     def flush(self, why: str, native: str = "", sockets: object = None) -> None:
         with self._lock:
@@ -720,7 +730,8 @@ def supervise(spec: dict, source: bytes) -> int:
 
     def dump() -> None:
         live = {r: p for r, p in procs.items() if p.poll() is None}
-        for proc in live.values():
+        for rank, proc in live.items():
+            stacks[rank].grew.clear()
             try:
                 os.kill(proc.pid, signal.SIGUSR1)
             except OSError:
@@ -734,8 +745,12 @@ def supervise(spec: dict, source: bytes) -> int:
                  for r, p in live.items()]
         for t in spies:
             t.start()
-        time.sleep(0.5)  # faulthandler writes from the signal handler: well within this
-        # its Python stacks at once: the launcher stops the run a grace after it asked, and
+        # faulthandler writes from the signal handler, at once; its reader thread here may be
+        # slow to read it on a loaded node: each worker's dump is waited for, not slept for
+        until = time.monotonic() + 3.0
+        for rank in live:
+            stacks[rank].wait_written(max(0.0, until - time.monotonic()))
+        # its Python stacks at once: the launcher stops the run soon after it asked, and
         # py-spy can take longer than that on a loaded node (the stacks were then lost)
         for rank, proc in live.items():
             stacks[rank].flush("asked", "", tcp_peers(proc.pid))
