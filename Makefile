@@ -46,11 +46,18 @@ demo: setup
 	$(PY) -m fixtures.sim down --state $(STATE); \
 	echo "JUnit report: reports/junit.xml"; exit $$rc
 
-# the unit tests on both cores (pytest-xdist), then the end-to-end tests one at a time (each
-# drives the one simulated cluster of the session)
+# The unit tests on both cores (pytest-xdist); then the end-to-end tests on two workers, each
+# with a simulated cluster of its own (a test file stays on one worker: its module's sims and
+# the phases its tests share); then, one at a time, those that need the machine to themselves
+# (marker `alone`: they load both cores on purpose). pytest caches the modules it rewrites
+# (the plugin's, the tests') as bytecode, which PYTHONDONTWRITEBYTECODE would forbid: each of
+# the hundreds of suite runs the tests start would then parse and rewrite them all again.
+E2E := $(PY) -m pytest tests/e2e -p no:cacheprovider -q -x --timeout=900
+test: export PYTHONDONTWRITEBYTECODE=
 test: setup
 	$(PY) -m pytest tests/unit -p no:cacheprovider -q -x -n 2 --timeout=900
-	$(PY) -m pytest tests/e2e -p no:cacheprovider -q -x --timeout=900
+	$(E2E) -n 2 --dist loadfile -m "not alone"
+	$(E2E) -m alone
 
 # the unit tests alone (no simulated cluster, about 2 minutes)
 test-unit: setup

@@ -7,6 +7,7 @@ afterwards (`sim.restore()`), so the next test starts from a healthy cluster aga
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -17,8 +18,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from fixtures.sim import SimCluster  # noqa: E402
 
-#: a build cache kept between sessions (gitignored, like the sims of `make demo`)
-SIM_EXTENSIONS = Path(__file__).resolve().parent.parent / ".sim" / "torch_extensions"
+#: a build cache kept between sessions (gitignored, like the sims of `make demo`); one per
+#: pytest-xdist worker: E7 judges the build locks it finds in it, and the other worker's sim
+#: builds and loads there too (a lock it holds, or one a test leaves stale on purpose)
+SIM_EXTENSIONS = (Path(__file__).resolve().parent.parent / ".sim" / "torch_extensions"
+                  / os.environ.get("PYTEST_XDIST_WORKER", "main"))
 
 
 @pytest.fixture(scope="session", autouse=True)
