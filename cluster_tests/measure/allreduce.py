@@ -74,8 +74,9 @@ GRACE_S = 3.0
 #: Seconds to wait for a supervisor's confirmation that its workers are dead.
 REAP_S = 5.0
 #: Seconds the run may go on, once the stacks were asked for, to wait for those of the ranks
-#: still running (a loaded node relays them late: a fixed wait lost them)
-STACKS_WAIT_S = 8.0
+#: still running, py-spy's native frames included where it runs (a loaded node relays them
+#: late: a fixed wait lost them; the supervisor gives py-spy 12 s)
+STACKS_WAIT_S = 15.0
 #: On HCCL the worker's init deadline is at least HCCL_CONNECT_TIMEOUT (120 s unless set) + 15 s;
 #: the remote ``timeout`` must outlast that too when the backend may be hccl.
 HCCL_INIT_FLOOR_S = 135.0
@@ -212,6 +213,7 @@ class RemoteRun:
     python: str = "python3"
     stacks: dict[int, str] = field(default_factory=dict)  # rank -> faulthandler dump(s)
     native: dict[int, str] = field(default_factory=dict)  # rank -> py-spy dump --native
+    natives_due: set[int] = field(default_factory=set)  # ranks whose py-spy frames are to come
     # rank -> its TCP connections when its stack was taken: {"syn_sent": ['ip:port'],
     # "established": [[local port, 'ip:port']]} (node/allreduce.py tcp_peers)
     sockets: dict[int, dict[str, list[Any]]] = field(default_factory=dict)
@@ -314,9 +316,11 @@ def run_allreduce(cluster: Cluster, ranks: Sequence[rk.Rank], *, master_addr: st
         asked_at: float | None = None  # when the stacks were asked for
 
         def waiting_for_stacks() -> bool:
-            """The stacks asked for, of ranks still running, are not all in yet."""
+            """The stacks asked for, of ranks still running, are not all in yet (nor the
+            native frames a supervisor said would follow)."""
             return (asked_at is not None and time.monotonic() < asked_at + STACKS_WAIT_S
-                    and any(r.rank not in run.stacks and r.rank not in exit_codes
+                    and any((r.rank not in run.stacks and r.rank not in exit_codes
+                             or r.rank in run.natives_due)
                             and r.host in channels and not channels[r.host].ended.is_set()
                             for r in ranks))
 
@@ -430,6 +434,10 @@ def _keep_stack(run: RemoteRun, event: Mapping[str, Any]) -> None:
         run.stacks[rank] = run.stacks.get(rank, "") + str(event["text"])
     if event.get("native"):
         run.native[rank] = run.native.get(rank, "") + str(event["native"])
+    if event.get("native_pending"):
+        run.natives_due.add(rank)
+    if event.get("native_done"):
+        run.natives_due.discard(rank)
     if isinstance(event.get("sockets"), dict) and event["sockets"]:
         run.sockets[rank] = _sockets(event["sockets"])
 

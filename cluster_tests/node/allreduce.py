@@ -119,7 +119,7 @@ class Watchdog:
                     # the supervisor reads this line and takes this rank's native frames
                     # (py-spy) while it still waits where it was: that is where gloo/NCCL wait
                     emit("spy", stage=stage)
-                    time.sleep(SPY_WAIT)
+                    wait_for_spy(os.environ)  # type: ignore[arg-type]
                 fail(stage, message, timeout=True, timeout_s=seconds, sockets=sockets)
 
 
@@ -668,12 +668,17 @@ class _Stacks:
             while self.grew.wait(0.1):
                 self.grew.clear()
 
-    def flush(self, why: str, native: str = "", sockets: object = None) -> None:
+    def flush(self, why: str, native: str = "", sockets: object = None,
+              native_pending: bool = False, native_done: bool = False) -> None:
+        """Relay what the worker wrote (and ``native``, py-spy's frames) as a ``stack`` event;
+        ``native_pending``: py-spy's frames follow in a later one, which says ``native_done``
+        (even when py-spy gave nothing: the launcher waits for it)."""
         with self._lock:
             text, self._buf = bytes(self._buf), bytearray()
-        if text or native:
+        if text or native or native_pending or native_done:
             emit("stack", stack_rank=self.rank, why=why, text=text.decode(errors="replace"),
-                 native=native, sockets=sockets or {})
+                 native=native, sockets=sockets or {}, native_pending=native_pending,
+                 native_done=native_done)
 
 
 def _py_spy_tool() -> str:
@@ -753,12 +758,12 @@ def supervise(spec: dict, source: bytes) -> int:
         # its Python stacks at once: the launcher stops the run soon after it asked, and
         # py-spy can take longer than that on a loaded node (the stacks were then lost)
         for rank, proc in live.items():
-            stacks[rank].flush("asked", "", tcp_peers(proc.pid))
+            stacks[rank].flush("asked", "", tcp_peers(proc.pid), native_pending=bool(spies))
         for t in spies:
             t.join(12)
         for rank in live:  # then the native frames, as py-spy gives them
-            if native.get(rank):
-                stacks[rank].flush("asked", native[rank])
+            if spies:
+                stacks[rank].flush("asked", native.get(rank, ""), native_done=True)
 
     def watch_stdin() -> None:
         while True:
@@ -772,9 +777,16 @@ def supervise(spec: dict, source: bytes) -> int:
         stop.set()
 
     spied = {}  # rank -> py-spy text taken at the worker's own watchdog
+    acks = {}  # rank -> the write end of its CT_SPY_ACK_FD pipe
 
     def spy_at_watchdog(rank: int, pid: int) -> None:
-        spied[rank] = _py_spy(pid)
+        try:
+            spied[rank] = _py_spy(pid)
+        finally:
+            try:  # the worker waits for this before it ends
+                os.write(acks[rank], b"1")
+            except (KeyError, OSError):
+                pass
 
     def pump(rank: int, proc: object) -> None:
         for raw in iter(proc.stdout.readline, b""):  # type: ignore[attr-defined]
@@ -791,11 +803,14 @@ def supervise(spec: dict, source: bytes) -> int:
     for worker in spec["workers"]:
         rank = int(worker["rank"])
         read_end, write_end = os.pipe()
+        ack_read, acks[rank] = os.pipe()
         proc = subprocess.Popen([sys.executable, "-u", "-c", BOOTSTRAP, *worker["argv"]],
                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                env={**env, "CT_STACK_FD": str(write_end)},
-                                pass_fds=(write_end,))
+                                env={**env, "CT_STACK_FD": str(write_end),
+                                     "CT_SPY_ACK_FD": str(ack_read)},
+                                pass_fds=(write_end, ack_read))
         os.close(write_end)
+        os.close(ack_read)
         stacks[rank] = _Stacks(rank, read_end)
         proc.stdin.write(payload)  # type: ignore[union-attr]
         proc.stdin.close()  # type: ignore[union-attr]

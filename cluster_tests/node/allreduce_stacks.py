@@ -8,8 +8,28 @@ import socket
 
 # --- where this rank is: its stack, on request or at its deadline ------------------------------
 
-#: Seconds a rank at its watchdog waits for the supervisor's py-spy before it ends.
-SPY_WAIT = 2.5
+#: Seconds a rank at its watchdog waits at most for the supervisor's py-spy before it ends (it
+#: goes on as soon as the supervisor says py-spy is done: a byte on ``CT_SPY_ACK_FD``; py-spy
+#: reads libtorch's symbols, seconds on a loaded node: a fixed wait lost the native frames)
+SPY_WAIT = 15.0
+
+
+def wait_for_spy(environ: dict, most: float = SPY_WAIT) -> None:
+    """At the watchdog, once the supervisor was told: until its py-spy is done (a byte on the
+    ``CT_SPY_ACK_FD`` pipe), at most `most` s. Read in this thread, not the main one, which may
+    be blocked in gloo's or NCCL's C code where no Python signal handler runs."""
+    import select
+    import time
+
+    try:
+        fd = int(environ.get("CT_SPY_ACK_FD", ""))
+    except ValueError:
+        time.sleep(min(most, 2.5))  # an older supervisor: its fixed wait
+        return
+    try:
+        select.select([fd], [], [], most)
+    except (OSError, ValueError):
+        pass
 
 #: File descriptor the stacks go to: a pipe of the supervisor's (``CT_STACK_FD``), else stderr.
 _STACK_FD = -1

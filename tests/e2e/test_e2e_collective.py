@@ -61,6 +61,7 @@ def baseline(tmp_path_factory: pytest.TempPathFactory) -> Path:
 # --- healthy: C1 passes, busbw per size in the JUnit properties, C2 every pair green ----------
 
 
+@pytest.mark.alone  # it records the baseline that the rate-limited node's test compares with
 def test_healthy_cluster_reports_busbw_per_size(healthy_sim, baseline: Path) -> None:
     # a healthy run never waits out a deadline: give the ranks' start-up skew on a loaded
     # machine room (the fault tests keep 5 s, which is what they wait)
@@ -249,6 +250,7 @@ def test_inbound_drop_with_replies_allowed_is_caught_where_the_node_serves(healt
 # --- C2: a rate-limited node is named by its pairs; busbw below threshold and baseline --------
 
 
+@pytest.mark.alone  # bandwidth against bandwidth: a workload beside it slows the healthy pairs
 def test_rate_limited_node_named_by_its_pairs(healthy_sim, baseline: Path) -> None:
     if not baseline.exists():
         pytest.skip("needs the healthy run's --busbw-record")
@@ -283,6 +285,7 @@ def test_rate_limited_node_named_by_its_pairs(healthy_sim, baseline: Path) -> No
     assert_no_workers(healthy_sim)
 
 
+@pytest.mark.alone  # bandwidth against bandwidth: a workload beside it slows the healthy pairs
 def test_a_pair_slow_only_once_is_flaky_not_red(healthy_sim) -> None:
     """node2's link shaped while C2's rounds run, and freed when the confirmation pass starts
     (it announces itself, then waits --confirm-pause): the retries are fast, so nothing is
@@ -322,6 +325,7 @@ def test_a_pair_slow_only_once_is_flaky_not_red(healthy_sim) -> None:
 # --- issue 26: a crawling link is named within --collective-budget ----------------------------
 
 
+@pytest.mark.alone  # bandwidth against bandwidth: a workload beside it slows the healthy pairs
 def test_crawling_link_named_within_the_budget(healthy_sim) -> None:
     """node2's link shaped to 40 Mbit/s, the default options (sizes 1K..16M, the default
     budget): C1's sweep stops before the first size that would exceed its share and says so;
