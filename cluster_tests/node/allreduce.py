@@ -705,6 +705,142 @@ def _py_spy(pid: int) -> str:
     return (out.stdout or out.stderr).decode(errors="replace")
 
 
+class _Supervisor:
+    """The workers of one node (see `supervise`), with what each one needs: its stack pipe
+    (`_Stacks`), the pipe that tells it its py-spy is done, its stdout relay."""
+
+    def __init__(self, spec: dict, source: bytes) -> None:
+        env = dict(os.environ)
+        env.update({k: str(v) for k, v in spec.get("env", {}).items()})
+        env["PYTHONUNBUFFERED"] = "1"
+        env["CT_ALLREDUCE_SUPERVISED"] = "1"
+        if _py_spy_tool():
+            env["CT_PY_SPY"] = "1"  # a worker at its watchdog waits for its native frames
+        self.env = env
+        self.payload = str(len(source)).encode() + b"\n" + source
+        self.procs = {}  # type: dict  # rank -> Popen
+        self.stacks = {}  # type: dict  # rank -> _Stacks
+        self.acks = {}  # type: dict  # rank -> the write end of its CT_SPY_ACK_FD pipe
+        self.pumps = {}  # type: dict  # rank -> the thread relaying its stdout
+        self.spied = {}  # type: dict  # rank -> py-spy text taken at the worker's own watchdog
+        self.stop = threading.Event()
+
+    def start(self, workers: list) -> None:
+        import subprocess
+
+        for worker in workers:
+            rank = int(worker["rank"])
+            read_end, write_end = os.pipe()
+            ack_read, self.acks[rank] = os.pipe()
+            proc = subprocess.Popen([sys.executable, "-u", "-c", BOOTSTRAP, *worker["argv"]],
+                                    stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                    env={**self.env, "CT_STACK_FD": str(write_end),
+                                         "CT_SPY_ACK_FD": str(ack_read)},
+                                    pass_fds=(write_end, ack_read))
+            os.close(write_end)
+            os.close(ack_read)
+            self.stacks[rank] = _Stacks(rank, read_end)
+            proc.stdin.write(self.payload)  # type: ignore[union-attr]
+            proc.stdin.close()  # type: ignore[union-attr]
+            self.procs[rank] = proc
+            self.pumps[rank] = threading.Thread(target=self._pump, args=(rank, proc),
+                                                daemon=True)
+            self.pumps[rank].start()
+
+    def dump(self) -> None:
+        """Every live worker's stacks: SIGUSR1 (faulthandler, all threads), relayed as soon as
+        written; then py-spy's native frames, where py-spy runs."""
+        import signal
+
+        live = {r: p for r, p in self.procs.items() if p.poll() is None}
+        for rank, proc in live.items():
+            self.stacks[rank].grew.clear()
+            try:
+                os.kill(proc.pid, signal.SIGUSR1)
+            except OSError:
+                pass
+        native = {}  # rank -> py-spy text
+
+        def spy(rank: int, pid: int) -> None:
+            native[rank] = _py_spy(pid)
+
+        spies = [threading.Thread(target=spy, args=(r, p.pid), daemon=True)
+                 for r, p in live.items()] if _py_spy_tool() else []
+        for t in spies:
+            t.start()
+        # faulthandler writes from the signal handler, at once; its reader thread here may be
+        # slow to read it on a loaded node: each worker's dump is waited for, not slept for
+        until = time.monotonic() + 3.0
+        for rank in live:
+            self.stacks[rank].wait_written(max(0.0, until - time.monotonic()))
+        # its Python stacks at once: the launcher stops the run soon after it asked, and
+        # py-spy can take longer than that on a loaded node (the stacks were then lost)
+        for rank, proc in live.items():
+            self.stacks[rank].flush("asked", "", tcp_peers(proc.pid), native_pending=bool(spies))
+        for t in spies:
+            t.join(12)
+        for rank in live:  # then the native frames, as py-spy gives them
+            if spies:
+                self.stacks[rank].flush("asked", native.get(rank, ""), native_done=True)
+
+    def watch_stdin(self) -> None:
+        """A ``D`` asks for the stacks; anything else, or end of file, stops the workers."""
+        while True:
+            try:
+                byte = sys.stdin.buffer.read(1)
+            except Exception:  # noqa: BLE001 - a broken stdin means the launcher is gone too
+                break
+            if byte != b"D":
+                break
+            threading.Thread(target=self.dump, name="dump", daemon=True).start()
+        self.stop.set()
+
+    def _spy_at_watchdog(self, rank: int, pid: int) -> None:
+        try:
+            self.spied[rank] = _py_spy(pid)
+        finally:
+            try:  # the worker waits for this before it ends
+                os.write(self.acks[rank], b"1")
+            except (KeyError, OSError):
+                pass
+
+    def _pump(self, rank: int, proc: object) -> None:
+        for raw in iter(proc.stdout.readline, b""):  # type: ignore[attr-defined]
+            if raw.startswith(b'{"event": "spy"'):
+                pid = proc.pid  # type: ignore[attr-defined]
+                threading.Thread(target=self._spy_at_watchdog, args=(rank, pid),
+                                 daemon=True).start()
+                continue
+            with _OUT_LOCK:
+                sys.stdout.buffer.write(raw if raw.endswith(b"\n") else raw + b"\n")
+                sys.stdout.flush()
+
+    def reap(self) -> None:
+        """Until every worker has ended (killed once `stop` is set): each one's exit, after
+        what it printed and the stacks its watchdog dumped."""
+        reported = set()
+        while len(reported) < len(self.procs):
+            for rank, proc in self.procs.items():
+                if rank in reported:
+                    continue
+                if self.stop.is_set() and proc.poll() is None:
+                    proc.kill()
+                code = proc.poll()
+                if code is not None:
+                    reported.add(rank)
+                    self.pumps[rank].join(timeout=1.0)  # what it printed before its exit line
+                    self.stacks[rank].thread.join(timeout=1.0)
+                    # its watchdog's own dump, if it had one, with py-spy's frames taken then
+                    self.stacks[rank].flush("exit", self.spied.get(rank, ""))
+                    emit("exit", exit_rank=rank, code=code, killed=self.stop.is_set())
+            time.sleep(0.05)
+        for proc in self.procs.values():  # a worker killed mid-init leaves its NCCL log behind
+            try:
+                os.unlink(_nccl_log_path(proc.pid))
+            except OSError:
+                pass
+
+
 def supervise(spec: dict, source: bytes) -> int:
     """Start one worker per entry of ``spec["workers"]`` (argv lists), relay their JSON lines,
     and kill them all as soon as stdin reaches EOF or carries any byte but ``D``: the launcher
@@ -720,128 +856,14 @@ def supervise(spec: dict, source: bytes) -> int:
     included: they stay in it) if everything else fails.
     """
     import signal
-    import subprocess
 
-    env = dict(os.environ)
-    env.update({k: str(v) for k, v in spec.get("env", {}).items()})
-    env["PYTHONUNBUFFERED"] = "1"
-    env["CT_ALLREDUCE_SUPERVISED"] = "1"
-    if _py_spy_tool():
-        env["CT_PY_SPY"] = "1"  # a worker at its watchdog waits for its native frames
-    payload = str(len(source)).encode() + b"\n" + source
-    procs = {}  # rank -> Popen
-    stacks = {}  # rank -> _Stacks
-    stop = threading.Event()
-
-    def dump() -> None:
-        live = {r: p for r, p in procs.items() if p.poll() is None}
-        for rank, proc in live.items():
-            stacks[rank].grew.clear()
-            try:
-                os.kill(proc.pid, signal.SIGUSR1)
-            except OSError:
-                pass
-        native = {}  # rank -> py-spy text
-
-        def spy(rank: int, pid: int) -> None:
-            native[rank] = _py_spy(pid)
-
-        spies = [threading.Thread(target=spy, args=(r, p.pid), daemon=True)
-                 for r, p in live.items()]
-        for t in spies:
-            t.start()
-        # faulthandler writes from the signal handler, at once; its reader thread here may be
-        # slow to read it on a loaded node: each worker's dump is waited for, not slept for
-        until = time.monotonic() + 3.0
-        for rank in live:
-            stacks[rank].wait_written(max(0.0, until - time.monotonic()))
-        # its Python stacks at once: the launcher stops the run soon after it asked, and
-        # py-spy can take longer than that on a loaded node (the stacks were then lost)
-        for rank, proc in live.items():
-            stacks[rank].flush("asked", "", tcp_peers(proc.pid), native_pending=bool(spies))
-        for t in spies:
-            t.join(12)
-        for rank in live:  # then the native frames, as py-spy gives them
-            if spies:
-                stacks[rank].flush("asked", native.get(rank, ""), native_done=True)
-
-    def watch_stdin() -> None:
-        while True:
-            try:
-                byte = sys.stdin.buffer.read(1)
-            except Exception:  # noqa: BLE001 - a broken stdin means the launcher is gone too
-                break
-            if byte != b"D":
-                break
-            threading.Thread(target=dump, name="dump", daemon=True).start()
-        stop.set()
-
-    spied = {}  # rank -> py-spy text taken at the worker's own watchdog
-    acks = {}  # rank -> the write end of its CT_SPY_ACK_FD pipe
-
-    def spy_at_watchdog(rank: int, pid: int) -> None:
-        try:
-            spied[rank] = _py_spy(pid)
-        finally:
-            try:  # the worker waits for this before it ends
-                os.write(acks[rank], b"1")
-            except (KeyError, OSError):
-                pass
-
-    def pump(rank: int, proc: object) -> None:
-        for raw in iter(proc.stdout.readline, b""):  # type: ignore[attr-defined]
-            if raw.startswith(b'{"event": "spy"'):
-                pid = proc.pid  # type: ignore[attr-defined]
-                threading.Thread(target=spy_at_watchdog, args=(rank, pid), daemon=True).start()
-                continue
-            with _OUT_LOCK:
-                sys.stdout.buffer.write(raw if raw.endswith(b"\n") else raw + b"\n")
-                sys.stdout.flush()
-
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    pumps = {}  # rank -> thread relaying its stdout
-    for worker in spec["workers"]:
-        rank = int(worker["rank"])
-        read_end, write_end = os.pipe()
-        ack_read, acks[rank] = os.pipe()
-        proc = subprocess.Popen([sys.executable, "-u", "-c", BOOTSTRAP, *worker["argv"]],
-                                stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                env={**env, "CT_STACK_FD": str(write_end),
-                                     "CT_SPY_ACK_FD": str(ack_read)},
-                                pass_fds=(write_end, ack_read))
-        os.close(write_end)
-        os.close(ack_read)
-        stacks[rank] = _Stacks(rank, read_end)
-        proc.stdin.write(payload)  # type: ignore[union-attr]
-        proc.stdin.close()  # type: ignore[union-attr]
-        procs[rank] = proc
-        thread = threading.Thread(target=pump, args=(rank, proc), daemon=True)
-        thread.start()
-        pumps[rank] = thread
-    threading.Thread(target=watch_stdin, name="stdin-watch", daemon=True).start()
-    emit("workers", pids={str(r): p.pid for r, p in procs.items()}, host=socket.gethostname())
-    reported = set()
-    while len(reported) < len(procs):
-        for rank, proc in procs.items():
-            if rank in reported:
-                continue
-            if stop.is_set() and proc.poll() is None:
-                proc.kill()
-            code = proc.poll()
-            if code is not None:
-                reported.add(rank)
-                pumps[rank].join(timeout=1.0)  # relay what it printed before its exit line
-                stacks[rank].thread.join(timeout=1.0)
-                # its watchdog's own dump, if it had one, with py-spy's frames taken then
-                stacks[rank].flush("exit", spied.get(rank, ""))
-                emit("exit", exit_rank=rank, code=code, killed=stop.is_set())
-        time.sleep(0.05)
-    for proc in procs.values():  # a worker killed mid-init leaves its NCCL log behind
-        try:
-            os.unlink(_nccl_log_path(proc.pid))
-        except OSError:
-            pass
-    emit("reaped", killed=stop.is_set())
+    sup = _Supervisor(spec, source)
+    signal.signal(signal.SIGTERM, lambda *_: sup.stop.set())
+    sup.start(spec["workers"])
+    threading.Thread(target=sup.watch_stdin, name="stdin-watch", daemon=True).start()
+    emit("workers", pids={str(r): p.pid for r, p in sup.procs.items()}, host=socket.gethostname())
+    sup.reap()
+    emit("reaped", killed=sup.stop.is_set())
     return 0
 
 

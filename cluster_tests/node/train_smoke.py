@@ -47,6 +47,7 @@ import threading
 import time
 import traceback
 from collections.abc import Callable, Mapping
+from typing import Any
 
 # The same as judge/trainresult.py's (this script runs alone on the nodes and cannot import it;
 # tests/unit/test_trainresult.py keeps them equal).
@@ -289,25 +290,20 @@ def weights_sha256(named: list[tuple[str, object]]) -> str:
     return h.hexdigest()
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
-    start_watchdog(args.deadline)
-    t0 = time.monotonic()
-
+def _setup_device(args: argparse.Namespace) -> tuple[Any, Any, int]:
+    """DeepSpeed's accelerator for this rank, its device, and its local rank; the JIT build locks
+    recorded (and on CPU, with --no-jit-shm, the shm op marked unavailable)."""
     import deepspeed
     import torch
     from deepspeed.accelerator import get_accelerator
 
     accel = get_accelerator()
-    accel_name = accel.device_name()
     local_rank = int(
         os.environ.get("LOCAL_RANK", args.local_rank if args.local_rank is not None else 0)
     )
-
     with contextlib.suppress(Exception):  # a torch without FileBaton: nothing to record
         record_jit_locks()
-
-    if accel_name == "cpu" and args.no_jit_shm:
+    if accel.device_name() == "cpu" and args.no_jit_shm:
         # The user's launch takes this path: DeepSpeed's CPU TorchBackend JIT-builds (or loads,
         # through ninja and the build lock in the extensions directory) its shared-memory op
         # deepspeed_shm_comm in init_distributed (~30 s on 2 cores the first time). Only the
@@ -316,50 +312,49 @@ def main(argv: list[str] | None = None) -> int:
         with contextlib.suppress(Exception):
             compatible = deepspeed.ops.__dict__.setdefault("__compatible_ops__", {})
             compatible["deepspeed_shm_comm"] = False
+    if accel.device_name() == "cpu":
+        return accel, torch.device("cpu"), local_rank
+    accel.set_device(local_rank)
+    return accel, torch.device(accel.device_name(), local_rank), local_rank
 
-    if accel_name == "cpu":
-        device = torch.device("cpu")
-    else:
-        accel.set_device(local_rank)
-        device = torch.device(accel_name, local_rank)
+
+def _init_distributed(args: argparse.Namespace, accel: Any) -> None:
+    """deepspeed.init_distributed as the user's job calls it; DeepSpeed's CPU all-reduce
+    segment released once every rank has it mapped."""
+    import deepspeed
+    import torch.distributed as dist
 
     backend = args.backend or accel.communication_backend_name()
     if args.sleep_before_init > 0:
         _state["phase"] = "sleep"
         time.sleep(args.sleep_before_init)
-
     _state["phase"] = "dist-init"
-    segment = record_shm_segment() if accel_name == "cpu" else None
+    segment = record_shm_segment() if accel.device_name() == "cpu" else None
     deepspeed.init_distributed(
         dist_backend=backend,
         timeout=datetime.timedelta(seconds=args.dist_timeout),
     )
-    import torch.distributed as dist
-
     if segment is not None:
         release_shm_segment(segment, dist.barrier)
+
+
+def _emit_start(args: argparse.Namespace, accel: Any, device: Any, local_rank: int,
+                precision: str, client_optimizer: bool, t0: float) -> None:
+    import deepspeed
+    import torch
+    import torch.distributed as dist
 
     bound = None
     with contextlib.suppress(Exception):  # private API: only reported
         bound = dist.distributed_c10d._get_default_group().bound_device_id
-    bf16_ok = fp16_ok = False
-    with contextlib.suppress(Exception):
-        bf16_ok, fp16_ok = bool(accel.is_bf16_supported()), bool(accel.is_fp16_supported())
-    config, precision, client_optimizer = ds_config(
-        accel_name, bf16_ok, fp16_ok, args.zero_stage, args.batch_size, args.lr, args.precision
-    )
-
-    rank = dist.get_rank()
-    world = dist.get_world_size()
-    _state["rank"] = rank
     emit(
         "start",
-        world_size=world,
+        world_size=dist.get_world_size(),
         local_rank=local_rank,
         host=socket.gethostname(),
         backend=dist.get_backend(),
         device=str(device),
-        accelerator=accel_name,
+        accelerator=accel.device_name(),
         torch=torch.__version__,
         deepspeed=deepspeed.__version__,
         python=sys.version.split()[0],
@@ -377,8 +372,12 @@ def main(argv: list[str] | None = None) -> int:
         },
     )
 
-    # Same initial weights on every rank (DeepSpeed broadcasts rank 0's anyway).
-    _state["phase"] = "setup"
+
+def _model_and_data(args: argparse.Namespace, rank: int) -> tuple[Any, Any, Any]:
+    """The MLP (the same initial weights on every rank: DeepSpeed broadcasts rank 0's anyway)
+    and this rank's shard of the synthetic data set, drawn from a fixed seed."""
+    import torch
+
     torch.manual_seed(args.seed)
     d_in, d_out = 8, 2
     model = torch.nn.Sequential(
@@ -388,24 +387,18 @@ def main(argv: list[str] | None = None) -> int:
     )
     gen = torch.Generator().manual_seed(args.seed + 1)
     w_true = torch.randn(d_in, d_out, generator=gen) / d_in**0.5
-    # Each rank gets its own shard of the synthetic data set, drawn from a fixed seed.
     n = args.batch_size * args.steps
     gen_r = torch.Generator().manual_seed(args.seed + 100 + rank)
     x_all = torch.randn(n, d_in, generator=gen_r)
-    y_all = x_all @ w_true
+    return model, x_all, x_all @ w_true
 
-    optimizer = (
-        torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9) if client_optimizer else None
-    )
-    _state["phase"] = "initialize"  # DeepSpeed builds its fused optimizer op here
-    engine, _, _, _ = deepspeed.initialize(
-        model=model, optimizer=optimizer, model_parameters=None if client_optimizer
-        else list(model.parameters()), config=config,
-    )
+
+def _train(args: argparse.Namespace, engine: Any, device: Any, x_all: Any,
+           y_all: Any) -> list[float]:
+    import torch
+
     loss_fn = torch.nn.MSELoss()
     dtype = next(engine.module.parameters()).dtype
-
-    _state["phase"] = "train"
     losses: list[float] = []
     for step in range(args.steps):
         lo = step * args.batch_size
@@ -417,14 +410,55 @@ def main(argv: list[str] | None = None) -> int:
         value = float(loss.detach().float().cpu())
         losses.append(value)
         emit("step", step=step + 1, loss=value)
+    return losses
 
-    _state["phase"] = "gather"
+
+def _weights_digest(args: argparse.Namespace, engine: Any) -> str:
+    import deepspeed
+
     if args.zero_stage == 3:
         params = list(engine.module.named_parameters())
         with deepspeed.zero.GatheredParameters([p for _, p in params], modifier_rank=None):
-            digest = weights_sha256([(name, p) for name, p in params])
-    else:
-        digest = weights_sha256(list(engine.module.named_parameters()))
+            return weights_sha256([(name, p) for name, p in params])
+    return weights_sha256(list(engine.module.named_parameters()))
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    start_watchdog(args.deadline)
+    t0 = time.monotonic()
+
+    import deepspeed
+    import torch
+
+    accel, device, local_rank = _setup_device(args)
+    _init_distributed(args, accel)
+    import torch.distributed as dist
+
+    bf16_ok = fp16_ok = False
+    with contextlib.suppress(Exception):
+        bf16_ok, fp16_ok = bool(accel.is_bf16_supported()), bool(accel.is_fp16_supported())
+    config, precision, client_optimizer = ds_config(
+        accel.device_name(), bf16_ok, fp16_ok, args.zero_stage, args.batch_size, args.lr,
+        args.precision)
+    rank = dist.get_rank()
+    _state["rank"] = rank
+    _emit_start(args, accel, device, local_rank, precision, client_optimizer, t0)
+
+    _state["phase"] = "setup"
+    model, x_all, y_all = _model_and_data(args, rank)
+    optimizer = (
+        torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9) if client_optimizer else None
+    )
+    _state["phase"] = "initialize"  # DeepSpeed builds its fused optimizer op here
+    engine, _, _, _ = deepspeed.initialize(
+        model=model, optimizer=optimizer, model_parameters=None if client_optimizer
+        else list(model.parameters()), config=config,
+    )
+    _state["phase"] = "train"
+    losses = _train(args, engine, device, x_all, y_all)
+    _state["phase"] = "gather"
+    digest = _weights_digest(args, engine)
 
     _state["phase"] = "barrier"
     dist.barrier()
