@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 import pytest
-from suite import REPO, SuiteResult, parse_junit
+from suite import REPO, SuiteResult, parse_junit, verdict_of
 
 from fixtures.sim import SimCluster
 
@@ -81,8 +81,7 @@ def test_faults_fixed_by_the_script_then_lf_is_green_and_a_rerun_changes_nothing
     try:
         first = run(sim, work, *FAST)
         assert first.returncode == 1, first.describe()
-        tail = first.output[first.output.index("cluster summary"):]
-        summary = tail[: tail.index("short test summary info")].rstrip("= \n").splitlines()[1:]
+        summary = verdict_of(first.output)
         assert any(re.fullmatch(r"review and run \S*/fixes\.sh \(1 of its 5 blocks need a "
                                 r"person\), then pytest --lf", ln) for ln in summary), summary[-8:]
         # one red per cause, the checks each cause breaks blocked naming it
