@@ -105,13 +105,11 @@ def test_master_addr(cluster: Cluster, rank0_node: str, record_property) -> None
             sshroot.block_by_root(cluster, check.site, check.first_host, cause)
             sshroot.block_by_trust(cluster, check.site, check.first_host)
         pytest.fail(f"{rank0}: {stop}", pytrace=False)
-    facts = cluster.base(rank0)
-    ifaces = parse_interfaces(facts["ip_link"], facts["ip_addr"])
-    owners = {ip: i.name for i in ifaces.values() for ip in i.ips}
+    cluster.base(rank0)
     d = masteraddr.derived(cluster)
     record_property("master_addr", d.value or "")
     record_property("master_addr_from", d.how if d.how == "given" else d.command)
-    found = ma.problems(d, owners, masteraddr.routes(cluster))
+    found = masteraddr.verdict(cluster)
     if found and d.how == "derived" and d.value is None and d.exit_status == 255:
         # DeepSpeed's own `ssh <first host>` failed: the same leg as S4 rank 0 -> first host
         cause = sshfail.classify(d.stderr, 255)
