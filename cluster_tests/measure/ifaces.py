@@ -13,6 +13,7 @@ from cluster_tests.core.cluster import Cluster, ProbeError
 from cluster_tests.core.memokey import MemoKey
 from cluster_tests.judge import env as envcheck
 from cluster_tests.judge import network as nc
+from cluster_tests.judge import sshnames
 from cluster_tests.judge.netfacts import Interface, parse_interfaces, route_device
 from cluster_tests.measure import rehearsal
 
@@ -119,8 +120,9 @@ def routes(cluster: Cluster, node: str) -> dict[str, Any]:
     """`ip -o route get` from node to the address it resolves each of its targets to (the
     selected pairs, --pairs; cached)."""
     facts = cluster.base(node)
-    addrs = sorted({facts["resolve"][b]["addrs"][0] for b in pairs_mod.targets_of(cluster, node)
-                    if b != node and facts["resolve"].get(b, {}).get("addrs")})
+    placed = [sshnames.placement(facts, b).addrs for b in pairs_mod.targets_of(cluster, node)
+              if b != node]
+    addrs = sorted({got[0] for got in placed if got})
     try:
         return cluster.probe(node, "routes", route_to=addrs)
     except ProbeError:

@@ -6,6 +6,7 @@ ssh -> launch.py -> torch.distributed on gloo)."""
 
 from __future__ import annotations
 
+import json
 import random
 import shlex
 import sys
@@ -97,6 +98,73 @@ def test_healthy_cluster_is_green_and_the_launch_works(healthy_sim, tmp_path, na
         str(VENV / "bin" / "python")
     out = real_launch(sim, list(names.values()))
     assert launch_ok(out, 3), out[-3000:]
+
+
+#: a cloud cluster's names: its machines known by ssh configs alone (issue 41)
+ALIASES = {"node1": "gpu-a", "node2": "gpu-b", "node3": "gpu-c"}
+
+
+def _alias_shape(sim, tmp_path, hostnames: dict[str, str] | None = None):
+    """The hostfile names ALIASES, which only ssh configs know: every node's ~/.ssh/config and
+    the launcher's (`Host gpu-a` / `HostName <address>`); no DNS record, no /etc/hosts line.
+    Returns (hostfile, the launcher's ssh config)."""
+    config = sim.ssh_aliases(ALIASES, tmp_path / "ssh_config", hostnames)
+    hostfile = tmp_path / "hostfile"
+    hostfile.write_text("".join(f"{a} slots=1\n" for a in ALIASES.values()))
+    return hostfile, config
+
+
+def test_ssh_alias_hostfile_is_green_and_the_launch_works(healthy_sim, tmp_path):
+    """The names exist for ssh alone, as DeepSpeed needs them (pdsh and its `ssh <first host>
+    hostname -I` go through ssh; each rank's own address comes from its node): green, each alias
+    shown with its HostName, the pair checks dialing each node's own address, and the real
+    launch without --master_addr trains on every rank."""
+    sim = healthy_sim
+    hostfile, config = _alias_shape(sim, tmp_path)
+    assert sim.exec("node1", ["getent", "hosts", "gpu-b"]).returncode != 0  # no resolver knows it
+    put_script(sim, NODES)
+    r = run_suite(sim, *FAST, hostfile=hostfile, ssh_config=config)
+    assert r.returncode == 0, r.describe()
+    addr = {nd.name: nd.address for nd in sim.nodes}
+    h2 = r.properties["test_hostname_matches[gpu-b]"]
+    assert h2["name_is"] == "ssh alias", h2
+    assert h2["ssh_alias"].startswith(f"gpu-b -> HostName {addr['node2']} (ssh config on gpu-a"), h2
+    assert {f"test_resolves[{a}->{b}]" for a in ALIASES.values() for b in ALIASES.values()} \
+        <= r.passed, r.describe()
+    assert "test_high_ports[gpu-c->gpu-b]" in r.passed and "test_master_port[gpu-c->gpu-a]" in \
+        r.passed, r.describe()
+    assert r.properties["test_master_addr[gpu-a]"]["master_addr"] == addr["node1"]
+    nodes = {n["name"]: n for n in json.loads((r.junit.parent / "summary.json").read_text())[
+        "nodes"]}
+    assert nodes["gpu-c"]["ssh alias"] == f"HostName {addr['node3']}", nodes["gpu-c"]
+    assert nodes["gpu-c"]["hostname"] == "node3"
+    out = real_launch(sim, list(ALIASES.values()), derive_master=True)
+    assert launch_ok(out, 3), out[-3000:]
+
+
+def test_an_ssh_alias_to_a_dead_address_is_one_red_on_that_node(healthy_sim, tmp_path):
+    """gpu-c's HostName (in every ssh config) is an address where nothing answers: one red, the
+    launcher's login to gpu-c, whose fix is the ssh config's HostName (never the node's
+    hostname); every check that needs gpu-c is blocked by it; the real launch fails there."""
+    sim = healthy_sim
+    dead = sim.subnet.split("/")[0].rsplit(".", 1)[0] + ".99"
+    hostfile, config = _alias_shape(sim, tmp_path, {"node3": dead})
+    put_script(sim, NODES, job=FAILING)
+    r = run_suite(sim, *FAST, "--timeout-connect", "3", hostfile=hostfile, ssh_config=config)
+    assert r.failed == {"test_login[gpu-c]"}, r.describe()
+    msg = r.message("test_login[gpu-c]")
+    assert f"sends gpu-c to HostName {dead}, where nothing answers on port 22" in msg, msg
+    assert "correct the HostName of its 'Host gpu-c' block" in msg, msg
+    assert "hostnamectl" not in msg
+    by = {t: p["blocked_by"] for t, p in r.properties.items() if "blocked_by" in p}
+    for t in ("test_hostname_matches[gpu-c]", "test_resolves[gpu-a->gpu-c]",
+              "test_ssh_trust[gpu-a->gpu-c]", "test_pdsh[gpu-a->gpu-c]",
+              "test_launch_rehearsal[gpu-c]", "test_high_ports[gpu-b->gpu-c]",
+              "test_master_port[gpu-c->gpu-a]"):
+        assert by.get(t) == "test_login[gpu-c]", (t, r.describe())
+    out = real_launch(sim, list(ALIASES.values()), derive_master=True, timeout=120)
+    assert not launch_ok(out, 3), out[-3000:]
+    assert any(ln.startswith("gpu-c:") and dead in ln for ln in out.splitlines()), out[-3000:]
 
 
 def _fault_launch_dir(sim):

@@ -1,7 +1,7 @@
 """The last screen is the verdict (issue 41): a red run's terminal, read as a person sees it
 (the suite run in a pseudo-terminal 80 columns wide, long lines wrapped as the terminal wraps
 them), ends with the causes and the launch line, right above pytest's final count, whether the
-short test summary is the project's (`-ra`), pytest's default (`-rfE`) or comes from
+short test summary is pytest's default (`-rfE`) or the project's (`-ra`), printed by
 pytest-xdist's controller; no line per blocked check, but one count per red."""
 
 from __future__ import annotations
@@ -77,10 +77,9 @@ def last_screen(text: str, rows: int = 15) -> list[str]:
 
 
 @pytest.mark.parametrize("how", [
-    ("-ra",),                     # the project's own (pyproject addopts)
-    ("-o", "addopts="),           # pytest's default -r (fE)
-    ("-n", "2"),                  # pytest-xdist's controller, the project's -ra
-], ids=["project-ra", "pytest-default-r", "xdist"])
+    ("-o", "addopts="),           # pytest's default -r (fE), in one process
+    ("-n", "2"),                  # pytest-xdist's controller, with the project's -ra (addopts)
+], ids=["pytest-default-r", "xdist-project-ra"])
 def test_a_red_runs_last_screen_holds_the_causes_and_the_launch_line(healthy_sim, how):
     sim = healthy_sim
     sim.stop_sshd("node3")
