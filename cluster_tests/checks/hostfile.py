@@ -120,8 +120,9 @@ def _name_for_ssh(cluster: Cluster, node: str, facts: dict, ips: set[str], own: 
     target = cluster.pool.targets[node].hostname
     outcome.fail(Problem(
         (node,), "the name leads nowhere" if not p.placed else "the name leads elsewhere",
-        f"{node}: the hostfile says '{node}', which {node} itself cannot resolve and {rank0} (rank "
-        f"0, where pdsh and DeepSpeed's ssh run) {p.describe()}; the launcher reaches it through "
+        f"{node}: the hostfile says '{node}', which {node} itself cannot resolve; on {rank0} "
+        f"(rank 0, where pdsh and DeepSpeed's ssh run) it is {p.describe()}; the launcher "
+        f"reaches it through "
         + (f"its ssh config (HostName {target})" if target != node else "its resolver"),
         fix=(sshnames.alias_fix(rank0, node, own[0] if own else None) if p.placed else
              sshnames.place_fix(rank0, node, own[0] if own else None, alias=sshnames.known_by_ssh(

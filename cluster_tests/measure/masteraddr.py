@@ -15,7 +15,8 @@ import shlex
 from cluster_tests.core.cluster import Cluster
 from cluster_tests.core.memokey import MemoKey
 from cluster_tests.judge import masteraddr as ma
-from cluster_tests.judge.netfacts import parse_interfaces
+from cluster_tests.judge import sshnames
+from cluster_tests.judge.netfacts import own_addresses, parse_interfaces
 from cluster_tests.measure import rehearsal
 
 MASTER_ADDR: MemoKey[ma.Derived] = MemoKey("masteraddr", "derived")
@@ -26,7 +27,24 @@ VERDICT: MemoKey[list[str]] = MemoKey("masteraddr", "verdict")
 
 def derived(cluster: Cluster) -> ma.Derived:
     """The ``--master_addr`` of the launch (measured once)."""
-    return cluster.memo(MASTER_ADDR, lambda: _derive(cluster))
+    def compute() -> ma.Derived:
+        d = _derive(cluster)
+        d.suggest = _suggest(cluster, d.first_host)
+        return d
+    return cluster.memo(MASTER_ADDR, compute)
+
+
+def _suggest(cluster: Cluster, first: str) -> str:
+    """What a fix should pass as --master_addr: "" (the first host's name) where the rank-0
+    node's resolver knows that name, else the address its ssh reaches it at (an ssh alias's
+    HostName), else one of its own addresses: every rank resolves --master_addr with its
+    resolver, so a name only ssh configs know would not do."""
+    facts = cluster.base_or_none(cluster.rank0.name)
+    if facts is None or sshnames.resolved(facts, first).placed:
+        return ""
+    placed = sshnames.placement(facts, first).addrs
+    own = own_addresses(facts)
+    return placed[0] if placed else own[0] if own else ""
 
 
 def _derive(cluster: Cluster) -> ma.Derived:
