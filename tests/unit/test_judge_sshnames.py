@@ -80,3 +80,16 @@ def test_the_fixes_edit_the_ssh_config_or_the_hosts_file():
         "on node1: make the 'Host gpu-c' block of the ssh config say 'HostName 10.0.0.3'")
     assert all("hostnamectl" not in f and "hostname " not in f
                for f in (sn.place_fix("a", "b", None), sn.alias_fix("a", "b", None)))
+
+
+def test_the_launchers_ssh_g_reads_the_runs_ssh_config(tmp_path):
+    """core/transport.ssh_g runs this machine's OpenSSH (`ssh -G -F CONFIG NAME`)."""
+    from cluster_tests.core import transport
+
+    cfg = tmp_path / "ssh_config"
+    cfg.write_text("Host gpu-*\n    HostName %h.cluster.internal\n    Port 2222\n")
+    got = transport.ssh_g("gpu-07", cfg)
+    assert (got["hostname"], got["port"]) == ("gpu-07.cluster.internal", "2222"), got
+    assert transport.ssh_g("node9", cfg)["hostname"] == "node9"
+    cfg.write_text("Host x\n    NoSuchOption yes\n")
+    assert "error" in transport.ssh_g("x", cfg)
