@@ -288,7 +288,15 @@ class _SummaryPlugin:
         for name, path in (("JSON summary", written.json_path), ("HTML report", written.html_path)):
             if path is not None:
                 terminalreporter.line(f"{name}: {path}")
+
+    def verdict(self, config: pytest.Config) -> list[str]:
+        """The run's last lines (a red run's): causes, blocked checks per red, the fix script,
+        the launch."""
+        if _cluster(config) is None or not self.recorder.outcomes:
+            return []
+        written = config.stash.get(WRITTEN_KEY, None) or files.Written()
         script = written.fixes
+        said = ""
         if script is not None and script[1] + script[2]:
             shown = script[0]
             try:
@@ -297,7 +305,8 @@ class _SummaryPlugin:
                 pass
             manual = (f" ({script[2]} of its {script[1] + script[2]} blocks need a person)"
                       if script[2] else "")
-            terminalreporter.line(f"review and run {shown}{manual}, then pytest --lf")
+            said = f"review and run {shown}{manual}, then pytest --lf"
+        return self.recorder.verdict_lines(written.launch_lines, said)
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
@@ -674,16 +683,21 @@ def cluster_host(cluster: Cluster, node: str):
     return host_for(cluster, node)
 
 
-@pytest.hookimpl(specname="pytest_terminal_summary", trylast=True)
-def pytest_terminal_summary_launch(terminalreporter, config: pytest.Config) -> None:
-    """The summary's last lines, after every other part: the nodes to launch on now
-    (hostfile.healthy) and the launch line."""
-    written = config.stash.get(WRITTEN_KEY, None)
-    lines = written.launch_lines if written is not None else []
-    if lines:
-        terminalreporter.write_sep("=", "launch now")
-        for line in lines:
-            terminalreporter.write_line(line)
+@pytest.hookimpl(specname="pytest_terminal_summary", wrapper=True, tryfirst=True)
+def pytest_terminal_summary_verdict(terminalreporter, config: pytest.Config):
+    """The run's last word, after every other part of the summary, pytest's own short test
+    summary (``-r``) included, right above its final count: the causes, the checks each red
+    blocks, and the launch now (hostfile.healthy, the launch line last).  Outermost of the
+    summary's wrappers (tryfirst), so that it ends after the terminal reporter's."""
+    try:
+        return (yield)
+    finally:
+        plugin = config.pluginmanager.get_plugin("cluster_tests_summary")
+        lines = plugin.verdict(config) if isinstance(plugin, _SummaryPlugin) else []
+        if lines:
+            terminalreporter.write_sep("=", "verdict: causes and launch now")
+            for line in lines:
+                terminalreporter.write_line(line)
 
 
 @pytest.hookimpl(specname="pytest_terminal_summary")

@@ -58,6 +58,20 @@ class SuiteResult:
         return "\n".join(lines)
 
 
+#: the title of the section a red run ends with (plugin.pytest_terminal_summary_verdict)
+VERDICT = "verdict: causes and launch now"
+
+
+def verdict_of(output: str) -> list[str]:
+    """The lines of a run's closing section (the causes, the checks each red blocks, the fix
+    script, the launch), without pytest's final count."""
+    at = output.rfind(VERDICT)
+    if at < 0:
+        return []
+    lines = output[at:].splitlines()[1:]
+    return [ln for ln in lines if not (ln.startswith("=") and ln.endswith("="))]
+
+
 def sigint_as_at_a_terminal() -> None:
     """`preexec_fn` for a suite run that a test interrupts: SIGINT back to its default.
 

@@ -177,6 +177,7 @@ def test_allreduce(allreduce_run: R.RemoteRun, cluster: Cluster, record_property
     _record(record_property, run)
     fallbacks = _socket_fallbacks(cluster, run, record_property)
     if not run.report.ok:
+        _block_by_ifname(cluster, run)
         pytest.fail(R.explain(cluster, run, f"all-reduce over {run.report.world_size} ranks on "
                               f"{', '.join(run.nodes)}")
                     + _stacks(pytestconfig, cluster, run, "allreduce", record_property),
@@ -190,6 +191,22 @@ def test_allreduce(allreduce_run: R.RemoteRun, cluster: Cluster, record_property
                       "--cap-add=IPC_LOCK", pytrace=False)
     _leftover_fail(run)
     _accelerator_fail(cluster, run, f"all-reduce over {run.report.world_size} ranks")
+
+
+def _block_by_ifname(cluster: Cluster, run: R.RemoteRun) -> None:
+    """A failed run whose backend's *_SOCKET_IFNAME selects no usable interface on a node: F5's
+    red there is the cause (the ranks cannot even create their device), not this one."""
+    from cluster_tests.measure import ifaces
+
+    chosen = run.report.backend or (run.options.backend if run.options.backend != "auto"
+                                     else None)
+    for backend in [chosen] if chosen else ["gloo", "nccl", "hccl"]:
+        found = ifaces.unusable_ifname(cluster, backend)
+        if found is None:
+            continue
+        node, var, value = found
+        outcome.block(ids.SOCKET_IFNAME.of(node), f"{var}={value} selects no usable interface "
+                                                  f"on {node}")
 
 
 def _accelerator_fail(cluster: Cluster, run: R.RemoteRun, what: str) -> None:
@@ -245,6 +262,7 @@ def test_allreduce_pair(pair_runs: dict, node_pair: tuple[str, str], cluster: Cl
         pytest.fail(f"{pb.pair_id(node_pair)}: could not run: {run}", pytrace=False)
     _record(record_property, run)
     if not run.report.ok:
+        _block_by_ifname(cluster, run)
         failing = [p for p, r in pair_runs["runs"].items()
                    if not (isinstance(r, R.RemoteRun) and r.report.ok)]
         pytest.fail(R.explain(cluster, run, pb.pair_id(node_pair))

@@ -18,6 +18,7 @@ from cluster_tests.core.cluster import Cluster, NodeProbe, ProbeError
 from cluster_tests.core.memokey import MemoKey
 from cluster_tests.core.nodetable import NodeColumn
 from cluster_tests.core.settings import Settings
+from cluster_tests.core.transport import ConnectError
 from cluster_tests.judge import env as envcheck
 from cluster_tests.judge import jit as jj
 from cluster_tests.judge import parsers, rdma
@@ -133,6 +134,9 @@ def test_required_env(cluster: Cluster, node: str) -> None:
                 f"{ids.LAUNCH_REHEARSAL.of(node)}); scripts that call `deepspeed` or `python` "
                 f"over ssh would not find them"), stacklevel=1)
             return
+        # the launch's own interpreter fails there too (not installed on this node): E5's red
+        _block_by_rehearsal(cluster, node, f"`deepspeed` is not on PATH there either "
+                                           f"({env.get('PATH', '(unset)')})")
     problems = []
     if no_deepspeed:
         problems.append(f"`deepspeed` is not on PATH ({env.get('PATH', '(unset)')})")
@@ -179,13 +183,34 @@ def test_env_agrees(cluster: Cluster, node: str) -> None:
         pytrace=False)
 
 
+def _env_file_findings(files: dict[str, Any]) -> list[envcheck.EnvFileFinding]:
+    """E2's lint of the `.deepspeed_env` files a node has (home and launch directory)."""
+    return [f for path, text in files["deepspeed_env"].items() if text is not None
+            for f in envcheck.lint_deepspeed_env(text, path)]
+
+
+def _launch_blocked_by_env_file(cluster: Cluster, r: rehearsal.Rehearsal) -> str | None:
+    """E2's red on the rank-0 node (its id) when the launch cannot start there because of the
+    `.deepspeed_env` deepspeed reads on it, and E2 finds the lines that do it: then E5's red
+    there, and E5 and E7 on every node, are that red's consequences (one cause, one red)."""
+    if not r.site_env_file:
+        return None
+    try:
+        files = cluster.probe(r.site, "envfiles", script=SCRIPT,
+                              launch_dir=cluster.settings.env.launch_dir)
+    except (ProbeError, ConnectError):
+        return None
+    if not any(f.error for f in _env_file_findings(files)):
+        return None
+    return ids.DEEPSPEED_ENV.of(r.site)
+
+
 def test_deepspeed_env(cluster: Cluster, node: str, record_property) -> None:
     """E2: `.deepspeed_env` (home and launch directory) reads the way DeepSpeed 0.19 reads it."""
     files = _envfiles(cluster, node)
     present = {p: t for p, t in files["deepspeed_env"].items() if t is not None}
     record_property("deepspeed_env", ", ".join(present) or "none")
-    findings = [f for path, text in present.items()
-                for f in envcheck.lint_deepspeed_env(text, path)]
+    findings = _env_file_findings(files)
     for f in findings:
         if not f.error:
             warnings.warn(EnvWarning(f"{node}: {f}"), stacklevel=1)
@@ -216,6 +241,7 @@ def test_versions(cluster: Cluster, node: str, record_property) -> None:
         try:  # re-raise this node's own failure
             mine = envfacts.versions_probe(cluster, node)
         except ProbeError as exc:
+            _block_by_rehearsal(cluster, node, str(exc))
             pytest.fail(str(exc), pytrace=False)
         versions = {**versions, node: mine}
     mine = versions[node]
@@ -252,6 +278,7 @@ def test_versions(cluster: Cluster, node: str, record_property) -> None:
                             f"than on the other nodes:\n"
                             + envcheck.side_by_side(itable, idiff, mark=node, secret_aware=False))
     if problems:
+        _block_by_rehearsal(cluster, node, problems[0])
         pytest.fail(
             f"{node}: " + f"\n{node}: ".join(problems)
             + f"\n  fix, on {node}: install the same versions as the other nodes into the python "
@@ -263,6 +290,25 @@ def test_versions(cluster: Cluster, node: str, record_property) -> None:
                        if cluster.rank0.name in table and table[cluster.rank0.name].get(k))
             + "; remove any stray copy that shadows them (the file named above)",
             pytrace=False)
+
+
+def _block_by_rehearsal(cluster: Cluster, node: str, said: str) -> None:
+    """E3 red on `node` where the launch's own step fails there for what E3 sees (a package
+    missing, half-removed or shadowed; the interpreter absent): E5's red holds the cause, and
+    E3 is blocked by it, saying what it saw."""
+    leg = rehearsal.rehearse(cluster).leg(node)
+    if leg.kind == "fail" and _launch_cannot_import(leg):
+        outcome.block(ids.LAUNCH_REHEARSAL.of(node),
+                      f"the launch's interpreter fails to import on {node} "
+                      f"({said.strip().splitlines()[0]})")
+
+
+def _launch_cannot_import(leg) -> bool:
+    """Whether a rehearsal leg failed because the launch's interpreter could not run or import
+    (not, say, because the launch directory is missing there)."""
+    if leg.data is None:
+        return True
+    return any(not s.get("ok") for s in leg.data.get("steps", []))
 
 
 def test_ascend_env(cluster: Cluster, node: str, record_property) -> None:
@@ -313,22 +359,32 @@ def test_launch_rehearsal(cluster: Cluster, node: str, record_property) -> None:
         if s.get("step") == "import deepspeed.launcher.launch":
             record_property("import_seconds", s.get("seconds"))
     if leg.kind == "skip":
-        _block_leg(cluster, r.site, node, leg)
+        _block_leg(cluster, r, node, leg)
         pytest.skip(leg.text)
     if leg.kind == "fail":
+        env_file = _launch_blocked_by_env_file(cluster, r) if node == r.site else None
+        if env_file is not None:
+            outcome.block(env_file, f"deepspeed --hostfile would stop on {r.site} before "
+                                    f"starting any rank: its .deepspeed_env")
         pytest.fail(leg.text + (f"\n  each node ran: {r.line}" if r.line else "")
                     + f"\n  the launch rehearsed: {rehearsal.command_line(cluster)}"
                     + (f"\n  fix: {leg.fix}" if leg.fix else ""), pytrace=False)
 
 
-def _block_leg(cluster: Cluster, site: str, node: str, leg) -> None:
+def _block_leg(cluster: Cluster, r: rehearsal.Rehearsal, node: str, leg) -> None:
     """A rehearsal leg skipped for another red's cause: blocked by the red that holds it (the
-    node's own login, S4 from rank 0, S5's pdsh leg), traced to its root."""
+    node's own login, S4 from rank 0, S5's pdsh leg, E2's on the rank-0 node's
+    .deepspeed_env), traced to its root."""
     if not leg.root:
         return
+    site = r.site
     if leg.root == ids.PDSH.of(site, node):
         cluster.require(node)
         sshroot.block_by_trust(cluster, site, node)
+    if leg.root == ids.LAUNCH_REHEARSAL.of(site):
+        env_file = _launch_blocked_by_env_file(cluster, r)
+        if env_file is not None:
+            outcome.block(env_file, f"the launch cannot start on {site}: its .deepspeed_env")
     outcome.block(leg.root, leg.text.split(": see ")[0])
 
 
@@ -366,10 +422,13 @@ def test_jit_ops(cluster: Cluster, node: str, record_property) -> None:
     r = rehearsal.rehearse(cluster)
     leg = r.leg(node)
     if leg.kind == "skip":
-        _block_leg(cluster, r.site, node, leg)
+        _block_leg(cluster, r, node, leg)
         pytest.skip(leg.text)
     if not (leg.data or {}).get("jit"):
         if leg.kind == "fail":
+            env_file = _launch_blocked_by_env_file(cluster, r) if node == r.site else None
+            if env_file is not None:
+                outcome.block(env_file, f"the launch cannot start on {node}: its .deepspeed_env")
             outcome.block(ids.LAUNCH_REHEARSAL.of(node), f"the launch's step fails on {node}")
         pytest.skip(f"{node}: the launch's interpreter did not import deepspeed and torch there, "
                     f"so what it builds is unknown: see {ids.LAUNCH_REHEARSAL.of(node)}")

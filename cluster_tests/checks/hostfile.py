@@ -6,11 +6,13 @@ import warnings
 
 import pytest
 
-from cluster_tests.core import outcome
+from cluster_tests.core import nodetable, outcome
+from cluster_tests.core import testids as ids
 from cluster_tests.core.cluster import Cluster, NodeProbe
 from cluster_tests.core.memokey import base_key
+from cluster_tests.core.nodetable import NodeColumn
 from cluster_tests.core.settings import Settings
-from cluster_tests.judge import fixcmd, sshfail
+from cluster_tests.judge import fixcmd, sshfail, sshnames
 from cluster_tests.judge import hostfile as hf
 from cluster_tests.judge import masteraddr as ma
 from cluster_tests.judge import resourcefilter as rf
@@ -75,10 +77,12 @@ def test_hostname_matches(cluster: Cluster, node: str, record_property) -> None:
                 f"({', '.join(addrs)}), so the launch works, but the field guide asks for the "
                 f"hostname (line {cluster.node(node).lineno})"), stacklevel=1)
         return
-    where = (f"resolves there to {', '.join(addrs)}, not one of its own addresses "
-             f"({', '.join(sorted(ips)) or 'none'})" if addrs else
-             f"does not resolve there ({res.get('error') or 'no address'})")
     own = sorted(a for a in ips if not is_loopback(a))
+    if not addrs:
+        _name_for_ssh(cluster, node, facts, ips, own, record_property)
+        return
+    where = (f"resolves there to {', '.join(addrs)}, not one of its own addresses "
+             f"({', '.join(sorted(ips)) or 'none'})")
     outcome.fail(Problem(
         (node,), "the name leads elsewhere",
         f"{node}: the hostfile says '{node}', `hostname` on that node prints '{actual}', and "
@@ -88,6 +92,55 @@ def test_hostname_matches(cluster: Cluster, node: str, record_property) -> None:
             f"the hostfile, line {cluster.node(node).lineno})",
         fixes=tuple(fixcmd.hostname_fix(node, cluster.cached(base_key(node)))
                     if cluster.login_error(node) is None else ()), item="H2"))
+
+
+def _name_for_ssh(cluster: Cluster, node: str, facts: dict, ips: set[str], own: list[str],
+                  record_property) -> None:
+    """H2 for a hostfile name that the node itself cannot resolve: a name only ssh configs know
+    (`Host gpu-a` / `HostName 10.1.2.3`) is as good as any for the launch (pdsh and DeepSpeed's
+    own ssh run on the rank-0 node; the names are keys otherwise), so it leads to the node where
+    the rank-0 node's ssh takes it there (green, the mapping shown in the node table); where it
+    takes it nowhere or elsewhere, N1's red on that pair holds the cause, and the fix is an ssh
+    config block or a hosts line, never the node's hostname."""
+    rank0 = cluster.rank0.name
+    view = facts if node == rank0 else cluster.base_or_none(rank0) or facts
+    p = sshnames.placement(view, node)
+    if p.placed and set(p.addrs) <= ips:
+        record_property("name_is", "ssh alias" if p.by == sshnames.BY_SSH else "alias")
+        if p.by == sshnames.BY_SSH:
+            launcher = cluster.launcher_ssh_view(node)
+            record_property("ssh_alias", f"{node} -> HostName {p.hostname} (ssh config on {rank0}"
+                                         + (f"; the launcher's: HostName {launcher['hostname']}"
+                                            if launcher.get("hostname") else "") + ")")
+        return
+    outcome.block(ids.RESOLVES.of(rank0, node),
+                  f"{rank0} (rank 0, whose pdsh reaches every host) "
+                  + (f"sends {node} to {', '.join(p.addrs)}, not {node}" if p.placed
+                     else f"cannot place {node}"))
+    target = cluster.pool.targets[node].hostname
+    outcome.fail(Problem(
+        (node,), "the name leads nowhere" if not p.placed else "the name leads elsewhere",
+        f"{node}: the hostfile says '{node}', which {node} itself cannot resolve; on {rank0} "
+        f"(rank 0, where pdsh and DeepSpeed's ssh run) it is {p.describe()}; the launcher "
+        f"reaches it through "
+        + (f"its ssh config (HostName {target})" if target != node else "its resolver"),
+        fix=(sshnames.alias_fix(rank0, node, own[0] if own else None) if p.placed else
+             sshnames.place_fix(rank0, node, own[0] if own else None, alias=sshnames.known_by_ssh(
+                 [cluster.cached(base_key(v)) for v in cluster.names[:9] if v != rank0], node,
+                 target))),
+        item="H2"))
+
+
+def _alias_column(cluster: Cluster, node: str) -> str | None:
+    """The node table's "ssh alias" column: the HostName the rank-0 node's ssh config gives a
+    hostfile name (from the facts in the memo; nothing where the name is not an alias)."""
+    if not cluster.nodes:
+        return None
+    p = sshnames.placement(cluster.cached(base_key(cluster.rank0.name)), node)
+    return f"HostName {p.hostname}" if p.by == sshnames.BY_SSH else None
+
+
+nodetable.declare(NodeColumn("ssh alias", _alias_column, rank=2))
 
 
 def test_master_addr(cluster: Cluster, rank0_node: str, record_property) -> None:
@@ -105,13 +158,11 @@ def test_master_addr(cluster: Cluster, rank0_node: str, record_property) -> None
             sshroot.block_by_root(cluster, check.site, check.first_host, cause)
             sshroot.block_by_trust(cluster, check.site, check.first_host)
         pytest.fail(f"{rank0}: {stop}", pytrace=False)
-    facts = cluster.base(rank0)
-    ifaces = parse_interfaces(facts["ip_link"], facts["ip_addr"])
-    owners = {ip: i.name for i in ifaces.values() for ip in i.ips}
+    cluster.base(rank0)
     d = masteraddr.derived(cluster)
     record_property("master_addr", d.value or "")
     record_property("master_addr_from", d.how if d.how == "given" else d.command)
-    found = ma.problems(d, owners, masteraddr.routes(cluster))
+    found = masteraddr.verdict(cluster)
     if found and d.how == "derived" and d.value is None and d.exit_status == 255:
         # DeepSpeed's own `ssh <first host>` failed: the same leg as S4 rank 0 -> first host
         cause = sshfail.classify(d.stderr, 255)

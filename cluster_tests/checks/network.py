@@ -20,7 +20,7 @@ from cluster_tests.core.nodetable import NodeColumn
 from cluster_tests.core.settings import Settings
 from cluster_tests.core.testids import LAUNCHER
 from cluster_tests.judge import masteraddr as ma
-from cluster_tests.judge import netfacts, ownaddr, ownname
+from cluster_tests.judge import netfacts, ownaddr, ownname, sshnames
 from cluster_tests.judge import network as nc
 from cluster_tests.judge.facts import PortStatus, Reach
 from cluster_tests.judge.netfacts import route_device
@@ -73,12 +73,14 @@ def _slice(cluster: Cluster, a: str, b: str) -> Reach:
     """What a reached of b in the port matrix; fails briefly when a or b could not take part."""
     cluster.require(a)
     cluster.require(b)
-    wrong = None if a == LAUNCHER else netfacts.misresolved(
+    m = ports.port_matrix(cluster)
+    # a dials b's own address where b's ranks advertise a usable one; else b's name as a
+    # resolves it, which may lead elsewhere (N1's red)
+    wrong = None if a == LAUNCHER or _dialed(m, b) else netfacts.misresolved(
         cluster.cached(base_key(a)), cluster.cached(base_key(b)), b)
     if wrong is not None:
         outcome.block(ids.RESOLVES.of(a, b), f"{a} resolves {b} to {', '.join(wrong[0])}, "
                                              f"another machine")
-    m = ports.port_matrix(cluster)
     for node, errors, what in ((b, m.listen_errors, "open listeners"),
                                (a, m.connect_errors, "run connections")):
         if node in errors:
@@ -90,6 +92,25 @@ def _slice(cluster: Cluster, a: str, b: str) -> Reach:
         pytest.fail(f"{a} -> {b}: {a} cannot resolve {b} ({reach.resolve_error}): "
                     f"see {ids.RESOLVES.of(a, b)}", pytrace=False)
     return reach
+
+
+def _dialed(m: nc.PortMatrix, b: str) -> bool:
+    """Whether the sources dialed b at its own address (not at its name as they resolve it)."""
+    return bool(m.dial.get(b))
+
+
+def _elsewhere_ok(entry: dict | None) -> bool:
+    """a dialed b's own address and no port answered, but one did at the address b's name leads
+    to (netprobe's `alt`): the address is at fault, not the path (F7's cause, not F3's)."""
+    return ((entry or {}).get("alt") or {}).get("status") == "ok"
+
+
+def _block_by_own_address(cluster: Cluster, m: nc.PortMatrix, a: str, b: str) -> None:
+    """a -> b failed at b's own address (the one b's ranks advertise) and worked where b's name
+    leads: where F7 finds that address unusable, F7's red on b holds the cause."""
+    if _dialed(m, b) and _elsewhere_ok(m.entry(a, b)) and _own_verdict(cluster, b)[0]:
+        outcome.block(ids.OWN_ADDRESS.of(b), f"{a} -> {b}: {b}'s ranks advertise "
+                                             f"{m.dial[b]}, which its peers cannot use")
 
 
 def _per_node(cluster: Cluster, pair: tuple[str, str], check: Callable[[str, str], object],
@@ -208,7 +229,8 @@ def _row_flags(m: nc.PortMatrix, a: str, row: nc.CompactRow, where: dict[str, in
     base_a = bases[a]
     for b in ((base_a or {}).get("resolve") or {}):
         i = where.get(b)
-        if i is not None and flags[i] and netfacts.misresolved(base_a, bases[b], b) is not None:
+        if i is not None and flags[i] and not m.dial.get(b) \
+                and netfacts.misresolved(base_a, bases[b], b) is not None:
             flags[i] = 0
     for b in m.results.get(a) or {}:  # the pairs that did not come back compact
         i = where.get(b)
@@ -239,7 +261,8 @@ def _clean(m: nc.PortMatrix, a: str, b: str, base_a: dict | None, base_b: dict |
         addr = reach.addr
         stats = nc.rtt_stats(list(reach.rtt_ms))
         rtt = stats.median_ms if stats is not None else None
-    if addr is None or netfacts.misresolved(base_a, base_b, b) is not None:
+    if addr is None or (not m.dial.get(b) and netfacts.misresolved(base_a, base_b, b)
+                        is not None):
         return 0
     if rtt is not None and (a == b or not nc.is_outlier(rtt, typical)):
         return F3_CLEAN | F1_CLEAN
@@ -326,6 +349,7 @@ def _reachable(cluster: Cluster, a: str, b: str,
             return
         m = ports.port_matrix(cluster)
         _block_by_firewall(cluster, a, b)
+        _block_by_own_address(cluster, m, a, b)
         if nc.source_at_fault(m, a, b):
             pytest.fail(nc.source_fault_message(a, b, str(reach.addr),
                                                 f"{b}'s high ports nor from its sshd",
@@ -370,6 +394,7 @@ def _high_ports(cluster: Cluster, a: str, b: str,
                 stacklevel=1)
         return
     _block_by_firewall(cluster, a, b)
+    _block_by_own_address(cluster, m, a, b)
     at_a = nc.source_at_fault(m, a, b)
     outcome.fail(nc.high_ports_problem(
         reach, a, timeout=m.port_timeout, into_b=nc.failing_into(m, b), source_fault=at_a,
@@ -377,9 +402,13 @@ def _high_ports(cluster: Cluster, a: str, b: str,
 
 
 def _source_addr(cluster: Cluster, a: str, b: str) -> str:
-    facts = cluster.base(b)
-    addrs = facts["resolve"].get(a, {}).get("addrs") or [a]
-    return addrs[0]
+    """a's address as b sees it: the one a's ranks advertise, else where b's ssh sends a's
+    name."""
+    m = cluster.cached(ports.PORT_MATRIX)
+    if m is not None and m.dial.get(a):
+        return str(m.dial[a])
+    got = sshnames.placement(cluster.base(b), a).addrs
+    return got[0] if got else a
 
 
 def test_master_port(cluster: Cluster, rendezvous_leg: tuple[str, str]) -> None:
@@ -416,12 +445,20 @@ def test_master_port(cluster: Cluster, rendezvous_leg: tuple[str, str]) -> None:
     if res is not None and res.ok:
         return
     words = res.words if res is not None else "not tried"
-    _block_by_firewall(cluster, node, rank0)
+    h3 = masteraddr.verdict(cluster)
     if res is not None and res.status is PortStatus.UNRESOLVED:
+        # a master address that is no address of rank 0 (a banner's word, a name): H3's cause
+        if h3:
+            outcome.block(ids.MASTER_ADDR.of(rank0), h3[0].splitlines()[0])
         pytest.fail(
             f"{node} -> {rank0}:{port}: {node} cannot resolve the launch's --master_addr "
             f"'{d.value}' ({res.error}), so its ranks cannot reach the rendezvous: see "
             f"{ids.MASTER_ADDR.of(rank0)}", pytrace=False)
+    _block_by_firewall(cluster, node, rank0)
+    if h3:
+        # the leg fails where H3 finds the address DeepSpeed derives unusable (no route from
+        # this node, an address rank 0 does not own...): a consequence of H3's red, not a cause
+        outcome.block(ids.MASTER_ADDR.of(rank0), h3[0].splitlines()[0])
     maddr = reach.master_addr or reach.addr
     if maddr != reach.addr:
         pytest.fail(
@@ -576,7 +613,7 @@ def test_socket_ifname_route(cluster: Cluster, pair: tuple[str, str]) -> None:
     if any(not names for names in matches.values()):
         pytest.skip(f"{a}: a *_SOCKET_IFNAME matches no usable interface: see "
                     f"{ids.SOCKET_IFNAME.of(a)}")
-    addrs = cluster.base(a)["resolve"].get(b, {}).get("addrs") or []
+    addrs = list(sshnames.placement(cluster.base(a), b).addrs)
     if not addrs:
         pytest.skip(f"{a} cannot resolve {b}: see {ids.RESOLVES.of(a, b)}")
     route = mi.routes(cluster, a).get(addrs[0]) or {}
@@ -620,6 +657,50 @@ def test_mtu(cluster: Cluster, node: str, record_property) -> None:
 
 # -- F7: each rank's own address, as torch.distributed takes it ---------------------------------
 
+OWN_VERDICTS: MemoKey[dict[str, tuple[list[str], list[str]]]] = MemoKey("netcheck", "own")
+
+
+def _own_verdict(cluster: Cluster, node: str) -> tuple[list[str], list[str]]:
+    """F7's (problems, warnings) for `node`'s own address, judged once (F7 reports them; F1/F3
+    read them where they dialed that address and failed)."""
+    verdicts = cluster.memo(OWN_VERDICTS, dict)
+    got = verdicts.get(node)
+    if got is None:
+        got = verdicts[node] = _judge_own(cluster, node)
+    return got
+
+
+def _judge_own(cluster: Cluster, node: str) -> tuple[list[str], list[str]]:
+    m = ports.port_matrix(cluster)
+    if node not in m.listeners:
+        return [], []
+    own = m.listeners[node].get("own")
+    # a peer whose connections into node fail on the high ports too is F3's (the firewall of
+    # either end, named there): here only what the address itself breaks
+    # (the peers that tried node: with --pairs ring two, not all; judge only reads those)
+    if own is None or not ownaddr.problems(node, own, {}):
+        # the address itself is usable: only a peer that failed it makes a problem, and a
+        # compact peer (every port answered, the own address too) did not; the peers with an
+        # entry of their own are few under --pairs matrix (4096 a node otherwise)
+        tried = {a: e.get("own") for a, e in _entries_into(cluster, m).get(node, ())
+                 if a != node and (not nc.failed_ports(e) or _elsewhere_ok(e))}
+        if not ownaddr.problems(node, own, tried):
+            return [], []
+    # a compact entry (every port answered, its own address too where tried) is read without
+    # making the entry: one answer for every compact peer
+    compact_own = m.compact_own(node)
+    peers: dict[str, dict | None] = {}
+    for a, row in m.results.items():
+        if a == node:
+            continue
+        if m.compact_of(a, node) is not None:
+            peers[a] = compact_own
+        elif (e := row.get(node)) is not None and (not nc.failed_ports(e) or _elsewhere_ok(e)):
+            peers[a] = e.get("own")
+    peer_addrs = {a: (m.listeners.get(a, {}).get("own") or {}).get("addr") for a in peers}
+    return ownaddr.judge(node, own, peers, peer_addrs)
+
+
 def test_own_address(cluster: Cluster, node: str, record_property) -> None:
     """F7: the address `node`'s gloo ranks advertise (its own hostname resolved there as torch
     and gloo resolve it, the first result that binds; GLOO_SOCKET_IFNAME's interface where set)
@@ -631,30 +712,7 @@ def test_own_address(cluster: Cluster, node: str, record_property) -> None:
     own = m.listeners[node].get("own")
     if own and own.get("addr"):
         record_property("own_address", f"{own['addr']} ({own.get('how')})")
-    # a peer whose connections into node fail on the high ports too is F3's (the firewall of
-    # either end, named there): here only what the address itself breaks
-    # (the peers that tried node: with --pairs ring two, not all; judge only reads those)
-    if own is None or not ownaddr.problems(node, own, {}):
-        # the address itself is usable: only a peer that failed it makes a problem, and a
-        # compact peer (every port answered, the own address too) did not; the peers with an
-        # entry of their own are few under --pairs matrix (4096 a node otherwise)
-        tried = {a: e.get("own") for a, e in _entries_into(cluster, m).get(node, ())
-                 if a != node and not nc.failed_ports(e)}
-        if not ownaddr.problems(node, own, tried):
-            return
-    # a compact entry (every port answered, its own address too where tried) is read without
-    # making the entry: one answer for every compact peer
-    compact_own = m.compact_own(node)
-    peers: dict[str, dict | None] = {}
-    for a, row in m.results.items():
-        if a == node:
-            continue
-        if m.compact_of(a, node) is not None:
-            peers[a] = compact_own
-        elif (e := row.get(node)) is not None and not nc.failed_ports(e):
-            peers[a] = e.get("own")
-    peer_addrs = {a: (m.listeners.get(a, {}).get("own") or {}).get("addr") for a in peers}
-    found, latent = ownaddr.judge(node, own, peers, peer_addrs)
+    found, latent = _own_verdict(cluster, node)
     for text in latent:
         warnings.warn(NetworkWarning(text), stacklevel=1)
     if found:

@@ -33,13 +33,17 @@ from cluster_tests.core.transport import (
     Pool,
     Transport,
     resolve_target,
+    ssh_g,
     wait_result,
 )
 from cluster_tests.core.workers import SharedResults
 from cluster_tests.judge import sshfail
 from cluster_tests.judge.env import is_secret
+from cluster_tests.judge.netfacts import is_ip
 
 PROBE_MARK = "CT_PROBE_JSON:"
+#: the launcher's `ssh -G` of a name (Cluster.launcher_ssh_view)
+LAUNCHER_SSH: MemoKey[dict[str, str]] = MemoKey("launcher", "ssh_g")
 #: a line of node/bundle.py: one section's facts, as [index, data]
 BUNDLE_MARK = "CT_BUNDLE_JSON:"
 # Runs the script that arrives on standard input as __main__, with the JSON parameters as argv[1]
@@ -306,6 +310,12 @@ class Cluster:
         for thread in threads:
             thread.join()
 
+    def launcher_ssh_view(self, name: str) -> dict[str, str]:
+        """What OpenSSH on the launcher makes of a hostfile name (`ssh -G`, with the run's ssh
+        config: hostname, port, user; or "error"), asked once per name, where a check needs
+        it (a name that is not the node's own)."""
+        return self.memo(LAUNCHER_SSH(name), lambda: ssh_g(name, self.settings.ssh_config))
+
     def login_error(self, node: str) -> ConnectError | None:
         err = self._login_errors.get(node)
         if err is not None:  # asked per pair of a dead node's peers: not raised each time
@@ -437,7 +447,7 @@ class Cluster:
         if self.srun is not None and srun_mod.via_srun(script, section) and "python" not in params:
             return self._probe_srun(node, section, params, script)
         if section == "base":
-            params = {"names": pairs_mod.names_to_resolve(self, node), **params}
+            params = {**self.base_params(node), **params}
         python = params.get("python") or self.settings.remote_python  # the launch's, for E3
         timeout = params.get("timeout", self.settings.timeout_command)
         argv, stdin = probe_command(python, memokey.dumps({"sections": [section], **params}),
@@ -541,12 +551,23 @@ class Cluster:
                         node: str | None = None) -> tuple[list[str], bytes]:
         """The command line and standard input of a bundle; `node`: the one it runs on, where a
         probe is `base` (srun steps never carry it)."""
-        wanted = [[script, section, {"names": pairs_mod.names_to_resolve(self, node or ""),
-                                     **params} if section == "base" else params]
+        wanted = [[script, section, {**self.base_params(node or ""), **params}
+                   if section == "base" else params]
                   for script, section, params in probes]
         args = memokey.dumps({"bundle": wanted, "timeout": self.settings.timeout_command})
         return probe_command(self.settings.remote_python, args, _bundle_source(probes),
                              needs_site(probes))
+
+    def base_params(self, node: str) -> dict[str, Any]:
+        """What a node's base probe is asked beyond its facts: the names it resolves (the
+        hostfile's its checks need, pairs.names_to_resolve, and a --master_addr given as a name:
+        every rank resolves it), and whether it reads every name through `ssh -G` (the rank-0
+        node, where the launch's ssh runs; the others only the names they cannot resolve)."""
+        names = pairs_mod.names_to_resolve(self, node)
+        given = self.settings.master_addr
+        if given and not is_ip(given) and given not in names:
+            names = [*names, given]
+        return {"names": names, "ssh_all": bool(self.nodes) and node == self.nodes[0].name}
 
     def _bundle_timeout(self, probes: Sequence[NodeProbe]) -> float:
         return max(float(p.get("timeout", self.settings.timeout_command)) for _, _, p in probes)

@@ -257,6 +257,16 @@ class Outcomes:
         item.user_properties[:] = [*(p for p in item.user_properties if p[0] != PROPERTY), prop]
         return report
 
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_report_teststatus(self, report: pytest.TestReport
+                                 ) -> tuple[str, str, str] | None:
+        """A blocked check is counted as "blocked", not "skipped": pytest's final line says how
+        many ("60 blocked"), and its short summary (``-ra``) lists no line per blocked check
+        (the summary counts them per red, above the launch line: report/summary.py)."""
+        if report.skipped and any(k == BLOCKED_BY for k, _ in report.user_properties):
+            return "blocked", "b", "BLOCKED"
+        return None
+
     @pytest.hookimpl(trylast=True)
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         """`pytest --lf` after the fix reruns the root and every check it blocked: pytest's

@@ -117,6 +117,28 @@ def resolve_target(
     )
 
 
+def ssh_g(alias: str, ssh_config: str | os.PathLike[str] | None,
+          timeout: float = 10.0) -> dict[str, str]:
+    """What OpenSSH on the launcher makes of `alias` (`ssh -G [-F CONFIG] ALIAS`: hostname,
+    port, user; judge/sshnames.parse_ssh_g), or {"error": ...} where it cannot say."""
+    import subprocess
+
+    argv = ["ssh", "-G"]
+    if ssh_config is not None and Path(ssh_config).expanduser().is_file():
+        argv += ["-F", str(Path(ssh_config).expanduser())]
+    try:
+        proc = subprocess.run([*argv, alias], capture_output=True, text=True, timeout=timeout,
+                              stdin=subprocess.DEVNULL, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return {"error": str(exc)}
+    if proc.returncode != 0:
+        said = (proc.stderr.strip() or proc.stdout.strip()).splitlines()
+        return {"error": said[-1] if said else f"exit {proc.returncode}"}
+    from cluster_tests.judge.sshnames import parse_ssh_g
+
+    return parse_ssh_g(proc.stdout)
+
+
 def _local_user() -> str:
     try:
         import pwd
@@ -279,6 +301,8 @@ def _classify_socket_error(exc: BaseException) -> Cause:
 def _hint(target: SSHTarget, cause: Cause, ssh_config: str | None) -> str:
     """The fix of a failed login to `target`: judge/sshfail.py's launcher fix for `cause`."""
     template = sshfail.LAUNCHER_FIX.get(cause, sshfail.LAUNCHER_FIX_OTHER)
+    if target.hostname != target.alias and cause in sshfail.LAUNCHER_FIX_ALIAS:
+        template = sshfail.LAUNCHER_FIX_ALIAS[cause]  # an ssh alias: its block is the suspect
     return template.format(
         f=f" -F {ssh_config}" if ssh_config else "",
         dest=target.alias,

@@ -158,6 +158,14 @@ class Derived:
     #: where a startup file printed the line that the value was taken from ("file:line")
     printed_at: tuple[str, int] | None = None
     noise: list[str] = field(default_factory=list)  # stdout lines that are not addresses
+    #: what a fix passes as --master_addr: the first host's name where every node resolves it
+    #: (empty: that name), else an address of it (a name only ssh configs know is no use: every
+    #: rank resolves --master_addr with its resolver)
+    suggest: str = ""
+
+    @property
+    def suggested(self) -> str:
+        return self.suggest or self.first_host
 
 
 def derive(site: str, first_host: str, command: str, stdout: str | None, stderr: str,
@@ -205,7 +213,7 @@ def _startup_fix(d: Derived) -> str:
     else:
         where = "the shell startup file that prints it (~/.bashrc, /etc/bash.bashrc)"
     return (f"on {d.first_host}: remove that output from {where} (or print it only in "
-            f"interactive shells, or to stderr), or pass --master_addr {d.first_host}")
+            f"interactive shells, or to stderr), or pass --master_addr {d.suggested}")
 
 
 def problems(d: Derived, rank0_ips: dict[str, str], routes: dict[str, Route]) -> list[str]:
@@ -218,7 +226,7 @@ def problems(d: Derived, rank0_ips: dict[str, str], routes: dict[str, Route]) ->
     if d.how == "derived" and d.value is None:
         if d.stdout is None:
             return [f"`{d.command}` did not run on {d.site} ({d.stderr.strip() or 'no output'}).\n"
-                    f"  fix: pass --master_addr {d.first_host}"]
+                    f"  fix: pass --master_addr {d.suggested}"]
         if d.exit_status != 0:
             lines = (d.stderr.strip() or d.stdout.strip() or "nothing").splitlines()
             # GNU and busybox tools name the refused option first, then "Try '... --help'" or
@@ -231,10 +239,10 @@ def problems(d: Derived, rank0_ips: dict[str, str], routes: dict[str, Route]) ->
                      else f"it exited {d.exit_status}")
             return [f"DeepSpeed cannot derive --master_addr: `{d.command}` on {d.site} fails "
                     f"({cause}: {said}), so deepspeed stops before starting any rank.\n"
-                    f"  fix: pass --master_addr {d.first_host}"]
+                    f"  fix: pass --master_addr {d.suggested}"]
         return [f"DeepSpeed cannot derive --master_addr: `{d.command}` on {d.site} prints nothing "
                 f"on stdout, so deepspeed stops before starting any rank.\n"
-                f"  fix: pass --master_addr {d.first_host}"]
+                f"  fix: pass --master_addr {d.suggested}"]
     value = d.value or ""
     if d.how == "given" and not is_address(value):
         if value in (d.first_host, d.site):
@@ -242,7 +250,7 @@ def problems(d: Derived, rank0_ips: dict[str, str], routes: dict[str, Route]) ->
         return [f"--master_addr {value} is not the first host of the launch ({d.first_host}, "
                 f"addresses {', '.join(sorted(rank0_ips)) or 'unknown'}); rank 0 runs on "
                 f"{d.first_host}, so the other ranks would wait for a rendezvous that never "
-                f"comes.\n  fix: --master_addr {d.first_host}, or move the host of {value} to the "
+                f"comes.\n  fix: --master_addr {d.suggested}, or move the host of {value} to the "
                 f"first line"]
     if d.how == "derived" and not is_address(value):
         line = next((ln for ln in d.noise if value in ln.split()), value)
@@ -257,12 +265,12 @@ def problems(d: Derived, rank0_ips: dict[str, str], routes: dict[str, Route]) ->
         owner = rank0_ips.get(ip)
         if ipaddress.ip_address(ip).is_loopback or (owner or "").startswith(VIRTUAL_PREFIXES):
             return [f"{what} is {ip}, an address of {owner or 'loopback'} on {d.first_host}, which "
-                    f"the other nodes cannot reach.\n  fix: pass --master_addr {d.first_host}"]
+                    f"the other nodes cannot reach.\n  fix: pass --master_addr {d.suggested}"]
         if owner is None:
             return [f"{what} is {ip}, which is not an address of {d.first_host} (rank 0; its "
                     f"addresses: {', '.join(sorted(rank0_ips)) or 'none'}): the other ranks would "
                     f"wait for a rendezvous that never comes.\n"
-                    f"  fix: pass --master_addr {d.first_host}"]
+                    f"  fix: pass --master_addr {d.suggested}"]
         local = sorted(p for p, r in routes.items() if r.local)
         unroutable = sorted(p for p, r in routes.items() if not r.ok)
         out = []
@@ -272,11 +280,11 @@ def problems(d: Derived, rank0_ips: dict[str, str], routes: dict[str, Route]) ->
                 + "; ".join(f"{p} has no route to it ({routes[p].text})" for p in unroutable)
                 + ": those ranks cannot reach the rendezvous.\n"
                 + f"  fix: pass --master_addr with an address of {d.first_host} its peers reach "
-                + f"(e.g. --master_addr {d.first_host})")
+                + f"(e.g. --master_addr {d.suggested})")
         if local:
             out.append(
                 f"{what} is {ip} ({owner} on {d.first_host}), but {', '.join(local)} "
                 f"{'has' if len(local) == 1 else 'have'} that address too: their ranks would "
-                f"connect to themselves.\n  fix: pass --master_addr {d.first_host}")
+                f"connect to themselves.\n  fix: pass --master_addr {d.suggested}")
         return out
     return []

@@ -54,6 +54,10 @@ class PortMatrix:
     seconds: float = 0.0
     #: source -> target -> what it reached: `results` read once (facts.reach_row, by measure/)
     reached: dict[str, dict[str, Reach]] = field(default_factory=dict)
+    #: target -> the address every source dials for its high ports and RTT: its own address as
+    #: its ranks advertise it (F7's, where it is a routable IPv4 address), else None (each
+    #: source then resolves the target's name, or dials the address ssh reaches it at)
+    dial: dict[str, str | None] = field(default_factory=dict)
     #: source -> its compact targets (--pairs matrix)
     compact: dict[str, CompactRow] = field(default_factory=dict)
     addr_table: list[str] = field(default_factory=lambda: ["-"])  # [0]: not compact

@@ -106,3 +106,18 @@ def problems(node: str, own: dict[str, Any] | None, peers: dict[str, dict[str, A
     return [f"{node}: its gloo ranks would advertise {addr} ({_family(addr)}; {view}, the first "
             f"that binds), and {', '.join(bad)} cannot connect to it ({said}): "
             f"init_process_group fails on every node.\n  fix: {hosts_fix}"]
+
+
+def dial_address(own: dict[str, Any] | None) -> str | None:
+    """The address its peers dial for a node's ranks (F1/F3's connections), from its listener's
+    own-address facts: the address its gloo ranks advertise, where it is a routable IPv4 address
+    (the high-port listeners take IPv4); None otherwise (loopback, none, IPv6: F7 judges it,
+    and F1/F3 fall back to where the node's name leads)."""
+    addr = (own or {}).get("addr")
+    if not addr or ":" in addr or (own or {}).get("how") == "loopback fallback":
+        return None
+    try:
+        ip = ipaddress.ip_address(addr)
+    except ValueError:
+        return None
+    return None if ip.is_loopback or ip.is_unspecified else addr

@@ -93,7 +93,8 @@ def same_node_cause(login: Cause, leg: Cause) -> bool:
     changed, for everyone): then the leg is blocked by the login's red, not a red of its own."""
     return (login in NODE_DOWN and leg in NODE_DOWN) or (
         login in NODE_REFUSES_KEYS and leg in NODE_REFUSES_KEYS) or (
-        login == leg == Cause.HOSTKEY_CHANGED)
+        login == leg == Cause.HOSTKEY_CHANGED) or (
+        login == leg == Cause.DNS)  # a name neither the launcher nor the node can place
 
 
 def classify(stderr: str, rc: int) -> Cause:
@@ -127,8 +128,9 @@ def classify(stderr: str, rc: int) -> Cause:
 #: ssh target (``dest`` its alias, ``hostname``, ``port``, ``known_hosts`` its first
 #: known_hosts file, ``key`` its first identity file, ``f`` `` -F <ssh config>`` or "").
 LAUNCHER_FIX: dict[Cause, str] = {
-    Cause.DNS: ("add '{hostname}' to DNS or /etc/hosts on the launcher, "
-                "or set HostName for it in the ssh config"),
+    Cause.DNS: ("add '<address> {hostname}' to /etc/hosts on the launcher and on every node (or "
+                "a DNS record), or a 'Host {dest}' block with its 'HostName <address>' to the ssh "
+                "config{f} and to ~/.ssh/config on the nodes"),
     Cause.REFUSED: "start sshd on {dest}: systemctl start ssh (port {port} refused the connection)",
     Cause.TIMEOUT: (
         "check that {dest} is up and that no firewall drops port {port}: "
@@ -149,6 +151,22 @@ LAUNCHER_FIX: dict[Cause, str] = {
     ),
 }
 LAUNCHER_FIX[Cause.UNREACHABLE] = LAUNCHER_FIX[Cause.TIMEOUT]
+#: The fix where the hostfile's name is an ssh alias (the ssh config's ``Host {dest}`` block
+#: sends it to ``HostName {hostname}``): nothing there, or no such name, is first of all that
+#: block's to correct (the launcher's config and the rank-0 node's ~/.ssh/config, whose pdsh
+#: and DeepSpeed's own ssh read it), never the node's hostname.
+LAUNCHER_FIX_ALIAS: dict[Cause, str] = {
+    Cause.DNS: ("the ssh config{f} sends {dest} to HostName {hostname}, which the launcher cannot "
+                "resolve: write the node's address as HostName in its 'Host {dest}' block (there "
+                "and in ~/.ssh/config on the rank-0 node), or add '<address> {hostname}' to "
+                "/etc/hosts"),
+    Cause.TIMEOUT: ("the ssh config{f} sends {dest} to HostName {hostname}, where nothing answers "
+                    "on port {port}: if that is not {dest}'s address, correct the HostName of "
+                    "its 'Host {dest}' block (there and in ~/.ssh/config on the rank-0 node, "
+                    "which pdsh reads); else check that {hostname} is up: ping {hostname}; "
+                    "nc -vz -w 3 {hostname} {port}"),
+}
+LAUNCHER_FIX_ALIAS[Cause.UNREACHABLE] = LAUNCHER_FIX_ALIAS[Cause.TIMEOUT]
 #: Any other cause: let ssh itself say where it stops.
 LAUNCHER_FIX_OTHER = "run: ssh{f} -v {dest} true"
 #: The key the AUTH fix names when the target has no identity file of its own.
@@ -209,8 +227,8 @@ PDSH_LEG: tuple[LegWords, ...] = (
         "ssh-resolve",
         r"Could not resolve hostname (?P<h>[^:\s]+)",
         "hostname does not resolve on the launching node",
-        "add the node to /etc/hosts (same line on every node) or DNS, or use its IP in the "
-        "hostfile",
+        "add the node to /etc/hosts (same line on every node) or DNS, or give it a Host block "
+        "with its HostName in ~/.ssh/config, or use its IP in the hostfile",
         "h",
     ),
     LegWords(

@@ -53,6 +53,7 @@ from cluster_tests.judge import confirm as confirm_mod
 from cluster_tests.judge import network as nc
 from cluster_tests.judge import pairbw as pb
 from cluster_tests.judge import ranks as rk
+from cluster_tests.judge import sshnames
 from cluster_tests.judge import stacks as S
 from cluster_tests.measure import ports
 from cluster_tests.measure.ports import PORT_MATRIX, firewall_root
@@ -508,7 +509,8 @@ def master_address(cluster: Cluster, master: str, viewers: Sequence[str]) -> str
         if viewer == master or cluster.login_error(viewer) is not None:
             continue
         try:
-            addrs = cluster.probe(viewer, "base")["resolve"].get(master, {}).get("addrs") or []
+            # where the viewer's ssh (its config's HostName, else its resolver) sends the name
+            addrs = sshnames.placement(cluster.probe(viewer, "base"), master).addrs
         except Exception:  # noqa: BLE001, S112 - try the next viewer
             continue
         if addrs:

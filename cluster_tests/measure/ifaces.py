@@ -13,6 +13,7 @@ from cluster_tests.core.cluster import Cluster, ProbeError
 from cluster_tests.core.memokey import MemoKey
 from cluster_tests.judge import env as envcheck
 from cluster_tests.judge import network as nc
+from cluster_tests.judge import sshnames
 from cluster_tests.judge.netfacts import Interface, parse_interfaces, route_device
 from cluster_tests.measure import rehearsal
 
@@ -49,6 +50,30 @@ def usable_matches(cluster: Cluster, node: str) -> dict[str, list[str]]:
         out[var] = [i.name for i in nc.matched_interfaces(spec, found)
                     if nc.usable(i) and i.name != "lo"]
     return out
+
+
+def unusable_ifname(cluster: Cluster, backend: str) -> tuple[str, str, str] | None:
+    """(the node whose F5 is red for it, the variable, its value) of the first
+    `<BACKEND>_SOCKET_IFNAME` the ranks get that selects no usable interface on their node
+    (None: every one selects one, or none is set).  One the launch exports from the rank-0 node
+    and that fits no node is the rank-0 node's red (F5 names it there, the others cite it).  A
+    run of that backend (C1, C2) cannot even create its device then: F5's red is the cause."""
+    var = f"{backend.upper()}_SOCKET_IFNAME"
+    rank0 = cluster.rank0.name
+    fits: dict[str, bool] = {}
+    for node in cluster.names:
+        if cluster.base_or_none(node) is None:
+            continue
+        value = ifname_vars(cluster, node)[0].get(var)
+        fits[node] = value is None or bool(usable_matches(cluster, node).get(var))
+    for node, ok in fits.items():
+        if ok:
+            continue
+        got, launch = ifname_vars(cluster, node)
+        if var in launch and not any(fits.values()):
+            return rank0, var, got[var]
+        return node, var, got[var]
+    return None
 
 
 def comm_interface(cluster: Cluster, node: str) -> str | None:
@@ -95,8 +120,9 @@ def routes(cluster: Cluster, node: str) -> dict[str, Any]:
     """`ip -o route get` from node to the address it resolves each of its targets to (the
     selected pairs, --pairs; cached)."""
     facts = cluster.base(node)
-    addrs = sorted({facts["resolve"][b]["addrs"][0] for b in pairs_mod.targets_of(cluster, node)
-                    if b != node and facts["resolve"].get(b, {}).get("addrs")})
+    placed = [sshnames.placement(facts, b).addrs for b in pairs_mod.targets_of(cluster, node)
+              if b != node]
+    addrs = sorted({got[0] for got in placed if got})
     try:
         return cluster.probe(node, "routes", route_to=addrs)
     except ProbeError:

@@ -15,16 +15,36 @@ import shlex
 from cluster_tests.core.cluster import Cluster
 from cluster_tests.core.memokey import MemoKey
 from cluster_tests.judge import masteraddr as ma
+from cluster_tests.judge import sshnames
+from cluster_tests.judge.netfacts import own_addresses, parse_interfaces
 from cluster_tests.measure import rehearsal
 
 MASTER_ADDR: MemoKey[ma.Derived] = MemoKey("masteraddr", "derived")
 SSH_CHECK: MemoKey[ma.SshCheck | None] = MemoKey("masteraddr", "ssh_check")
 ROUTES: MemoKey[dict[str, ma.Route]] = MemoKey("masteraddr", "routes")
+VERDICT: MemoKey[list[str]] = MemoKey("masteraddr", "verdict")
 
 
 def derived(cluster: Cluster) -> ma.Derived:
     """The ``--master_addr`` of the launch (measured once)."""
-    return cluster.memo(MASTER_ADDR, lambda: _derive(cluster))
+    def compute() -> ma.Derived:
+        d = _derive(cluster)
+        d.suggest = _suggest(cluster, d.first_host)
+        return d
+    return cluster.memo(MASTER_ADDR, compute)
+
+
+def _suggest(cluster: Cluster, first: str) -> str:
+    """What a fix should pass as --master_addr: "" (the first host's name) where the rank-0
+    node's resolver knows that name, else the address its ssh reaches it at (an ssh alias's
+    HostName), else one of its own addresses: every rank resolves --master_addr with its
+    resolver, so a name only ssh configs know would not do."""
+    facts = cluster.base_or_none(cluster.rank0.name)
+    if facts is None or sshnames.resolved(facts, first).placed:
+        return ""
+    placed = sshnames.placement(facts, first).addrs
+    own = own_addresses(facts)
+    return placed[0] if placed else own[0] if own else ""
 
 
 def _derive(cluster: Cluster) -> ma.Derived:
@@ -98,3 +118,18 @@ def _routes(cluster: Cluster) -> dict[str, ma.Route]:
             out[node] = ma.read_route(rc if rc is not None else res.exit_status, body or "",
                                       res.stderr)
     return out
+
+
+def verdict(cluster: Cluster) -> list[str]:
+    """H3's judgement of the master address (judge/masteraddr.problems: the value against rank
+    0's interfaces and every peer's route), once for the session: H3 reports it, and F2's legs
+    that fail where it is bad are its consequences (blocked by H3).  Empty when the value is
+    usable, or when rank 0 cannot be probed (its own red says why)."""
+    def compute() -> list[str]:
+        facts = cluster.base_or_none(cluster.rank0.name)
+        if facts is None:
+            return []
+        ifaces = parse_interfaces(facts["ip_link"], facts["ip_addr"])
+        owners = {ip: i.name for i in ifaces.values() for ip in i.ips}
+        return ma.problems(derived(cluster), owners, routes(cluster))
+    return cluster.memo(VERDICT, compute)

@@ -22,7 +22,7 @@ from cluster_tests.core import pairs as pairs_mod
 from cluster_tests.core.cluster import Cluster, ProbeError
 from cluster_tests.core.memokey import Encoded, MemoKey
 from cluster_tests.core.testids import TestId
-from cluster_tests.judge import facts
+from cluster_tests.judge import facts, netfacts, ownaddr
 from cluster_tests.judge import network as nc
 from cluster_tests.judge.network import PortMatrix
 from cluster_tests.measure import masteraddr, sort_outcomes
@@ -85,10 +85,15 @@ def measure(cluster: Cluster) -> PortMatrix:
         targets = []
         for node, lst in matrix.listeners.items():
             master = lst.get("master") or {}
+            # what the ranks dial (F1/F3): the node's own address as its ranks advertise it,
+            # never the hostfile's name (an ssh alias may be the only name it has); where that
+            # address is unusable (F7's red), the address ssh reaches it at, else its name
+            matrix.dial[node] = ownaddr.dial_address(lst.get("own"))
             targets.append({"name": node, "ports": lst["ports"],
                             "master_port": master.get("port") if master.get("free") else None,
                             "master_host": master_host if node == rank0 else None,
-                            "own": lst.get("own")})
+                            "own": lst.get("own"), "dial": matrix.dial[node],
+                            "host": _ssh_address(cluster, node)})
         for node in names:
             if node not in matrix.listeners:
                 targets.append({"name": node, "ports": [], "master_port": None})
@@ -139,6 +144,13 @@ def measure(cluster: Cluster) -> PortMatrix:
             matrix.stops[node] = {"error": str(res)} if isinstance(res, BaseException) else res
     matrix.seconds = time.monotonic() - start
     return matrix
+
+
+def _ssh_address(cluster: Cluster, node: str) -> str | None:
+    """The address the launcher's ssh reached `node` at, where its config names one (an alias's
+    HostName): the connections' fallback for a node whose own address is unusable."""
+    host = cluster.pool.targets[node].hostname if node in cluster.pool.targets else node
+    return host if host != node and netfacts.is_ip(host) else None
 
 
 def _timed_out(entry: dict[str, Any]) -> bool:

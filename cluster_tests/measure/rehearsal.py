@@ -54,6 +54,8 @@ class Rehearsal:
     #: the launch cannot even start: (kind, text) where kind is "fail" (on the rank-0 node, the
     #: others skip citing it) or "skip" (every node skips: the cause is another test's)
     site_problem: tuple[str, str, str] | None = None
+    #: the launch cannot start because of the rank-0 node's .deepspeed_env (E2 lints it there)
+    site_env_file: bool = False
     legs: dict[str, launchenv.Leg] = field(default_factory=dict)
     #: what the launch's pdsh printed for each host (S5 reads rank 0's legs from it)
     outputs: dict[str, launchenv.HostOutput] = field(default_factory=dict)
@@ -193,12 +195,14 @@ def _rehearse(cluster: Cluster) -> Rehearsal:
         r.exports = launchenv.launch_exports(facts["env"], facts["cwd"],
                                       [tuple(f) for f in facts.get("env_files") or []], rules)
     except launchenv.EnvFileCrash as exc:
+        r.site_env_file = True
         r.site_problem = ("fail", f"{site}: `deepspeed --hostfile` would stop on {site} before "
                                   f"starting any rank: {exc}\n  fix, on {site}: delete that line "
                                   f"or write NAME=value (see {ids.DEEPSPEED_ENV.of(site)})", "")
         return r
     bad = launchenv.export_problems(r.exports)
     if bad:
+        r.site_env_file = True
         r.site_problem = ("fail", f"{site}: the exports deepspeed sends to every node (from "
                                   f"{site}'s environment and .deepspeed_env) break every node's "
                                   f"shell:\n  - " + "\n  - ".join(bad)

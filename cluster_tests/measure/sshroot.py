@@ -16,8 +16,8 @@ from cluster_tests.core import pairs as pairs_mod
 from cluster_tests.core import testids as ids
 from cluster_tests.core.cluster import Cluster, ProbeError
 from cluster_tests.core.memokey import base_key
-from cluster_tests.judge import netfacts, sshfail
 from cluster_tests.judge import ssh as sshcheck
+from cluster_tests.judge import sshfail, sshnames
 from cluster_tests.judge.facts import SshLeg
 from cluster_tests.measure import ports, sshpairs
 
@@ -55,7 +55,8 @@ def block_by_root(cluster: Cluster, a: str, b: str, cause: sshfail.Cause) -> Non
     if cause == sshfail.Cause.DNS:
         outcome.block(ids.RESOLVES.of(a, b), f"{a} cannot resolve {b}")
     else:
-        wrong = netfacts.misresolved(cluster.cached(base_key(a)), cluster.cached(base_key(b)), b)
+        # where a's ssh sends b (its ssh config's HostName, else its resolver): elsewhere?
+        wrong = sshnames.misplaced(cluster.cached(base_key(a)), cluster.cached(base_key(b)), b)
         if wrong is not None:
             outcome.block(ids.RESOLVES.of(a, b), f"{a} resolves {b} to {', '.join(wrong[0])}, "
                                                  f"which is not one of {b}'s addresses")

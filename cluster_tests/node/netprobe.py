@@ -245,7 +245,10 @@ def section_connect(params):
     out = {}
     jobs = []
     for t in params.get("targets", []):
-        addr, err = _resolve(t["name"])
+        # the address the target's ranks advertise (given), else the one ssh reaches it at, else
+        # its name as this node resolves it
+        addr, err = ((t["dial"], None) if t.get("dial") else
+                     (t["host"], None) if t.get("host") else _resolve(t["name"]))
         entry = {"addr": addr, "resolve_error": err, "ports": {}, "master": None,
                  "rtt_ms": [], "ssh": None}
         out[t["name"]] = entry
@@ -280,6 +283,26 @@ def section_connect(params):
             entry["master"] = res
 
     in_parallel(one, jobs)
+
+    # dialed at its own address and no port answered: one port at the address its name (or
+    # ssh) leads to, which tells the address's fault (F7) from the path's (F3)
+    alt = []
+    for t in params.get("targets", []):
+        entry = out[t["name"]]
+        ports = entry["ports"]
+        if t.get("dial") and ports and all(r["status"] != "ok" for r in ports.values()):
+            there = (t["host"], None) if t.get("host") else _resolve(t["name"])[0:2]
+            if there[0] and there[0] != t["dial"]:
+                alt.append((entry, "alt", there[0], int(next(iter(ports)))))
+
+    def other(job):
+        entry, _, addr, port = job
+        with sem:
+            res = _connect(addr, port, timeout, token)
+        res.update(port=port, addr=addr)
+        entry["alt"] = res
+
+    in_parallel(other, alt)
 
     def rtt(name):
         entry = out[name]

@@ -120,6 +120,47 @@ def resolve(name):
         return {"addrs": [], "seconds": time.monotonic() - start, "error": str(exc)}
 
 
+#: what `ssh -G` says that the checks read: where ssh goes for a name, as whom
+SSH_G_KEYS = ("hostname", "port", "user")
+
+
+def ssh_views(names, workers=8):
+    """name -> what this node's OpenSSH client makes of it (`ssh -G NAME`: the hostname, port
+    and user it would use, from ~/.ssh/config and /etc/ssh/ssh_config, Host and Match blocks
+    and tokens applied), or {"error": ...}; the hostname resolved here too where it is another
+    name.  `workers` at a time (rank 0 asks for every host of a big cluster)."""
+    if not names or not shutil.which("ssh"):
+        return {}
+    out = {}
+    todo = list(names)
+    lock = threading.Lock()
+
+    def work(_):
+        while True:
+            with lock:
+                if not todo:
+                    return
+                name = todo.pop()
+            res = run(["ssh", "-G", name], timeout=10)
+            view = {}
+            if res["rc"] != 0:
+                view["error"] = ((res["err"] or res["out"]).strip().splitlines() or
+                                 ["exit %d" % res["rc"]])[-1][:300]
+            else:
+                for line in res["out"].splitlines():
+                    key, _, value = line.partition(" ")
+                    if key in SSH_G_KEYS:
+                        view[key] = value.strip()
+                host = view.get("hostname")
+                if host and host != name:
+                    view["resolve"] = resolve(host)
+            with lock:
+                out[name] = view
+
+    in_parallel(work, range(min(workers, len(todo))))
+    return out
+
+
 def section_base(params):
     me = pwd.getpwuid(os.getuid())
     home = me.pw_dir
@@ -134,6 +175,10 @@ def section_base(params):
     resolved = {}
     for name in set(names + [hostname]):
         resolved[name] = resolve(name)
+    # how ssh (pdsh's, DeepSpeed's) reads the names: every name where asked (the rank-0 node,
+    # where the launch's ssh runs), else those the resolver cannot place (an alias of the ssh
+    # config is then the only way ssh finds them)
+    ssh_names = [n for n in names if params.get("ssh_all") or not resolved[n]["addrs"]]
     addrs = run(["ip", "-o", "addr", "show"], timeout=5)
     links = run(["ip", "-o", "link", "show"], timeout=5)
     return {
@@ -149,6 +194,7 @@ def section_base(params):
         "env": dict(os.environ),
         "python": {"executable": sys.executable, "version": sys.version.split()[0]},
         "resolve": resolved,
+        "ssh_names": ssh_views(sorted(set(ssh_names))),
         "ip_addr": addrs["out"] if addrs["rc"] == 0 else "",
         "ip_link": links["out"] if links["rc"] == 0 else "",
         "which": {t: shutil.which(t) for t in ("pdsh", "ssh", "sshd", "nvidia-smi", "npu-smi",

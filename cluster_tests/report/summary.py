@@ -370,8 +370,8 @@ class Recorder:
                         "fix": fix, "scripted": bool(b.commands)})
         return out
 
-    def render_causes(self) -> list[str]:
-        causes = self.causes()
+    def render_causes(self, causes: list[dict[str, Any]] | None = None) -> list[str]:
+        causes = self.causes() if causes is None else causes
         if not causes:
             return []
         lines = [f"Causes ({len(causes)}; one red each, the checks they block skipped):"]
@@ -388,10 +388,30 @@ class Recorder:
                 lines.append(f"      fix ({how}): {c['fix'][:300]}")
         return lines
 
+    def render_blocked(self, causes: list[dict[str, Any]] | None = None) -> list[str]:
+        """One line per red that blocks checks: "67 checks blocked by test_login[node3]", the
+        reds of `causes` first, in their order (pytest lists no line per blocked check)."""
+        counts = self.blocked_counts()
+        order = [t for c in (causes if causes is not None else self.causes()) for t in c["checks"]]
+        roots = [t for t in dict.fromkeys([*order, *counts]) if counts.get(t)]
+        return [f"{counts[t]} check{'s' if counts[t] != 1 else ''} blocked by {t}" for t in roots]
+
+    def verdict_lines(self, launch: list[str] | None = None, fix_script: str = "") -> list[str]:
+        """What a red run ends with, the last lines on the screen above pytest's count: the
+        causes (one each, with the fix), the checks each red blocks (one line per red), the fix
+        script, then the launch (`launch`: report/healthy.py's lines, the launch line last)."""
+        causes = self.causes()
+        lines = self.render_causes(causes) + self.render_blocked(causes)
+        if fix_script:
+            lines.append(fix_script)
+        return lines + list(launch or [])
+
     def summary_lines(self, facts: dict[str, dict[str, str]], extra: list[str] | None = None
                       ) -> list[str]:
+        """The cluster summary's tables (the causes and the launch close the run: see
+        :meth:`verdict_lines`)."""
         lines: list[str] = []
-        for block in (self.render_causes(), self.render_matrix(), self.render_nodes(facts),
+        for block in (self.render_matrix(), self.render_nodes(facts),
                       self.render_site(), extra or []):
             if block:
                 lines += block + [""]

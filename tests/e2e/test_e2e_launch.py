@@ -6,6 +6,7 @@ ssh -> launch.py -> torch.distributed on gloo)."""
 
 from __future__ import annotations
 
+import json
 import random
 import shlex
 import sys
@@ -101,6 +102,73 @@ def test_healthy_cluster_is_green_and_the_launch_works(healthy_sim, tmp_path, na
     assert launch_ok(out, 3), out[-3000:]
 
 
+#: a cloud cluster's names: its machines known by ssh configs alone (issue 41)
+ALIASES = {"node1": "gpu-a", "node2": "gpu-b", "node3": "gpu-c"}
+
+
+def _alias_shape(sim, tmp_path, hostnames: dict[str, str] | None = None):
+    """The hostfile names ALIASES, which only ssh configs know: every node's ~/.ssh/config and
+    the launcher's (`Host gpu-a` / `HostName <address>`); no DNS record, no /etc/hosts line.
+    Returns (hostfile, the launcher's ssh config)."""
+    config = sim.ssh_aliases(ALIASES, tmp_path / "ssh_config", hostnames)
+    hostfile = tmp_path / "hostfile"
+    hostfile.write_text("".join(f"{a} slots=1\n" for a in ALIASES.values()))
+    return hostfile, config
+
+
+def test_ssh_alias_hostfile_is_green_and_the_launch_works(healthy_sim, tmp_path):
+    """The names exist for ssh alone, as DeepSpeed needs them (pdsh and its `ssh <first host>
+    hostname -I` go through ssh; each rank's own address comes from its node): green, each alias
+    shown with its HostName, the pair checks dialing each node's own address, and the real
+    launch without --master_addr trains on every rank."""
+    sim = healthy_sim
+    hostfile, config = _alias_shape(sim, tmp_path)
+    assert sim.exec("node1", ["getent", "hosts", "gpu-b"]).returncode != 0  # no resolver knows it
+    put_script(sim, NODES)
+    r = run_suite(sim, *FAST, hostfile=hostfile, ssh_config=config)
+    assert r.returncode == 0, r.describe()
+    addr = {nd.name: nd.address for nd in sim.nodes}
+    h2 = r.properties["test_hostname_matches[gpu-b]"]
+    assert h2["name_is"] == "ssh alias", h2
+    assert h2["ssh_alias"].startswith(f"gpu-b -> HostName {addr['node2']} (ssh config on gpu-a"), h2
+    assert {f"test_resolves[{a}->{b}]" for a in ALIASES.values() for b in ALIASES.values()} \
+        <= r.passed, r.describe()
+    assert "test_high_ports[gpu-c->gpu-b]" in r.passed and "test_master_port[gpu-c->gpu-a]" in \
+        r.passed, r.describe()
+    assert r.properties["test_master_addr[gpu-a]"]["master_addr"] == addr["node1"]
+    nodes = {n["name"]: n for n in json.loads((r.junit.parent / "summary.json").read_text())[
+        "nodes"]}
+    assert nodes["gpu-c"]["ssh alias"] == f"HostName {addr['node3']}", nodes["gpu-c"]
+    assert nodes["gpu-c"]["hostname"] == "node3"
+    out = real_launch(sim, list(ALIASES.values()), derive_master=True)
+    assert launch_ok(out, 3), out[-3000:]
+
+
+def test_an_ssh_alias_to_a_dead_address_is_one_red_on_that_node(healthy_sim, tmp_path):
+    """gpu-c's HostName (in every ssh config) is an address where nothing answers: one red, the
+    launcher's login to gpu-c, whose fix is the ssh config's HostName (never the node's
+    hostname); every check that needs gpu-c is blocked by it; the real launch fails there."""
+    sim = healthy_sim
+    dead = sim.subnet.split("/")[0].rsplit(".", 1)[0] + ".99"
+    hostfile, config = _alias_shape(sim, tmp_path, {"node3": dead})
+    put_script(sim, NODES, job=FAILING)
+    r = run_suite(sim, *FAST, "--timeout-connect", "3", hostfile=hostfile, ssh_config=config)
+    assert r.failed == {"test_login[gpu-c]"}, r.describe()
+    msg = r.message("test_login[gpu-c]")
+    assert f"sends gpu-c to HostName {dead}, where nothing answers on port 22" in msg, msg
+    assert "correct the HostName of its 'Host gpu-c' block" in msg, msg
+    assert "hostnamectl" not in msg
+    by = {t: p["blocked_by"] for t, p in r.properties.items() if "blocked_by" in p}
+    for t in ("test_hostname_matches[gpu-c]", "test_resolves[gpu-a->gpu-c]",
+              "test_ssh_trust[gpu-a->gpu-c]", "test_pdsh[gpu-a->gpu-c]",
+              "test_launch_rehearsal[gpu-c]", "test_high_ports[gpu-b->gpu-c]",
+              "test_master_port[gpu-c->gpu-a]"):
+        assert by.get(t) == "test_login[gpu-c]", (t, r.describe())
+    out = real_launch(sim, list(ALIASES.values()), derive_master=True, timeout=120)
+    assert not launch_ok(out, 3), out[-3000:]
+    assert any(ln.startswith("gpu-c:") and dead in ln for ln in out.splitlines()), out[-3000:]
+
+
 def _fault_launch_dir(sim):
     # the script only where the directory exists (on node3 the ranks start in the home instead)
     for n in ("node1", "node2"):
@@ -155,6 +223,12 @@ def test_a_node_the_launch_fails_on_is_red_alone_and_for_the_same_reason(healthy
         assert "fix: on node3" in r.message("test_launch_rehearsal[node3]")
         assert names_only(r.failed, "node3") == [], r.describe()
         assert {"test_launch_rehearsal[node1]", "test_launch_rehearsal[node2]"} <= r.passed
+        if fault.startswith(("stray", "interpreter")):
+            # deepspeed missing (or shadowed) on node3: one red, the rehearsal's; E3, which sees
+            # the same from its side, is blocked by it, saying what it saw
+            assert r.failed == {"test_launch_rehearsal[node3]"}, r.describe()
+            assert r.properties["test_versions[node3]"]["blocked_by"] == \
+                "test_launch_rehearsal[node3]", r.describe()
         if fault.startswith("stray"):  # E3 names what the launch imports, and from where
             e3 = r.message("test_versions[node3]")
             assert "deepspeed imported from /root/deepspeed/__init__.py is 0.14.0" in e3, e3
@@ -173,11 +247,17 @@ def test_broken_deepspeed_env_on_rank0_is_red_on_rank0_only(healthy_sim):
     put_script(sim, [nd.name for nd in sim.nodes])
     sim.set_env_file("node1", ".deepspeed_env", "NCCL_DEBUG=INFO\nNCCL_IB_DISABLE\n")
     r = run_suite(sim, *FAST)
-    assert r.failed == {"test_deepspeed_env[node1]", "test_launch_rehearsal[node1]"}, r.describe()
-    msg = r.message("test_launch_rehearsal[node1]")
-    assert "would stop on node1 before starting any rank" in msg and ":2: 'NCCL_IB_DISABLE'" in msg
-    assert ("blocked by test_launch_rehearsal[node1]: the launch cannot start on node1"
-            in r.message("test_launch_rehearsal[node3]"))
+    # one cause, one red: E2's, naming the line; the rehearsal (on node1, where the launch
+    # stops, and on every node) is blocked by it
+    assert r.failed == {"test_deepspeed_env[node1]"}, r.describe()
+    msg = r.message("test_deepspeed_env[node1]")
+    assert ".deepspeed_env:2: " in msg and "'NCCL_IB_DISABLE' has no '='" in msg, msg
+    assert "not enough values to unpack" in msg, msg
+    assert ("blocked by test_deepspeed_env[node1]: deepspeed --hostfile would stop on node1 "
+            "before starting any rank" in r.message("test_launch_rehearsal[node1]"))
+    for n in NODES:
+        assert r.properties[f"test_launch_rehearsal[{n}]"]["blocked_by"] == \
+            "test_deepspeed_env[node1]", r.describe()
     out = real_launch(sim, ["node1", "node2", "node3"])
     assert "ValueError: not enough values to unpack" in out and not launch_ok(out, 3), out[-3000:]
 
@@ -228,14 +308,17 @@ def test_the_launchs_exports_reach_the_checks_and_the_all_reduce(healthy_sim):
     put_script(sim, NODES)
     sim.set_env_file("node1", ".deepspeed_env", "GLOO_SOCKET_IFNAME=ib0\n")
     r = run_suite(sim, "-m", "network or collective", "-k", "socket_ifname or test_allreduce")
-    assert "test_socket_ifname[node1]" in r.failed, r.describe()
+    # one cause, one red: F5 on node1; F5 elsewhere and the all-reduce (which fails as the
+    # launch would: gloo finds no address for ib0) are blocked by it
+    assert r.failed == {"test_socket_ifname[node1]"}, r.describe()
     msg = r.message("test_socket_ifname[node1]")
     assert ("GLOO_SOCKET_IFNAME=ib0" in msg
             and "exported to every rank by deepspeed from node1" in msg)
     assert "on node1: set GLOO_SOCKET_IFNAME=" in msg
     assert r.properties["test_socket_ifname[node2]"]["blocked_by"] == "test_socket_ifname[node1]"
-    assert "test_allreduce" in r.failed, r.describe()
-    assert "Unable to find address for: ib0" in r.message("test_allreduce"), r.describe()
+    for t in ("test_allreduce", "test_allreduce_pair[node1<->node2]"):
+        assert r.properties[t]["blocked_by"] == "test_socket_ifname[node1]", r.describe()
+    assert "GLOO_SOCKET_IFNAME=ib0 selects no usable interface" in r.message("test_allreduce")
     out = real_launch(sim, NODES)
     assert not launch_ok(out, 3) and "ib0" in out, out[-3000:]
 
@@ -274,10 +357,13 @@ def test_a_master_addr_deepspeed_derives_badly_is_red_on_rank0(healthy_sim, faul
     try:
         inject(sim)
         r = run_suite(sim, *FAST)
-        assert "test_master_addr[node1]" in r.failed, r.describe()
+        # one cause, one red: H3's; every F2 leg that fails for that address is blocked by it
+        assert r.failed == {"test_master_addr[node1]"}, r.describe()
         msg = r.message("test_master_addr[node1]")
         assert all(x in msg for x in says), msg
-        assert names_only(r.failed, "node1") == [], r.describe()
+        for n in ("node2", "node3"):
+            assert r.properties[f"test_master_port[{n}->node1]"]["blocked_by"] == \
+                "test_master_addr[node1]", r.describe()
         out = real_launch(sim, NODES, derive_master=True, timeout=120)
         assert f"Using IP address of {value} for node node1" in out, out[-3000:]
         assert not launch_ok(out, 3), out[-3000:]

@@ -15,7 +15,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from suite import SuiteResult
+from suite import SuiteResult, verdict_of
 from test_e2e_fixes import run
 from test_e2e_launch import TRAIN
 
@@ -59,8 +59,8 @@ def launch_on(sim, hostfile: Path, timeout: int = 150) -> str:
 
 
 def summary_of(r: SuiteResult) -> list[str]:
-    text = r.output[r.output.index("cluster summary"):]
-    return text[: text.index("short test summary info")].rstrip("= \n").splitlines()[1:]
+    """The run's last section: causes first, the launch line last."""
+    return verdict_of(r.output)
 
 
 def blocked(r: SuiteResult) -> dict[str, str]:

@@ -128,3 +128,15 @@ def test_ssh_check_failing_stops_the_launch_whatever_master_addr_says() -> None:
     text = ma.ssh_check_problem(refused)
     assert text is not None and "(ssh: node2: Permission denied (publickey).)" in text
     assert "test_ssh_trust[node1->node2]" in text
+
+
+def test_a_first_host_only_ssh_knows_is_no_master_addr_to_suggest() -> None:
+    """The fixes pass --master_addr the first host's name where the nodes resolve it; where
+    that name is an ssh alias (every rank resolves --master_addr with its resolver, not ssh),
+    the address measure/masteraddr suggests instead."""
+    d = _derived("Welcome to gpu-a\n10.0.0.1 \n")
+    d.first_host = "gpu-a"
+    assert "or pass --master_addr gpu-a" in ma.problems(d, RANK0, {})[0]
+    d.suggest = "10.0.0.1"
+    (msg,) = ma.problems(d, RANK0, {})
+    assert "or pass --master_addr 10.0.0.1" in msg and "--master_addr gpu-a" not in msg

@@ -60,3 +60,15 @@ def test_gloo_dial_order_decides_red_or_warning() -> None:
                                    "IPv4") in found[0]
     assert ownaddr.dials("10.0.0.3", "10.0.0.2") and not ownaddr.dials("10.0.0.1", "10.0.0.2")
     assert ownaddr.dials("10.0.0.1", "fd00::2") and ownaddr.dials(None, "10.0.0.2")
+
+
+def test_peers_dial_the_address_the_ranks_advertise_where_it_is_routable_ipv4() -> None:
+    """F1/F3 connect where the ranks connect: a node's own address (F7's), unless it is a
+    loopback, the loopback fallback, none, or IPv6 (the high-port listeners take IPv4)."""
+    assert ownaddr.dial_address({"addr": "10.0.0.2", "how": "hostname"}) == "10.0.0.2"
+    assert ownaddr.dial_address({"addr": "10.0.0.2", "how": "GLOO_SOCKET_IFNAME=eth0"}) \
+        == "10.0.0.2"
+    for own in ({"addr": "127.0.1.1", "how": "hostname"},
+                {"addr": "127.0.0.1", "how": "loopback fallback"},
+                {"addr": "fd00:c7::2", "how": "hostname"}, {"addr": None}, None):
+        assert ownaddr.dial_address(own) is None, own

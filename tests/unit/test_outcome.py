@@ -77,9 +77,13 @@ def suite(pytester):
 def test_blocked_checks_name_their_root_and_the_red_carries_its_problem(suite):
     xml = suite.path / "junit.xml"
     res = suite.runpytest(f"--junitxml={xml}", "-rs")
-    assert "blocked by test_login[node3]: node3 refuses connections" in res.stdout.str()
-    res.assert_outcomes(passed=1, failed=1, skipped=3)
+    # counted as blocked, not skipped: no SKIPPED line per blocked check under -rs
+    assert res.parseoutcomes() == {"passed": 1, "failed": 1, "blocked": 3}, res.stdout.str()
+    assert "SKIPPED" not in res.stdout.str()
     got = _junit(xml)
+    assert all("blocked by test_login[node3]: node3 refuses connections" in
+               ET.tostring(case, encoding="unicode") for case in ET.parse(xml).getroot().iter(
+                   "testcase") if case.get("name") in ("test_whole_a", "test_trust[node1->node3]"))
     assert got["test_login[node3]"][0] == "failure"
     assert '"cause": "connection refused"' in got["test_login[node3]"][1]["problem"]
     for t in ("test_whole_a", "test_whole_b", "test_trust[node1->node3]"):
@@ -218,8 +222,10 @@ def test_per_node_items_one_red_per_pair_named_under_both_nodes(pytester):
     assert got["test_ports[*->node2]"][1]["blocked_by"] == "test_login[node2]"  # its first
     assert got["test_ports[node1->*]"] == ("skipped", {"blocked_by": "test_login[node2]"})
     out = res.stdout.str()
-    assert "blocked by test_ports[*->node4]: node2 -> node4: dropped (3 other pairs fine)" in out
-    assert "blocked by test_login[node2]: node1 -> node2: node2 half dead (3 other pairs" in out
+    said = "\n".join(f"{(c.get('message') or '')} {c.text or ''}"
+                     for c in ET.parse(xml).getroot().iter("skipped"))
+    assert "blocked by test_ports[*->node4]: node2 -> node4: dropped (3 other pairs fine)" in said
+    assert "blocked by test_login[node2]: node1 -> node2: node2 half dead (3 other pairs" in said
     assert node3["fix"] == "on node3: accept"  # said once, after the three pairs
     assert got["test_ports[*->node3]"][0] == "passed"  # node2 -> node3 is slow, not broken
     assert out.count("node2 -> node3: slow") == 1, out

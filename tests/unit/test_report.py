@@ -276,3 +276,36 @@ def test_past_its_width_the_nodes_get_a_line_each_and_the_red_pairs_stop():
     assert lines[MATRIX_NODES + 1] == f"  ... and {3 * len(dead) - MATRIX_NODES} more nodes"
     assert lines[-1] == f"  ... and {len(red) - MATRIX_NODES} more red pairs (causes above)"
     assert len(lines) == 2 * MATRIX_NODES + 3
+
+
+def test_the_verdict_is_the_causes_the_blocked_counts_per_red_then_the_launch():
+    """A red run ends with its causes, one line per red that blocks checks ("2 checks blocked
+    by ..."), the fix script, and the launch lines last (pytest prints no line per blocked
+    check: the summary counts them)."""
+    from cluster_tests.judge.problem import BLOCKED_BY, PROPERTY, Problem
+
+    rec = Recorder(list(NODES))
+    login = Problem(("node3",), "connection refused", "node3: connection refused",
+                    fix="start sshd on node3", check="test_login[node3]")
+    rec.outcomes["test_login[node3]"] = Outcome(
+        "test_login[node3]", "test_login", "m", "failed", login.text(), node="node3",
+        properties={PROPERTY: login.to_json()})
+    for t in ("test_ssh_trust[node1->node3]", "test_ssh_trust[node2->node3]"):
+        rec.outcomes[t] = Outcome(t, "test_ssh_trust", "m", "skipped",
+                                  "blocked by test_login[node3]: node3 refuses connections",
+                                  properties={BLOCKED_BY: "test_login[node3]"})
+    rec.outcomes["test_other"] = Outcome("test_other", "test_other", "m", "skipped", "not here")
+    lines = rec.verdict_lines(["Launch now on 2 of 3 nodes", "deepspeed --hostfile h ..."],
+                              "review and run fixes.sh, then pytest --lf")
+    assert lines == [
+        "Causes (1; one red each, the checks they block skipped):",
+        "  node3: connection refused (test_login[node3]; blocks 2 checks)",
+        "      fix (needs a person): start sshd on node3",
+        "2 checks blocked by test_login[node3]",
+        "review and run fixes.sh, then pytest --lf",
+        "Launch now on 2 of 3 nodes",
+        "deepspeed --hostfile h ...",
+    ], lines
+    # the tables above it no longer open with the causes
+    assert not any(ln.startswith("Causes") for ln in rec.summary_lines({}))
+    assert Recorder(list(NODES)).verdict_lines() == []

@@ -84,3 +84,22 @@ def test_sshd_config_problems_each_end_with_their_fix() -> None:
     assert len(both) == 2 and both[1].startswith("PermitRootLogin is 'no'")
     ok = sshcheck.parse_sshd_T("pubkeyauthentication yes\npermitrootlogin prohibit-password\n")
     assert sshcheck.sshd_config_problems("n1", ok, root=True) == []
+
+
+def test_a_dead_or_unknown_ssh_alias_is_fixed_in_the_ssh_config():
+    """The hostfile's name is an ssh alias (its HostName is elsewhere): nothing answering there,
+    or a HostName nobody resolves, is the alias block's to correct, never the hostname."""
+    alias = transport.SSHTarget(alias="gpu-c", hostname="10.0.0.99")
+    hint = transport._hint(alias, sshfail.Cause.UNREACHABLE, "/cfg")
+    assert hint.startswith("the ssh config -F /cfg sends gpu-c to HostName 10.0.0.99, where "
+                           "nothing answers on port 22: if that is not gpu-c's address, correct "
+                           "the HostName of its 'Host gpu-c' block"), hint
+    assert transport._hint(alias, sshfail.Cause.TIMEOUT, "/cfg") == hint
+    named = transport.SSHTarget(alias="gpu-c", hostname="gpu-c.internal")
+    assert "sends gpu-c to HostName gpu-c.internal, which the launcher cannot resolve" in \
+        transport._hint(named, sshfail.Cause.DNS, None)
+    # no alias: the name itself does not resolve, on the launcher and the nodes alike
+    plain = transport.SSHTarget(alias="gpu-x", hostname="gpu-x")
+    hint = transport._hint(plain, sshfail.Cause.DNS, None)
+    assert "'<address> gpu-x' to /etc/hosts on the launcher and on every node" in hint
+    assert "'Host gpu-x' block" in hint and "hostnamectl" not in hint
