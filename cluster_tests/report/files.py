@@ -79,7 +79,11 @@ def write_all(json_path: Path, recorder: Recorder, facts: NodeTable, meta: dict[
         result, healthy_path, invocation_dir, hostfile) if red else []
     extra: dict[str, Any] = {"healthy": healthy_mod.to_json(result, healthy_path if red else None)}
     if after_verdict is not None:
-        out.slurm_lines, slurm_json = after_verdict(result, found)
+        try:
+            out.slurm_lines, slurm_json = after_verdict(result, found)
+        except Exception as exc:  # noqa: BLE001 - never the verdict's or the reports' end
+            out.slurm_lines, slurm_json = [f"Slurm: not done: {type(exc).__name__}: {exc}"], {
+                "error": str(exc)}
         if slurm_json:
             extra["slurm"] = slurm_json
     series: dict[str, Any] = {}

@@ -234,6 +234,8 @@ def connect(path: Path, *, write: bool = True, timeout: float = BUSY_TIMEOUT
         return conn
     except sqlite3.Error as exc:
         raise HistoryError(_said(path, exc)) from None
+    except OSError as exc:  # not a file (a directory), no permission on it or its folder
+        raise HistoryError(f"{path}: {exc.strerror or exc}") from None
 
 
 def _said(path: Path, exc: sqlite3.Error) -> str:
@@ -419,6 +421,8 @@ def record(path: Path, rec: RunRecord, *, ratio: float = trend.DROP, window: int
         out.series = series(conn, rec.digest, recent)
     except sqlite3.Error as exc:
         out.error = _said(out.path, exc)
+    except OSError as exc:
+        out.error = f"{out.path}: {exc}"
     finally:
         conn.close()
     return out

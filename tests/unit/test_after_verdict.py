@@ -145,3 +145,12 @@ def test_the_slurm_step_gets_the_verdict_and_its_lines_go_to_the_summary(tmp_pat
     assert got.slurm_lines == ["Slurm: x"]
     assert json.loads((tmp_path / "summary.json").read_text())["slurm"] == {"ran": False}
     assert H.FILE_NAME == "history.sqlite"
+
+
+def test_a_slurm_step_that_breaks_is_a_line_and_the_reports_are_written(tmp_path):
+    def act(healthy, problems):
+        raise RuntimeError("scontrol vanished")
+
+    got = _write(tmp_path, None, after_verdict=act)
+    assert got.slurm_lines == ["Slurm: not done: RuntimeError: scontrol vanished"]
+    assert got.json_path and got.html_path and (tmp_path / "hostfile.healthy").exists()

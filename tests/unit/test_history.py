@@ -277,3 +277,14 @@ def test_series_for_the_plot_oldest_first(tmp_path):
     assert s["c1"] == {"size_bytes": 1 << 20, "values": {1: 1.0, 2: 0.9, 3: 0.8}}
     assert s["pairs"]["node1<->node2"]["values"] == {1: 1.0, 2: 0.9, 3: 0.8}
     assert json.dumps(s)  # plain data, for the template
+
+
+def test_a_directory_or_an_unwritable_folder_is_a_warning_too(tmp_path):
+    folder = tmp_path / "history.sqlite"
+    folder.mkdir()
+    got = H.record(folder, run())
+    assert got.run is None and got.error.startswith(f"{folder}: ") and folder.is_dir()
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    got = H.record(blocker / "history.sqlite", run())  # its folder is a file
+    assert got.run is None and str(blocker) in got.error
