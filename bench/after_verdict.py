@@ -74,7 +74,7 @@ def main() -> int:
         subprocess.run(["tar", "-x", "-C", str(base)], input=archive, check=True)
         variants = {"base": ([], str(base)), "now": ([], None),
                     "now --no-history": (["--no-history"], None)}
-        outs = {name: Path(tmp) / name.replace(" ", "_") for name in variants}
+        outs = {name: Path(tmp) / ("out-" + name.replace(" ", "_")) for name in variants}
         for d in outs.values():
             d.mkdir()
         got: dict[str, list[dict]] = {name: [] for name in variants}
