@@ -154,3 +154,26 @@ def test_a_slurm_step_that_breaks_is_a_line_and_the_reports_are_written(tmp_path
     got = _write(tmp_path, None, after_verdict=act)
     assert got.slurm_lines == ["Slurm: not done: RuntimeError: scontrol vanished"]
     assert got.json_path and got.html_path and (tmp_path / "hostfile.healthy").exists()
+
+
+def test_cluster_tests_history_prints_the_file_and_names_a_bad_one(tmp_path):
+    import subprocess
+    import sys
+
+    path = tmp_path / "history.sqlite"
+    got = H.record(path, H.RunRecord(1.8e9, 1.8e9 + 3, NODES, H.digest(NODES, {}), node_stats={
+        n: (0.2, 0.1, False, []) for n in NODES}))
+    assert got.run == 1
+    cli = Path(sys.executable).parent / "cluster-tests"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CLUSTER_TESTS_")}
+    shown = subprocess.run([str(cli), "history", "--history", str(path), "-p",
+                            "no:cacheprovider"], capture_output=True, text=True, timeout=120,
+                           cwd=tmp_path, env=env, check=False)
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stdout.splitlines()[0] == f"History {path}: 1 run(s), schema {H.LATEST}"
+    assert "  node1  ." in shown.stdout
+    path.write_bytes(b"\0" * 512)
+    bad = subprocess.run([str(cli), "--history-show", "--history", str(path)],
+                         capture_output=True, text=True, timeout=120, cwd=tmp_path, env=env,
+                         check=False)
+    assert bad.returncode == 4 and f"{path} is not an SQLite database" in bad.stderr
