@@ -49,19 +49,32 @@ DEFAULT_CASES = "2:all,64:all,256:ring,256:sample:5000,1024:ring,1024:sample:200
 
 def run(argv: list[str], cwd: Path, dead: int = 0) -> dict:
     rss = cwd / "rss.txt"
+    (cwd / "summary.json").unlink(missing_ok=True)
     start = time.monotonic()
-    proc = subprocess.run(["/usr/bin/time", "-f", "%M", "-o", str(rss), *argv], cwd=cwd,
+    proc = subprocess.run(["/usr/bin/time", "-f", "%U %S %M", "-o", str(rss), *argv], cwd=cwd,
                           capture_output=True, text=True, errors="replace", check=False,
                           env={**os.environ, "PYTHONPATH": str(REPO / "bench"),
                                "FAKE_DEAD": str(dead)})
     seconds = time.monotonic() - start
     try:
-        mb = int(rss.read_text().split()[-1]) / 1024
+        user, system, kb = rss.read_text().split()[-3:]
+        mb, cpu = int(kb) / 1024, float(user) + float(system)
     except (OSError, ValueError, IndexError):
-        mb = float("nan")
-    return {"seconds": seconds, "rss_mb": mb, "rc": proc.returncode,
-            "out": proc.stdout + proc.stderr,
+        mb = cpu = float("nan")
+    return {"seconds": seconds, "rss_mb": mb, "cpu_s": cpu, "rc": proc.returncode,
+            "out": proc.stdout + proc.stderr, "history_s": _history_seconds(cwd),
             **junit_counts(cwd / "junit.xml")}
+
+
+def _history_seconds(cwd: Path) -> float | None:
+    """What recording the run in the history took (summary.json's history.seconds)."""
+    import json
+
+    try:
+        got = json.loads((cwd / "summary.json").read_text()).get("history") or {}
+    except (OSError, ValueError):
+        return None
+    return got.get("seconds")
 
 
 def junit_counts(path: Path) -> dict:
@@ -183,12 +196,22 @@ def main() -> int:
                   f"{row['failed']} reds, {row['skipped']} skipped){dead_text}", flush=True)
             if other:
                 med = statistics.median(r["seconds"] for r in other)
+                cpu = statistics.median(r["cpu_s"] for r in full)
+                cpu_other = statistics.median(r["cpu_s"] for r in other)
                 row["compare_s"] = med
                 print(f"    with {args.compare}: run {med:.2f}s "
                       f"({statistics.median(r['rss_mb'] for r in other):.0f} MB); without / with: "
-                      f"{row['run_s'] / med:.3f}; each: "
-                      + ", ".join(f"{a['seconds']:.1f}s/{b['seconds']:.1f}s"
-                                  for a, b in zip(full, other, strict=True)), flush=True)
+                      f"{row['run_s'] / med:.3f} wall, {cpu:.1f} / {cpu_other:.1f} = "
+                      f"{cpu / cpu_other:.3f} CPU s of pytest; each (wall, CPU): "
+                      + ", ".join(f"{a['seconds']:.1f}s {a['cpu_s']:.1f}s / {b['seconds']:.1f}s "
+                                  f"{b['cpu_s']:.1f}s" for a, b in zip(full, other, strict=True)),
+                      flush=True)
+            recorded = [r["history_s"] for r in full if r.get("history_s") is not None]
+            if recorded:
+                print(f"    history recorded in {statistics.median(recorded):.2f}s (median; "
+                      + ", ".join(f"{h:.2f}" for h in recorded) + f"): "
+                      f"{100 * statistics.median(recorded) / row['run_s']:.1f} % of the run",
+                      flush=True)
             if args.repeat > 1:  # the medians' spread: every run, in the order run
                 for what, got in (("run", full), ("dead run", dd if args.dead else [])):
                     if got:

@@ -88,12 +88,15 @@ def write_all(json_path: Path, recorder: Recorder, facts: NodeTable, meta: dict[
             extra["slurm"] = slurm_json
     series: dict[str, Any] = {}
     if history is not None:
+        began = time.monotonic()
         rec = history_mod.run_record(
             recorder, facts, started=recorder.started, finished=finished, slots=slots,
             exitstatus=int(meta.get("exitstatus", 0)), source=str(meta.get("node_source", "")),
             excluded=result.excluded, rtt_ms=rtt or {})
+        built = time.monotonic() - began
         recorded = history_mod.record(history.path, rec, ratio=history.drop,
                                       window=history.window)
+        recorded.seconds += built  # the whole step: the record built, written, read back
         out.history_lines = recorded.lines()
         out.history_path = recorded.path
         series = recorded.series

@@ -389,6 +389,8 @@ class Recorded:
     trends: Trends = field(default_factory=Trends)
     series: dict[str, Any] = field(default_factory=dict)
     error: str = ""
+    #: what recording took (connecting, migrating, writing, reading the trends back)
+    seconds: float = 0.0
 
     def lines(self) -> list[str]:
         if self.error:
@@ -397,6 +399,7 @@ class Recorded:
 
     def to_json(self) -> dict[str, Any]:
         return {"file": str(self.path), "run": self.run, "error": self.error or None,
+                "seconds": round(self.seconds, 3),
                 "warnings": [d.text() for d in self.trends.drops]
                 + [f.text() for f in self.trends.flapping],
                 "drops": [{"what": d.what, "value_GBps": d.value, "median_GBps": d.median,
@@ -410,6 +413,7 @@ def record(path: Path, rec: RunRecord, *, ratio: float = trend.DROP, window: int
     """Add the run to the history at `path` and read its trends and the plot's series back. Any
     failure is the result's `error`, never an exception: the run goes on without its history."""
     out = Recorded(Path(path))
+    began = time.monotonic()
     try:
         conn = connect(out.path, timeout=timeout)
     except HistoryError as exc:
@@ -425,6 +429,7 @@ def record(path: Path, rec: RunRecord, *, ratio: float = trend.DROP, window: int
         out.error = f"{out.path}: {exc}"
     finally:
         conn.close()
+        out.seconds = time.monotonic() - began
     return out
 
 
