@@ -13,9 +13,11 @@ Not a test: a measurement to quote (README "Reports").  It brings up one simulat
   file, one more run in it each time);
 * now --no-history: this checkout without the history;
 
-and prints each one's median wall time and machine-wide CPU seconds (bench/scale.py's
-``/proc/stat`` count: the sim's sshd and Python processes are not children of the run), and the
-ratios to base.
+and prints each one's median wall time, machine-wide CPU seconds (bench/scale.py's ``/proc/stat``
+count: the sim's sshd and Python processes are not children of the run), the pytest process's
+own CPU seconds (``/usr/bin/time``: the launcher's work, where the after-verdict steps run, and
+the least disturbed by other work on the machine), the ratios to base, and what the history step
+took in each run (summary.json's ``history.seconds``).
 
     .venv/bin/python bench/after_verdict.py [--nodes 4] [--repeat 5] [--base 81be10f]
 """
@@ -23,11 +25,13 @@ ratios to base.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -48,16 +52,26 @@ def run(sim: SimCluster, out: Path, extra: list[str], pythonpath: str | None) ->
             str(sim.ssh_config), "-m", MARK, "-p", "no:cacheprovider", "-q",
             "--junitxml", str(out / "junit.xml"), *extra]
     cpu0 = busy_cpu_seconds()
-    import time
-
+    times = out / "time.txt"
+    (out / "summary.json").unlink(missing_ok=True)
     t0 = time.monotonic()
-    proc = subprocess.run(argv, cwd=str(out), env=env, capture_output=True, text=True,
-                          errors="replace", check=False, timeout=900)
+    proc = subprocess.run(["/usr/bin/time", "-f", "%U %S", "-o", str(times), *argv], cwd=str(out),
+                          env=env, capture_output=True, text=True, errors="replace", check=False,
+                          timeout=900)
     wall = time.monotonic() - t0
     cpu = busy_cpu_seconds() - cpu0
     if proc.returncode != 0:
         print(f"  !! exit {proc.returncode}: {proc.stdout[-800:]}", flush=True)
-    return {"wall": wall, "cpu": cpu, "rc": proc.returncode}
+    try:
+        own = sum(float(x) for x in times.read_text().split()[-2:])
+    except (OSError, ValueError):
+        own = float("nan")
+    try:
+        history = (json.loads((out / "summary.json").read_text()).get("history") or {}).get(
+            "seconds")
+    except (OSError, ValueError):
+        history = None
+    return {"wall": wall, "cpu": cpu, "own": own, "history": history, "rc": proc.returncode}
 
 
 def main() -> int:
@@ -87,19 +101,29 @@ def main() -> int:
                     r = run(sim, outs[name], extra, pythonpath)
                     got[name].append(r)
                     print(f"  {i + 1}/{args.repeat} {name}: {r['wall']:.2f} s wall, "
-                          f"{r['cpu']:.1f} CPU s ({load()})", flush=True)
+                          f"{r['cpu']:.1f} CPU s, pytest's own {r['own']:.2f} CPU s"
+                          + (f", history {r['history']:.3f} s" if r["history"] is not None
+                             else "") + f" ({load()})", flush=True)
         history = outs["now"] / "history.sqlite"
         print(f"# history after {args.repeat} runs: {history.stat().st_size} bytes"
               if history.exists() else "# no history file written")
-    print("| variant | wall s (median) | CPU s (median) | wall / base | CPU / base | runs (wall) |")
-    print("|---|---|---|---|---|---|")
+    print("| variant | wall s (median) | machine CPU s (median) | pytest's own CPU s (median) | "
+          "wall / base | machine CPU / base | own CPU / base | runs (wall) |")
+    print("|---|---|---|---|---|---|---|---|")
     b_wall = statistics.median(r["wall"] for r in got["base"])
     b_cpu = statistics.median(r["cpu"] for r in got["base"])
+    b_own = statistics.median(r["own"] for r in got["base"])
     for name, runs in got.items():
         wall = statistics.median(r["wall"] for r in runs)
         cpu = statistics.median(r["cpu"] for r in runs)
-        print(f"| {name} | {wall:.2f} | {cpu:.1f} | {wall / b_wall:.3f} | {cpu / b_cpu:.3f} | "
+        own = statistics.median(r["own"] for r in runs)
+        print(f"| {name} | {wall:.2f} | {cpu:.1f} | {own:.2f} | {wall / b_wall:.3f} | "
+              f"{cpu / b_cpu:.3f} | {own / b_own:.3f} | "
               + ", ".join(f"{r['wall']:.1f}" for r in runs) + " |")
+    recorded = [r["history"] for r in got["now"] if r["history"] is not None]
+    if recorded:
+        print("history step (summary.json history.seconds), median "
+              f"{statistics.median(recorded):.3f} s: " + ", ".join(f"{h:.3f}" for h in recorded))
     return 0
 
 
