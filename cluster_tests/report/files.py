@@ -78,7 +78,8 @@ def write_all(json_path: Path, recorder: Recorder, facts: NodeTable, meta: dict[
     out.launch_lines = healthy_mod.launch_lines(
         result, healthy_path, invocation_dir, hostfile) if red else []
     extra: dict[str, Any] = {"healthy": healthy_mod.to_json(result, healthy_path if red else None)}
-    if after_verdict is not None:
+    ran = bool(recorder.outcomes)  # --collect-only, or nothing selected: no verdict to act on
+    if after_verdict is not None and ran:
         try:
             out.slurm_lines, slurm_json = after_verdict(result, found)
         except Exception as exc:  # noqa: BLE001 - never the verdict's or the reports' end
@@ -87,7 +88,7 @@ def write_all(json_path: Path, recorder: Recorder, facts: NodeTable, meta: dict[
         if slurm_json:
             extra["slurm"] = slurm_json
     series: dict[str, Any] = {}
-    if history is not None:
+    if history is not None and ran:
         began = time.monotonic()
         rec = history_mod.run_record(
             recorder, facts, started=recorder.started, finished=finished, slots=slots,

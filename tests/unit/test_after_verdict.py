@@ -177,3 +177,16 @@ def test_cluster_tests_history_prints_the_file_and_names_a_bad_one(tmp_path):
                          capture_output=True, text=True, timeout=120, cwd=tmp_path, env=env,
                          check=False)
     assert bad.returncode == 4 and f"{path} is not an SQLite database" in bad.stderr
+
+
+def test_a_run_where_nothing_ran_records_nothing_and_touches_no_slurm(tmp_path):
+    def act(healthy, problems):
+        raise AssertionError("no verdict: nothing to act on")
+
+    got = files.write_all(
+        tmp_path / "summary.json", Recorder(list(NODES)), {}, {},  # type: ignore[arg-type]
+        slots={n: 1 for n in NODES}, world_multiple=1, hostfile=None, ssh=["ssh"],
+        command="pytest --collect-only", html_path=None, invocation_dir=tmp_path,
+        history=files.HistoryOptions(tmp_path / "history.sqlite"), after_verdict=act)
+    assert got.slurm_lines == [] and got.history_lines == []
+    assert not (tmp_path / "history.sqlite").exists()
