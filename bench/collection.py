@@ -16,16 +16,20 @@ time above the start-up of a 2-node run, divided).  `--dead K` runs every case a
 K-th node dead (bench/fake_transport.py's FAKE_DEAD: logins and every peer's connects to it
 time out), and prints the ratio of that run's wall time to the healthy one's.  Cases whose item
 count is above --max-items are not run; their collection cost is extrapolated from the measured
-per-item cost and marked "~".
+per-item cost and marked "~".  `--compare ARGS` runs every case again with ARGS added, each
+such run right after one without them (so that both see the same load), and prints both medians
+and their ratio: `--compare --no-history` is what writing the history costs (on by default, in
+history.sqlite beside the JUnit file: the case's history grows by one run per repeat).
 
     .venv/bin/python bench/collection.py [--cases 64:all,256:ring,256:sample:5000,1024:ring,...]
-        [--repeat 1] [--max-items 60000] [--dead 10] [--no-collect]
+        [--repeat 1] [--max-items 60000] [--dead 10] [--no-collect] [--compare "--no-history"]
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import shlex
 import statistics
 import subprocess
 import sys
@@ -45,19 +49,32 @@ DEFAULT_CASES = "2:all,64:all,256:ring,256:sample:5000,1024:ring,1024:sample:200
 
 def run(argv: list[str], cwd: Path, dead: int = 0) -> dict:
     rss = cwd / "rss.txt"
+    (cwd / "summary.json").unlink(missing_ok=True)
     start = time.monotonic()
-    proc = subprocess.run(["/usr/bin/time", "-f", "%M", "-o", str(rss), *argv], cwd=cwd,
+    proc = subprocess.run(["/usr/bin/time", "-f", "%U %S %M", "-o", str(rss), *argv], cwd=cwd,
                           capture_output=True, text=True, errors="replace", check=False,
                           env={**os.environ, "PYTHONPATH": str(REPO / "bench"),
                                "FAKE_DEAD": str(dead)})
     seconds = time.monotonic() - start
     try:
-        mb = int(rss.read_text().split()[-1]) / 1024
+        user, system, kb = rss.read_text().split()[-3:]
+        mb, cpu = int(kb) / 1024, float(user) + float(system)
     except (OSError, ValueError, IndexError):
-        mb = float("nan")
-    return {"seconds": seconds, "rss_mb": mb, "rc": proc.returncode,
-            "out": proc.stdout + proc.stderr,
+        mb = cpu = float("nan")
+    return {"seconds": seconds, "rss_mb": mb, "cpu_s": cpu, "rc": proc.returncode,
+            "out": proc.stdout + proc.stderr, "history_s": _history_seconds(cwd),
             **junit_counts(cwd / "junit.xml")}
+
+
+def _history_seconds(cwd: Path) -> float | None:
+    """What recording the run in the history took (summary.json's history.seconds)."""
+    import json
+
+    try:
+        got = json.loads((cwd / "summary.json").read_text()).get("history") or {}
+    except (OSError, ValueError):
+        return None
+    return got.get("seconds")
 
 
 def junit_counts(path: Path) -> dict:
@@ -75,12 +92,13 @@ def junit_counts(path: Path) -> dict:
             "skipped": sum(1 for c in cases if c.find("skipped") is not None)}
 
 
-def pytest_argv(hostfile: Path, pairs: str, out: Path, collect_only: bool) -> list[str]:
+def pytest_argv(hostfile: Path, pairs: str, out: Path, collect_only: bool,
+                extra: list[str] | None = None) -> list[str]:
     return [str(REPO / ".venv/bin/python"), "-m", "pytest",
             "-p", "fake_transport", "-p", "no:cacheprovider",
             "--hostfile", str(hostfile), "-m", MARK, "--pairs", pairs, "-q",
             *(["--collect-only"] if collect_only else ["--junitxml", str(out / "junit.xml")]),
-            str(REPO / "cluster_tests")]
+            *(extra or []), str(REPO / "cluster_tests")]
 
 
 def count_items(text: str) -> int:
@@ -102,6 +120,9 @@ def main() -> int:
     ap.add_argument("--no-collect", action="store_true",
                     help="skip the --collect-only runs "
                          "(items are then read from the run's JUnit file)")
+    ap.add_argument("--compare", default="",
+                    help="also run each case with these pytest arguments added, alternating "
+                         "with the runs without them (e.g. --compare=--no-history)")
     args = ap.parse_args()
     cases = []
     for c in args.cases.split(","):
@@ -129,7 +150,12 @@ def main() -> int:
                     continue
             col = [] if args.no_collect else [run(pytest_argv(hostfile, mode, work, True), work)
                                               for _ in range(args.repeat)]
-            full = [run(pytest_argv(hostfile, mode, work, False), work) for _ in range(args.repeat)]
+            full, other = [], []
+            for _ in range(args.repeat):
+                full.append(run(pytest_argv(hostfile, mode, work, False), work))
+                if args.compare:
+                    other.append(run(pytest_argv(hostfile, mode, work, False,
+                                                 shlex.split(args.compare)), work))
             items = count_items(col[0]["out"]) if col else full[0]["ran"]
             bad = [r for r in full if r["rc"] not in (0, 1)]
             if bad:
@@ -168,6 +194,24 @@ def main() -> int:
             print(f"  {n} nodes, --pairs {mode}: {items} items, collect {row['collect_s']:.2f}s "
                   f"({row['collect_mb']:.0f} MB), run {row['run_s']:.2f}s ({row['run_mb']:.0f} MB, "
                   f"{row['failed']} reds, {row['skipped']} skipped){dead_text}", flush=True)
+            if other:
+                med = statistics.median(r["seconds"] for r in other)
+                cpu = statistics.median(r["cpu_s"] for r in full)
+                cpu_other = statistics.median(r["cpu_s"] for r in other)
+                row["compare_s"] = med
+                print(f"    with {args.compare}: run {med:.2f}s "
+                      f"({statistics.median(r['rss_mb'] for r in other):.0f} MB); without / with: "
+                      f"{row['run_s'] / med:.3f} wall, {cpu:.1f} / {cpu_other:.1f} = "
+                      f"{cpu / cpu_other:.3f} CPU s of pytest; each (wall, CPU): "
+                      + ", ".join(f"{a['seconds']:.1f}s {a['cpu_s']:.1f}s / {b['seconds']:.1f}s "
+                                  f"{b['cpu_s']:.1f}s" for a, b in zip(full, other, strict=True)),
+                      flush=True)
+            recorded = [r["history_s"] for r in full if r.get("history_s") is not None]
+            if recorded:
+                print(f"    history recorded in {statistics.median(recorded):.2f}s (median; "
+                      + ", ".join(f"{h:.2f}" for h in recorded) + f"): "
+                      f"{100 * statistics.median(recorded) / row['run_s']:.1f} % of the run",
+                      flush=True)
             if args.repeat > 1:  # the medians' spread: every run, in the order run
                 for what, got in (("run", full), ("dead run", dd if args.dead else [])):
                     if got:

@@ -3,9 +3,11 @@
     cluster-tests --hostfile /path/to/hostfile
     cluster-tests --hostfile hostfile -m "ssh or names" -n 4
     cluster-tests --hostfile hostfile --lf
+    cluster-tests history [--history PATH]     # the recent runs, per node and per pair
 
-Every argument is pytest's (the plugin's options included). With no test path given, the plugin
-runs its own checklist (cluster_tests/checks/), wherever the command runs from.
+Every argument is pytest's (the plugin's options included); `history` is `--history-show`.
+With no test path given, the plugin runs its own checklist (cluster_tests/checks/), wherever
+the command runs from.
 """
 
 from __future__ import annotations
@@ -19,8 +21,14 @@ import pytest
 PLUGIN = "cluster_tests"
 
 
+#: `cluster-tests history ...` is `cluster-tests --history-show ...` (the plugin prints it)
+SUBCOMMANDS = {"history": "--history-show"}
+
+
 def main(argv: list[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
+    if args and args[0] in SUBCOMMANDS:
+        args = [SUBCOMMANDS[args[0]], *args[1:]]
     return int(pytest.main(["-p", PLUGIN, *args]))
 
 

@@ -25,7 +25,7 @@ from typing import Any
 
 import pytest
 
-from cluster_tests.core import outcome, rootdir_fix, sections, workers
+from cluster_tests.core import outcome, rootdir_fix, sections, slurmctl, workers
 from cluster_tests.core import pairs as pairs_mod
 from cluster_tests.core import source as source_mod
 from cluster_tests.core import srun as srun_mod
@@ -36,6 +36,7 @@ from cluster_tests.core.settings import Settings, add_options, read_settings
 from cluster_tests.judge import hostfile as hf
 from cluster_tests.report import files, junit
 from cluster_tests.report import fixes as fixes_mod
+from cluster_tests.report import history as history_mod
 from cluster_tests.report.summary import Recorder, keyword_form, mask, progress_writer
 
 try:  # what the tmpdir plugin leaves on an item (private: absent from another pytest)
@@ -330,6 +331,9 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         meta["pairs"] = selection.meta(len(cluster.nodes))
     meta.update(workers.remote_counts(config, cluster))
     s = cluster.settings
+    after = s.after
+    history = (None if after.no_history else files.HistoryOptions(
+        _history_path(config, s, path), after.history_drop, after.history_window))
     written = files.write_all(
         path, recorder, workers.node_facts(config, cluster), meta,
         slots={n.name: n.slots for n in cluster.nodes}, world_multiple=s.world_multiple,
@@ -338,10 +342,62 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
                                  s.accept_new_host_keys),
         command=" ".join(["pytest", *config.invocation_params.args]),
         html_path=Path(s.html_report).expanduser() if s.html_report else None,
-        invocation_dir=Path(config.invocation_params.dir))
+        invocation_dir=Path(config.invocation_params.dir), history=history,
+        metrics_path=_under(config, after.metrics_textfile) if after.metrics_textfile else None,
+        after_verdict=_slurm(cluster, recorder))
     config.stash[WRITTEN_KEY] = written
     if written.notes:
         config.stash[SUMMARY_EXTRA_KEY] = [*config.stash.get(SUMMARY_EXTRA_KEY, []), *written.notes]
+
+
+def _under(config: pytest.Config, raw: str) -> Path:
+    """A path option as given, relative to where pytest was started."""
+    path = Path(raw).expanduser()
+    return path if path.is_absolute() else Path(config.invocation_params.dir) / path
+
+
+def _history_path(config: pytest.Config, s: Settings, json_path: Path | None = None) -> Path:
+    """--history, else history.sqlite beside the JUnit file (reports/ by default)."""
+    if s.after.history:
+        return _under(config, s.after.history)
+    if json_path is None:
+        xml = getattr(config.option, "xmlpath", None)
+        json_path = (Path(xml) if xml else Path(config.invocation_params.dir) / "reports" / "x")
+    return json_path.with_name(history_mod.FILE_NAME)
+
+
+def _slurm(cluster: Cluster, recorder: Recorder) -> files.AfterVerdict:
+    """What the verdict does in Slurm (core/slurmctl.py), for report/files.py to call once
+    hostfile.healthy is decided."""
+    after = cluster.settings.after
+
+    def act(healthy: Any, problems: list[Any]) -> tuple[list[str], dict[str, Any]]:
+        def outcome(test_id: str) -> str | None:
+            got = recorder.outcomes.get(test_id)
+            return got.outcome if got is not None else None
+
+        report = slurmctl.after_verdict(cluster.names, healthy, problems,
+                                        drain=after.slurm_drain, resume=after.slurm_resume,
+                                        outcome=outcome)
+        return report.lines, report.json
+
+    return act
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_cmdline_main(config: pytest.Config) -> int | None:
+    """--history-show (`cluster-tests history`): print the history's recent runs and exit."""
+    if not getattr(config.option, "ct_history_show", None):
+        return None
+    settings = read_settings(config)
+    path = _history_path(config, settings)
+    try:
+        lines = history_mod.show(path, settings.after.history_window)
+    except history_mod.HistoryError as exc:
+        print(f"cluster-tests history: {exc}", file=sys.stderr)
+        return 4
+    print("\n".join(lines))
+    return 0
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
@@ -681,6 +737,25 @@ def cluster_host(cluster: Cluster, node: str):
 
     cluster.require(node)
     return host_for(cluster, node)
+
+
+@pytest.hookimpl(specname="pytest_terminal_summary")
+def pytest_terminal_summary_after(terminalreporter, config: pytest.Config) -> None:
+    """After the verdict: the history's warnings (trends, or why it was not written), what
+    was done in Slurm (or would be), where the metrics went."""
+    written = config.stash.get(WRITTEN_KEY, None)
+    if written is None:
+        return
+    if written.history_lines:
+        terminalreporter.write_sep("=", f"history ({written.history_path})")
+        for line in written.history_lines:
+            terminalreporter.write_line(line)
+    if written.slurm_lines:
+        terminalreporter.write_sep("=", "slurm")
+        for line in written.slurm_lines:
+            terminalreporter.write_line(line)
+    if written.metrics_path is not None:
+        terminalreporter.write_line(f"metrics textfile: {written.metrics_path}")
 
 
 @pytest.hookimpl(specname="pytest_terminal_summary", wrapper=True, tryfirst=True)

@@ -272,6 +272,46 @@ class TrainingSettings:
         "--deepspeed-args='--ssh_port 2222' (not --include/--exclude: see --launch-include)", "")
 
 
+@dataclass(frozen=True)
+class AfterSettings:
+    """After the verdict: Slurm (core/slurmctl.py), the history of runs (report/history.py) and
+    the metrics textfile (report/metrics.py)."""
+
+    slurm_drain: bool = option(
+        "--slurm-drain",
+        "drain in Slurm each node hostfile.healthy leaves out for a cause of its own (scontrol "
+        "update State=DRAIN Reason=\"cluster-tests: <check id>: <cause>\"); never a node Slurm "
+        "holds for another reason. Without it the summary prints the lines", False, _flag)
+    slurm_resume: bool = option(
+        "--slurm-resume",
+        "resume in Slurm each node drained by the suite (its reason starts with "
+        "\"cluster-tests:\") that is green now, the check its reason names included", False,
+        _flag)
+    history: str | None = option(
+        "--history",
+        "the SQLite file that keeps every run's outcomes and figures (default: history.sqlite "
+        "beside the JUnit file, reports/ by default)")
+    no_history: bool = option(
+        "--no-history", "record nothing in the history file, and read no trend from it", False,
+        _flag)
+    history_drop: float = option(
+        "--history-drop",
+        "warn when a pair's C2 busbw, or C1's, is below this fraction of its own median over "
+        "its last --history-window passing runs", 0.7,
+        _checked(float, lambda f: 0 < f <= 1, "must be > 0 and <= 1"))
+    history_window: int = option(
+        "--history-window", "how many earlier passing runs a figure's median is taken over", 10,
+        _positive_int)
+    history_show: bool = option(
+        "--history-show",
+        "print the recent runs of the history file (per node and per pair) and exit "
+        "(cluster-tests history)", False, _flag)
+    metrics_textfile: str | None = option(
+        "--metrics-textfile",
+        "write the run's outcomes and figures in node_exporter's textfile format to this path "
+        "(name it *.prom in the textfile collector's directory)")
+
+
 DEFAULT_SSH_CONFIG = "~/.ssh/config"
 
 
@@ -376,6 +416,7 @@ class Settings:
     storage: StorageSettings = _section(StorageSettings)
     collective: CollectiveSettings = _section(CollectiveSettings)
     training: TrainingSettings = _section(TrainingSettings)
+    after: AfterSettings = _section(AfterSettings)
 
 
 def _fields(cls: type) -> Iterator[tuple[str, Option]]:

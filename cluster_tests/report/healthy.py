@@ -28,10 +28,11 @@ def problems(outcomes: Iterable[Any]) -> list[Problem]:
     return out
 
 
-def slowness(recorder: Any, nodes: Iterable[str]) -> dict[str, float]:
+def slowness(recorder: Any, nodes: Iterable[str],
+             rtt: dict[str, float] | None = None) -> dict[str, float]:
     """A number per node, larger is slower, from the run's own measurements: C2's pair busbw
     (the inverse of the slowest pair a node is in), else F1's round-trip times (the node's
-    median RTT to and from its peers, ms)."""
+    median RTT to and from its peers, ms; `rtt` where the caller has them already)."""
     nodes = list(nodes)
     wanted = set(nodes)
     bw = recorder.pair_bandwidth()
@@ -42,13 +43,16 @@ def slowness(recorder: Any, nodes: Iterable[str]) -> dict[str, float]:
                 if v > 0:
                     lowest[n] = min(v, lowest.get(n, v))
         return {n: 1.0 / lowest[n] for n in nodes if n in lowest}
-    return recorder.latency_medians(nodes)
+    return rtt if rtt is not None else recorder.latency_medians(nodes)
 
 
-def decide(recorder: Any, nodes: list[str], world_multiple: int = 1) -> Healthy:
-    return judge_healthy.healthy(nodes, problems(recorder.outcomes.values()),
-                                 world_multiple=world_multiple,
-                                 slowness=slowness(recorder, nodes))
+def decide(recorder: Any, nodes: list[str], world_multiple: int = 1,
+           found: list[Problem] | None = None, rtt: dict[str, float] | None = None) -> Healthy:
+    """hostfile.healthy of the run (`found`: the run's :func:`problems`, where the caller has
+    them; `rtt`: the nodes' median RTTs, likewise)."""
+    return judge_healthy.healthy(nodes, problems(recorder.outcomes.values()) if found is None
+                                 else found, world_multiple=world_multiple,
+                                 slowness=slowness(recorder, nodes, rtt))
 
 
 def write(path: Path, result: Healthy, slots: Mapping[str, int]) -> None:

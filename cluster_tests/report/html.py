@@ -303,6 +303,73 @@ def bandwidth_plot(rec: Recorder) -> Plot | None:
     return plot
 
 
+# -- the history: C1 and each pair's C2 busbw over the recent runs -------------------------------
+
+#: the colours of the history plot's series (C1 first), in turn
+PALETTE = ("#1f6f3b", "#2c5d98", "#d95f02", "#7570b3", "#e7298a", "#66a61e", "#e6ab02",
+           "#a6761d", "#666666", "#1b9e77", "#984ea3", "#ff7f00", "#377eb8")
+#: pairs drawn at most (those whose newest figure is lowest against their own median first)
+HISTORY_PAIRS = 12
+
+
+def history_plot(series: dict[str, Any]) -> Plot | None:
+    """C1's busbw and each C2 pair's, per run of this node list (report/history.py's series):
+    one polyline each, x the runs oldest to newest, y GB/s."""
+    runs = series.get("runs") or []
+    c1 = series.get("c1") or {}
+    pairs = series.get("pairs") or {}
+    lines: list[tuple[str, dict[int, float]]] = []
+    if c1.get("values"):
+        lines.append((f"C1 at {_size_label(c1['size_bytes'])}B", c1["values"]))
+
+    def slide(item: tuple[str, dict[str, Any]]) -> float:
+        values = [v for _, v in sorted(item[1]["values"].items())]
+        mid = sorted(values)[len(values) // 2] if values else 0
+        return values[-1] / mid if values and mid else 1.0
+
+    ranked = sorted(pairs.items(), key=slide)
+    for key, data in ranked[:HISTORY_PAIRS]:
+        lines.append((f"C2 {key}", data["values"]))
+    if not runs or not lines:
+        return None
+    order = [r["id"] for r in runs]
+    index = {r: i for i, r in enumerate(order)}
+    ymax = max((v for _, values in lines for v in values.values()), default=0.0) or 1.0
+    step = _nice_step(ymax * 1.05)
+    ytop = step * math.ceil(ymax * 1.05 / step)
+    plot = Plot(width=860, height=340, right=200)
+    span = max(1, len(order) - 1)
+
+    def px(i: int) -> float:
+        return plot.x0 + (i / span if len(order) > 1 else 0.5) * (plot.x1 - plot.x0)
+
+    def py(y: float) -> float:
+        return plot.y0 - y / ytop * (plot.y0 - plot.y1)
+
+    plot.caption = (f"busbw (GB/s) of C1 and of each node pair's C2 over the last {len(order)} "
+                    f"runs of these nodes (the history file), oldest left"
+                    + (f"; {HISTORY_PAIRS} of {len(pairs)} pairs drawn, those lowest against "
+                       f"their own median first" if len(pairs) > HISTORY_PAIRS else ""))
+    every = max(1, len(order) // 10)
+    plot.xticks = [(px(i), f"#{r}") for i, r in enumerate(order) if i % every == 0
+                   or i == len(order) - 1]
+    plot.yticks = [(py(i * step), f"{i * step:g}") for i in range(int(round(ytop / step)) + 1)]
+    for k, (name, values) in enumerate(lines):
+        pts = [(px(index[r]), py(v), r, v) for r, v in sorted(values.items(), key=lambda x:
+                                                                  index.get(x[0], -1))
+               if r in index]
+        if not pts:
+            continue
+        color = PALETTE[k % len(PALETTE)]
+        plot.series.append({
+            "name": name, "color": color,
+            "path": " ".join(f"{x:.1f},{y:.1f}" for x, y, _, _ in pts),
+            "points": [{"x": round(x, 1), "y": round(y, 1), "title": f"{name}: {v:.4g} GB/s in "
+                        f"run #{r}"} for x, y, r, v in pts],
+        })
+    return plot if plot.series else None
+
+
 # -- the page -----------------------------------------------------------------------------------
 
 def _failure(o: Outcome, blocks: int) -> dict[str, Any]:
@@ -331,7 +398,7 @@ def _stack_groups(o: Outcome) -> list[dict[str, Any]]:
 
 
 def context(rec: Recorder, facts: dict[str, dict[str, str]],
-            meta: dict[str, Any]) -> dict[str, Any]:
+            meta: dict[str, Any], history: dict[str, Any] | None = None) -> dict[str, Any]:
     columns, same = node_columns(facts) if facts else (["node"], {})
     blocked = rec.blocked_counts()
     failures = [_failure(o, blocked.get(o.test_id, 0)) for o in rec.outcomes.values()
@@ -352,6 +419,7 @@ def context(rec: Recorder, facts: dict[str, dict[str, str]],
         "heatmaps": heatmaps,
         "none_fill": NONE,
         "plot": bandwidth_plot(rec),
+        "history_plot": history_plot(history or {}),
         "sizes": rec.allreduce_sizes(),
         "failures": failures,
         "fixes": rec.fixes(),
@@ -359,18 +427,19 @@ def context(rec: Recorder, facts: dict[str, dict[str, str]],
     }
 
 
-def render(rec: Recorder, facts: dict[str, dict[str, str]], meta: dict[str, Any]) -> str:
+def render(rec: Recorder, facts: dict[str, dict[str, str]], meta: dict[str, Any],
+           history: dict[str, Any] | None = None) -> str:
     import jinja2  # here, not at import: only the run that writes a report needs it
 
     env = jinja2.Environment(
         loader=jinja2.PackageLoader("cluster_tests.report", "templates"),
         autoescape=True, trim_blocks=True, lstrip_blocks=True, undefined=jinja2.StrictUndefined,
     )
-    return env.get_template(TEMPLATE).render(**context(rec, facts, meta))
+    return env.get_template(TEMPLATE).render(**context(rec, facts, meta, history))
 
 
 def write(path: Path, rec: Recorder, facts: dict[str, dict[str, str]],
-          meta: dict[str, Any]) -> Path:
+          meta: dict[str, Any], history: dict[str, Any] | None = None) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(render(rec, facts, meta), encoding="utf-8")
+    path.write_text(render(rec, facts, meta, history), encoding="utf-8")
     return path

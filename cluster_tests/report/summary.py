@@ -445,9 +445,10 @@ class Recorder:
             trust.setdefault(a, {})[b] = o.outcome
         c1 = self.by_function(ids.ALLREDUCE.name)
         causes = self.causes()
+        finished = float(meta.get("finished") or time.time())  # one end for every report
         return {
-            "meta": {**meta, "started": self.started, "finished": time.time(),
-                     "duration_s": round(time.time() - self.started, 3), "counts": self.counts()},
+            "meta": {**meta, "started": self.started, "finished": finished,
+                     "duration_s": round(finished - self.started, 3), "counts": self.counts()},
             "nodes": [{"name": n, **_node_json(facts.get(n, {}))} for n in self.nodes],
             "trust": trust,
             "pairs": self.pairs(),
