@@ -20,9 +20,12 @@ from fixtures.sim import SimCluster  # noqa: E402
 
 #: a build cache kept between sessions (gitignored, like the sims of `make demo`); one per
 #: pytest-xdist worker: E7 judges the build locks it finds in it, and the other worker's sim
-#: builds and loads there too (a lock it holds, or one a test leaves stale on purpose)
+#: builds and loads there too (a lock it holds, or one a test leaves stale on purpose). The
+#: first worker shares the one of a session without workers (make test runs its `alone` tests
+#: after the workers' session, one build fewer).
+_WORKER = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
 SIM_EXTENSIONS = (Path(__file__).resolve().parent.parent / ".sim" / "torch_extensions"
-                  / os.environ.get("PYTEST_XDIST_WORKER", "main"))
+                  / ("main" if _WORKER == "gw0" else _WORKER))
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -46,7 +49,20 @@ def sim(tmp_path_factory: pytest.TempPathFactory):
     # the nodes' TORCH_EXTENSIONS_DIR outlives the session (PITFALLS 11): DeepSpeed's CPU shm
     # op, which T1/T2 and tests/e2e/test_e2e_jit.py JIT-load as a user's job does, is built once
     with SimCluster(state, nodes=3, slots=1, torch_extensions_dir=SIM_EXTENSIONS) as cluster:
+        _build_shm_op(cluster)
         yield cluster
+
+
+def _build_shm_op(cluster: SimCluster) -> None:
+    """DeepSpeed's CPU shm comm op, JIT-built (or found built) in the nodes' extensions directory
+    before any test: T1/T2 and the real launches load it as a user's job does, and its first
+    build (30 s or more on 2 cores) would otherwise fall inside whichever test happens to run
+    first, against that test's deadlines."""
+    code = ("from deepspeed.accelerator import get_accelerator; "
+            "get_accelerator().create_op_builder('ShareMemCommBuilder').load()")
+    res = cluster.ssh("node1", f"python3 -c {code!r}", timeout=900)
+    assert res.returncode == 0, (f"the shm op did not build:\n{res.stdout[-2000:]}"
+                                 f"{res.stderr[-3000:]}")
 
 
 @pytest.fixture

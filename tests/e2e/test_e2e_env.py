@@ -46,9 +46,13 @@ def test_deepspeed_env_lint_and_differences_masked(healthy_sim):
     result = run_suite(healthy_sim, "-m", "env")
     # .deepspeed_env is read on node1 only (it is exported to every rank from there), so it
     # differs from nothing; the variables set by each node's own shell do differ (on the CPU
-    # accelerator deepspeed forwards no NCCL_*), and node1's file stops the launch
-    assert result.failed == {"test_deepspeed_env[node1]", "test_launch_rehearsal[node1]",
-                             "test_env_agrees[node2]", "test_env_agrees[node3]"}, result.describe()
+    # accelerator deepspeed forwards no NCCL_*), and node1's file stops the launch: E2's red,
+    # the rehearsal (E5) on every node blocked by it (one cause, one red)
+    assert result.failed == {"test_deepspeed_env[node1]", "test_env_agrees[node2]",
+                             "test_env_agrees[node3]"}, result.describe()
+    for n in ("node1", "node2", "node3"):
+        assert result.properties[f"test_launch_rehearsal[{n}]"]["blocked_by"] == \
+            "test_deepspeed_env[node1]", result.describe()
     lint = result.message("test_deepspeed_env[node1]")
     assert ".deepspeed_env:3: an empty line" in lint and (".deepspeed_env:4: 'NCCL_IB_DISABLE' has "
                                                           "no '='") in lint

@@ -110,7 +110,7 @@ def load():
 
 def interrupt(sim, phase: Phase, tmp_path: Path, *, second: bool = False) -> str:
     """Run the suite on `phase`'s selection, press Ctrl-C once the phase runs past rank 0
-    (and again a second later, while the first one's cleanup runs, if `second`); assert that
+    (and again as soon as the run says it is cleaning up, if `second`); assert that
     pytest ends within 30 s and leaves no process on any node. Returns pytest's output."""
     argv = [sys.executable, "-m", "pytest", "--hostfile", str(sim.hostfile),
             "--ssh-config", str(sim.ssh_config), "-p", "no:cacheprovider", "-q",
@@ -134,8 +134,10 @@ def interrupt(sim, phase: Phase, tmp_path: Path, *, second: bool = False) -> str
         scratch = _scratch(sim)
         sent = time.monotonic()
         proc.send_signal(signal.SIGINT)
-        if second:
-            time.sleep(1.0)  # the first interrupt's cleanup is under way
+        if second:  # as soon as the run says its cleanup is under way
+            while (proc.poll() is None and time.monotonic() < sent + 10
+                   and not any("[cluster] interrupted" in ln for ln in lines)):
+                time.sleep(0.02)
             proc.send_signal(signal.SIGINT)
         try:
             proc.wait(timeout=max(1.0, sent + 30 - time.monotonic()))
