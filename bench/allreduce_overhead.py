@@ -32,7 +32,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "tests"))
 
-from cluster_tests.judge import collopts as copts  # noqa: E402  (after the sys.path set-up)
+from cluster_tests.judge.collective import collopts as copts  # noqa: E402  (after the sys.path set-up)
 from fixtures.sim import SimCluster  # noqa: E402
 
 BARE = r"""

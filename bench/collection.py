@@ -40,7 +40,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from cluster_tests.core import pairs as P  # noqa: E402
+from cluster_tests.core import pairs as pairs_mod  # noqa: E402
 
 MARK = "not collective and not training"
 DEFAULT_CASES = "2:all,64:all,256:ring,256:sample:5000,1024:ring,1024:sample:20000,1024:all"
@@ -139,7 +139,8 @@ def main() -> int:
             work.mkdir()
             hostfile = work / "hostfile"
             hostfile.write_text("".join(f"node{i} slots=2\n" for i in range(1, n + 1)))
-            pairs = len(P.select([f"node{i}" for i in range(1, n + 1)], P.parse_spec(mode)))
+            pairs = len(pairs_mod.select([f"node{i}" for i in range(1, n + 1)],
+                                         pairs_mod.parse_spec(mode)))
             if per_node_checks is not None and per_pair_checks is not None:
                 expected = per_node_checks * n + per_pair_checks * pairs
                 if expected > args.max_items:

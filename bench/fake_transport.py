@@ -52,8 +52,8 @@ from cluster_tests.core.transport import (
     Transport,
     fan_out,
 )
-from cluster_tests.judge import masteraddr as ma
-from cluster_tests.judge.sshfail import Cause
+from cluster_tests.judge.hostfile import masteraddr as ma
+from cluster_tests.judge.ssh.sshfail import Cause
 from cluster_tests.node import netprobe
 
 T = TypeVar("T")

@@ -41,10 +41,10 @@ REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from cluster_tests.judge import collective as C  # noqa: E402
-from cluster_tests.judge import collopts as copts  # noqa: E402
-from cluster_tests.judge import colltable as ctab  # noqa: E402
-from cluster_tests.judge import ranks as rk  # noqa: E402
+from cluster_tests.judge.collective import collopts as copts  # noqa: E402
+from cluster_tests.judge.collective import colltable as ctab  # noqa: E402
+from cluster_tests.judge.collective import collverdict as C  # noqa: E402
+from cluster_tests.judge.collective import rankplan as rk  # noqa: E402
 from fixtures import localcollective as LC  # noqa: E402
 
 DEFAULT_SIZES = "1M,16M,256M,1G"
@@ -118,10 +118,10 @@ def _script_module(name: str):
 
 
 def check_a1_h4() -> list[Row]:
-    from cluster_tests.judge import accelerator as accel
+    from cluster_tests.judge.accelerator import inventory
 
     raw = _script_module("probe.py").section_accelerators({})
-    inv = accel.from_probe(raw)
+    inv = inventory.from_probe(raw)
     rows = []
     dev = _script_module("envprobe.py").section_devices({"npu": False})
     ok_devices = [d for d in dev.get("devices", []) if d.get("ok")]
@@ -315,7 +315,7 @@ def check_t1(deadline_s: float, out: Path) -> Row:
         return Row("T1 deepspeed on the GPU", "skip",
                    f"deepspeed not importable ({type(exc).__name__}: {exc}); carry it: "
                    f"bench/gpu_check.sh --wheels DIR (see bench/README.md)")
-    from cluster_tests.judge import traindiag as tdiag
+    from cluster_tests.judge.training import traindiag as tdiag
     from fixtures import localtrain as local
 
     # `python -m deepspeed.launcher.runner`: the carried wheels are on PYTHONPATH, not PATH

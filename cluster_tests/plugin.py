@@ -33,7 +33,7 @@ from cluster_tests.core import testids as ids
 from cluster_tests.core.cluster import CLUSTER_KEY, Cluster, Node, node_probes
 from cluster_tests.core.interrupt import InterruptGuard
 from cluster_tests.core.settings import Settings, add_options, read_settings
-from cluster_tests.judge import hostfile as hf
+from cluster_tests.judge.hostfile import hostparse as hf
 from cluster_tests.report import files, junit
 from cluster_tests.report import fixes as fixes_mod
 from cluster_tests.report import history as history_mod
@@ -273,7 +273,7 @@ class _SummaryPlugin:
             return
         got_extra: list[Any] = config.stash.get(SUMMARY_EXTRA_KEY, [])
         extra = list(got_extra)
-        from cluster_tests.measure.allreduce import summary_lines as collective_lines
+        from cluster_tests.measure.allreducerun import summary_lines as collective_lines
 
         if not collective_lines(config):
             # the collective section prints its own table when its fixtures ran in this process;
@@ -779,7 +779,7 @@ def pytest_terminal_summary_verdict(terminalreporter, config: pytest.Config):
 def pytest_terminal_summary_collective(terminalreporter, config: pytest.Config) -> None:
     """C1/C2: the all-reduce bandwidth tables, when a collective check ran (its own hookimpl,
     beside any other summary part)."""
-    from cluster_tests.measure.allreduce import summary_lines
+    from cluster_tests.measure.allreducerun import summary_lines
 
     lines = summary_lines(config)
     if lines:

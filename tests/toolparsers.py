@@ -1,7 +1,7 @@
 """Parsers of tool outputs that only the project's own tests use: they read the real captures in
 tests/data/samples/ (nccl-tests, hccl_test, nvidia-smi/npu-smi topology and query output, hccn_tool
 link statistics) to check our own figures and parsers against the tools'. They left the product
-(cluster_tests/judge/parsers.py) because no check reads these outputs."""
+(cluster_tests/judge/common/tooloutput.py) because no check reads these outputs."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import csv
 import re
 from dataclasses import dataclass, field
 
-from cluster_tests.judge.collective import busbw_factor
-from cluster_tests.judge.parsers import (  # noqa: F401 - the shared helpers of the product's parsers
+from cluster_tests.judge.collective.collverdict import busbw_factor
+from cluster_tests.judge.common.tooloutput import (
     _DEVICE_PREFIX,
     _LINK_RECORD,
     _MISSING,

@@ -6,17 +6,18 @@ from __future__ import annotations
 import pytest
 
 from cluster_tests.core import nodetable
-from cluster_tests.core.cluster import Cluster, NodeProbe, ProbeError
+from cluster_tests.core.cluster import Cluster, Declared, ProbeError
 from cluster_tests.core.nodetable import NodeColumn
 from cluster_tests.core.settings import Settings
+from cluster_tests.judge.common.probes import untyped
 from cluster_tests.measure import accel
 
 pytestmark = pytest.mark.accelerator
 
 
-def node_probes(settings: Settings) -> list[NodeProbe]:
+def node_probes(settings: Settings) -> list[Declared]:
     """The probes this section's tests ask of every node they touch (`Cluster.prefetch`)."""
-    return [("probe.py", "accelerators", {})]
+    return [(untyped("probe.py", "accelerators"), {})]
 
 
 def _accelerators_column(cluster: Cluster, node: str) -> str | None:

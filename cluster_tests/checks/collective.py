@@ -32,11 +32,11 @@ from cluster_tests.core import outcome
 from cluster_tests.core import testids as ids
 from cluster_tests.core.cluster import Cluster
 from cluster_tests.core.memokey import MemoKey
-from cluster_tests.judge import collective as C
-from cluster_tests.judge import collopts as copts
-from cluster_tests.judge import confirm as confirm_mod
-from cluster_tests.judge import pairbw as pb
-from cluster_tests.measure import allreduce as R
+from cluster_tests.judge.collective import collopts as copts
+from cluster_tests.judge.collective import collverdict as C
+from cluster_tests.judge.collective import confirmation
+from cluster_tests.judge.collective import pairbw as pb
+from cluster_tests.measure import allreducerun as R
 
 CLUSTER_RUN: MemoKey[Any] = MemoKey("collective", "cluster")
 PAIR_RUNS: MemoKey[Any] = MemoKey("collective", "pairs")
@@ -82,11 +82,11 @@ def pair_runs(cluster: Cluster, pytestconfig: pytest.Config) -> dict:
     stopped = [p for p, r in runs.items()
                if isinstance(r, R.RemoteRun) and r.report.stopped is not None]
     bad = [p for p, _ in slow.slow] + stopped
-    plan = confirm_mod.plan(bad, {p: bw for p, bw in measured.items() if p not in dict(slow.slow)},
+    plan = confirmation.plan(bad, {p: bw for p, bw in measured.items() if p not in dict(slow.slow)},
                             cluster.names)
     retries, reruns = cluster.memo(CONFIRM_RUNS, lambda: R.confirm(
         cluster, plan, slow.threshold_GBps, _announcer(pytestconfig)))
-    confirmed = confirm_mod.judge(plan, retries, bad, cluster.names)
+    confirmed = confirmation.judge(plan, retries, bad, cluster.names)
     R.stash(pytestconfig).update(pairs=runs, slow=slow, confirm=confirmed, reruns=reruns)
     return {"runs": runs, "slow": slow, "confirm": confirmed, "reruns": reruns}
 
@@ -133,7 +133,8 @@ def _socket_fallbacks(cluster: Cluster, run: R.RemoteRun, record_property) -> li
     nccllog) go to the properties; nodes with active RDMA ports (section R's probe) whose
     ranks ended on TCP sockets are returned, with NCCL's reason."""
     from cluster_tests.core.cluster import ProbeError
-    from cluster_tests.judge import nccllog, rdma
+    from cluster_tests.judge.collective import nccllog
+    from cluster_tests.judge.health import rdma
 
     nodes = nccllog.by_node(run.report.transport_lines, run.report.ranks)
     rdma_nodes = {}
@@ -141,8 +142,8 @@ def _socket_fallbacks(cluster: Cluster, run: R.RemoteRun, record_property) -> li
         record_property(f"transport@{host}", t.describe())
         if not t.on_sockets:
             continue
-        env = {**cluster.base(host)["env"], **{k: v for k, v in os.environ.items()
-                                                if k.startswith("NCCL_")}}
+        env = {**cluster.base(host).env, **{k: v for k, v in os.environ.items()
+                                             if k.startswith("NCCL_")}}
         if env.get("NCCL_IB_DISABLE", "0").strip() not in ("", "0") or \
                 env.get("NCCL_NET", "").strip().lower() == "socket":
             continue  # sockets on purpose
@@ -273,7 +274,7 @@ def test_allreduce_pair(pair_runs: dict, node_pair: tuple[str, str], cluster: Cl
     _leftover_fail(run)
     _accelerator_fail(cluster, run, pb.pair_id(node_pair))
     slow = pair_runs["slow"]
-    confirmed: confirm_mod.Confirmation = pair_runs["confirm"]
+    confirmed: confirmation.Confirmation = pair_runs["confirm"]
     verdict = confirmed.verdicts.get(node_pair)
     if verdict is None:
         return  # neither slow nor stopped
@@ -316,7 +317,7 @@ class CollectiveWarning(UserWarning):
     """C2: a pair slow once and fine when measured again (flaky: a warning, not a red)."""
 
 
-def _record_confirmation(record_property, confirmed: confirm_mod.Confirmation,
+def _record_confirmation(record_property, confirmed: confirmation.Confirmation,
                          pair: tuple[str, str]) -> None:
     """The confirmation's numbers on the slow pair's test (JUnit properties, the JSON report)."""
     verdict = confirmed.verdicts[pair]
@@ -332,8 +333,8 @@ def _record_confirmation(record_property, confirmed: confirm_mod.Confirmation,
                             round(r.busbw_GBps, 6) if r.busbw_GBps is not None else "")
 
 
-def _blame(confirmed: confirm_mod.Confirmation, pair: tuple[str, str],
-           verdict: confirm_mod.PairVerdict) -> str:
+def _blame(confirmed: confirmation.Confirmation, pair: tuple[str, str],
+           verdict: confirmation.PairVerdict) -> str:
     """What the confirmation pass says of a red slow pair: the suspect, confirmed against two
     fast nodes; or the pair's own retry (and why the node it shares was not named)."""
     bad = sorted(confirmed.verdicts)

@@ -14,14 +14,16 @@ import pytest
 
 from cluster_tests.core import nodetable, outcome
 from cluster_tests.core import testids as ids
-from cluster_tests.core.cluster import Cluster, NodeProbe, ProbeError
+from cluster_tests.core.cluster import Cluster, Declared, ProbeError
 from cluster_tests.core.memokey import MemoKey
 from cluster_tests.core.nodetable import NodeColumn
 from cluster_tests.core.settings import Settings
 from cluster_tests.core.transport import ConnectError
-from cluster_tests.judge import env as envcheck
-from cluster_tests.judge import jit as jj
-from cluster_tests.judge import parsers, rdma
+from cluster_tests.judge.common import tooloutput
+from cluster_tests.judge.common.probes import untyped
+from cluster_tests.judge.env import envvars
+from cluster_tests.judge.env import jit as jj
+from cluster_tests.judge.health import rdma
 from cluster_tests.judge.problem import Problem
 from cluster_tests.measure import accel, envfacts, rehearsal, sshroot
 from cluster_tests.measure.envfacts import SCRIPT
@@ -40,17 +42,17 @@ IMPORTED_TABLE: MemoKey[dict[str, dict[str, Any]]] = MemoKey("env", "imported_ta
 
 def _differing(cluster: Cluster, kind: str, table: dict[str, dict[str, Any]],
                node: str) -> list[str]:
-    """envcheck.differing for `node`, the majorities computed once per kind of table and set of
+    """envvars.differing for `node`, the majorities computed once per kind of table and set of
     nodes (the tables are built from memoized facts: the same nodes give the same table)."""
     prefer = cluster.rank0.name
     most = cluster.memo(MAJORITIES(kind, str(hash(tuple(table)))),
-                        lambda: envcheck.majorities(table, prefer))
-    return envcheck.differing(table, node, prefer=prefer, most=most)
+                        lambda: envvars.majorities(table, prefer))
+    return envvars.differing(table, node, prefer=prefer, most=most)
 
 
-def node_probes(settings: Settings) -> list[NodeProbe]:
+def node_probes(settings: Settings) -> list[Declared]:
     """The probes this section's tests ask of every node they touch (`Cluster.prefetch`)."""
-    return [(SCRIPT, "envfiles", {"launch_dir": settings.env.launch_dir})]
+    return [(untyped(SCRIPT, "envfiles"), {"launch_dir": settings.env.launch_dir})]
 
 
 #: the tests of this section that read the rehearsal (E5's run also carries E3's versions)
@@ -109,19 +111,19 @@ def test_required_env(cluster: Cluster, node: str) -> None:
     """E1: pdsh's non-interactive shell finds the remote python, `deepspeed`, and every
     variable named by --required-env."""
     facts = cluster.base(node)  # ran with the remote python: it was found
-    env = facts["env"]
+    env = facts.env
     missing = [v for v in _required(cluster) if v not in env]
-    no_deepspeed = facts["which"].get("deepspeed") is None
+    no_deepspeed = facts.which.get("deepspeed") is None
     if not missing and not no_deepspeed:
         return
     bashrc = _envfiles(cluster, node).get("bashrc")
-    early = envcheck.early_return_line(bashrc)
+    early = envvars.early_return_line(bashrc)
     if no_deepspeed and not missing:
         # the launch never looks deepspeed up on this PATH: it runs its own interpreter by
         # absolute path on every node; if that works here (E5), this is only a warning
         r = rehearsal.rehearse(cluster)
         if r.python and r.leg(node).kind == "ok":
-            line = envcheck.export_line(bashrc, "PATH")
+            line = envvars.export_line(bashrc, "PATH")
             where = (f"; ~/.bashrc sets PATH on line {line}, below its early return for "
                      f"non-interactive shells on line {early}"
                      if early is not None and line is not None and line > early else
@@ -144,7 +146,7 @@ def test_required_env(cluster: Cluster, node: str) -> None:
         problems.append("not set: " + ", ".join(missing))
     hints = []
     for var in missing + (["PATH"] if no_deepspeed else []):
-        line = envcheck.export_line(bashrc, var)
+        line = envvars.export_line(bashrc, var)
         if early is not None and line is not None and line > early:
             hints.append(f"~/.bashrc sets {var} on line {line}, below the early return for "
                          f"non-interactive shells on line {early}: pdsh never sees it")
@@ -157,7 +159,7 @@ def test_required_env(cluster: Cluster, node: str) -> None:
     pytest.fail(
         f"{node}: as pdsh's non-interactive shell sees it, " + "; ".join(problems) + "\n"
         + "".join(f"  {h}\n" for h in hints)
-        + f"  python found there: {facts['python']['executable']} {facts['python']['version']}\n"
+        + f"  python found there: {facts.python_executable} {facts.python_version}\n"
         f"  fix: {fix}", pytrace=False)
 
 
@@ -173,7 +175,7 @@ def test_env_agrees(cluster: Cluster, node: str) -> None:
     pytest.fail(
         f"{node}: {len(diff)} setting(s) differ from what most nodes have "
         f"(as pdsh's non-interactive shell sees them):\n"
-        + envcheck.side_by_side(table, diff, mark=node)
+        + envvars.side_by_side(table, diff, mark=node)
         + "\n  note: these are the values the ranks get: deepspeed's pdsh command exports the "
         "rank-0 node's NCCL_* (CUDA) or HCCL_*/ASCEND_* (Ascend) variables and its "
         ".deepspeed_env to every rank (counted in above), so what differs is set by this node's "
@@ -183,10 +185,10 @@ def test_env_agrees(cluster: Cluster, node: str) -> None:
         pytrace=False)
 
 
-def _env_file_findings(files: dict[str, Any]) -> list[envcheck.EnvFileFinding]:
+def _env_file_findings(files: dict[str, Any]) -> list[envvars.EnvFileFinding]:
     """E2's lint of the `.deepspeed_env` files a node has (home and launch directory)."""
     return [f for path, text in files["deepspeed_env"].items() if text is not None
-            for f in envcheck.lint_deepspeed_env(text, path)]
+            for f in envvars.lint_deepspeed_env(text, path)]
 
 
 def _launch_blocked_by_env_file(cluster: Cluster, r: rehearsal.Rehearsal) -> str | None:
@@ -259,7 +261,7 @@ def test_versions(cluster: Cluster, node: str, record_property) -> None:
                         f"{mine['torch_error']}")
     if diff:
         problems.append(f"{', '.join(diff)} differ from the other nodes:\n"
-                        + envcheck.side_by_side(table, [k for k in VERSION_KEYS if k in diff or any(
+                        + envvars.side_by_side(table, [k for k in VERSION_KEYS if k in diff or any(
                             r.get(k) for r in table.values())], mark=node, secret_aware=False))
     imported = _imported(cluster)
     python = rehearsal.rehearse(cluster).python
@@ -268,7 +270,7 @@ def test_versions(cluster: Cluster, node: str, record_property) -> None:
             if p.get("imported"):
                 record_property(f"imported_{pkg}", f"{p.get('version')} {p.get('file')}")
         problems += [f"with the launch's interpreter ({python}): {f}"
-                     for f in envcheck.import_findings(imported[node])]
+                     for f in envvars.import_findings(imported[node])]
         itable = cluster.memo(IMPORTED_TABLE, lambda: {
             n: {f"{k} (imported)": (v.get("version") if v.get("imported") else None)
                 for k, v in pk.items()} for n, pk in imported.items()})
@@ -276,7 +278,7 @@ def test_versions(cluster: Cluster, node: str, record_property) -> None:
         if idiff and len(itable) > 1:
             problems.append(f"the launch's interpreter ({python}) imports other versions here "
                             f"than on the other nodes:\n"
-                            + envcheck.side_by_side(itable, idiff, mark=node, secret_aware=False))
+                            + envvars.side_by_side(itable, idiff, mark=node, secret_aware=False))
     if problems:
         _block_by_rehearsal(cluster, node, problems[0])
         pytest.fail(
@@ -318,13 +320,13 @@ def test_ascend_env(cluster: Cluster, node: str, record_property) -> None:
         inv = accel.inventory(cluster, node)
     except ProbeError as exc:
         pytest.fail(str(exc), pytrace=False)
-    if (inv is None or inv.kind != "ascend") and not facts["which"].get("hccn_tool"):
+    if (inv is None or inv.kind != "ascend") and not facts.which.get("hccn_tool"):
         pytest.skip(f"{node}: not an Ascend node (no npu-smi listing NPUs, no hccn_tool)")
     devices = list(range(inv.count)) if inv is not None and inv.kind == "ascend" else []
     data = _probe(cluster, node, "ascend", devices=devices)
-    for var in envcheck.ASCEND_VARS:
-        record_property(var, envcheck.shown(var, data["env"].get(var)))
-    unset = [v for v in envcheck.ASCEND_VARS if v not in data["env"]]
+    for var in envvars.ASCEND_VARS:
+        record_property(var, envvars.shown(var, data["env"].get(var)))
+    unset = [v for v in envvars.ASCEND_VARS if v not in data["env"]]
     if unset:
         warnings.warn(EnvWarning(
             f"{node}: {', '.join(unset)} not set in pdsh's shell (the field guide sets "
@@ -333,7 +335,7 @@ def test_ascend_env(cluster: Cluster, node: str, record_property) -> None:
         pytest.skip(f"{node}: hccn_tool not found: NPU link status not checked")
     down = []
     for dev, res in sorted(data["links"].items(), key=lambda kv: int(kv[0])):
-        up = parsers.hccn_link_up(res["out"]) if res["rc"] == 0 else None
+        up = tooloutput.hccn_link_up(res["out"]) if res["rc"] == 0 else None
         if up is not True:
             said = res["out"].strip() or res["err"].strip() or f"exit {res['rc']}"
             down.append(f"NPU {dev}: {said}")
@@ -400,13 +402,13 @@ def test_tmpdir(cluster: Cluster, node: str, record_property) -> None:
     if facts is not None:
         facts = {**facts, "from_launch": exported is not None}
     else:
-        launch_value = envcheck.unquote_export(exported) if exported is not None else None
+        launch_value = envvars.unquote_export(exported) if exported is not None else None
         facts = _probe(cluster, node, "tmpdir", tmpdir=launch_value)
     eff = facts.get("effective") or {}
     if eff:
         record_property("tmpdir",
                         f"{eff.get('path')} ({rdma.fmt_bytes(eff.get('free_bytes'))} free)")
-    verdict = envcheck.judge_tmpdir(facts, _envfiles(cluster, node).get("bashrc"))
+    verdict = envvars.judge_tmpdir(facts, _envfiles(cluster, node).get("bashrc"))
     for text in verdict.warnings:
         warnings.warn(EnvWarning(f"{node}: {text}"), stacklevel=1)
     if verdict.problems:

@@ -8,17 +8,19 @@ from __future__ import annotations
 import os
 import re
 import warnings
+from collections.abc import Mapping
 from typing import Any
 
 import pytest
 
 from cluster_tests.core import nodetable, outcome
 from cluster_tests.core import testids as ids
-from cluster_tests.core.cluster import Cluster, NodeProbe, ProbeError
+from cluster_tests.core.cluster import Cluster, Declared, ProbeError
 from cluster_tests.core.memokey import MemoKey
 from cluster_tests.core.nodetable import NodeColumn
 from cluster_tests.core.settings import Settings
-from cluster_tests.judge import dcgm, gpuhealth, rdma
+from cluster_tests.judge.common.probes import untyped
+from cluster_tests.judge.health import dcgm, gpuhealth, rdma
 from cluster_tests.judge.problem import Problem, listed_problem
 
 #: per node: its RDMA ports and where they were read from (rdma.ports_from_probe)
@@ -29,10 +31,10 @@ NPU: MemoKey[gpuhealth.NpuVerdict | None] = MemoKey("health", "npu")
 pytestmark = pytest.mark.health
 
 
-def node_probes(settings: Settings) -> list[NodeProbe]:
+def node_probes(settings: Settings) -> list[Declared]:
     """The probes this section's tests ask of every node they touch (`Cluster.prefetch`)."""
-    return [("healthprobe.py", "fabric", {}), ("healthprobe.py", "accel", {}),
-            ("healthprobe.py", "diag", _diag_params(settings))]
+    return [(untyped("healthprobe.py", "fabric"), {}), (untyped("healthprobe.py", "accel"), {}),
+            (untyped("healthprobe.py", "diag"), _diag_params(settings))]
 
 
 def _diag_params(settings: Settings) -> dict[str, Any]:
@@ -104,7 +106,7 @@ def _launch_env(cluster: Cluster, node: str, var: str) -> tuple[str | None, str]
     variables to every rank, over what the node's shell sets."""
     if os.environ.get(var, "").strip():
         return os.environ[var], "the launcher's environment (DeepSpeed forwards it)"
-    value = cluster.base(node)["env"].get(var, "")
+    value = cluster.base(node).env.get(var, "")
     return (value if value.strip() else None), f"{node}'s non-interactive shell"
 
 
@@ -250,7 +252,7 @@ def test_dev_shm(cluster: Cluster, node: str, record_property) -> None:
 
 
 def _no_accelerator(cluster: Cluster, node: str) -> str:
-    facts = cluster.base(node)["which"]
+    facts = cluster.base(node).which
     if not facts.get("nvidia-smi") and not facts.get("npu-smi"):
         return f"{node}: CPU only (neither nvidia-smi nor npu-smi on the non-interactive PATH)"
     return ""
@@ -353,7 +355,7 @@ def test_accel_diag(cluster: Cluster, node: str, record_property) -> None:
     where dcgmi is on the non-interactive PATH, per GPU and test; on Ascend nodes each NPU's RoCE
     port's net health probe (`hccn_tool -i N -net_health -g`)."""
     cluster.require(node)
-    facts = cluster.base(node)["which"]
+    facts = cluster.base(node).which
     params = _diag_params(cluster.settings)
     try:
         diag = cluster.probe(node, "diag", script="healthprobe.py", **params)
@@ -383,7 +385,7 @@ def test_accel_diag(cluster: Cluster, node: str, record_property) -> None:
     pytest.skip(f"{node}: CPU only (no dcgmi, nvidia-smi or npu-smi on the non-interactive PATH)")
 
 
-def _judge_dcgm(cluster: Cluster, node: str, diag: dict[str, Any], facts: dict[str, Any],
+def _judge_dcgm(cluster: Cluster, node: str, diag: dict[str, Any], facts: Mapping[str, str | None],
                 params: dict[str, Any], record_property) -> None:
     argv = " ".join(diag.get("argv") or ["dcgmi", "diag"])
     res = diag.get("dcgmi_diag") or {}

@@ -8,24 +8,27 @@ import pytest
 
 from cluster_tests.core import nodetable, outcome
 from cluster_tests.core import testids as ids
-from cluster_tests.core.cluster import Cluster, NodeProbe
+from cluster_tests.core.cluster import Cluster, Declared
 from cluster_tests.core.memokey import base_key
 from cluster_tests.core.nodetable import NodeColumn
 from cluster_tests.core.settings import Settings
-from cluster_tests.judge import fixcmd, sshfail, sshnames
-from cluster_tests.judge import hostfile as hf
-from cluster_tests.judge import masteraddr as ma
-from cluster_tests.judge import resourcefilter as rf
-from cluster_tests.judge.netfacts import all_ips, is_ip, is_loopback, parse_interfaces
+from cluster_tests.judge.common import fixcmd
+from cluster_tests.judge.common.basefacts import BaseFacts
+from cluster_tests.judge.common.netfacts import all_ips, is_ip, is_loopback, parse_interfaces
+from cluster_tests.judge.common.probes import untyped
+from cluster_tests.judge.hostfile import hostparse as hf
+from cluster_tests.judge.hostfile import masteraddr as ma
+from cluster_tests.judge.hostfile import resourcefilter as rf
 from cluster_tests.judge.problem import Problem
-from cluster_tests.measure import accel, masteraddr, sshroot
+from cluster_tests.judge.ssh import sshfail, sshnames
+from cluster_tests.measure import accel, masterroute, sshroot
 
 pytestmark = pytest.mark.hostfile
 
 
-def node_probes(settings: Settings) -> list[NodeProbe]:
+def node_probes(settings: Settings) -> list[Declared]:
     """The probes this section's tests ask of every node they touch (`Cluster.prefetch`)."""
-    return [("probe.py", "accelerators", {})]
+    return [(untyped("probe.py", "accelerators"), {})]
 
 
 class HostfileWarning(UserWarning):
@@ -50,23 +53,22 @@ def test_hostname_matches(cluster: Cluster, node: str, record_property) -> None:
     resolves on the node to one of its own addresses.  How every other node resolves it is N1's
     check (test_resolves[a->node]), which names the node whose lookup is wrong."""
     facts = cluster.base(node)
-    ips = all_ips(parse_interfaces(facts["ip_link"], facts["ip_addr"]))
+    ips = all_ips(parse_interfaces(facts.ip_link, facts.ip_addr))
     if is_ip(node):
         if node not in ips:
             pytest.fail(
                 f"{node}: the hostfile names address {node}, but the node that answers there has "
-                f"{', '.join(sorted(ips)) or 'no addresses'} (hostname {facts['hostname']}).\n"
+                f"{', '.join(sorted(ips)) or 'no addresses'} (hostname {facts.hostname}).\n"
                 f"  fix: write one of its addresses in the hostfile line "
                 f"{cluster.node(node).lineno}",
                 pytrace=False,
             )
         return
-    actual = facts["hostname"]
+    actual = facts.hostname
     if actual == node:
         record_property("name_is", "hostname")
         return
-    res = facts["resolve"].get(node) or {}
-    addrs = res.get("addrs") or []
+    addrs = list(facts.resolved(node).addrs)
     mine = [a for a in addrs if a in ips]
     if addrs and len(mine) == len(addrs):
         first_label = node.split(".", 1)[0]
@@ -94,7 +96,7 @@ def test_hostname_matches(cluster: Cluster, node: str, record_property) -> None:
                     if cluster.login_error(node) is None else ()), item="H2"))
 
 
-def _name_for_ssh(cluster: Cluster, node: str, facts: dict, ips: set[str], own: list[str],
+def _name_for_ssh(cluster: Cluster, node: str, facts: BaseFacts, ips: set[str], own: list[str],
                   record_property) -> None:
     """H2 for a hostfile name that the node itself cannot resolve: a name only ssh configs know
     (`Host gpu-a` / `HostName 10.1.2.3`) is as good as any for the launch (pdsh and DeepSpeed's
@@ -117,7 +119,7 @@ def _name_for_ssh(cluster: Cluster, node: str, facts: dict, ips: set[str], own: 
                   f"{rank0} (rank 0, whose pdsh reaches every host) "
                   + (f"sends {node} to {', '.join(p.addrs)}, not {node}" if p.placed
                      else f"cannot place {node}"))
-    target = cluster.pool.targets[node].hostname
+    target = cluster.address(node)
     outcome.fail(Problem(
         (node,), "the name leads nowhere" if not p.placed else "the name leads elsewhere",
         f"{node}: the hostfile says '{node}', which {node} itself cannot resolve; on {rank0} "
@@ -149,7 +151,7 @@ def test_master_addr(cluster: Cluster, rank0_node: str, record_property) -> None
     is an address of the rank-0 node that every peer routes to (the id names rank 0: `-k node1`
     reruns it)."""
     rank0 = rank0_node
-    check = masteraddr.ssh_check(cluster)
+    check = masterroute.ssh_check(cluster)
     stop = ma.ssh_check_problem(check, str(cluster.settings.hostfile)) if check else None
     if check is not None and stop is not None:
         record_property("ssh_check", check.command)
@@ -159,10 +161,10 @@ def test_master_addr(cluster: Cluster, rank0_node: str, record_property) -> None
             sshroot.block_by_trust(cluster, check.site, check.first_host)
         pytest.fail(f"{rank0}: {stop}", pytrace=False)
     cluster.base(rank0)
-    d = masteraddr.derived(cluster)
+    d = masterroute.derived(cluster)
     record_property("master_addr", d.value or "")
     record_property("master_addr_from", d.how if d.how == "given" else d.command)
-    found = masteraddr.verdict(cluster)
+    found = masterroute.verdict(cluster)
     if found and d.how == "derived" and d.value is None and d.exit_status == 255:
         # DeepSpeed's own `ssh <first host>` failed: the same leg as S4 rank 0 -> first host
         cause = sshfail.classify(d.stderr, 255)

@@ -10,9 +10,12 @@ from cluster_tests.core import outcome
 from cluster_tests.core import testids as ids
 from cluster_tests.core.cluster import Cluster
 from cluster_tests.core.memokey import MemoKey, base_key
-from cluster_tests.judge import fixcmd, ownname, sshfail, sshnames
-from cluster_tests.judge.netfacts import all_ips, is_ip, is_loopback, parse_interfaces
+from cluster_tests.judge.common import fixcmd
+from cluster_tests.judge.common.basefacts import BaseFacts
+from cluster_tests.judge.common.netfacts import all_ips, is_ip, is_loopback, parse_interfaces
+from cluster_tests.judge.names import ownname
 from cluster_tests.judge.problem import Problem
+from cluster_tests.judge.ssh import sshfail, sshnames
 
 pytestmark = pytest.mark.names
 
@@ -29,14 +32,14 @@ def _resolved_by(cluster: Cluster) -> dict[str, dict[str, tuple[str, ...]]]:
     out: dict[str, dict[str, tuple[str, ...]]] = {}
     for viewer in cluster.names:
         facts = cluster.base_or_none(viewer)
-        for name in ((facts or {}).get("resolve") or {}):
+        for name in (facts.resolve if facts is not None else ()):
             out.setdefault(name, {})[viewer] = sshnames.placement(facts, name).addrs
     return out
 
 
 def _addresses_of(cluster: Cluster, node: str) -> set[str]:
     facts = cluster.base(node)
-    return all_ips(parse_interfaces(facts["ip_link"], facts["ip_addr"]))
+    return all_ips(parse_interfaces(facts.ip_link, facts.ip_addr))
 
 
 def _given_master(cluster: Cluster) -> str | None:
@@ -62,10 +65,9 @@ def test_resolves(cluster: Cluster, pair: tuple[str, str], record_property) -> N
             # the launcher cannot place it either: one red, the node's (its fix: the same)
             outcome.block(ids.LOGIN.of(b), sshfail.node_state(b, err.cause))
         facts_b = cluster.base_or_none(b)
-        right = sorted(x for x in all_ips(parse_interfaces(facts_b["ip_link"],
-                                                           facts_b["ip_addr"]))
+        right = sorted(x for x in all_ips(parse_interfaces(facts_b.ip_link, facts_b.ip_addr))
                        if not is_loopback(x)) if facts_b else []
-        target = cluster.pool.targets[b].hostname
+        target = cluster.address(b)
         addr = right[0] if right else target if is_ip(target) else None
         alias = _known_by_ssh(cluster, a, b)
         fix = sshnames.place_fix(a, b, addr, alias=alias)
@@ -83,7 +85,7 @@ def test_resolves(cluster: Cluster, pair: tuple[str, str], record_property) -> N
         cluster.require(b)
         pytest.skip(f"{a} places {b} at {', '.join(p.addrs)}; whether that is {b}'s address "
                     f"is not known: {b} cannot be probed")
-    own = all_ips(parse_interfaces(facts_b["ip_link"], facts_b["ip_addr"]))
+    own = all_ips(parse_interfaces(facts_b.ip_link, facts_b.ip_addr))
     right = sorted(x for x in own if not is_loopback(x))
     # a node reaching itself by a loopback address is N3's question, not N1's
     wrong = [x for x in p.addrs if x not in own and not (a == b and is_loopback(x))
@@ -115,10 +117,10 @@ def _known_by_ssh(cluster: Cluster, a: str, b: str) -> bool:
     """Whether the cluster knows `b` by its ssh configs rather than its resolvers (a few other
     nodes' facts at hand, else the launcher's ssh config)."""
     views = [cluster.cached(base_key(v)) for v in cluster.names[:9] if v != a]
-    return sshnames.known_by_ssh(views, b, cluster.pool.targets[b].hostname)
+    return sshnames.known_by_ssh(views, b, cluster.address(b))
 
 
-def _master_name(cluster: Cluster, a: str, rank0: str, master: str, facts_a: dict,
+def _master_name(cluster: Cluster, a: str, rank0: str, master: str, facts_a: BaseFacts,
                  own: set[str], right: list[str]) -> None:
     """N1 a -> rank 0: a resolves the launch's --master_addr (a name) to rank 0, as its ranks
     will (torch's TCPStore asks the resolver; an ssh config plays no part)."""
@@ -161,7 +163,7 @@ def test_name_consistent(cluster: Cluster, node: str) -> None:
     views = {v: addrs for v, addrs in
              cluster.memo(RESOLVED_BY, lambda: _resolved_by(cluster)).get(node, {}).items()
              if v != node}
-    target = cluster.pool.targets[node].hostname
+    target = cluster.address(node)
     try:
         launcher_view = tuple(dict.fromkeys(
             str(i[4][0]) for i in socket.getaddrinfo(target, None, socket.AF_INET)))

@@ -14,19 +14,23 @@ import pytest
 from cluster_tests.core import nodetable, outcome
 from cluster_tests.core import pairs as pairs_mod
 from cluster_tests.core import testids as ids
-from cluster_tests.core.cluster import Cluster, NodeProbe, ProbeError
+from cluster_tests.core.cluster import Cluster, Declared, ProbeError
 from cluster_tests.core.memokey import MemoKey, base_key
 from cluster_tests.core.nodetable import NodeColumn
 from cluster_tests.core.settings import Settings
 from cluster_tests.core.testids import LAUNCHER
-from cluster_tests.judge import masteraddr as ma
-from cluster_tests.judge import netfacts, ownaddr, ownname, sshnames
-from cluster_tests.judge import network as nc
-from cluster_tests.judge.facts import PortStatus, Reach
-from cluster_tests.judge.netfacts import route_device
+from cluster_tests.judge.common import netfacts
+from cluster_tests.judge.common.basefacts import BaseFacts
+from cluster_tests.judge.common.facts import PortStatus, Reach
+from cluster_tests.judge.common.netfacts import route_device
+from cluster_tests.judge.common.probes import untyped
+from cluster_tests.judge.hostfile import masteraddr as ma
+from cluster_tests.judge.names import ownname
+from cluster_tests.judge.network import ownaddr
+from cluster_tests.judge.network import portjudge as nc
 from cluster_tests.judge.problem import ROW_MARKS, Problem, node_problems
-from cluster_tests.measure import ifaces as mi
-from cluster_tests.measure import masteraddr, ports, rehearsal
+from cluster_tests.judge.ssh import sshnames
+from cluster_tests.measure import ifaces, masterroute, ports, rehearsal
 
 pytestmark = pytest.mark.network
 
@@ -49,13 +53,13 @@ def session_start(cluster: Cluster, selected: frozenset[str]) -> None:
         ports.start_background(cluster)
 
 
-def node_probes(settings: Settings) -> list[NodeProbe]:
+def node_probes(settings: Settings) -> list[Declared]:
     """The probes this section's tests ask of every node they touch (`Cluster.prefetch`)."""
-    return [("netprobe.py", "firewall", {})]
+    return [(untyped("netprobe.py", "firewall"), {})]
 
 
 def _interface_column(cluster: Cluster, node: str) -> str | None:
-    mtus = cluster.cached(mi.MTUS) or {}
+    mtus = cluster.cached(ifaces.MTUS) or {}
     if node not in mtus:
         return None
     dev, mtu = mtus[node]
@@ -212,7 +216,8 @@ def _clean_flags(cluster: Cluster, m: nc.PortMatrix) -> dict[str, bytearray]:
 
 
 def _row_flags(m: nc.PortMatrix, a: str, row: nc.CompactRow, where: dict[str, int],
-               bases: dict[str, dict | None], down: set[str], typical: float | None) -> bytearray:
+               bases: dict[str, BaseFacts | None], down: set[str],
+               typical: float | None) -> bytearray:
     """`_clean` for every target of a compact row asked in name order, in bulk: the compact
     entries from the row's arrays at once (a 4096-node matrix has 16.7 M), then what differs
     from that, each where it can be: the pairs with an entry of their own, the targets `a`
@@ -227,7 +232,7 @@ def _row_flags(m: nc.PortMatrix, a: str, row: nc.CompactRow, where: dict[str, in
     if row.addr[me] and row.rtt[me] == row.rtt[me]:
         flags[me] = both  # a node to itself: F1 judges no outlier
     base_a = bases[a]
-    for b in ((base_a or {}).get("resolve") or {}):
+    for b in (base_a.resolve if base_a is not None else ()):
         i = where.get(b)
         if i is not None and flags[i] and not m.dial.get(b) \
                 and netfacts.misresolved(base_a, bases[b], b) is not None:
@@ -241,8 +246,8 @@ def _row_flags(m: nc.PortMatrix, a: str, row: nc.CompactRow, where: dict[str, in
     return flags
 
 
-def _clean(m: nc.PortMatrix, a: str, b: str, base_a: dict | None, base_b: dict | None,
-           typical: float | None) -> int:
+def _clean(m: nc.PortMatrix, a: str, b: str, base_a: BaseFacts | None,
+           base_b: BaseFacts | None, typical: float | None) -> int:
     """F3_CLEAN | F1_CLEAN where a -> b surely passes F3 (and F1) without a word, so that a
     per-node item need not run the pair's check (1024 peers a node): every port answered, a
     resolved b to b's own address, and for F1 an RTT that is no outlier. Anything else (0)
@@ -432,7 +437,7 @@ def test_master_port(cluster: Cluster, rendezvous_leg: tuple[str, str]) -> None:
             f"  rank 0 could not bind it and the launch would fail.\n"
             f"  fix: stop that process, or launch with --master_port <free port> (and pass "
             f"--master-port to this suite)", pytrace=False)
-    d = masteraddr.derived(cluster)
+    d = masterroute.derived(cluster)
     if d.value is None:  # H3 is red on rank 0: DeepSpeed cannot derive one
         why = ma.problems(d, {}, {})
         outcome.block(ids.MASTER_ADDR.of(rank0), "the launch has no --master_addr to connect to"
@@ -445,7 +450,7 @@ def test_master_port(cluster: Cluster, rendezvous_leg: tuple[str, str]) -> None:
     if res is not None and res.ok:
         return
     words = res.words if res is not None else "not tried"
-    h3 = masteraddr.verdict(cluster)
+    h3 = masterroute.verdict(cluster)
     if res is not None and res.status is PortStatus.UNRESOLVED:
         # a master address that is no address of rank 0 (a banner's word, a name): H3's cause
         if h3:
@@ -546,24 +551,24 @@ def test_firewall_rules(cluster: Cluster, node: str, record_property) -> None:
 
 # -- F5 / F6: the interfaces the libraries are told to use -------------------------------------
 
-def _usable(spec: nc.IfSpec, ifaces) -> list:
-    return [i for i in nc.matched_interfaces(spec, ifaces) if nc.usable(i) and i.name != "lo"]
+def _usable(spec: nc.IfSpec, interfaces) -> list:
+    return [i for i in nc.matched_interfaces(spec, interfaces) if nc.usable(i) and i.name != "lo"]
 
 
 def test_socket_ifname(cluster: Cluster, node: str, record_property) -> None:
     """F5: NCCL/GLOO/HCCL_SOCKET_IFNAME, as the ranks get them (pdsh's shell, under what the
     launch exports from the rank-0 node), match a usable interface."""
-    specs, launch = mi.ifname_vars(cluster, node)
+    specs, launch = ifaces.ifname_vars(cluster, node)
     if not specs:
         record_property("socket_ifname", "unset")
         pytest.skip(f"{node}: no NCCL/GLOO/HCCL_SOCKET_IFNAME set in pdsh's shell (the libraries "
                     f"pick the interface themselves): nothing to check")
-    ifaces = mi.ifaces(cluster, node)
+    here = ifaces.ifaces(cluster, node)
     rank0 = cluster.rank0.name
     problems = []
     for var, value in specs.items():
         spec = nc.parse_ifspec(value, var)
-        matched = nc.matched_interfaces(spec, ifaces)
+        matched = nc.matched_interfaces(spec, here)
         good = [i for i in matched if nc.usable(i) and i.name != "lo"]
         record_property(var, f"{value} -> {','.join(i.name for i in good) or 'nothing'}")
         if good:
@@ -572,7 +577,7 @@ def test_socket_ifname(cluster: Cluster, node: str, record_property) -> None:
         if var in launch:
             # the same value reaches every rank: where it fits no node, the cause is rank 0's
             others = [n for n in cluster.names if n != node and cluster.base_or_none(n)]
-            fits = [n for n in others if _usable(spec, mi.ifaces(cluster, n))]
+            fits = [n for n in others if _usable(spec, ifaces.ifaces(cluster, n))]
             if not fits and node != rank0:
                 outcome.block(ids.SOCKET_IFNAME.of(rank0), f"{var}={value}, exported by the launch "
                                                            f"from {rank0}, fits no node")
@@ -587,7 +592,7 @@ def test_socket_ifname(cluster: Cluster, node: str, record_property) -> None:
                            f"{'address ' + ' '.join(i.ips) if i.ips else 'no address'})"
                            for i in matched)
                + ", none up with an address (lo does not count)")
-        usable_now = [i.name for i in ifaces.values() if nc.usable(i) and i.name != "lo"]
+        usable_now = [i.name for i in here.values() if nc.usable(i) and i.name != "lo"]
         value_fix = ('=' + usable_now[0] if usable_now and not var.startswith('GLOO')
                      else (usable_now[0] if usable_now else '<interface>'))
         where = (f"on {rank0}: set {var}={value_fix} in ~/.deepspeed_env (or unset it there)"
@@ -596,7 +601,7 @@ def test_socket_ifname(cluster: Cluster, node: str, record_property) -> None:
                  f"unset it)")
         problems.append(
             f"{var}={value} ({spec.describe()}){origin} {why}.\n"
-            f"  interfaces on {node}: {nc.describe_interfaces(ifaces)}\n"
+            f"  interfaces on {node}: {nc.describe_interfaces(here)}\n"
             f"  fix, {where}")
     if problems:
         outcome.fail(node_problems(node, problems))
@@ -607,7 +612,7 @@ def test_socket_ifname_route(cluster: Cluster, pair: tuple[str, str]) -> None:
     a, b = pair
     if a == b:
         pytest.skip(f"{a} -> {a}: traffic to itself takes the loopback, whatever the variables say")
-    matches = mi.usable_matches(cluster, a)
+    matches = ifaces.usable_matches(cluster, a)
     if not matches:
         pytest.skip(f"{a}: no *_SOCKET_IFNAME set (the libraries pick the interface themselves)")
     if any(not names for names in matches.values()):
@@ -616,14 +621,14 @@ def test_socket_ifname_route(cluster: Cluster, pair: tuple[str, str]) -> None:
     addrs = list(sshnames.placement(cluster.base(a), b).addrs)
     if not addrs:
         pytest.skip(f"{a} cannot resolve {b}: see {ids.RESOLVES.of(a, b)}")
-    route = mi.routes(cluster, a).get(addrs[0]) or {}
+    route = ifaces.routes(cluster, a).get(addrs[0]) or {}
     dev = route_device(route.get("out", "")) if route.get("rc") == 0 else None
     if dev is None:
         pytest.fail(f"{a} -> {b} ({addrs[0]}): no route (`ip -o route get {addrs[0]}` on {a}: "
                     f"{(route.get('err') or route.get('out') or '').strip()[:200]})", pytrace=False)
     wrong = {var: names for var, names in matches.items() if dev not in names}
     if wrong:
-        env = mi.ifname_vars(cluster, a)[0]
+        env = ifaces.ifname_vars(cluster, a)[0]
         pytest.fail(
             f"{a} -> {b} ({addrs[0]}): the route leaves {a} by {dev}, but "
             + "; ".join(f"{var}={env[var]} selects {', '.join(n)}" for var, n in wrong.items())
@@ -635,7 +640,7 @@ def test_socket_ifname_route(cluster: Cluster, pair: tuple[str, str]) -> None:
 def test_mtu(cluster: Cluster, node: str, record_property) -> None:
     """F6: the interface the launch uses has the same MTU on every node."""
     cluster.require(node)
-    mtus = mi.mtus(cluster)
+    mtus = ifaces.mtus(cluster)
     if node not in mtus:
         pytest.skip(f"{node}: no interface found for the launch's traffic "
                     f"(see {ids.SOCKET_IFNAME.of(node)})")

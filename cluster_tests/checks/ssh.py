@@ -8,25 +8,25 @@ import pytest
 
 from cluster_tests.core import outcome
 from cluster_tests.core import testids as ids
-from cluster_tests.core.cluster import Cluster, NodeProbe, ProbeError
+from cluster_tests.core.cluster import Cluster, Declared, ProbeError
 from cluster_tests.core.memokey import MemoKey
 from cluster_tests.core.settings import Settings
 from cluster_tests.core.testids import LAUNCHER
-from cluster_tests.judge import launch as launchenv
-from cluster_tests.judge import ssh as sshcheck
-from cluster_tests.judge import sshfail
+from cluster_tests.judge.common.probes import untyped
+from cluster_tests.judge.env import launchlegs
 from cluster_tests.judge.problem import Problem, node_problems
+from cluster_tests.judge.ssh import sshfail, sshmodes
 from cluster_tests.measure import rehearsal, sshpairs, sshroot
 
 #: per launch site: its pdsh run's output split by host, once (not once per target's item)
-PDSH_LEGS: MemoKey[dict[str, launchenv.HostOutput]] = MemoKey("pdsh", "legs")
+PDSH_LEGS: MemoKey[dict[str, launchlegs.HostOutput]] = MemoKey("pdsh", "legs")
 
 pytestmark = pytest.mark.ssh
 
 
-def node_probes(settings: Settings) -> list[NodeProbe]:
+def node_probes(settings: Settings) -> list[Declared]:
     """The probes this section's tests ask of every node they touch (`Cluster.prefetch`)."""
-    return [("probe.py", "sshd", {})]
+    return [(untyped("probe.py", "sshd"), {})]
 
 
 class SshWarning(UserWarning):
@@ -37,7 +37,7 @@ def test_login(cluster: Cluster, node: str) -> None:
     """S1: launcher -> node: port 22 answers and key login works with no prompt."""
     err = cluster.login_error(node)
     if err is not None:
-        outcome.fail(sshcheck.login_problem(node, err.cause, err.describe(), err.hint))
+        outcome.fail(sshmodes.login_problem(node, err.cause, err.describe(), err.hint))
 
 
 def test_ssh_modes(cluster: Cluster, node: str) -> None:
@@ -46,7 +46,7 @@ def test_ssh_modes(cluster: Cluster, node: str) -> None:
     for w in verdict.warnings:
         warnings.warn(SshWarning(f"{node}: {w}"), stacklevel=1)
     if verdict.errors:
-        outcome.fail(sshcheck.modes_problem(node, verdict))
+        outcome.fail(sshmodes.modes_problem(node, verdict))
 
 
 def test_sshd_config(cluster: Cluster, node: str, record_property) -> None:
@@ -57,9 +57,9 @@ def test_sshd_config(cluster: Cluster, node: str, record_property) -> None:
         pytest.skip(f"{node}: cannot read sshd's effective settings "
                     f"(`sshd -T`, exit {res.get('rc')}): "
                     f"{(res.get('err') or '').strip()[:200]}")
-    cfg = sshcheck.parse_sshd_T(res["out"])
+    cfg = sshmodes.parse_sshd_T(res["out"])
     record_property("passwordauthentication", cfg.get("passwordauthentication", "?"))
-    problems = sshcheck.sshd_config_problems(node, cfg, root=facts["uid"] == 0)
+    problems = sshmodes.sshd_config_problems(node, cfg, root=facts.uid == 0)
     if problems:
         outcome.fail(node_problems(node, problems))
 
@@ -76,21 +76,21 @@ def test_ssh_trust(cluster: Cluster, pair: tuple[str, str]) -> None:
     if leg.cause is None:
         return
     sshroot.block_by_root(cluster, a, b, leg.cause)
-    outcome.fail(sshcheck.trust_problem(a, b, leg.cause, leg.evidence,
+    outcome.fail(sshmodes.trust_problem(a, b, leg.cause, leg.evidence,
                                         _trust_facts(cluster, a, b), rank0=cluster.rank0.name))
 
 
-def _trust_facts(cluster: Cluster, a: str, b: str) -> sshcheck.TrustFacts:
+def _trust_facts(cluster: Cluster, a: str, b: str) -> sshmodes.TrustFacts:
     """What S4's fix of a -> b needs to know, from the facts the run has."""
     fa, fb = cluster.base_or_none(a), cluster.base_or_none(b)
-    key = getattr(cluster.pool.connection(b), "host_key", None) if fb is not None else None
-    return sshcheck.TrustFacts(
-        pubkeys=(fa or {}).get("ssh", {}).get("pubkeys", {}),
-        authorized_keys=fb["ssh"]["chain"][0]["path"] if fb else None,
-        authorized_keys_text=fb["ssh"]["authorized_keys_text"] if fb else None,
-        known_hosts=f"{(fa or {}).get('home') or '~'}/.ssh/known_hosts",
-        host_key=tuple(key) if key else None,
-        address=cluster.pool.targets[b].hostname,
+    key = cluster.host_key(b) if fb is not None else None
+    return sshmodes.TrustFacts(
+        pubkeys=dict(fa.ssh.pubkeys) if fa is not None else {},
+        authorized_keys=fb.ssh.chain[0].path if fb is not None and fb.ssh.chain else None,
+        authorized_keys_text=fb.ssh.authorized_keys_text if fb is not None else None,
+        known_hosts=f"{(fa.home if fa is not None else '') or '~'}/.ssh/known_hosts",
+        host_key=key,
+        address=cluster.address(b),
     )
 
 
@@ -106,7 +106,7 @@ def _own_runs(cluster: Cluster) -> list[str]:
     return [s for s in (LAUNCHER, *cluster.names[:1]) if not _from_rehearsal(cluster, s)]
 
 
-def _rehearsal_output(cluster: Cluster, site: str, target: str) -> launchenv.HostOutput | None:
+def _rehearsal_output(cluster: Cluster, site: str, target: str) -> launchlegs.HostOutput | None:
     """The rehearsal's pdsh output for `target`, where it tells whether the leg reached it;
     None where S5 needs its own run (the rehearsal did not run pdsh to `target`, or the leg
     ended before the host said anything)."""
@@ -117,7 +117,7 @@ def _rehearsal_output(cluster: Cluster, site: str, target: str) -> launchenv.Hos
     except Exception:  # noqa: BLE001 - E5 reports it; S5 runs its own pdsh
         return None
     out = r.outputs.get(target) if r.site == site else None
-    return out if out is not None and launchenv.leg_reached(out) is not None else None
+    return out if out is not None and launchlegs.leg_reached(out) is not None else None
 
 
 def test_pdsh_installed(cluster: Cluster, launch_site: str) -> None:
@@ -145,7 +145,7 @@ def test_pdsh(cluster: Cluster, pdsh_leg: tuple[str, str]) -> None:
         cluster.require(site)
     leg = _rehearsal_output(cluster, site, target)
     if leg is not None:
-        if launchenv.leg_reached(leg):
+        if launchlegs.leg_reached(leg):
             return
     else:
         got = sshpairs.pdsh_run(cluster, site, together=_own_runs(cluster))
@@ -156,7 +156,7 @@ def test_pdsh(cluster: Cluster, pdsh_leg: tuple[str, str]) -> None:
         if rc == 124 and out == "pdsh timed out":
             pytest.fail(f"{site}: pdsh did not finish within its deadline", pytrace=False)
         legs = cluster.memo(PDSH_LEGS(site),
-                            lambda: launchenv.split_pdsh_output(out, cluster.names))
+                            lambda: launchlegs.split_pdsh_output(out, cluster.names))
         leg = legs[target]
         if sshpairs.PDSH_OK in leg.lines:
             return
@@ -181,7 +181,7 @@ def test_pdsh(cluster: Cluster, pdsh_leg: tuple[str, str]) -> None:
 def test_login_time(cluster: Cluster, node: str, record_property) -> None:
     """S6: SSH login is quick (slow logins are reverse DNS or GSSAPI waiting for a timeout)."""
     cluster.require(node)
-    seconds = cluster.pool.connection(node).login_seconds or 0.0
+    seconds = cluster.login_seconds(node) or 0.0
     record_property("login_seconds", round(seconds, 3))
     limit = cluster.settings.ssh.slow_login
     if seconds > limit:

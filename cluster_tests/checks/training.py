@@ -2,7 +2,7 @@
 then on all nodes through the real launcher, started on the rank-0 node.
 
 How the job reaches the nodes, how it is started, watched, bounded and cleaned up:
-``cluster_tests.measure.training``. Full logs: ``reports/training/T1-<node>.log``, ``T2.log``
+``cluster_tests.measure.trainruns``. Full logs: ``reports/training/T1-<node>.log``, ``T2.log``
 (next to the JUnit report).
 
 T2 needs every node to pass T1 first. When T1 was deselected (``-k multi_node``), T2 still runs
@@ -20,10 +20,10 @@ import pytest
 from cluster_tests.core import outcome
 from cluster_tests.core import testids as ids
 from cluster_tests.core.cluster import Cluster
-from cluster_tests.judge import resourcefilter as rf
-from cluster_tests.judge import sshfail
-from cluster_tests.judge import trainexplain as tx
-from cluster_tests.measure import training as trr
+from cluster_tests.judge.hostfile import resourcefilter as rf
+from cluster_tests.judge.ssh import sshfail
+from cluster_tests.judge.training import trainexplain as tx
+from cluster_tests.measure import trainruns as trr
 
 pytestmark = pytest.mark.training
 

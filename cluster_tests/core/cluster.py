@@ -15,7 +15,8 @@ import threading
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import Any, TypeVar, cast
+from enum import Enum
+from typing import Any, TypeVar, cast, overload
 
 import pytest
 
@@ -37,9 +38,12 @@ from cluster_tests.core.transport import (
     wait_result,
 )
 from cluster_tests.core.workers import SharedResults
-from cluster_tests.judge import sshfail
-from cluster_tests.judge.env import is_secret
-from cluster_tests.judge.netfacts import is_ip
+from cluster_tests.judge.common.basefacts import BASE, BaseFacts
+from cluster_tests.judge.common.netfacts import is_ip
+from cluster_tests.judge.common.probes import FactsError, Probe
+from cluster_tests.judge.env.envvars import is_secret
+from cluster_tests.judge.problem import Problem
+from cluster_tests.judge.ssh import sshfail
 
 PROBE_MARK = "CT_PROBE_JSON:"
 #: the launcher's `ssh -G` of a name (Cluster.launcher_ssh_view)
@@ -74,19 +78,22 @@ def needs_site(probes: Iterable[NodeProbe]) -> bool:
                for script, section, params in probes)
 
 
-#: One probe of a node: (script, section, parameters), as the tests call `Cluster.probe`.
+#: One probe of a node as a command runs it: (script, section, parameters).
 NodeProbe = tuple[str, str, dict[str, Any]]
-BASE_ONLY: tuple[NodeProbe, ...] = (("probe.py", "base", {}),)
+#: A probe a check module asks of every node it touches (its `node_probes(settings)`): the
+#: section, typed, with the parameters its tests pass
+Declared = tuple[Probe[Any], dict[str, Any]]
+BASE_ONLY: tuple[Declared, ...] = ((BASE, {}),)
 
 
-def node_probes(settings: Settings, sections: Iterable[Any]) -> tuple[NodeProbe, ...]:
+def node_probes(settings: Settings, sections: Iterable[Any]) -> tuple[Declared, ...]:
     """The per-node probes that the selected check modules (`sections`) ask of every node they
     touch, for `Cluster.prefetch`: base first, then what each module declares in its
     `node_probes(settings)`, with the parameters its tests pass (a mismatch only costs a second
     command)."""
-    probes: list[NodeProbe] = [("probe.py", "base", {})]
+    probes: list[Declared] = [(BASE, {})]
     for module in sections:
-        declared: Callable[[Settings], list[NodeProbe]] | None = getattr(
+        declared: Callable[[Settings], list[Declared]] | None = getattr(
             module, "node_probes", None)
         for probe in declared(settings) if declared is not None else []:
             if probe not in probes:
@@ -102,13 +109,30 @@ def _secret_values(env: Any) -> set[str]:
     return {v for k, v in env.items() if is_secret(k) and v and len(v) >= 3}
 
 
+class ProbeCause(str, Enum):
+    """Why a probe delivered no facts (the Problem of a check that needs them)."""
+
+    FAILED = "probe failed"
+    NO_PYTHON = "remote python not found"
+    NO_RESULT = "probe gave no result"
+    UNREADABLE = "probe answer unreadable"
+
+
 class ProbeError(Exception):
     """A probe ran but could not deliver its facts (no Python on the node, a crash...)."""
 
-    def __init__(self, node: str, message: str, result: CommandResult | None = None) -> None:
+    def __init__(self, node: str, message: str, result: CommandResult | None = None, *,
+                 fix: str = "", cause: ProbeCause = ProbeCause.FAILED) -> None:
         self.node = node
         self.result = result
-        super().__init__(message)
+        self.message = message
+        self.fix = fix
+        self.cause = cause
+        super().__init__(message + (f"\n  fix: {fix}" if fix else ""))
+
+    def problem(self, item: str) -> Problem:
+        """The red of the check (checklist `item`) that needed these facts."""
+        return Problem((self.node,), self.cause, self.message, fix=self.fix, item=item)
 
 
 T = TypeVar("T")
@@ -135,6 +159,9 @@ class Cluster:
     #: the memo's failed logins, read without raising them again
     _login_errors: dict[str, ConnectError] = field(default_factory=dict)
     _background: list[threading.Thread] = field(default_factory=list)
+    #: (script, section) -> the reader of its answer (Probe.read), for the answers that arrive
+    #: in a bundle of a node's probes
+    _readers: dict[tuple[str, str], Callable[[object], Any]] = field(default_factory=dict)
     #: what this process did remotely: logins, probes run, probes read from the shared cache
     stats: dict[str, int] = field(default_factory=lambda: {"ssh_logins": 0, "probes_run": 0,
                                                            "probes_shared": 0})
@@ -186,6 +213,19 @@ class Cluster:
             if n.name == name:
                 return n
         raise KeyError(name)
+
+    def address(self, node: str) -> str:
+        """Where the launcher's ssh goes for `node` (its ssh config's HostName, else the name)."""
+        return self.pool.targets[node].hostname
+
+    def login_seconds(self, node: str) -> float | None:
+        """How long the launcher's login to `node` took (None: not logged in)."""
+        return self.pool.connection(node).login_seconds
+
+    def host_key(self, node: str) -> tuple[str, str] | None:
+        """`node`'s host key (type, base64) as the launcher's login verified it."""
+        key = getattr(self.pool.connection(node), "host_key", None)
+        return (str(key[0]), str(key[1])) if key else None
 
     # -- the memo ---------------------------------------------------------------------------
     def memo(self, key: MemoKey[T], compute: Callable[[], T]) -> T:
@@ -256,8 +296,8 @@ class Cluster:
             row["slots"] = str(self.node(name).slots)
             base = self.cached(base_key(name))
             if base:
-                row["hostname"] = base.get("hostname", "")
-                row["python"] = base.get("python", {}).get("version", "")
+                row["hostname"] = base.hostname
+                row["python"] = base.python_version
             rows[name] = row
         return nodetable.build(self, rows)
 
@@ -338,18 +378,22 @@ class Cluster:
                 f"{node} unreachable ({err.cause.value}): see {ids.LOGIN.of(node)}", pytrace=False
             )
 
-    def prefetch(self, nodes: Iterable[str], probes: Sequence[NodeProbe] = BASE_ONLY) -> None:
+    def prefetch(self, nodes: Iterable[str], declared: Sequence[Declared] = BASE_ONLY) -> None:
         """Start logins and probes of `nodes` in the background, in parallel: after its login,
         all of a node's probes (see `node_probes`) at once, so that a node whose every command
         is slow (a .bashrc waiting on a hung NFS home) costs that delay about once, not once per
         section; and one probe that hangs (nvidia-smi on a wedged GPU) holds up no other."""
         wanted = [n for n in dict.fromkeys(nodes) if n in self.pool.targets]
-        probes = tuple(probes)
+        for typed, _ in declared:
+            self._readers.setdefault((typed.script, typed.section), typed.read)
+        probes = tuple((typed.script, typed.section, params) for typed, params in declared)
+        by_key = {(typed.script, typed.section, memokey.dumps(params)): typed
+                  for typed, params in declared}
 
         def one(node: str, probe: NodeProbe) -> None:
             script, section, params = probe
             with contextlib.suppress(Exception):  # each test re-raises what concerns it
-                self.probe(node, section, script=script, **params)
+                self.probe(node, by_key[(script, section, memokey.dumps(params))], **params)
 
         done = [0]
         self.progress("probing nodes", 0, len(wanted))
@@ -413,16 +457,32 @@ class Cluster:
         return self.pool.run(node, argv, timeout=timeout or self.settings.timeout_command,
                              stdin=stdin)
 
-    def probe(self, node: str, section: str, *, script: str = "probe.py", **params: Any) -> Any:
-        """Run one section of a node-side probe script (cached per node, section and parameters).
+    @overload
+    def probe(self, node: str, probe: Probe[T], **params: Any) -> T: ...
 
-        `script` names a file in `cluster_tests/node/` that follows probe.py's protocol:
-        argv[1] is JSON {"sections": [...], **params}; it prints `CT_PROBE_JSON:{section: data}`.
+    @overload
+    def probe(self, node: str, probe: str, *, script: str = "probe.py", **params: Any) -> Any: ...
+
+    def probe(self, node: str, probe: Probe[Any] | str, *, script: str = "probe.py",
+              **params: Any) -> Any:
+        """Run one section of a node-side probe script (cached per node, section and parameters)
+        and read its answer into the section's typed facts, once (`Probe`; a section still named
+        by a string gives its JSON as it came).
+
+        The script is a file in `cluster_tests/node/` that follows probe.py's protocol: argv[1]
+        is JSON {"sections": [...], **params}; it prints `CT_PROBE_JSON:{section: data}`.
         """
+        if isinstance(probe, Probe):
+            script, section, reader = probe.script, probe.section, probe.read
+        else:
+            section, reader = probe, _as_is
+        self._readers.setdefault((script, section), reader)
         key = probe_key(node, section, params, script)
         if self.shared is None:
-            return self.memo(key, lambda: self._counted_probe(node, section, params, script))
-        return self.memo(key, lambda: self._shared_probe(key, node, section, params, script))
+            return self.memo(key, lambda: _read(node, section, reader, self._counted_probe(
+                node, section, params, script)))
+        return self.memo(key, lambda: _read(node, section, reader, self._shared_probe(
+            key, node, section, params, script)))
 
     def _counted_probe(self, node: str, section: str, params: dict[str, Any], script: str) -> Any:
         with self._lock:
@@ -572,24 +632,24 @@ class Cluster:
     def _bundle_timeout(self, probes: Sequence[NodeProbe]) -> float:
         return max(float(p.get("timeout", self.settings.timeout_command)) for _, _, p in probes)
 
-    def base(self, node: str) -> dict[str, Any]:
+    def base(self, node: str) -> BaseFacts:
         """The cheap facts of a node; fails the calling test briefly if the node is unreachable."""
         self.require(node)
         try:
-            return self.probe(node, "base")
+            return self.probe(node, BASE)
         except ProbeError as exc:
             pytest.fail(str(exc), pytrace=False)
 
-    def base_or_none(self, node: str) -> dict[str, Any] | None:
+    def base_or_none(self, node: str) -> BaseFacts | None:
         """A node's cheap facts, or None when it cannot be logged in to or probed: for checks
         that look at other nodes too (their failures are those nodes' own tests' to report)."""
         if self.login_error(node) is not None:
             return None
         done = self._values.get(base_key(node), _MISSING)  # asked per pair: no key made
         if done is not _MISSING:
-            return cast(dict[str, Any], done)
+            return cast(BaseFacts, done)
         try:
-            return self.probe(node, "base")
+            return self.probe(node, BASE)
         except ProbeError:
             return None
 
@@ -607,7 +667,7 @@ class Cluster:
                 if name not in cache:
                     base = self.cached(base_key(name))
                     if base:
-                        cache[name] = _secret_values(base.get("env", {}))
+                        cache[name] = _secret_values(base.env)
                     elif self._failed(LOGIN(name)) or self._failed(base_key(name)):
                         # a dead node has no facts, ever: settled, or every report would scan
                         # all nodes again (10 % dead nodes made a run 1.6x slower)
@@ -630,6 +690,23 @@ class Cluster:
 CLUSTER_KEY = pytest.StashKey[Cluster]()
 
 
+def _as_is(data: object) -> Any:
+    """The reader of a section not typed yet: its JSON, as it came."""
+    return data
+
+
+def _read(node: str, section: str, reader: Callable[[object], T], data: object) -> T:
+    """A section's answer read into its facts (probes.Probe), or the ProbeError that says the
+    node's script answered what this version cannot read."""
+    try:
+        return reader(data)
+    except (FactsError, TypeError, ValueError, KeyError) as exc:
+        raise ProbeError(node, f"{node}: probe '{section}' answered what cluster_tests cannot "
+                               f"read ({type(exc).__name__}: {exc}): is the node's copy of the "
+                               "suite's scripts another version?",
+                         cause=ProbeCause.UNREADABLE) from None
+
+
 def _facts(node: str, section: str, data: Any, result: CommandResult | None) -> Any:
     """A probe section's facts, or the ProbeError that the section reported instead."""
     if isinstance(data, dict) and set(data) == {"error"}:
@@ -643,13 +720,14 @@ def _no_result(node: str, section: str, python: str, result: CommandResult) -> P
         return ProbeError(
             node,
             f"{node}: the remote Python '{python}' was not found by a non-interactive ssh "
-            "shell (which is what pdsh runs).\n  fix: pass --remote-python /path/to/python, or "
-            f"put its directory on PATH in ~/.bashrc on {node}, above any early 'return' for "
-            "non-interactive shells",
+            "shell (which is what pdsh runs).",
             result,
+            fix=f"pass --remote-python /path/to/python, or put its directory on PATH in "
+                f"~/.bashrc on {node}, above any early 'return' for non-interactive shells",
+            cause=ProbeCause.NO_PYTHON,
         )
     return ProbeError(node, f"{node}: probe '{section}' gave no result\n{result.evidence()}",
-                      result)
+                      result, cause=ProbeCause.NO_RESULT)
 
 
 def _bundle_answer(line: str) -> tuple[int, Any] | None:
@@ -671,14 +749,16 @@ class _Claims:
 
     def __init__(self, cluster: Cluster, node: str, probes: Sequence[NodeProbe]) -> None:
         self.cluster, self.node = cluster, node
-        self.open: dict[int, tuple[MemoKey[Any], Future[Any], str]] = {}
+        self.open: dict[int, tuple[MemoKey[Any], Future[Any], str,
+                                   Callable[[object], Any]]] = {}
         with cluster._lock:
             for index, (script, section, params) in enumerate(probes):
                 key = probe_key(node, section, params, script)
                 if key not in cluster._memo and key not in cluster._values:
                     fut: Future[Any] = Future()
                     cluster._memo[key] = fut
-                    self.open[index] = (key, fut, section)
+                    self.open[index] = (key, fut, section,
+                                        cluster._readers.get((script, section), _as_is))
             cluster.stats["probes_run"] += len(self.open)
 
     def line(self, line: str) -> None:
@@ -689,9 +769,9 @@ class _Claims:
         taken = self.open.pop(index, None)
         if taken is None:
             return
-        key, fut, section = taken
+        key, fut, section, reader = taken
         try:
-            value = _facts(self.node, section, data, None)
+            value = _read(self.node, section, reader, _facts(self.node, section, data, None))
         except ProbeError as exc:
             fut.set_exception(exc)
         else:
@@ -700,7 +780,7 @@ class _Claims:
     def finish(self, error: Callable[[str], BaseException]) -> None:
         """Every entry still open gets `error(section)`."""
         for index in list(self.open):
-            _, fut, section = self.open.pop(index)
+            _, fut, section, _ = self.open.pop(index)
             fut.set_exception(error(section))
 
 

@@ -11,7 +11,10 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
-from typing import Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
+
+if TYPE_CHECKING:
+    from cluster_tests.judge.common.basefacts import BaseFacts
 
 T = TypeVar("T")
 
@@ -96,7 +99,7 @@ def login_key(node: str) -> MemoKey[float]:
     return LOGIN(node)
 
 
-def base_key(node: str) -> MemoKey[dict[str, Any]]:
+def base_key(node: str) -> MemoKey[BaseFacts]:
     """The key of a node's base facts (`Cluster.base`), for readers of the memo (made once per
     node, by `_plain_probe_key`'s cache: the pair checks ask for both ends' on every pair)."""
     return _plain_probe_key(node, "base", "probe.py")

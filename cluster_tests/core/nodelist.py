@@ -17,8 +17,8 @@ Pure parts (no subprocess, no network) except :func:`scontrol_hostnames`:
 * :func:`skypilot_nodes`: ``SKYPILOT_NODE_IPS`` (one address per line, head node first) and
   ``SKYPILOT_NUM_GPUS_PER_NODE``.
 * :func:`load_hostfile`: a DeepSpeed hostfile read from disk (missing, unreadable, binary,
-  empty, absurd: one sentence each), parsed by ``judge/hostfile.py`` (DeepSpeed's parse and
-  H1's lint, pure).
+  empty, absurd: one sentence each), parsed by ``judge/hostfile/hostparse.py`` (DeepSpeed's
+  parse and H1's lint, pure).
 
 :func:`resolve` picks the source of a run (explicit ones win over the environment's; two
 explicit sources, or two environments with nothing explicit, are a usage error naming both).
@@ -36,7 +36,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from cluster_tests.judge import hostfile as hf
+from cluster_tests.judge.hostfile import hostparse as hf
 
 #: _parse_single_range's limit: a range of more hosts is refused ("Too many hosts in range")
 MAX_RANGE = 64 * 1024

@@ -291,7 +291,7 @@ def node_pair_rounds(cluster: NodeList) -> list[list[tuple[str, str]]]:
     fewest); a ring or a sample: greedy rounds of just those pairs."""
     sel = selection(cluster)
     if sel is None or sel.spec.mode == "all":
-        from cluster_tests.judge.pairbw import circle_schedule
+        from cluster_tests.judge.collective.pairbw import circle_schedule
 
         return circle_schedule(list(cluster.names))
     return rounds(node_pairs(cluster))

@@ -1,4 +1,9 @@
-"""The checklist's sections, one table: letter, pytest marker, check module, title, run order.
+"""The checklist's sections, one table: letter, pytest marker, check module, judge package,
+measure modules, title, run order.
+
+From an item's id to its code in one hop: E7 is section E, whose row names
+`cluster_tests/checks/env.py` (the tests, `test_jit_ops`), `cluster_tests/judge/env/` (the
+verdicts) and the `cluster_tests/measure/` modules that gather its facts across the cluster.
 
 docs/CHECKLIST.md's sections, in the order the run takes them (H, S, N, F, E, A, R, D, C, T: the
 quick checks that explain later failures first, the long phases last). The plugin registers the
@@ -19,6 +24,8 @@ class Section:
     letter: str  # "S": docs/CHECKLIST.md's section letter, the first of its items' ids ("S4")
     marker: str  # "ssh": `pytest -m ssh`
     module: str  # "ssh": cluster_tests/checks/ssh.py
+    judge: str  # "ssh": cluster_tests/judge/ssh/ (its verdicts; shared ones: judge/common/)
+    measure: tuple[str, ...]  # ("sshpairs",): cluster_tests/measure/sshpairs.py
     title: str  # what `pytest --markers` says of it
 
     @property
@@ -29,18 +36,25 @@ class Section:
 
 #: in run order
 SECTIONS: tuple[Section, ...] = (
-    Section("H", "hostfile", "hostfile",
+    Section("H", "hostfile", "hostfile", "hostfile", ("masterroute", "launchpy"),
             "the hostfile parses as DeepSpeed parses it, and fits the cluster"),
-    Section("S", "ssh", "ssh", "SSH from the launcher and between every ordered pair of nodes"),
-    Section("N", "names", "names", "name resolution"),
-    Section("F", "network", "network", "network reachability and firewall"),
-    Section("E", "env", "env", "environment as non-interactive shells see it"),
-    Section("A", "accelerator", "accelerator", "accelerators visible and healthy"),
-    Section("R", "health", "health",
+    Section("S", "ssh", "ssh", "ssh", ("sshpairs", "sshroot"),
+            "SSH from the launcher and between every ordered pair of nodes"),
+    Section("N", "names", "names", "names", (), "name resolution"),
+    Section("F", "network", "network", "network", ("ports", "ifaces"),
+            "network reachability and firewall"),
+    Section("E", "env", "env", "env", ("envfacts", "rehearsal"),
+            "environment as non-interactive shells see it"),
+    Section("A", "accelerator", "accelerator", "accelerator", ("accel",),
+            "accelerators visible and healthy"),
+    Section("R", "health", "health", "health", (),
             "RDMA fabric, limits, /dev/shm and GPU/NPU health, as the launch meets them"),
-    Section("D", "storage", "storage", "checkpoint storage shared and writable"),
-    Section("C", "collective", "collective", "all-reduce bandwidth through torch.distributed"),
-    Section("T", "training", "training", "training smoke tests through the real launcher"),
+    Section("D", "storage", "storage", "storage", ("share",),
+            "checkpoint storage shared and writable"),
+    Section("C", "collective", "collective", "collective", ("allreducerun", "stackdump"),
+            "all-reduce bandwidth through torch.distributed"),
+    Section("T", "training", "training", "training", ("trainruns",),
+            "training smoke tests through the real launcher"),
 )
 
 ORDER = "".join(s.letter for s in SECTIONS)

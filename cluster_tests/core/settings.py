@@ -23,8 +23,8 @@ from typing import Any
 import pytest
 
 from cluster_tests.core import pairs as pairs_mod
-from cluster_tests.judge import collopts as copts
-from cluster_tests.judge import launchargs as la
+from cluster_tests.judge.collective import collopts as copts
+from cluster_tests.judge.hostfile import launchargs as la
 
 
 @dataclass(frozen=True)
@@ -136,7 +136,7 @@ class NamesSettings:
 
 @dataclass(frozen=True)
 class NetworkSettings:
-    """F (cluster_tests.judge.network)."""
+    """F (cluster_tests.judge.network.portjudge)."""
 
     port_timeout: float = option(
         "--port-timeout",
@@ -164,7 +164,7 @@ class EnvSettings:
 
 @dataclass(frozen=True)
 class HealthSettings:
-    """R: RDMA, limits and device health (cluster_tests.judge.rdma / gpuhealth)."""
+    """R: RDMA, limits and device health (cluster_tests.judge.health.rdma / gpuhealth)."""
 
     shm_per_rank_mb: float = option(
         "--shm-per-rank-mb",
@@ -194,7 +194,8 @@ class StorageSettings:
 
 @dataclass(frozen=True)
 class CollectiveSettings:
-    """C: all-reduce through torch.distributed; option types in cluster_tests.judge.collopts."""
+    """C: all-reduce through torch.distributed; option types in
+    cluster_tests.judge.collective.collopts."""
 
     backend: str = option(
         "--backend",
@@ -255,7 +256,7 @@ class CollectiveSettings:
 
 @dataclass(frozen=True)
 class TrainingSettings:
-    """T1, T2 (cluster_tests.measure.training, which checks zero_stage and deepspeed_args)."""
+    """T1, T2 (cluster_tests.measure.trainruns, which checks zero_stage and deepspeed_args)."""
 
     steps: int = option(
         "--training-steps", "optimizer steps of the training smoke job (T1, T2)", 20,

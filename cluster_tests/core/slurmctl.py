@@ -15,8 +15,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from cluster_tests.judge import slurm as judge
-from cluster_tests.judge.healthy import Healthy
+from cluster_tests.judge import slurm
+from cluster_tests.judge.healthyset import Healthy
 from cluster_tests.judge.problem import Problem
 
 #: seconds one scontrol may take (a client with no controller gives up after about 9 s itself)
@@ -64,9 +64,9 @@ def _run(argv: Sequence[str], timeout: float, env: Mapping[str, str] | None = No
 
 
 def show_nodes(scontrol: str, timeout: float = TIMEOUT,
-               env: Mapping[str, str] | None = None) -> list[judge.SlurmNode]:
+               env: Mapping[str, str] | None = None) -> list[slurm.SlurmNode]:
     """Every node Slurm knows, as ``scontrol show node -o`` shows it."""
-    return judge.parse_show_node(_run([scontrol, "show", "node", "-o"], timeout, env))
+    return slurm.parse_show_node(_run([scontrol, "show", "node", "-o"], timeout, env))
 
 
 @dataclass
@@ -100,7 +100,7 @@ def after_verdict(names: Sequence[str], healthy: Healthy, problems: Sequence[Pro
         return Report([f"Slurm ({flags}): cannot read the nodes' state: {exc.kind} "
                        f"(`scontrol show node -o`: {exc.said}): nothing drained or resumed"],
                       {"error": str(exc)})
-    got = judge.plan(names, healthy, problems, nodes, drain=drain or not asked,
+    got = slurm.plan(names, healthy, problems, nodes, drain=drain or not asked,
                      resume=resume or not asked, outcome=outcome)
     if not asked:
         if not got.actions:
@@ -108,7 +108,7 @@ def after_verdict(names: Sequence[str], healthy: Healthy, problems: Sequence[Pro
         lines = ["Slurm: nothing changed (no --slurm-drain / --slurm-resume); they would run:"]
         lines += [f"  {a.line}" for a in got.actions]
         lines += [f"  {n}" for n in got.notes]
-        return Report(lines, {"ran": False, **judge.to_json(got)})
+        return Report(lines, {"ran": False, **slurm.to_json(got)})
     lines = [f"Slurm ({flags}):"]
     done: list[dict[str, Any]] = []
     for a in got.actions:
@@ -124,4 +124,4 @@ def after_verdict(names: Sequence[str], healthy: Healthy, problems: Sequence[Pro
     lines += [f"  {n}" for n in got.notes]
     if not got.actions and not got.notes:
         lines.append("  nothing to drain or resume")
-    return Report(lines, {"ran": True, **judge.to_json(got), "results": done})
+    return Report(lines, {"ran": True, **slurm.to_json(got), "results": done})

@@ -9,10 +9,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import NamedTuple
 
-from cluster_tests.core import nodelist as nodelist_mod
+from cluster_tests.core import nodelist as nl
 from cluster_tests.core.nodelist import NodeListError
 from cluster_tests.core.settings import Settings
-from cluster_tests.judge import hostfile as hf
+from cluster_tests.judge.hostfile import hostparse as hf
 
 __all__ = ["NodeListError", "RunNodes", "node_list"]
 
@@ -30,7 +30,7 @@ def node_list(settings: Settings, environ: Mapping[str, str], reports_dir: Path
     written from another source goes unless --write-hostfile says. Raises NodeListError (a
     usage error) for a source that cannot be read."""
     v = settings.nodelist
-    source = nodelist_mod.choose_source(
+    source = nl.choose_source(
         hostfile=str(settings.hostfile) if settings.hostfile else None,
         hostfile_from=settings.hostfile_source, mpi_hostfile=v.mpi_hostfile,
         environ=environ, nodes_from=v.nodes_from)
@@ -44,20 +44,20 @@ def node_list(settings: Settings, environ: Mapping[str, str], reports_dir: Path
                 "--slots is for node lists without slot counts (Slurm, SkyPilot, MPI); the "
                 "hostfile's slots= are what DeepSpeed uses")
         try:
-            parse = nodelist_mod.load_hostfile(str(settings.hostfile))
+            parse = nl.load_hostfile(str(settings.hostfile))
         except hf.HostfileError as exc:
             raise NodeListError(str(exc)) from None
-        where = f"hostfile {settings.hostfile}" + nodelist_mod.env_note(source, environ)
+        where = f"hostfile {settings.hostfile}" + nl.env_note(source, environ)
         if out is not None and parse.hosts:
-            nodelist_mod.write_hostfile(out, "".join(f"{h.name} slots={h.slots}\n"
+            nl.write_hostfile(out, "".join(f"{h.name} slots={h.slots}\n"
                                                      for h in parse.hosts))
             where += f", checked lines written to {out}"
         return RunNodes(settings, parse, where, [])
     if out is None:
         out = reports_dir.absolute() / "hostfile"
-    got = nodelist_mod.resolve(source, mpi_hostfile=v.mpi_hostfile, slots=v.slots,
+    got = nl.resolve(source, mpi_hostfile=v.mpi_hostfile, slots=v.slots,
                                environ=environ, out=out)
     settings = dataclasses.replace(settings, hostfile=got.hostfile,
                                    hostfile_source=got.nodes.source)
-    return RunNodes(settings, got.parse, got.description + nodelist_mod.env_note(source, environ),
+    return RunNodes(settings, got.parse, got.description + nl.env_note(source, environ),
                     list(got.nodes.notes))

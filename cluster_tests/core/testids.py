@@ -100,7 +100,7 @@ TRAIN_SINGLE_NODE = TestId("test_train_single_node", "T1")
 TRAIN_MULTI_NODE = TestId("test_train_multi_node", "T2")
 
 
-# What the launch needs of each check (judge/healthy.py reads it to write hostfile.healthy;
+# What the launch needs of each check (judge/healthyset.py reads it to write hostfile.healthy;
 # docs/CHECKLIST.md "What the launch needs" says why, check by check).
 #: Needs: "node" the node; "pair" both nodes together (either is dropped); "from-rank0" the
 #: pair only when its first node is rank 0 (the target is dropped); "rank0-pair" the pair when

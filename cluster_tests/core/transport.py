@@ -31,8 +31,8 @@ from typing import Any, Protocol, TypeVar, cast
 
 import paramiko
 
-from cluster_tests.judge import sshfail
-from cluster_tests.judge.sshfail import Cause  # noqa: F401  (one vocabulary)
+from cluster_tests.judge.ssh import sshfail
+from cluster_tests.judge.ssh.sshfail import Cause  # noqa: F401  (one vocabulary)
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -134,7 +134,7 @@ def ssh_g(alias: str, ssh_config: str | os.PathLike[str] | None,
     if proc.returncode != 0:
         said = (proc.stderr.strip() or proc.stdout.strip()).splitlines()
         return {"error": said[-1] if said else f"exit {proc.returncode}"}
-    from cluster_tests.judge.sshnames import parse_ssh_g
+    from cluster_tests.judge.ssh.sshnames import parse_ssh_g
 
     return parse_ssh_g(proc.stdout)
 
@@ -299,7 +299,7 @@ def _classify_socket_error(exc: BaseException) -> Cause:
 
 
 def _hint(target: SSHTarget, cause: Cause, ssh_config: str | None) -> str:
-    """The fix of a failed login to `target`: judge/sshfail.py's launcher fix for `cause`."""
+    """The fix of a failed login to `target`: judge/ssh/sshfail.py's launcher fix for `cause`."""
     template = sshfail.LAUNCHER_FIX.get(cause, sshfail.LAUNCHER_FIX_OTHER)
     if target.hostname != target.alias and cause in sshfail.LAUNCHER_FIX_ALIAS:
         template = sshfail.LAUNCHER_FIX_ALIAS[cause]  # an ssh alias: its block is the suspect

@@ -6,7 +6,7 @@ The rules are LBNL NHC's (``helpers/node-mark-offline``, ``node-mark-online``), 
 own reason prefix, ``cluster-tests:``:
 
 * drain a node that ``hostfile.healthy`` leaves out for a cause **on the node itself** (a check
-  the launch needs that failed on it: ``judge/healthy.py``'s node causes); a node left out only
+  the launch needs that failed on it: ``judge/healthyset.py``'s node causes); a node left out only
   to break a bad pair, or for --world-multiple, or for a cause on the launcher (its pdsh), or
   for a cause it shares with other nodes (a stale build lock in a shared directory) drains
   nothing, and the summary says why;
@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from cluster_tests.core import testids as ids
-from cluster_tests.judge.healthy import Healthy, needs
+from cluster_tests.judge.healthyset import Healthy, needs
 from cluster_tests.judge.problem import Problem
 
 #: the first word of every reason the suite writes; resume touches only reasons that start so

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from cluster_tests.core.cluster import Cluster
 from cluster_tests.core.memokey import MemoKey
-from cluster_tests.judge.accelerator import Inventory, from_probe
+from cluster_tests.judge.accelerator.inventory import Inventory, from_probe
 
 #: per node: INVENTORY(node)
 INVENTORY: MemoKey[Inventory] = MemoKey("inventory")

@@ -9,7 +9,7 @@ from typing import Any
 from cluster_tests.core.cluster import Cluster, ProbeError
 from cluster_tests.core.memokey import MemoKey
 from cluster_tests.core.transport import ConnectError
-from cluster_tests.judge import env as envcheck
+from cluster_tests.judge.env import envvars
 from cluster_tests.measure import rehearsal
 
 SCRIPT = "envprobe.py"
@@ -26,8 +26,8 @@ def launch_overlay(cluster: Cluster) -> dict[str, str]:
     where the rehearsal could not compute that, the rank-0 node's `.deepspeed_env` alone."""
     r = rehearsal.rehearse(cluster)
     if r.exports:
-        return {k: envcheck.unquote_export(v) for k, v in r.exports.items()
-                if k.startswith(envcheck.COMM_PREFIXES)}
+        return {k: envvars.unquote_export(v) for k, v in r.exports.items()
+                if k.startswith(envvars.COMM_PREFIXES)}
     rank0 = cluster.rank0.name
     try:
         files = cluster.probe(rank0, "envfiles", script=SCRIPT,
@@ -36,8 +36,8 @@ def launch_overlay(cluster: Cluster) -> dict[str, str]:
         return {}
     out: dict[str, str] = {}
     for text in files["deepspeed_env"].values():
-        out.update({k: v for k, v in envcheck.parse_deepspeed_env(text or "").items()
-                    if k.startswith(envcheck.COMM_PREFIXES)})
+        out.update({k: v for k, v in envvars.parse_deepspeed_env(text or "").items()
+                    if k.startswith(envvars.COMM_PREFIXES)})
     return out
 
 
@@ -52,7 +52,7 @@ def comm_table(cluster: Cluster) -> dict[str, dict[str, str | None]]:
             facts = cluster.base_or_none(n)
             if facts is None:
                 continue
-            table[n] = {**envcheck.comm_vars(facts["env"]), **overlay}
+            table[n] = {**envvars.comm_vars(facts.env), **overlay}
         return table
     return cluster.memo(COMM_TABLE, compute)
 

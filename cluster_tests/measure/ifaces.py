@@ -11,10 +11,10 @@ import pytest
 from cluster_tests.core import pairs as pairs_mod
 from cluster_tests.core.cluster import Cluster, ProbeError
 from cluster_tests.core.memokey import MemoKey
-from cluster_tests.judge import env as envcheck
-from cluster_tests.judge import network as nc
-from cluster_tests.judge import sshnames
-from cluster_tests.judge.netfacts import Interface, parse_interfaces, route_device
+from cluster_tests.judge.common.netfacts import Interface, parse_interfaces, route_device
+from cluster_tests.judge.env import envvars
+from cluster_tests.judge.network import portjudge as nc
+from cluster_tests.judge.ssh import sshnames
 from cluster_tests.measure import rehearsal
 
 #: node -> (the interface the launch uses there, its MTU), for the nodes where one was found
@@ -24,21 +24,21 @@ MTUS: MemoKey[dict[str, tuple[str, int | None]]] = MemoKey("netcheck", "mtus")
 def ifaces(cluster: Cluster, node: str) -> dict[str, Interface]:
     """The node's interfaces (`ip link`, `ip addr` of its base facts)."""
     facts = cluster.base(node)
-    return parse_interfaces(facts["ip_link"], facts["ip_addr"])
+    return parse_interfaces(facts.ip_link, facts.ip_addr)
 
 
 def launch_ifname_vars(cluster: Cluster) -> dict[str, str]:
     """*_SOCKET_IFNAME values that the launch itself exports to every rank from the rank-0 node
     (its environment by DeepSpeed's prefixes, and its `.deepspeed_env`; the rehearsal's)."""
     exports = rehearsal.rehearse(cluster).exports
-    return {k: envcheck.unquote_export(v) for k, v in exports.items()
+    return {k: envvars.unquote_export(v) for k, v in exports.items()
             if k in nc.SOCKET_IFNAME_VARS and v.strip()}
 
 
 def ifname_vars(cluster: Cluster, node: str) -> tuple[dict[str, str], dict[str, str]]:
     """(what the ranks on `node` get, the part of it the launch exports from rank 0)."""
     launch = launch_ifname_vars(cluster)
-    return {**nc.socket_ifname_vars(cluster.base(node)["env"]), **launch}, launch
+    return {**nc.socket_ifname_vars(cluster.base(node).env), **launch}, launch
 
 
 def usable_matches(cluster: Cluster, node: str) -> dict[str, list[str]]:

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from cluster_tests.core.cluster import Cluster
 from cluster_tests.core.memokey import MemoKey
-from cluster_tests.judge import masteraddr as ma
+from cluster_tests.judge.hostfile import masteraddr as ma
 
 LAUNCH_DEEPSPEED: MemoKey[LaunchDeepspeed] = MemoKey("launchpy", "deepspeed")
 
@@ -54,7 +54,7 @@ def _find(cluster: Cluster) -> LaunchDeepspeed:
     site = cluster.rank0.name
     here = Path(sys.executable).parent / "deepspeed"
     facts = cluster.base_or_none(site)
-    if facts is not None and facts.get("hostname") == socket.gethostname() and here.exists():
+    if facts is not None and facts.hostname == socket.gethostname() and here.exists():
         return LaunchDeepspeed(str(here), "this environment")
     try:
         res = cluster.run(site, interactive_lookup_command(),

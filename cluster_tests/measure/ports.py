@@ -8,7 +8,7 @@
 3. per node, `netprobe.py stop` ends the listener (by pid, checked against a session token),
    always, whatever happened in 1 and 2.
 
-Each F-test then asserts on its slice (judged by judge/network.py); F1's RTT baseline (the
+Each F-test then asserts on its slice (judged by judge/network/portjudge.py); F1's RTT baseline (the
 median RTT of every measured pair) is computed from it once.
 """
 
@@ -22,10 +22,11 @@ from cluster_tests.core import pairs as pairs_mod
 from cluster_tests.core.cluster import Cluster, ProbeError
 from cluster_tests.core.memokey import Encoded, MemoKey
 from cluster_tests.core.testids import TestId
-from cluster_tests.judge import facts, netfacts, ownaddr
-from cluster_tests.judge import network as nc
-from cluster_tests.judge.network import PortMatrix
-from cluster_tests.measure import masteraddr, sort_outcomes
+from cluster_tests.judge.common import facts, netfacts
+from cluster_tests.judge.network import ownaddr
+from cluster_tests.judge.network import portjudge as nc
+from cluster_tests.judge.network.portjudge import PortMatrix
+from cluster_tests.measure import masterroute, sort_outcomes
 
 SCRIPT = "netprobe.py"
 
@@ -69,11 +70,12 @@ def measure(cluster: Cluster) -> PortMatrix:
     master_port = cluster.settings.master_port
     # F2 connects to the launch's own --master_addr (derived as DeepSpeed derives it), not to
     # the hostfile's name for rank 0
-    master_host = masteraddr.derived(cluster).value if rank0 in up else None
+    master_host = masterroute.derived(cluster).value if rank0 in up else None
 
     def listen(node: str) -> dict[str, Any]:
         # and one listener on the node's own address as its gloo ranks take it (F7)
-        env = (cluster.base_or_none(node) or {}).get("env") or {}
+        facts = cluster.base_or_none(node)
+        env = facts.env if facts is not None else {}
         return cluster.probe(node, "listen", script=SCRIPT, token=matrix.token, ports=count,
                              hold=hold, master_port=master_port if node == rank0 else None,
                              own_address=True, gloo_ifname=env.get("GLOO_SOCKET_IFNAME"),

@@ -9,12 +9,12 @@ Once per session:
    directory (``--launch-dir``, default the home directory), DeepSpeed's own export rules
    (``EXPORT_ENVS``, the accelerator's ``export_envs()``, ``EXCLUDE_ENVS``), its environment and
    the ``.deepspeed_env`` files it reads (envprobe.py, section ``launch``).
-2. Here: the exports exactly as DeepSpeed's runner computes them (launchenv.py).
+2. Here: the exports exactly as DeepSpeed's runner computes them (launchlegs.py).
 3. On the rank-0 node: ``pdsh -S -f 1024 -t C -u D -w <the launch's hosts> "export ...; " "cd
    <dir>;" <interpreter> -u -c <rehearse.py>`` with ``PDSH_RCMD_TYPE=ssh``, the same line the
    launch sends, except that ``-m deepspeed.launcher.launch ...`` becomes the import check.
    pdsh's ``-u`` ends a leg that hangs, so that one node cannot hold up the others' verdicts.
-4. Each node's verdict from its own lines of pdsh's output (launchenv.judge_leg).
+4. Each node's verdict from its own lines of pdsh's output (launchlegs.judge_leg).
 
 Nothing is left running: the check is a handful of imports, pdsh kills a leg at its deadline,
 and the pdsh process itself runs under the session's `timeout` and run tag.
@@ -32,9 +32,9 @@ from cluster_tests.core import testids as ids
 from cluster_tests.core.cluster import Cluster, ProbeError, remote_script
 from cluster_tests.core.memokey import MemoKey
 from cluster_tests.core.transport import ConnectError
-from cluster_tests.judge import launch as launchenv
-from cluster_tests.judge import launchargs as la
-from cluster_tests.judge import resourcefilter as rf
+from cluster_tests.judge.env import launchlegs
+from cluster_tests.judge.hostfile import launchargs as la
+from cluster_tests.judge.hostfile import resourcefilter as rf
 from cluster_tests.measure import launchpy
 
 MEMO_KEY: MemoKey[Any] = MemoKey("rehearsal", "result")
@@ -56,24 +56,24 @@ class Rehearsal:
     site_problem: tuple[str, str, str] | None = None
     #: the launch cannot start because of the rank-0 node's .deepspeed_env (E2 lints it there)
     site_env_file: bool = False
-    legs: dict[str, launchenv.Leg] = field(default_factory=dict)
+    legs: dict[str, launchlegs.Leg] = field(default_factory=dict)
     #: what the launch's pdsh printed for each host (S5 reads rank 0's legs from it)
-    outputs: dict[str, launchenv.HostOutput] = field(default_factory=dict)
+    outputs: dict[str, launchlegs.HostOutput] = field(default_factory=dict)
     seconds: float = 0.0
     deepspeed_version: str | None = None
 
-    def leg(self, node: str) -> launchenv.Leg:
+    def leg(self, node: str) -> launchlegs.Leg:
         site_id = ids.LAUNCH_REHEARSAL.of(self.site)
         if self.site_problem is not None:
             kind, text, root = self.site_problem
             if kind == "skip":
-                return launchenv.Leg("skip", text, root=root)
+                return launchlegs.Leg("skip", text, root=root)
             if node == self.site:
-                return launchenv.Leg("fail", text)
-            return launchenv.Leg("skip", f"the launch cannot start on {self.site}: see {site_id}",
+                return launchlegs.Leg("fail", text)
+            return launchlegs.Leg("skip", f"the launch cannot start on {self.site}: see {site_id}",
                           root=site_id)
         if node not in self.legs:
-            return launchenv.Leg("skip",
+            return launchlegs.Leg("skip",
                                  f"{node} is not in the launch (--launch-include/--launch-exclude)")
         return self.legs[node]
 
@@ -186,21 +186,21 @@ def _rehearse(cluster: Cluster) -> Rehearsal:
     r.python = facts["executable"]
     r.accelerator = facts.get("accelerator")
     r.deepspeed_version = facts.get("deepspeed")
-    rules = launchenv.LaunchRules(
-        export_prefixes=tuple(facts.get("EXPORT_ENVS") or launchenv.EXPORT_ENVS)
+    rules = launchlegs.LaunchRules(
+        export_prefixes=tuple(facts.get("EXPORT_ENVS") or launchlegs.EXPORT_ENVS)
         + tuple(facts.get("export_envs") or ()),
         exclude_envs={k: tuple(v) for k, v in (facts.get("EXCLUDE_ENVS") or {}).items()},
     )
     try:
-        r.exports = launchenv.launch_exports(facts["env"], facts["cwd"],
+        r.exports = launchlegs.launch_exports(facts["env"], facts["cwd"],
                                       [tuple(f) for f in facts.get("env_files") or []], rules)
-    except launchenv.EnvFileCrash as exc:
+    except launchlegs.EnvFileCrash as exc:
         r.site_env_file = True
         r.site_problem = ("fail", f"{site}: `deepspeed --hostfile` would stop on {site} before "
                                   f"starting any rank: {exc}\n  fix, on {site}: delete that line "
                                   f"or write NAME=value (see {ids.DEEPSPEED_ENV.of(site)})", "")
         return r
-    bad = launchenv.export_problems(r.exports)
+    bad = launchlegs.export_problems(r.exports)
     if bad:
         r.site_env_file = True
         r.site_problem = ("fail", f"{site}: the exports deepspeed sends to every node (from "
@@ -212,19 +212,21 @@ def _rehearse(cluster: Cluster) -> Rehearsal:
     r.hosts = launch_hosts(cluster)
     connect = cluster.settings.timeout_connect
     deadline = max(60.0, timeout)
-    words = launchenv.remote_words(r.exports, r.launch_dir, r.python,
+    words = launchlegs.remote_words(r.exports, r.launch_dir, r.python,
                                    ["-u", "-c", _code_word(deadline, cluster.pool.tag)])
-    r.line = launchenv.remote_line(words[:-1] + ["'<import check>'"])
-    argv = launchenv.pdsh_argv(r.hosts, connect_timeout=int(connect), command_timeout=int(deadline))
+    r.line = launchlegs.remote_line(words[:-1] + ["'<import check>'"])
+    argv = launchlegs.pdsh_argv(r.hosts, connect_timeout=int(connect),
+                                command_timeout=int(deadline))
     ssh_args = f"-o BatchMode=yes -o ConnectTimeout={int(connect)}"
     command = (f"cd {shlex.quote(r.launch_dir)} && PDSH_RCMD_TYPE=ssh "
                f"PDSH_SSH_ARGS_APPEND=\"$PDSH_SSH_ARGS_APPEND {ssh_args}\" "
                + shlex.join([*argv, *words]))
     res = cluster.run(site, command, timeout=connect + deadline + 30)
-    r.outputs = outputs = launchenv.split_pdsh_output(res.stdout + "\n" + res.stderr, r.hosts)
-    replay_line = launchenv.remote_line(words[:-2] + ["-c", "\"import deepspeed.launcher.launch\""])
+    r.outputs = outputs = launchlegs.split_pdsh_output(res.stdout + "\n" + res.stderr, r.hosts)
+    replay_line = launchlegs.remote_line(
+        words[:-2] + ["-c", "\"import deepspeed.launcher.launch\""])
     for node in r.hosts:
-        r.legs[node] = launchenv.judge_leg(node, outputs[node], site=site, python=r.python,
+        r.legs[node] = launchlegs.judge_leg(node, outputs[node], site=site, python=r.python,
                                     launch_dir=r.launch_dir, deadline=deadline,
                                     replay=f"ssh {node} {shlex.quote(replay_line)}",
                                     exports=r.exports)

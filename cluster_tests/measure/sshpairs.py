@@ -17,8 +17,9 @@ from cluster_tests.core import testids as ids
 from cluster_tests.core.cluster import Cluster, ProbeError
 from cluster_tests.core.memokey import MemoKey
 from cluster_tests.core.testids import LAUNCHER
-from cluster_tests.judge import facts, sshfail
-from cluster_tests.judge.facts import SshLeg
+from cluster_tests.judge.common import facts
+from cluster_tests.judge.common.facts import SshLeg
+from cluster_tests.judge.ssh import sshfail
 
 #: a pdsh run: (exit, output, the site's PDSH_RCMD_TYPE), or the failure to report where pdsh
 #: is not installed
@@ -103,10 +104,10 @@ def pdsh_here(cluster: Cluster, site: str) -> tuple[str | None, str | None]:
             "  fix: apt-get install pdsh   (or yum install pdsh pdsh-rcmd-ssh)")
         return missing, os.environ.get("PDSH_RCMD_TYPE")
     facts = cluster.base(site)
-    missing = None if facts["which"].get("pdsh") else (
+    missing = None if facts.which.get("pdsh") else (
         f"{site} (rank 0, where `deepspeed --hostfile` starts) has no pdsh on the PATH of a "
         f"non-interactive shell.\n  fix, on {site}: apt-get install pdsh")
-    return missing, facts["env"].get("PDSH_RCMD_TYPE")
+    return missing, facts.env.get("PDSH_RCMD_TYPE")
 
 
 def _pdsh(cluster: Cluster, site: str) -> PdshRun:

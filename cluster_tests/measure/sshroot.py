@@ -16,9 +16,8 @@ from cluster_tests.core import pairs as pairs_mod
 from cluster_tests.core import testids as ids
 from cluster_tests.core.cluster import Cluster, ProbeError
 from cluster_tests.core.memokey import base_key
-from cluster_tests.judge import ssh as sshcheck
-from cluster_tests.judge import sshfail, sshnames
-from cluster_tests.judge.facts import SshLeg
+from cluster_tests.judge.common.facts import SshLeg
+from cluster_tests.judge.ssh import sshfail, sshmodes, sshnames
 from cluster_tests.measure import ports, sshpairs
 
 
@@ -28,14 +27,14 @@ def sshd_config(cluster: Cluster, node: str) -> dict[str, str]:
         res: dict[str, Any] = cluster.probe(node, "sshd")
     except ProbeError:
         return {}
-    return sshcheck.parse_sshd_T(res["out"]) if res.get("rc") == 0 else {}
+    return sshmodes.parse_sshd_T(res["out"]) if res.get("rc") == 0 else {}
 
 
-def node_modes(cluster: Cluster, node: str) -> sshcheck.ModeVerdict:
+def node_modes(cluster: Cluster, node: str) -> sshmodes.ModeVerdict:
     """S2's verdict on the node's ssh files (StrictModes as its sshd has it)."""
     facts = cluster.base(node)
     strict = sshd_config(cluster, node).get("strictmodes", "yes") != "no"
-    return sshcheck.strict_modes(facts["ssh"], facts["uid"], facts["user"], strict=strict)
+    return sshmodes.strict_modes(facts.ssh, facts.uid, facts.user, strict=strict)
 
 
 def block_by_root(cluster: Cluster, a: str, b: str, cause: sshfail.Cause) -> None:
@@ -69,7 +68,7 @@ def block_by_root(cluster: Cluster, a: str, b: str, cause: sshfail.Cause) -> Non
         return
     if sshd_config(cluster, b).get("pubkeyauthentication") == "no":
         outcome.block(ids.SSHD_CONFIG.of(b), f"sshd on {b} has PubkeyAuthentication no")
-    if any(sshcheck.refuses_all_keys(e) for e in node_modes(cluster, b).errors):
+    if any(sshmodes.refuses_all_keys(e) for e in node_modes(cluster, b).errors):
         outcome.block(ids.SSH_MODES.of(b), f"sshd on {b} refuses every key because of file modes")
 
 

@@ -1,6 +1,6 @@
 """Where every rank was when a deadline passed: the dumps written into the run's report
-directory and told in the red (the parsing and grouping is judge/stacks.py; the dumps come from
-the workers' faulthandler, see node/allreduce.py)."""
+directory and told in the red (the parsing and grouping is judge/common/stacks.py; the dumps come
+from the workers' faulthandler, see node/allreduce.py)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from cluster_tests.judge import stacks as S
+from cluster_tests.judge.common import stacks as S
 
 
 def report_dir(config: pytest.Config) -> Path:
@@ -48,7 +48,7 @@ def tell(config: pytest.Config, label: str, stacks: Mapping[int, str],
     <report dir>/stacks/<label>/, and the groups in the ``stack_groups`` property (the HTML
     report folds them). ``sockets`` (rank -> its TCP connections, ``owners`` naming the
     addresses' nodes, ``nodes`` the run's): when the stacks single out no node, the node in
-    every missing connection is the one that differs (judge/stacks.py stuck_connects)."""
+    every missing connection is the one that differs (judge/common/stacks.py stuck_connects)."""
     if not stacks and not native:
         return ""
     g = S.group(stacks, hosts, ranks)

@@ -511,8 +511,8 @@ def sweep(torch: object, dist: object, args: argparse.Namespace, backend: str,
 
 
 # NCCL_DEBUG=INFO goes to a file of this rank's; after init its transport lines are sent as a
-# `transport` event, parsed on the launcher (cluster_tests/judge/nccllog.py) for C1's table and
-# check.
+# `transport` event, parsed on the launcher (cluster_tests/judge/collective/nccllog.py) for C1's
+# table and check.
 _TRANSPORT_LINE = ("NET/", "Using network", " via ", "NCCL WARN", "NCCL version")
 
 

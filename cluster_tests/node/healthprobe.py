@@ -4,7 +4,7 @@ Same protocol as probe.py: argv[1] is JSON {"sections": [...], ...}; one line
 `CT_PROBE_JSON:{section: data}` on stdout.  Runs in the non-interactive ssh shell that pdsh
 gets, so the limits read here (getrlimit) are the ones a launched rank inherits.  Standard
 library only, Python >= 3.6.  It changes nothing on the node; the raw text is parsed on the
-launcher (cluster_tests/judge/rdma.py, gpuhealth.py).
+launcher (cluster_tests/judge/health/rdma.py, gpuhealth.py).
 
 Sections:
   fabric  /sys/class/infiniband (ibv_devinfo / ibstat where sysfs has none), show_gids,

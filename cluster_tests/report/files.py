@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from cluster_tests.core.nodetable import NodeTable
-from cluster_tests.judge.healthy import Healthy
+from cluster_tests.judge.healthyset import Healthy
 from cluster_tests.judge.problem import Problem
 from cluster_tests.report import fixes as fixes_mod
 from cluster_tests.report import healthy as healthy_mod

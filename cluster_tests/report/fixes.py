@@ -22,7 +22,7 @@ from typing import Protocol
 
 from cluster_tests.core import sections
 from cluster_tests.core.testids import LAUNCHER
-from cluster_tests.judge.fixcmd import q
+from cluster_tests.judge.common.fixcmd import q
 from cluster_tests.judge.problem import PROPERTY, Fix, Problem
 
 __all__ = ["Fix", "Problem"]

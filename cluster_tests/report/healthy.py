@@ -1,4 +1,4 @@
-"""``hostfile.healthy``: the nodes the user can launch on right now (judge/healthy.py decides
+"""``hostfile.healthy``: the nodes the user can launch on right now (judge/healthyset.py decides
 which), written beside the other reports when a run ends red, with the launch line that uses it
 and the ``--exclude`` equivalent for users who keep their own hostfile."""
 
@@ -10,8 +10,8 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from cluster_tests.judge import healthy as judge_healthy
-from cluster_tests.judge.healthy import Healthy
+from cluster_tests.judge import healthyset
+from cluster_tests.judge.healthyset import Healthy
 from cluster_tests.judge.problem import Problem
 from cluster_tests.report.fixes import problem_of
 
@@ -50,7 +50,7 @@ def decide(recorder: Any, nodes: list[str], world_multiple: int = 1,
            found: list[Problem] | None = None, rtt: dict[str, float] | None = None) -> Healthy:
     """hostfile.healthy of the run (`found`: the run's :func:`problems`, where the caller has
     them; `rtt`: the nodes' median RTTs, likewise)."""
-    return judge_healthy.healthy(nodes, problems(recorder.outcomes.values()) if found is None
+    return healthyset.healthy(nodes, problems(recorder.outcomes.values()) if found is None
                                  else found, world_multiple=world_multiple,
                                  slowness=slowness(recorder, nodes, rtt))
 
@@ -88,11 +88,11 @@ def launch_lines(result: Healthy, path: Path, cwd: Path, hostfile: str | None) -
         lines.append(f"  ({', '.join(result.trimmed)} dropped only to keep a multiple of "
                      f"--world-multiple)")
     if result.rank0_moved_from:
-        rerun = ", ".join(t.name for t in judge_healthy.RANK0_ONLY)
+        rerun = ", ".join(t.name for t in healthyset.RANK0_ONLY)
         lines.append(f"Rank 0 moves from {result.rank0_moved_from} to {result.rank0}: its own "
                      f"checks ({rerun}) ran for {result.rank0_moved_from}; rerun them with the new "
                      f"file before launching: pytest --hostfile {_shown(path, cwd)} -k "
-                     f"\"{' or '.join(t.name for t in judge_healthy.RANK0_ONLY)}\"")
+                     f"\"{' or '.join(t.name for t in healthyset.RANK0_ONLY)}\"")
     excl = "@".join(result.excluded)
     mine = f" --hostfile {shlex.quote(hostfile)}" if hostfile else ""
     if excl:
@@ -107,7 +107,7 @@ def to_json(result: Healthy, path: Path | None) -> dict[str, Any]:
             "kept": result.kept,
             "excluded": [{"node": n, "causes": why} for n, why in result.excluded.items()],
             "trimmed_for_world_multiple": result.trimmed,
-            "rerun_with_new_rank0": [t.name for t in judge_healthy.RANK0_ONLY]
+            "rerun_with_new_rank0": [t.name for t in healthyset.RANK0_ONLY]
             if result.rank0_moved_from else []}
 
 

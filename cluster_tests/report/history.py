@@ -32,7 +32,7 @@ from typing import Any
 
 from cluster_tests.core import testids as ids
 from cluster_tests.judge import trend
-from cluster_tests.judge.collopts import format_size
+from cluster_tests.judge.collective.collopts import format_size
 from cluster_tests.judge.problem import BLOCKED_BY, PROPERTY
 
 FILE_NAME = "history.sqlite"

@@ -21,9 +21,9 @@ from typing import Any
 import pytest
 from suite import REPO, run_suite
 
-from cluster_tests.judge import collective as C
-from cluster_tests.judge import pairbw as pb
-from cluster_tests.measure import allreduce as R
+from cluster_tests.judge.collective import collverdict as C
+from cluster_tests.judge.collective import pairbw as pb
+from cluster_tests.measure import allreducerun as R
 
 FAST = ("-m", "collective", "--sizes", "64K,1M", "--iters", "5", "--warmup", "2",
         "--collective-connect-timeout", "5", "--collective-init-timeout", "10",
@@ -422,7 +422,7 @@ def test_network_hint_uses_the_port_matrix_when_the_session_has_one() -> None:
     from cluster_tests.core.cluster import Cluster
     from cluster_tests.core.settings import Settings
     from cluster_tests.core.transport import Pool
-    from cluster_tests.judge.network import PortMatrix
+    from cluster_tests.judge.network.portjudge import PortMatrix
     from cluster_tests.measure.ports import PORT_MATRIX
 
     matrix = PortMatrix("t", results={
@@ -443,8 +443,8 @@ def test_pair_results_are_keyed_in_hostfile_order(monkeypatch):
     from types import SimpleNamespace
 
     from cluster_tests.core.settings import CollectiveSettings, Settings
-    from cluster_tests.judge import pairbw as pb
-    from cluster_tests.measure import allreduce as R
+    from cluster_tests.judge.collective import pairbw as pb
+    from cluster_tests.measure import allreducerun as R
 
     names = ["node1", "node2", "node3", "node4"]
     assert any(names.index(a) > names.index(b) for rnd in pb.circle_schedule(names) for a, b in rnd)

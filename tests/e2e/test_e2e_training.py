@@ -15,10 +15,10 @@ import pytest
 from suite import run_suite
 
 from cluster_tests.core.settings import Settings, TrainingSettings
-from cluster_tests.judge import trainargv as targv
-from cluster_tests.judge import traindiag as tdiag
-from cluster_tests.judge import trainexplain as tx
-from cluster_tests.measure import training as trr
+from cluster_tests.judge.training import trainargv as targv
+from cluster_tests.judge.training import traindiag as tdiag
+from cluster_tests.judge.training import trainexplain as tx
+from cluster_tests.measure import trainruns as trr
 
 pytest.importorskip("deepspeed")
 

@@ -12,9 +12,9 @@ from typing import Any
 from cluster_tests.core.cluster import Cluster
 from cluster_tests.core.settings import Settings
 from cluster_tests.core.transport import Pool
-from cluster_tests.judge import collective as C
-from cluster_tests.judge import ranks as rk
-from cluster_tests.measure import allreduce as R
+from cluster_tests.judge.collective import collverdict as C
+from cluster_tests.judge.collective import rankplan as rk
+from cluster_tests.measure import allreducerun as R
 from fixtures import localcollective as LC
 
 FAST: dict[str, Any] = {"warmup": 1, "iters": 2, "connect_timeout": 10.0, "init_timeout": 10.0,

@@ -12,8 +12,9 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from cluster_tests.judge.problem import PROPERTY, Problem
-from cluster_tests.report import files, html, metrics
-from cluster_tests.report import history as H
+from cluster_tests.report import files, metrics
+from cluster_tests.report import history as history_mod
+from cluster_tests.report import html as html_report
 from cluster_tests.report.summary import Outcome, Recorder
 
 NODES = ["node1", "node2", "node3"]
@@ -81,7 +82,7 @@ def test_history_plot_draws_c1_and_each_pair_over_the_runs():
               "c1": {"size_bytes": 1 << 20, "values": {4: 1.0, 5: 1.0, 6: 0.6}},
               "pairs": {"node1<->node2": {"size_bytes": 1 << 20, "values": {4: 2.0, 6: 1.0}},
                         "node1<->node3": {"size_bytes": 1 << 20, "values": {5: 2.0, 6: 2.0}}}}
-    plot = html.history_plot(series)
+    plot = html_report.history_plot(series)
     assert plot is not None
     names = [s["name"] for s in plot.series]
     assert names == ["C1 at 1MB", "C2 node1<->node2", "C2 node1<->node3"]  # slid most first
@@ -90,7 +91,7 @@ def test_history_plot_draws_c1_and_each_pair_over_the_runs():
     assert [p["x"] for p in c1] == [plot.x0, (plot.x0 + plot.x1) / 2, plot.x1]
     assert c1[2]["y"] > c1[0]["y"]  # lower busbw: lower on the plot (larger y)
     assert len(plot.series[1]["points"]) == 2  # a pair not in run 5 has no point there
-    assert html.history_plot({}) is None
+    assert html_report.history_plot({}) is None
 
 
 def _write(tmp_path: Path, history: files.HistoryOptions | None, **kw) -> files.Written:
@@ -144,7 +145,7 @@ def test_the_slurm_step_gets_the_verdict_and_its_lines_go_to_the_summary(tmp_pat
     assert seen == [(["node3"], ["test_login[node3]"])]
     assert got.slurm_lines == ["Slurm: x"]
     assert json.loads((tmp_path / "summary.json").read_text())["slurm"] == {"ran": False}
-    assert H.FILE_NAME == "history.sqlite"
+    assert history_mod.FILE_NAME == "history.sqlite"
 
 
 def test_a_slurm_step_that_breaks_is_a_line_and_the_reports_are_written(tmp_path):
@@ -161,8 +162,9 @@ def test_cluster_tests_history_prints_the_file_and_names_a_bad_one(tmp_path):
     import sys
 
     path = tmp_path / "history.sqlite"
-    got = H.record(path, H.RunRecord(1.8e9, 1.8e9 + 3, NODES, H.digest(NODES, {}), node_stats={
-        n: (0.2, 0.1, False, []) for n in NODES}))
+    rec = history_mod.RunRecord(1.8e9, 1.8e9 + 3, NODES, history_mod.digest(NODES, {}),
+                                node_stats={n: (0.2, 0.1, False, []) for n in NODES})
+    got = history_mod.record(path, rec)
     assert got.run == 1
     cli = Path(sys.executable).parent / "cluster-tests"
     env = {k: v for k, v in os.environ.items() if not k.startswith("CLUSTER_TESTS_")}
@@ -170,7 +172,7 @@ def test_cluster_tests_history_prints_the_file_and_names_a_bad_one(tmp_path):
                             "no:cacheprovider"], capture_output=True, text=True, timeout=120,
                            cwd=tmp_path, env=env, check=False)
     assert shown.returncode == 0, shown.stderr
-    assert shown.stdout.splitlines()[0] == f"History {path}: 1 run(s), schema {H.LATEST}"
+    assert shown.stdout.splitlines()[0] == f"History {path}: 1 run(s), schema {history_mod.LATEST}"
     assert "  node1  ." in shown.stdout
     path.write_bytes(b"\0" * 512)
     bad = subprocess.run([str(cli), "--history-show", "--history", str(path)],

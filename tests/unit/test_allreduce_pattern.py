@@ -14,7 +14,7 @@ import pytest
 import torch
 from paths import load_script
 
-from cluster_tests.judge import collective as C
+from cluster_tests.judge.collective import collverdict as C
 from fixtures import localcollective as LC
 
 NP_DTYPES = {"float32": np.float32, "float16": np.float16, "float64": np.float64}

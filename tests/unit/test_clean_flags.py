@@ -13,8 +13,9 @@ from memostub import SessionMemo
 
 from cluster_tests.checks import network as net
 from cluster_tests.core.cluster import Cluster
-from cluster_tests.judge import netfacts
-from cluster_tests.judge import network as nc
+from cluster_tests.judge.common import netfacts
+from cluster_tests.judge.common.basefacts import BaseFacts
+from cluster_tests.judge.network import portjudge as nc
 
 
 def _matrix(rng: random.Random, names: list[str]) -> nc.PortMatrix:
@@ -45,15 +46,16 @@ def test_a_compact_row_in_bulk_is_each_pair_judged_alone(monkeypatch, seed, typi
     where = {n: i for i, n in enumerate(names)}
     wrong = {(a, b) for a in names for b in names if rng.random() < 0.02}
     # a node resolves a few names (its ring and rank 0), some of them wrongly
-    bases = {a: {"resolve": {b: {"addrs": ["10.9.9.9"]} for b in rng.sample(names, 4)}}
+    bases = {a: BaseFacts.read({"resolve": {b: {"addrs": ["10.9.9.9"]}
+                                             for b in rng.sample(names, 4)}})
              for a in names}
     monkeypatch.setattr(netfacts, "misresolved",
                         lambda base_a, base_b, b: None if base_a is None else next(
                             ((["10.9.9.9"], "x") for a in names if bases[a] is base_a
-                             and (a, b) in wrong and b in base_a["resolve"]), None))
+                             and (a, b) in wrong and b in base_a.resolve), None))
     m = _matrix(rng, names)
     down = set(rng.sample(names, 3))
-    base_of: dict[str, dict | None] = {n: bases[n] for n in names}
+    base_of: dict[str, BaseFacts | None] = {n: bases[n] for n in names}
     for a in names:
         if a in down:
             continue

@@ -1,19 +1,20 @@
-"""C2's confirmation pass (judge/confirm.py): who is measured again, and what the retries say."""
+"""C2's confirmation pass (judge/collective/confirmation.py): who is measured again, and what the
+retries say."""
 
 from __future__ import annotations
 
-from cluster_tests.judge import confirm as confirm_mod
+from cluster_tests.judge.collective import confirmation
 
 THREE = ["node1", "node2", "node3"]
 
 
-def retry(pair: tuple[str, str], bw: float, threshold: float = 0.5) -> confirm_mod.Retry:
-    return confirm_mod.retry_from(pair, True, bw, None, None, threshold)
+def retry(pair: tuple[str, str], bw: float, threshold: float = 0.5) -> confirmation.Retry:
+    return confirmation.retry_from(pair, True, bw, None, None, threshold)
 
 
 def test_the_common_node_is_measured_against_the_two_fast_nodes() -> None:
     bad = [("node2", "node1"), ("node2", "node3")]  # any order: keyed in hostfile order
-    plan = confirm_mod.plan(bad, {("node1", "node3"): 1.0}, THREE)
+    plan = confirmation.plan(bad, {("node1", "node3"): 1.0}, THREE)
     assert plan.suspect == "node2"
     assert plan.partners == ("node1", "node3")
     assert plan.pairs == (("node1", "node2"), ("node2", "node3"))
@@ -23,9 +24,9 @@ def test_the_common_node_is_measured_against_the_two_fast_nodes() -> None:
 
 def test_named_only_when_slow_with_both() -> None:
     bad = [("node1", "node2"), ("node2", "node3")]
-    plan = confirm_mod.plan(bad, {("node1", "node3"): 1.0}, THREE)
+    plan = confirmation.plan(bad, {("node1", "node3"): 1.0}, THREE)
     both = {p: retry(p, 0.01) for p in plan.pairs}
-    c = confirm_mod.judge(plan, both, bad, THREE)
+    c = confirmation.judge(plan, both, bad, THREE)
     assert c.confirmed == "node2"
     assert {v.state for v in c.verdicts.values()} == {"confirmed"}
     assert all(v.red for v in c.verdicts.values())
@@ -35,7 +36,7 @@ def test_named_only_when_slow_with_both() -> None:
 
     one = {("node1", "node2"): retry(("node1", "node2"), 0.9),
            ("node2", "node3"): retry(("node2", "node3"), 0.01)}
-    c = confirm_mod.judge(plan, one, bad, THREE)
+    c = confirmation.judge(plan, one, bad, THREE)
     assert c.confirmed is None
     assert c.verdicts[("node1", "node2")].state == "flaky"
     assert not c.verdicts[("node1", "node2")].red
@@ -47,12 +48,12 @@ def test_named_only_when_slow_with_both() -> None:
 def test_a_single_slow_pair_is_measured_again_itself() -> None:
     bad = [("node1", "node2")]
     good = {("node1", "node3"): 1.0, ("node2", "node3"): 1.1}
-    plan = confirm_mod.plan(bad, good, THREE)
+    plan = confirmation.plan(bad, good, THREE)
     assert plan.suspect is None and plan.partners == ()
     assert plan.pairs == (("node1", "node2"),)
-    c = confirm_mod.judge(plan, {("node1", "node2"): retry(("node1", "node2"), 0.8)}, bad, THREE)
+    c = confirmation.judge(plan, {("node1", "node2"): retry(("node1", "node2"), 0.8)}, bad, THREE)
     assert c.verdicts[("node1", "node2")].state == "flaky"
-    c = confirm_mod.judge(plan, {("node1", "node2"): retry(("node1", "node2"), 0.1)}, bad, THREE)
+    c = confirmation.judge(plan, {("node1", "node2"): retry(("node1", "node2"), 0.1)}, bad, THREE)
     assert c.verdicts[("node1", "node2")].state == "slow-again"
     assert c.suspect_line() == ""
 
@@ -62,14 +63,14 @@ def test_partners_are_the_fastest_nodes_and_other_slow_pairs_follow() -> None:
     # a ring: n2 slow with both neighbours, and one other slow link n4<->n5
     bad = [("n1", "n2"), ("n2", "n3"), ("n4", "n5")]
     good = {("n0", "n1"): 1.0, ("n3", "n4"): 2.0, ("n5", "n0"): 1.5}
-    plan = confirm_mod.plan(bad, good, names)
+    plan = confirmation.plan(bad, good, names)
     assert plan.suspect == "n2"
     # n3's best good pair is 2.0; n4 has 2.0 too but is in another slow pair: n0 (1.5) next
     assert plan.partners == ("n3", "n0")
     assert plan.pairs[:2] == (("n2", "n3"), ("n0", "n2"))
     assert plan.pairs[2:] == (("n1", "n2"), ("n4", "n5"))
     retries = {p: retry(p, 0.01) for p in plan.pairs}
-    c = confirm_mod.judge(plan, retries, bad, names)
+    c = confirmation.judge(plan, retries, bad, names)
     assert c.confirmed == "n2"
     assert c.verdicts[("n4", "n5")].state == "slow-again"
     assert c.verdicts[("n1", "n2")].state == "confirmed"
@@ -77,10 +78,10 @@ def test_partners_are_the_fastest_nodes_and_other_slow_pairs_follow() -> None:
 
 def test_no_suspect_without_two_fast_nodes() -> None:
     bad = [("node1", "node2"), ("node2", "node3")]
-    plan = confirm_mod.plan(bad, {}, THREE)
+    plan = confirmation.plan(bad, {}, THREE)
     assert plan.suspect == "node2" and plan.partners == ()
     assert plan.pairs == (("node1", "node2"), ("node2", "node3"))
-    c = confirm_mod.judge(plan, {p: retry(p, 0.01) for p in plan.pairs}, bad, THREE)
+    c = confirmation.judge(plan, {p: retry(p, 0.01) for p in plan.pairs}, bad, THREE)
     assert c.confirmed is None
     assert "fewer than two nodes were fast" in c.suspect_line()
 
@@ -88,10 +89,10 @@ def test_no_suspect_without_two_fast_nodes() -> None:
 def test_over_the_cap_a_pair_is_judged_on_one_measurement() -> None:
     names = [f"n{i}" for i in range(40)]
     bad = [(names[i], names[i + 1]) for i in range(0, 40, 2)]  # 20 disjoint slow links
-    plan = confirm_mod.plan(bad, {}, names, cap=16)
+    plan = confirmation.plan(bad, {}, names, cap=16)
     assert plan.suspect is None
     assert len(plan.pairs) == 16 and len(plan.skipped) == 4
-    c = confirm_mod.judge(plan, {p: retry(p, 0.01) for p in plan.pairs}, bad, names)
+    c = confirmation.judge(plan, {p: retry(p, 0.01) for p in plan.pairs}, bad, names)
     states = [c.verdicts[p].state for p in plan.skipped]
     assert states == ["once"] * 4
     assert "judged on one measurement" in c.verdicts[plan.skipped[0]].note
@@ -99,20 +100,20 @@ def test_over_the_cap_a_pair_is_judged_on_one_measurement() -> None:
 
 def test_a_retry_is_slow_when_it_fails_stops_or_falls_below_the_threshold() -> None:
     p = ("node1", "node2")
-    assert confirm_mod.retry_from(p, False, None, None, "rank 1 never joined", 0.5).slow
-    stopped = confirm_mod.retry_from(p, True, 0.9, "sweep stopped before 16MB", None, 0.5)
+    assert confirmation.retry_from(p, False, None, None, "rank 1 never joined", 0.5).slow
+    stopped = confirmation.retry_from(p, True, 0.9, "sweep stopped before 16MB", None, 0.5)
     assert stopped.slow and "sweep stopped" in stopped.describe()
-    assert confirm_mod.retry_from(p, True, 0.4, None, None, 0.5).slow
-    assert not confirm_mod.retry_from(p, True, 0.6, None, None, 0.5).slow
-    assert confirm_mod.retry_from(p, True, None, None, None, 0.5).slow
+    assert confirmation.retry_from(p, True, 0.4, None, None, 0.5).slow
+    assert not confirmation.retry_from(p, True, 0.6, None, None, 0.5).slow
+    assert confirmation.retry_from(p, True, None, None, None, 0.5).slow
 
 
 def test_the_table_lists_every_retry_and_the_outcome() -> None:
     bad = [("node1", "node2"), ("node2", "node3")]
-    plan = confirm_mod.plan(bad, {("node1", "node3"): 1.0}, THREE)
-    c = confirm_mod.judge(plan, {p: retry(p, 0.01) for p in plan.pairs}, bad, THREE)
-    text = "\n".join(confirm_mod.table_lines(c, 0.5))
+    plan = confirmation.plan(bad, {("node1", "node3"): 1.0}, THREE)
+    c = confirmation.judge(plan, {p: retry(p, 0.01) for p in plan.pairs}, bad, THREE)
+    text = "\n".join(confirmation.table_lines(c, 0.5))
     assert "node1<->node2  retry: 0.010 GB/s  SLOW  -> SLOW (suspect confirmed)" in text
     assert "# suspect node: node2 (confirmed:" in text
-    empty = confirm_mod.plan([], {("node1", "node3"): 1.0}, THREE)
-    assert confirm_mod.table_lines(confirm_mod.judge(empty, {}, [], THREE), 0.5) == []
+    empty = confirmation.plan([], {("node1", "node3"): 1.0}, THREE)
+    assert confirmation.table_lines(confirmation.judge(empty, {}, [], THREE), 0.5) == []

@@ -13,7 +13,8 @@ import pytest
 from paths import PACKAGE, SAMPLES
 
 from cluster_tests import node
-from cluster_tests.judge import dcgm, gpuhealth, parsers
+from cluster_tests.judge.common import tooloutput
+from cluster_tests.judge.health import dcgm, gpuhealth
 
 DCGMI = SAMPLES / "dcgmi"
 H100_Q = "nvidia-smi-q-h100-gpu0-of-8.txt"
@@ -151,9 +152,9 @@ def test_dcgm_output_without_a_table() -> None:
 # -- Ascend ------------------------------------------------------------------------------------
 
 def test_net_health_socket_failed_is_specific() -> None:
-    failed = parsers.parse_hccn_tool((SAMPLES / "hccn-tool-net-health-g-socket-failed.txt")
+    failed = tooloutput.parse_hccn_tool((SAMPLES / "hccn-tool-net-health-g-socket-failed.txt")
                                      .read_text())["net health status"]
-    init = parsers.parse_hccn_tool((SAMPLES / "hccn-tool-net-health-g.txt")
+    init = tooloutput.parse_hccn_tool((SAMPLES / "hccn-tool-net-health-g.txt")
                                    .read_text())["net health status"]
     problem, notes = dcgm.net_health_verdict("node2", {"3": failed, "1": init})
     assert problem is not None and problem.nodes == ("node2",)

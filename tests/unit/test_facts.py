@@ -1,5 +1,6 @@
-"""Typed facts at the node boundary (judge/facts.py): a probe's JSON is read once into values,
-from what the node scripts really print; the port statuses are node/netprobe.py's own words."""
+"""Typed facts at the node boundary (judge/common/facts.py): a probe's JSON is read once into
+values, from what the node scripts really print; the port statuses are node/netprobe.py's own
+words."""
 
 from __future__ import annotations
 
@@ -16,8 +17,9 @@ import pytest
 from paths import PACKAGE
 
 from cluster_tests import node
-from cluster_tests.judge import facts, sshfail
-from cluster_tests.judge.network import PortMatrix
+from cluster_tests.judge.common import facts
+from cluster_tests.judge.network.portjudge import PortMatrix
+from cluster_tests.judge.ssh import sshfail
 
 PRELUDE = PACKAGE / "node" / "prelude.py"
 
@@ -192,7 +194,7 @@ def _status_words(path) -> set[str]:
 def test_f3_red_from_what_netprobe_reached() -> None:
     """F3's red (judge.network.high_ports_problem), from a Reach as netprobe.py reports it: the
     failed ports grouped by the node's words, every source failing into b, b's rules, the fix."""
-    from cluster_tests.judge import network as nc
+    from cluster_tests.judge.network import portjudge as nc
 
     reach = facts.Reach.from_json("n3", {
         "addr": "10.0.0.3", "resolve_error": None, "master": None, "rtt_ms": [], "ssh": None,

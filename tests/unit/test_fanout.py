@@ -7,7 +7,7 @@ from __future__ import annotations
 import threading
 import time
 
-from cluster_tests.core import transport as T
+from cluster_tests.core import transport
 
 
 def test_handshakes_never_exceed_fanout(monkeypatch) -> None:
@@ -25,9 +25,9 @@ def test_handshakes_never_exceed_fanout(monkeypatch) -> None:
             live -= 1
         return object()
 
-    monkeypatch.setattr(T.Connection, "_open", fake_open)
+    monkeypatch.setattr(transport.Connection, "_open", fake_open)
     names = [f"node{i}" for i in range(1, 41)]
-    pool = T.Pool({n: T.SSHTarget(alias=n, hostname=n) for n in names}, fanout=3)
+    pool = transport.Pool({n: transport.SSHTarget(alias=n, hostname=n) for n in names}, fanout=3)
     half = len(names) // 2
     threads = [threading.Thread(target=pool.map,
                                 args=(lambda n: pool.connection(n).connect(), part))

@@ -9,9 +9,10 @@ import os
 import stat
 import subprocess
 
-from cluster_tests.judge import fixcmd
+from cluster_tests.judge.common import fixcmd
+from cluster_tests.judge.common.basefacts import BaseFacts
 from cluster_tests.judge.problem import PROPERTY, Problem
-from cluster_tests.report import fixes as fx
+from cluster_tests.report import fixes as fixes_mod
 from cluster_tests.report.summary import Outcome
 
 ODD = "we ird $(touch pwned) 'q' `x`;"
@@ -91,9 +92,9 @@ def _outcome(test_id, module, fixes=(), message="", fix=""):
 
 
 def test_script_is_in_checklist_order_merged_quoted_and_bash_n_clean(tmp_path):
-    hosts = fx.Fix("node3", "/etc/hosts: node1", (fixcmd.hosts_entry_cmd("node1", "10.0.0.1"),),
-                   "N2")
-    modes = fx.Fix("node-2", "modes", (fixcmd.chmod_cmd(f"/root/{ODD}", 0o600),), "S2")
+    hosts = fixes_mod.Fix("node3", "/etc/hosts: node1",
+                          (fixcmd.hosts_entry_cmd("node1", "10.0.0.1"),), "N2")
+    modes = fixes_mod.Fix("node-2", "modes", (fixcmd.chmod_cmd(f"/root/{ODD}", 0o600),), "S2")
     outcomes = [
         _outcome("test_name_consistent[node1]", "cluster_tests/checks/names.py", [hosts]),
         _outcome("test_ssh_trust[node3->node1]", "cluster_tests/checks/ssh.py", [hosts]),
@@ -102,7 +103,7 @@ def test_script_is_in_checklist_order_merged_quoted_and_bash_n_clean(tmp_path):
                  message="node4: public key refused",
                  fix="on node4: chmod 600 ~/.ssh/authorized_keys\n$(reboot)"),
     ]
-    text, n_cmd, n_manual = fx.render(outcomes, fx.ssh_prefix(None, "alice", 5))
+    text, n_cmd, n_manual = fixes_mod.render(outcomes, fixes_mod.ssh_prefix(None, "alice", 5))
     assert (n_cmd, n_manual) == (2, 1)
     assert subprocess.run(["bash", "-n"], input=text, text=True, check=False).returncode == 0
     blocks = [ln for ln in text.splitlines() if ln.startswith("# --- ")]
@@ -120,7 +121,7 @@ def test_script_is_in_checklist_order_merged_quoted_and_bash_n_clean(tmp_path):
 
 
 def test_empty_script_says_nothing_to_fix():
-    text, n_cmd, n_manual = fx.render([], ["ssh"])
+    text, n_cmd, n_manual = fixes_mod.render([], ["ssh"])
     assert (n_cmd, n_manual) == (0, 0) and "nothing to fix" in text
     assert subprocess.run(["bash", "-n"], input=text, text=True, check=False).returncode == 0
 
@@ -150,9 +151,9 @@ def test_fixes_from_base_facts_run_as_root_or_through_sudo() -> None:
     The interfaces are this machine's own `ip -o addr/link show`, as the base probe reads them."""
     ip = {k: subprocess.run(["ip", "-o", k, "show"], capture_output=True, text=True,
                             check=True).stdout for k in ("addr", "link")}
-    root = {"uid": 0, "hostname": "gpu-7", "resolve": {"node3": {"addrs": ["192.0.2.99"]}},
-            "ip_addr": ip["addr"], "ip_link": ip["link"]}
-    user = dict(root, uid=1000)
+    raw = {"uid": 0, "hostname": "gpu-7", "resolve": {"node3": {"addrs": ["192.0.2.99"]}},
+           "ip_addr": ip["addr"], "ip_link": ip["link"]}
+    root, user = BaseFacts.read(raw), BaseFacts.read(dict(raw, uid=1000))
     fix = fixcmd.hosts_fix("node1", user, "node3", "10.0.0.3", ["10.9.9.9"])
     assert fix.where == "node1" and fix.what == "/etc/hosts: node3 is 10.0.0.3 (it says 10.9.9.9)"
     assert fix.commands[0].startswith("sudo -n sh -c ")
@@ -162,5 +163,5 @@ def test_fixes_from_base_facts_run_as_root_or_through_sudo() -> None:
     assert fixcmd.hostname_fix("node3", root)[0].commands == (
         fixcmd.hostname_cmd("node3"), *[fixcmd.hosts_entry_cmd("node3", a) for a in own[:1]])
     assert fixcmd.hostname_fix("10.0.0.3", root) == [] and fixcmd.hostname_fix("node3", None) == []
-    right = dict(root, hostname="node3", resolve={"node3": {"addrs": own[:1]}})
+    right = BaseFacts.read(dict(raw, hostname="node3", resolve={"node3": {"addrs": own[:1]}}))
     assert fixcmd.hostname_fix("node3", right) == []

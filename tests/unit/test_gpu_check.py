@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 from paths import REPO, SAMPLES, load_script
 
-from cluster_tests.judge import collective as C
-from cluster_tests.judge import ranks as rk
+from cluster_tests.judge.collective import collverdict as C
+from cluster_tests.judge.collective import rankplan as rk
 
 
 def _mod():

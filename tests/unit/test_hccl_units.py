@@ -7,7 +7,7 @@ import pytest
 import toolparsers as tp
 from paths import SAMPLES
 
-from cluster_tests.judge import collective as C
+from cluster_tests.judge.collective import collverdict as C
 
 
 def test_hccl_algbw_in_gigabytes_and_busbw_by_the_nccl_tests_formula() -> None:

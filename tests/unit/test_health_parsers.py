@@ -14,7 +14,8 @@ import ttar
 from paths import PACKAGE, SAMPLES, load_script
 
 from cluster_tests import node
-from cluster_tests.judge import gpuhealth, nccllog, rdma
+from cluster_tests.judge.collective import nccllog
+from cluster_tests.judge.health import gpuhealth, rdma
 
 PROBE = PACKAGE / "node" / "healthprobe.py"
 
@@ -345,8 +346,8 @@ def test_worker_routes_nccl_debug_to_a_file_and_sends_the_transport_lines(monkey
 
 
 def _report(lines_by_host):
-    from cluster_tests.judge import collective as C
-    from cluster_tests.judge import ranks as rk
+    from cluster_tests.judge.collective import collverdict as C
+    from cluster_tests.judge.collective import rankplan as rk
 
     ranks = rk.assign_ranks({h: 1 for h in lines_by_host})
     events: dict[int, list[dict[str, Any]]] = {r.rank: [{"event": "start", "backend": "nccl"},
@@ -359,7 +360,7 @@ def _report(lines_by_host):
 def test_c1_table_names_each_nodes_transport_and_the_fallback():
     C, report = _report({"node1": sample("nccl-debug-roce-net-ib-p2p-ipc-shm-nccl2.5.7.txt"),
                          "node2": sample("nccl-debug-socket-fallback-gke-h100-2node-rank0.txt")})
-    from cluster_tests.judge import colltable as ctab
+    from cluster_tests.judge.collective import colltable as ctab
 
     table = ctab.format_table(report)
     assert "# transport node1: net NET/IB; intra-node P2P/IPC, direct shared memory" in table

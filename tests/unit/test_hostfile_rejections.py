@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from paths import REPO
 
-from cluster_tests.judge import hostfile as hf
+from cluster_tests.judge.hostfile import hostparse as hf
 
 GOOD = "good-a slots=1\ngood-b slots=1\n"
 

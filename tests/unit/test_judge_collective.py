@@ -14,11 +14,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 from paths import SAMPLES, load_script
 
-from cluster_tests.judge import collective as C
-from cluster_tests.judge import collopts as copts
-from cluster_tests.judge import colltable as ctab
-from cluster_tests.judge import pairbw as pb
-from cluster_tests.judge import ranks as rk
+from cluster_tests.judge.collective import collopts as copts
+from cluster_tests.judge.collective import colltable as ctab
+from cluster_tests.judge.collective import collverdict as C
+from cluster_tests.judge.collective import pairbw as pb
+from cluster_tests.judge.collective import rankplan as rk
 from fixtures import localcollective as LC
 
 FAST: dict[str, Any] = {"warmup": 2, "iters": 5, "connect_timeout": 10.0, "init_timeout": 10.0,
@@ -388,7 +388,7 @@ def test_suspect_node_one_rule_for_slow_and_failing_pairs() -> None:
 
 
 def test_budget_shares_split_c1_and_c2_rounds_and_sizes() -> None:
-    from cluster_tests.judge import pairbw as pb
+    from cluster_tests.judge.collective import pairbw as pb
 
     # 30 s: C1 15 s over 8 sizes; C2 15 s over 3 rounds of 2 sizes
     c1, c2 = pb.budget_shares(30.0, 10.0, 8, 3, 2)
@@ -398,8 +398,8 @@ def test_budget_shares_split_c1_and_c2_rounds_and_sizes() -> None:
 
 
 def test_pair_sizes_measure_a_smaller_size_first() -> None:
-    from cluster_tests.judge import collopts as copts
-    from cluster_tests.judge import pairbw as pb
+    from cluster_tests.judge.collective import collopts as copts
+    from cluster_tests.judge.collective import pairbw as pb
 
     assert pb.pair_sizes(copts.parse_sizes("1K,4K,16K,64K,256K,1M,4M,16M")) == [1 << 20, 16 << 20]
     assert pb.pair_sizes([65536, 1 << 20]) == [65536, 1 << 20]
@@ -408,13 +408,13 @@ def test_pair_sizes_measure_a_smaller_size_first() -> None:
 
 
 def test_stopped_by_prediction_names_the_budget() -> None:
-    from cluster_tests.judge import collective as CC
+    from cluster_tests.judge.collective import collverdict as C
 
-    s = CC.Stopped(size_bytes=16 << 20, op_seconds=3.41, size_seconds=2.5,
+    s = C.Stopped(size_bytes=16 << 20, op_seconds=3.41, size_seconds=2.5,
                    skipped=(16 << 20,), predicted=True, budget_s=30.0)
     text = s.describe()
     assert "one all_reduce of that size would take about 3.41 s (scaled from the last size " \
         "measured)" in text
     assert "budget 2.5 s per size, its share of --collective-budget 30 s" in text
-    plain = CC.Stopped(size_bytes=16 << 20, op_seconds=3.41, size_seconds=10.0, skipped=())
+    plain = C.Stopped(size_bytes=16 << 20, op_seconds=3.41, size_seconds=10.0, skipped=())
     assert "took 3.41 s (budget 10 s per size, --collective-size-seconds)" in plain.describe()

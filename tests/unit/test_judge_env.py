@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from cluster_tests.judge import env as ec
+from cluster_tests.judge.env import envvars
 
 
 def _deepspeed_reads(text: str) -> dict[str, str]:
@@ -19,7 +19,7 @@ def _deepspeed_reads(text: str) -> dict[str, str]:
 
 def test_parse_matches_deepspeed_on_good_files():
     text = "NCCL_DEBUG=INFO\n PYTHONPATH = /a:/b \nX=a=b"
-    assert ec.parse_deepspeed_env(text) == _deepspeed_reads(text) == {
+    assert envvars.parse_deepspeed_env(text) == _deepspeed_reads(text) == {
         "NCCL_DEBUG": "INFO", "PYTHONPATH": "/a:/b", "X": "a=b"}
 
 
@@ -28,28 +28,29 @@ def test_parse_matches_deepspeed_on_good_files():
 def test_lines_without_equals_crash_deepspeed_and_are_errors(text, line):
     with pytest.raises(ValueError):
         _deepspeed_reads(text)
-    findings = ec.lint_deepspeed_env(text, "~/.deepspeed_env")
+    findings = envvars.lint_deepspeed_env(text, "~/.deepspeed_env")
     assert [f.lineno for f in findings if f.error] == [line]
 
 
 def test_lint_traps():
-    findings = ec.lint_deepspeed_env('# x=y\nexport A=1\nB="a b"\nC=$HOME/x\n1BAD=2\n', "f")
+    findings = envvars.lint_deepspeed_env('# x=y\nexport A=1\nB="a b"\nC=$HOME/x\n1BAD=2\n', "f")
     by_line = {f.lineno: f for f in findings}
     assert by_line[1].error and "comment" in by_line[1].text
     assert not by_line[2].error and "bare name" in by_line[2].text
     assert not by_line[3].error and "quotes" in by_line[3].text
     assert not by_line[4].error and "expanded" in by_line[4].text
     assert by_line[5].error and "not a valid variable name" in by_line[5].text
-    assert ec.lint_deepspeed_env("A=1\nB=2", "f") == []
+    assert envvars.lint_deepspeed_env("A=1\nB=2", "f") == []
 
 
 def test_secrets_masked_even_in_lint():
-    findings = ec.lint_deepspeed_env("HF_TOKEN hf_abc\n", "f")
+    findings = envvars.lint_deepspeed_env("HF_TOKEN hf_abc\n", "f")
     assert findings and "hf_abc" not in findings[0].text and "HF_TOKEN ****" in findings[0].text
-    assert ec.shown("MY_API_KEY", "s3cr3t") == "****" and ec.shown("NCCL_DEBUG", "INFO") == "INFO"
-    assert ec.shown("X", None) == "(unset)"
+    assert envvars.shown("MY_API_KEY", "s3cr3t") == "****"
+    assert envvars.shown("NCCL_DEBUG", "INFO") == "INFO"
+    assert envvars.shown("X", None) == "(unset)"
     table = {"n1": {"AWS_SECRET_ACCESS_KEY": "abc"}, "n2": {"AWS_SECRET_ACCESS_KEY": "def"}}
-    assert "abc" not in ec.side_by_side(table, ["AWS_SECRET_ACCESS_KEY"])
+    assert "abc" not in envvars.side_by_side(table, ["AWS_SECRET_ACCESS_KEY"])
 
 
 STOCK_BASHRC = """# ~/.bashrc: executed by bash(1) for non-login shells.
@@ -64,20 +65,20 @@ export PATH=/opt/venv/bin:$PATH
 
 
 def test_early_return_and_exports():
-    assert ec.early_return_line(STOCK_BASHRC) == 6
-    assert ec.export_line(STOCK_BASHRC, "PATH") == 8
-    assert ec.early_return_line('[ -z "$PS1" ] && return\n') == 1
-    assert ec.early_return_line("[[ $- != *i* ]] && return\n") == 1
-    assert ec.early_return_line("export A=1\n") is None
-    assert ec.early_return_line(None) is None
+    assert envvars.early_return_line(STOCK_BASHRC) == 6
+    assert envvars.export_line(STOCK_BASHRC, "PATH") == 8
+    assert envvars.early_return_line('[ -z "$PS1" ] && return\n') == 1
+    assert envvars.early_return_line("[[ $- != *i* ]] && return\n") == 1
+    assert envvars.early_return_line("export A=1\n") is None
+    assert envvars.early_return_line(None) is None
 
 
 def test_differing_uses_majority_then_rank0():
     table = {"n1": {"A": "1", "B": "x"}, "n2": {"A": "1", "B": "y"}, "n3": {"A": "2"}}
-    assert ec.differing(table, "n3", prefer="n1") == ["A", "B"]
-    assert ec.differing(table, "n1", prefer="n1") == []
-    assert ec.differing(table, "n2", prefer="n1") == ["B"]  # x/y/unset tie: n1's value wins
-    text = ec.side_by_side(table, ["A"], mark="n3")
+    assert envvars.differing(table, "n3", prefer="n1") == ["A", "B"]
+    assert envvars.differing(table, "n1", prefer="n1") == []
+    assert envvars.differing(table, "n2", prefer="n1") == ["B"]  # x/y/unset tie: n1's value wins
+    text = envvars.side_by_side(table, ["A"], mark="n3")
     assert "n3 <" in text and "(unset)" not in text
 
 
@@ -89,16 +90,17 @@ def _dir(path: str, **kw) -> dict:
 
 
 def test_tmpdir_healthy_and_unset_are_fine():
-    assert ec.judge_tmpdir({"TMPDIR": None, "effective": _dir("/tmp")}) == ec.TmpVerdict([], [])
-    assert ec.judge_tmpdir({"TMPDIR": "/scratch", "tmpdir": _dir("/scratch"),
-                            "effective": _dir("/scratch")}) == ec.TmpVerdict([], [])
+    assert (envvars.judge_tmpdir({"TMPDIR": None, "effective": _dir("/tmp")})
+            == envvars.TmpVerdict([], []))
+    assert envvars.judge_tmpdir({"TMPDIR": "/scratch", "tmpdir": _dir("/scratch"),
+                            "effective": _dir("/scratch")}) == envvars.TmpVerdict([], [])
 
 
 def test_tmpdir_missing_is_a_warning_naming_the_line_and_the_fallback():
     facts = {"TMPDIR": "/scratch/job7", "from_launch": False,
              "tmpdir": {"path": "/scratch/job7", "exists": False, "is_dir": False},
              "effective": _dir("/tmp")}
-    v = ec.judge_tmpdir(facts, "# rc\nexport PATH=/x:$PATH\nexport TMPDIR=/scratch/job7\n")
+    v = envvars.judge_tmpdir(facts, "# rc\nexport PATH=/x:$PATH\nexport TMPDIR=/scratch/job7\n")
     assert v.problems == []
     [msg] = v.warnings
     assert msg.startswith("TMPDIR=/scratch/job7 (from ~/.bashrc line 3) does not exist: Python, "
@@ -107,24 +109,26 @@ def test_tmpdir_missing_is_a_warning_naming_the_line_and_the_fallback():
 
 def test_tmpdir_from_the_launch_not_a_dir_not_writable_are_warnings():
     base = {"TMPDIR": "/t", "from_launch": True, "effective": _dir("/tmp")}
-    v = ec.judge_tmpdir({**base, "tmpdir": _dir("/t", is_dir=False)})
+    v = envvars.judge_tmpdir({**base, "tmpdir": _dir("/t", is_dir=False)})
     assert v.problems == []
     assert "(from the launch's .deepspeed_env) is not a directory" in v.warnings[0]
-    v = ec.judge_tmpdir({**base, "tmpdir": _dir("/t", writable=False, error="PermissionError: x")})
+    v = envvars.judge_tmpdir({**base,
+                              "tmpdir": _dir("/t", writable=False, error="PermissionError: x")})
     assert "is not writable (PermissionError: x)" in v.warnings[0]
 
 
 def test_tmpdir_red_where_the_tools_really_write():
     small = {"TMPDIR": None, "effective": _dir("/tmp", free_bytes=300 << 20)}
-    [msg] = ec.judge_tmpdir(small).problems
+    [msg] = envvars.judge_tmpdir(small).problems
     assert "/tmp, the temporary directory here, has 300 MiB free, below 1024 MiB" in msg
     assert "du -xsh /tmp/*" in msg
-    assert ec.judge_tmpdir(small, min_free_mb=256).problems == []
-    assert ec.judge_tmpdir({**small, "effective": _dir("/tmp", free_bytes=1 << 30)}).problems == []
+    assert envvars.judge_tmpdir(small, min_free_mb=256).problems == []
+    big = {**small, "effective": _dir("/tmp", free_bytes=1 << 30)}
+    assert envvars.judge_tmpdir(big).problems == []
     full = {"TMPDIR": None, "effective": _dir("/tmp", writable=False,
                                               error="OSError: No space left on device")}
-    [msg] = ec.judge_tmpdir(full).problems
+    [msg] = envvars.judge_tmpdir(full).problems
     assert "/tmp, the temporary directory here, takes no file: OSError: No space left" in msg
-    [msg] = ec.judge_tmpdir({"TMPDIR": None, "effective_error":
+    [msg] = envvars.judge_tmpdir({"TMPDIR": None, "effective_error":
                              "[Errno 2] No usable temporary directory found in ['/tmp']"}).problems
     assert msg.startswith("Python finds no usable temporary directory: [Errno 2] No usable")

@@ -1,4 +1,4 @@
-"""judge/healthy.py: which nodes the launch can use right now, from the run's Problems; and the
+"""judge/healthyset.py: which nodes the launch can use right now, from the run's Problems; and the
 Problem value itself (judge/problem.py) as it travels in a JUnit property."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import ast
 import paths
 
 from cluster_tests.core import testids as ids
-from cluster_tests.judge.healthy import LAUNCH_NEEDS, healthy, needs
+from cluster_tests.judge.healthyset import LAUNCH_NEEDS, healthy, needs
 from cluster_tests.judge.problem import Fix, Problem
 
 NODES = ["node1", "node2", "node3", "node4"]

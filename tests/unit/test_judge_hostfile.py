@@ -1,4 +1,4 @@
-"""cluster_tests.judge.hostfile: equal to DeepSpeed 0.19's parser, lint traps, bad input,
+"""cluster_tests.judge.hostfile.hostparse: equal to DeepSpeed 0.19's parser, lint traps, bad input,
 filters."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from paths import REPO
 
 from cluster_tests.core.nodelist import load_hostfile
-from cluster_tests.judge.hostfile import (
+from cluster_tests.judge.hostfile.hostparse import (
     MAX_BYTES,
     MAX_LINES,
     Finding,
@@ -25,7 +25,7 @@ from cluster_tests.judge.hostfile import (
     parse_hostfile_text,
     split_lines,
 )
-from cluster_tests.judge.resourcefilter import ResourceFilterError, parse_resource_filter
+from cluster_tests.judge.hostfile.resourcefilter import ResourceFilterError, parse_resource_filter
 
 runner = pytest.importorskip("deepspeed.launcher.runner")
 
@@ -405,7 +405,7 @@ def test_slots_beyond_int_digit_limit(monkeypatch: pytest.MonkeyPatch) -> None:
     and as too large when the line-length limit is lifted."""
     text = "node1 slots=" + "9" * 5000 + "\n"
     assert only(text, "H1-long-line").severity == "error"
-    monkeypatch.setattr("cluster_tests.judge.hostfilelint.MAX_LINE_CHARS", 10**6)
+    monkeypatch.setattr("cluster_tests.judge.hostfile.hostlint.MAX_LINE_CHARS", 10**6)
     f = only(text, "H1-slots-too-large")
     assert (f.line, f.column, f.severity, f.fixed_line) == (1, 13, "error", None)
     assert_same_as_deepspeed(text)

@@ -1,11 +1,11 @@
-"""judge/jit.py (CHECKLIST E7) on facts dicts shaped as node/rehearse.py's `jit`."""
+"""judge/env/jit.py (CHECKLIST E7) on facts dicts shaped as node/rehearse.py's `jit`."""
 
 from __future__ import annotations
 
 import subprocess
 from typing import Any
 
-from cluster_tests.judge import jit as jj
+from cluster_tests.judge.env import jit as jj
 
 ORDER = ["node1", "node2", "node3"]
 EXT = "/shared/torch_extensions"

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from cluster_tests.judge import launch as le
+from cluster_tests.judge.env import launchlegs
 
 runner = pytest.importorskip("deepspeed.launcher.runner")
 multinode = pytest.importorskip("deepspeed.launcher.multinode_runner")
@@ -66,8 +66,10 @@ def ours(tmp_path, env, files, hosts=("node1", "node2")) -> list[str]:
         for name, text in files.items():
             if name.startswith("~/") == (prefix == "~/"):
                 env_files.append((str(d / name.removeprefix("~/")), text))
-    exports = le.launch_exports(env, launch, env_files)  # CPU accelerator: no extra prefixes
-    return le.pdsh_argv(list(hosts)) + le.remote_words(exports, launch, sys.executable, [])
+    # CPU accelerator: no extra prefixes
+    exports = launchlegs.launch_exports(env, launch, env_files)
+    return (launchlegs.pdsh_argv(list(hosts))
+            + launchlegs.remote_words(exports, launch, sys.executable, []))
 
 
 ENV = {"PATH": "/usr/bin:/bin", "HOME": "/root", "DS_ACCELERATOR": "cpu"}
@@ -111,7 +113,7 @@ def test_a_line_without_equals_stops_deepspeed_and_us(monkeypatch, tmp_path):
     files = {"~/.deepspeed_env": "NCCL_DEBUG=INFO\n\nNCCL_IB_DISABLE\n"}
     with pytest.raises(ValueError, match="not enough values to unpack"):
         deepspeed_pdsh_cmd(monkeypatch, tmp_path, dict(ENV), files)
-    with pytest.raises(le.EnvFileCrash) as exc:
+    with pytest.raises(launchlegs.EnvFileCrash) as exc:
         ours(tmp_path, dict(ENV), files)
     assert exc.value.lineno == 2  # the blank line comes first
 
@@ -124,14 +126,14 @@ def test_quote_value_is_add_export():
         f = Fake()
         f.exports = {}
         multinode.MultiNodeRunner.add_export(f, "K", value)
-        assert f.exports["K"] == le.quote_value(value)
+        assert f.exports["K"] == launchlegs.quote_value(value)
 
 
 def test_export_problems():
-    assert le.export_problems({"A": "1", "B": '"x y"'}) == []
-    bad = le.export_problems({"1X": "1"})
+    assert launchlegs.export_problems({"A": "1", "B": '"x y"'}) == []
+    bad = launchlegs.export_problems({"1X": "1"})
     assert bad and "'1X' is not a valid variable name" in bad[0]
-    assert "cannot be parsed by a shell" in le.export_problems({"A": '"a "b"'})[0]
+    assert "cannot be parsed by a shell" in launchlegs.export_problems({"A": '"a "b"'})[0]
 
 
 # -- pdsh's output ---------------------------------------------------------------------------
@@ -140,7 +142,7 @@ def test_labels_with_the_common_domain_stripped():
     """Observed on the sim: `pdsh -w node2.w.default.svc,node1 echo hi` prints `node2: hi`,
     while hosts of different domains and addresses keep their full names."""
     hosts = ["node1.w.svc", "node2.w.svc", "10.0.0.3", "node10.w.svc"]
-    out = le.split_pdsh_output(
+    out = launchlegs.split_pdsh_output(
         "node1: a\nnode10.w.svc: b\n10.0.0.3: c\npdsh@node1: node2: ssh exited with exit code 255\n"
         "node2: ssh: connect to host node2.w.svc port 22: Connection refused\n", hosts)
     assert out["node1.w.svc"].lines == ["a"]
@@ -151,8 +153,9 @@ def test_labels_with_the_common_domain_stripped():
 
 
 def _leg(text: str, node="node3"):
-    out = le.split_pdsh_output(text, ["node1", "node2", "node3"])[node]
-    return le.judge_leg(node, out, site="node1", python="/venv/bin/python", launch_dir="/root",
+    out = launchlegs.split_pdsh_output(text, ["node1", "node2", "node3"])[node]
+    return launchlegs.judge_leg(node, out, site="node1", python="/venv/bin/python",
+                                launch_dir="/root",
                         deadline=60, replay="ssh node3 ...")
 
 
@@ -188,7 +191,8 @@ def test_whether_a_leg_reached_its_host():
     command's own came back, not where ssh failed, and undecided where nothing did (S5 then runs
     its own pdsh)."""
     def reached(text: str):
-        return le.leg_reached(le.split_pdsh_output(text, ["node1", "node2", "node3"])["node3"])
+        outputs = launchlegs.split_pdsh_output(text, ["node1", "node2", "node3"])
+        return launchlegs.leg_reached(outputs["node3"])
 
     assert reached("node3: CT_STEP:import deepspeed.launcher.launch\nnode3: CT_REHEARSAL:{}\n")
     # the interpreter is missing there: ssh got in, the shell said so
@@ -226,10 +230,11 @@ def test_a_hung_leg_says_where_it_hung(tmp_path) -> None:
     finally:
         proc.kill()
         said, _ = proc.communicate()
-    out = le.HostOutput(lines=said.splitlines(),
+    out = launchlegs.HostOutput(lines=said.splitlines(),
                         pdsh_errors=["node2: command timeout (60 secs) expired"])
     assert out.timed_out
-    leg = le.judge_leg("node2", out, site="node1", python=sys.executable, launch_dir=str(tmp_path),
+    leg = launchlegs.judge_leg("node2", out, site="node1", python=sys.executable,
+                               launch_dir=str(tmp_path),
                        deadline=60, replay="ssh node2 true")
     assert leg.kind == "fail"
     assert "(stuck in `import deepspeed.launcher.launch`)" in leg.text, leg.text

@@ -1,11 +1,11 @@
-"""judge/launchargs.py: --launch-args read as DeepSpeed's runner reads its flags (its own
+"""judge/hostfile/launchargs.py: --launch-args read as DeepSpeed's runner reads its flags (its own
 argparse where deepspeed is importable, the built-in copy otherwise: both must agree)."""
 
 from __future__ import annotations
 
 import pytest
 
-from cluster_tests.judge import launchargs as la
+from cluster_tests.judge.hostfile import launchargs as la
 
 PARSERS = [pytest.param(None, id="deepspeed"),
            pytest.param(la._fallback_parse_args, id="builtin")]

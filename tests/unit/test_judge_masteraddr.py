@@ -1,11 +1,11 @@
-"""judge/masteraddr.py: the --master_addr DeepSpeed derives from `ssh <first host> hostname -I`,
-and why it cannot be the rendezvous address."""
+"""judge/hostfile/masteraddr.py: the --master_addr DeepSpeed derives from `ssh <first host> hostname
+-I`, and why it cannot be the rendezvous address."""
 
 from __future__ import annotations
 
 import subprocess
 
-from cluster_tests.judge import masteraddr as ma
+from cluster_tests.judge.hostfile import masteraddr as ma
 
 RANK0 = {"10.0.0.1": "eth0", "172.17.0.1": "docker0", "10.99.0.1": "eth0", "127.0.0.1": "lo"}
 

@@ -3,8 +3,8 @@ RTT statistics, and who is at fault in a port matrix."""
 
 from __future__ import annotations
 
-from cluster_tests.judge import network as nc
-from cluster_tests.judge.netfacts import Interface
+from cluster_tests.judge.common.netfacts import Interface
+from cluster_tests.judge.network import portjudge as nc
 
 
 def test_ifspec_nccl_syntax():

@@ -1,8 +1,8 @@
-"""judge/ownaddr.py (F7): a node's own gloo address against its peers' connects."""
+"""judge/network/ownaddr.py (F7): a node's own gloo address against its peers' connects."""
 
 from __future__ import annotations
 
-from cluster_tests.judge import ownaddr
+from cluster_tests.judge.network import ownaddr
 from cluster_tests.measure import launchpy
 
 OWN = {"how": "hostname", "hostname": "node2", "candidates": ["fd00::2", "10.0.0.2"],

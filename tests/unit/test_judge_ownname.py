@@ -1,4 +1,4 @@
-"""N3 (cluster_tests.judge.ownname): the node's own hostname resolving to a loopback address
+"""N3 (cluster_tests.judge.names.ownname): the node's own hostname resolving to a loopback address
 there, judged on base-facts dicts, and its /etc/hosts fix run for real on files (twice: the
 second run changes nothing, the first backup is kept)."""
 
@@ -12,8 +12,10 @@ import subprocess
 import pytest
 from paths import SAMPLES
 
-from cluster_tests.judge import fixcmd, ownname
-from cluster_tests.report import fixes as fx
+from cluster_tests.judge.common import fixcmd
+from cluster_tests.judge.common.basefacts import BaseFacts
+from cluster_tests.judge.names import ownname
+from cluster_tests.report import fixes as fixes_mod
 from cluster_tests.report.summary import Outcome
 
 #: a real node's interfaces: eth0 10.137.169.3 (and IPv6), docker0 172.17.0.1, a veth; then
@@ -25,12 +27,12 @@ ODD = "we ird $(touch pwned) 'q' `x`;"
 
 
 def base(hostname: str = "node3", answers: list[str] | None = None, uid: int = 0,
-         **resolve: list[str]) -> dict:
-    """The base facts the judge reads (node/probe.py section_base's keys)."""
+         ip: dict[str, str] = IP, **resolve: list[str]) -> BaseFacts:
+    """The base facts the judge reads, as read from node/probe.py section_base's keys."""
     got = {hostname: {"addrs": ["127.0.1.1"] if answers is None else answers, "error": None}}
     got.update({k: {"addrs": v, "error": None} for k, v in resolve.items()})
-    return {"uid": uid, "hostname": hostname, "resolve": got, "ip_addr": IP["addr"],
-            "ip_link": IP["link"]}
+    return BaseFacts.read({"uid": uid, "hostname": hostname, "resolve": got,
+                           "ip_addr": ip["addr"], "ip_link": ip["link"]})
 
 
 def test_no_loopback_answer_is_no_problem():
@@ -80,15 +82,14 @@ def test_the_hostfile_name_gives_the_address_the_launch_uses():
 
 
 def test_no_certain_address_leaves_the_fix_to_a_person():
-    two = dict(base(), ip_addr=IP2["addr"], ip_link=IP2["link"])
+    two = base(ip=IP2)
     assert ownname.physical_addresses(two) == ["10.137.169.3", "192.168.7.3", "fd00:c7::3"]
     p = ownname.judge("node3", two)
     assert p is not None and p.fixes == ()
     assert "'<its address> node3'" in p.fix
     assert "one of 10.137.169.3, 192.168.7.3, fd00:c7::3" in p.fix
     # the hostfile name (here not the hostname) tells which one the launch uses
-    named = dict(base(hostname="gpu-box-3", node3=["192.168.7.3"]), ip_addr=IP2["addr"],
-                 ip_link=IP2["link"])
+    named = base(hostname="gpu-box-3", ip=IP2, node3=["192.168.7.3"])
     p = ownname.judge("node3", named)
     assert p is not None
     assert p.fixes[0].commands == (fixcmd.own_name_hosts_cmd("gpu-box-3", "192.168.7.3"),)
@@ -187,7 +188,7 @@ def test_the_fix_is_a_block_of_fixes_sh():
     red = Outcome("test_hostname_not_loopback[node3]", "test_hostname_not_loopback",
                   "cluster_tests/checks/names.py", "failed", p.text(),
                   properties={"problem": p.to_json()})
-    text, n_cmd, n_manual = fx.render([red], fx.ssh_prefix(None, None, 5))
+    text, n_cmd, n_manual = fixes_mod.render([red], fixes_mod.ssh_prefix(None, None, 5))
     assert (n_cmd, n_manual) == (1, 0)
     assert "# --- [N3] on node3" in text and "test_hostname_not_loopback[node3]" in text
     assert subprocess.run(["bash", "-n"], input=text, text=True, check=False).returncode == 0

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from cluster_tests.judge import trainargv as targv
-from cluster_tests.judge import traindiag as tdiag
-from cluster_tests.judge import trainresult as tres
+from cluster_tests.judge.training import trainargv as targv
+from cluster_tests.judge.training import traindiag as tdiag
+from cluster_tests.judge.training import trainresult as tres
 from fixtures import localtrain as local
 
 pytest.importorskip("torch")

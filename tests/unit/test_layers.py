@@ -187,10 +187,13 @@ def test_chains_are_followed() -> None:
 
 
 @pytest.mark.parametrize(("importer", "source", "imported", "ok"), [
-    ("judge.env", "from cluster_tests.core.cluster import Cluster", "core.cluster", False),
-    ("judge.env", "def f():\n    from cluster_tests.judge import parsers", "judge.parsers", True),
-    ("judge.ssh", "from cluster_tests.report import fixes as fx", "report.fixes", False),
-    ("judge.launch", "from cluster_tests.core.testids import S4", "core.testids", True),
+    ("judge.env.envvars", "from cluster_tests.core.cluster import Cluster", "core.cluster",
+     False),
+    ("judge.env.envvars", "def f():\n    from cluster_tests.judge.common import tooloutput",
+     "judge.common.tooloutput", True),
+    ("judge.ssh.sshmodes", "from cluster_tests.report import fixes as fx", "report.fixes",
+     False),
+    ("judge.env.launchlegs", "from cluster_tests.core.testids import S4", "core.testids", True),
     ("report.html", "from . import summary", "report.summary", True),
     ("report.html", "from ..core.testids import S4", "core.testids", True),
     ("report.fixes", "from ..core import memokey", "core.memokey", True),
@@ -211,3 +214,49 @@ def test_the_rule_reads_imports_as_written(importer: str, source: str, imported:
                                            ok: bool) -> None:
     assert imports_of(source, importer) == {imported}
     assert allowed(importer, imported) is ok
+
+
+# -- finding a verdict from an id (issue 40) ----------------------------------------------------
+
+
+def test_module_names_are_unique_across_layers() -> None:
+    """A name read in an import or a traceback says which file it is: no two modules of the
+    package share a file name (a section's check module and its judge package share the
+    section's name, which the section table pairs)."""
+    seen: dict[str, list[str]] = {}
+    for name, path in _modules():
+        if path.name != "__init__.py":
+            seen.setdefault(path.stem, []).append(name)
+    assert {k: v for k, v in seen.items() if len(v) > 1} == {}
+
+
+def test_each_module_has_one_alias_or_none() -> None:
+    """`from cluster_tests.judge.training import traindiag as tdiag` everywhere, or never `as`."""
+    aliases: dict[str, set[str]] = {}
+    for path in [*ROOT.rglob("*.py"), *paths.REPO.joinpath("tests").rglob("*.py"),
+                 *paths.REPO.joinpath("bench").rglob("*.py"),
+                 *paths.REPO.joinpath("fixtures").rglob("*.py")]:
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith(PACKAGE):
+                for a in node.names:
+                    full = f"{node.module}.{a.name}"[len(PACKAGE) + 1:]
+                    if _is_module(full):
+                        aliases.setdefault(full, set()).add(a.asname or a.name)
+    several = {m: sorted(a) for m, a in aliases.items() if len(a) > 1}
+    assert several == {}
+
+
+def test_the_section_table_names_each_sections_modules() -> None:
+    """core/sections.py: from a checklist letter to its check module, judge package and measure
+    modules in one hop; every judge package is a section's (or the shared `common`)."""
+    from cluster_tests.core import sections
+
+    for s in sections.SECTIONS:
+        assert _is_module(f"checks.{s.module}"), s
+        assert (ROOT / "judge" / s.judge / "__init__.py").is_file(), s
+        for m in s.measure:
+            assert _is_module(f"measure.{m}"), (s, m)
+    packages = {p.parent.name for p in (ROOT / "judge").glob("*/__init__.py")}
+    assert packages == {s.judge for s in sections.SECTIONS} | {"common"}
+    measured = [m for s in sections.SECTIONS for m in s.measure]
+    assert len(measured) == len(set(measured))  # each measure module is one section's

@@ -147,7 +147,7 @@ else:
 
 
 def test_the_cleanup_removes_the_lock_a_killed_job_held_and_only_that(tmp_path):
-    from cluster_tests.measure import training as trr
+    from cluster_tests.measure import trainruns as trr
 
     run_dir, ext = tmp_path / "ct-train-x", tmp_path / "ext" / "op"
     run_dir.mkdir()

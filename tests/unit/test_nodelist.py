@@ -10,7 +10,7 @@ import pytest
 from paths import SAMPLES
 
 from cluster_tests.core import nodelist as nl
-from cluster_tests.judge import hostfile as hf
+from cluster_tests.judge.hostfile import hostparse as hf
 
 CAPTURES = json.loads((SAMPLES / "scontrol-show-hostnames-22.05.8.json").read_text())["captures"]
 

@@ -1,4 +1,5 @@
-"""Tests of cluster_tests.judge.parsers on the real captured samples in tests/data/samples/.
+"""Tests of cluster_tests.judge.common.tooloutput on the real captured samples in
+tests/data/samples/.
 
 Each sample file is parsed by at least one test that asserts values read from the file.
 The fuzz tests at the end check the "never raise" contract of every parser.
@@ -15,8 +16,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from paths import SAMPLES, TESTS
 
-from cluster_tests.judge import collective as C
-from cluster_tests.judge import parsers as p
+from cluster_tests.judge.collective import collverdict as C
+from cluster_tests.judge.common import tooloutput
 
 
 def sample(name: str) -> str:
@@ -36,7 +37,7 @@ def test_every_sample_has_a_test() -> None:
 
 
 def test_nvidia_smi_L_8gpu() -> None:
-    gpus = p.parse_nvidia_smi_L(sample("nvidia-smi-L-8gpu.txt"))
+    gpus = tooloutput.parse_nvidia_smi_L(sample("nvidia-smi-L-8gpu.txt"))
     assert [g.index for g in gpus] == list(range(8))
     assert {g.name for g in gpus} == {"Quadro RTX 8000"}
     assert gpus[0].uuid == "GPU-6b201039-6477-dd9c-1edd-137c8c44f8d6"
@@ -45,13 +46,13 @@ def test_nvidia_smi_L_8gpu() -> None:
 
 
 def test_nvidia_smi_L_mixed_models() -> None:
-    gpus = p.parse_nvidia_smi_L(sample("nvidia-smi-L-mixed-models.txt"))
+    gpus = tooloutput.parse_nvidia_smi_L(sample("nvidia-smi-L-mixed-models.txt"))
     assert [(g.index, g.name) for g in gpus] == [(0, "NVIDIA T1000"), (1, "Tesla V100-PCIE-16GB")]
     assert gpus[1].uuid == "GPU-b08ecee0-0ea5-7b07-d459-baa5b95f5e89"
 
 
 def test_nvidia_smi_L_mig_children() -> None:
-    gpus = p.parse_nvidia_smi_L(sample("nvidia-smi-L-mig.txt"))
+    gpus = tooloutput.parse_nvidia_smi_L(sample("nvidia-smi-L-mig.txt"))
     assert len(gpus) == 4
     assert {g.name for g in gpus} == {"NVIDIA A100-SXM4-80GB"}
     mig = gpus[0].mig
@@ -62,9 +63,9 @@ def test_nvidia_smi_L_mig_children() -> None:
 
 
 def test_nvidia_smi_L_truncated_uuid() -> None:
-    gpus = p.parse_nvidia_smi_L("GPU 0: Tesla V100 (UUID: GPU-b08e")
-    assert gpus == [p.Gpu(index=0, name="Tesla V100", uuid="GPU-b08e")]
-    assert p.parse_nvidia_smi_L("GPU 1: Tesla V100")[0].uuid is None
+    gpus = tooloutput.parse_nvidia_smi_L("GPU 0: Tesla V100 (UUID: GPU-b08e")
+    assert gpus == [tooloutput.Gpu(index=0, name="Tesla V100", uuid="GPU-b08e")]
+    assert tooloutput.parse_nvidia_smi_L("GPU 1: Tesla V100")[0].uuid is None
 
 
 # ------------------------------------------------------------------ nvidia-smi --query-gpu
@@ -165,39 +166,39 @@ def test_npu_smi_topo_910b() -> None:
 
 
 def test_npu_smi_info_910a_two_warnings_and_processes() -> None:
-    info = p.parse_npu_smi_info(sample("npu-smi-info-910a-warning-with-procs.txt"))
+    info = tooloutput.parse_npu_smi_info(sample("npu-smi-info-910a-warning-with-procs.txt"))
     assert info.warnings == []
     assert (info.npu_smi_version, info.version) == ("24.1.RC2", "24.1.RC2")
     assert [n.npu_id for n in info.npus] == list(range(8))
-    warned = [n.npu_id for n in info.npus if n.health is p.NpuHealth.WARNING]
+    warned = [n.npu_id for n in info.npus if n.health is tooloutput.NpuHealth.WARNING]
     assert warned == [3, 7]
     assert info.npus[3].health_raw == "Warning"
-    assert all(n.health is p.NpuHealth.OK for n in info.npus if n.npu_id not in (3, 7))
+    assert all(n.health is tooloutput.NpuHealth.OK for n in info.npus if n.npu_id not in (3, 7))
     npu3 = info.npus[3]
     assert (npu3.name, npu3.power_w, npu3.temp_c) == ("xxx", 206.9, 39.0)
-    assert npu3.hugepages == p.Usage(1232, 1232)
+    assert npu3.hugepages == tooloutput.Usage(1232, 1232)
     assert len(npu3.chips) == 1
     assert npu3.chips[0].chip_id == 0
     assert npu3.chips[0].bus_id == "0000:01:00.0"
-    assert npu3.chips[0].memory_mb == p.Usage(3616, 15039)
-    assert npu3.hbm_mb == p.Usage(0, 32768)
+    assert npu3.chips[0].memory_mb == tooloutput.Usage(3616, 15039)
+    assert npu3.hbm_mb == tooloutput.Usage(0, 32768)
     assert len(info.processes) == 32
-    assert info.processes[0] == p.NpuProcess(0, 0, 37656, "hlt_host_devmm_", 686)
-    assert info.processes[-1] == p.NpuProcess(7, 0, 37663, "hlt_host_devmm_", 686)
+    assert info.processes[0] == tooloutput.NpuProcess(0, 0, 37656, "hlt_host_devmm_", 686)
+    assert info.processes[-1] == tooloutput.NpuProcess(7, 0, 37663, "hlt_host_devmm_", 686)
     assert {pr.npu_id for pr in info.processes} == set(range(8))
 
 
 def test_npu_smi_info_910b() -> None:
-    info = p.parse_npu_smi_info(sample("npu-smi-info-910b.txt"))
+    info = tooloutput.parse_npu_smi_info(sample("npu-smi-info-910b.txt"))
     assert info.warnings == []
     assert info.version == "24.1.rc1.b030"
     assert len(info.npus) == 8
     assert {n.name for n in info.npus} == {"910B3"}
-    assert all(n.health is p.NpuHealth.OK for n in info.npus)
+    assert all(n.health is tooloutput.NpuHealth.OK for n in info.npus)
     assert info.npus[0].power_w == 101.8
     assert info.npus[4].temp_c == 45
-    assert info.npus[0].hbm_mb == p.Usage(3318, 65536)
-    assert info.npus[7].hbm_mb == p.Usage(3315, 65536)
+    assert info.npus[0].hbm_mb == tooloutput.Usage(3318, 65536)
+    assert info.npus[7].hbm_mb == tooloutput.Usage(3315, 65536)
     assert info.npus[2].chips[0].bus_id == "0000:81:00.0"
     assert info.processes == []
 
@@ -226,14 +227,14 @@ NPU_SMI_310P_TWO_CHIPS = """\
 
 
 def test_npu_smi_info_two_chips_per_npu_and_health_normalization() -> None:
-    info = p.parse_npu_smi_info(NPU_SMI_310P_TWO_CHIPS)
+    info = tooloutput.parse_npu_smi_info(NPU_SMI_310P_TWO_CHIPS)
     assert info.warnings == []
     npu1, npu2 = info.npus
-    assert (npu1.health, npu1.health_raw) == (p.NpuHealth.CRITICAL, "Critical")
-    assert (npu2.health, npu2.health_raw) == (p.NpuHealth.UNKNOWN, "Fine")
+    assert (npu1.health, npu1.health_raw) == (tooloutput.NpuHealth.CRITICAL, "Critical")
+    assert (npu2.health, npu2.health_raw) == (tooloutput.NpuHealth.UNKNOWN, "Fine")
     assert npu1.power_w is None and npu1.temp_c == 41
     assert [(c.chip_id, c.device_id) for c in npu1.chips] == [(0, 2), (1, 3)]
-    assert npu1.chips[1].memory_mb == p.Usage(1375, 21527)
+    assert npu1.chips[1].memory_mb == tooloutput.Usage(1375, 21527)
     assert npu1.chips[1].aicore_percent == 3
     assert npu1.hbm_mb is None
     assert [(c.chip_id, c.device_id) for c in npu2.chips] == [(0, 4)]
@@ -243,29 +244,30 @@ def test_npu_smi_info_two_chips_per_npu_and_health_normalization() -> None:
 @pytest.mark.parametrize(
     ("raw", "health"),
     [
-        ("OK", p.NpuHealth.OK),
-        ("warning", p.NpuHealth.WARNING),
-        ("Alarm", p.NpuHealth.ALARM),
-        (" Critical ", p.NpuHealth.CRITICAL),
-        ("", p.NpuHealth.UNKNOWN),
-        ("NA", p.NpuHealth.UNKNOWN),
+        ("OK", tooloutput.NpuHealth.OK),
+        ("warning", tooloutput.NpuHealth.WARNING),
+        ("Alarm", tooloutput.NpuHealth.ALARM),
+        (" Critical ", tooloutput.NpuHealth.CRITICAL),
+        ("", tooloutput.NpuHealth.UNKNOWN),
+        ("NA", tooloutput.NpuHealth.UNKNOWN),
     ],
 )
-def test_npu_health_from_raw(raw: str, health: p.NpuHealth) -> None:
-    assert p.NpuHealth.from_raw(raw) is health
+def test_npu_health_from_raw(raw: str, health: tooloutput.NpuHealth) -> None:
+    assert tooloutput.NpuHealth.from_raw(raw) is health
 
 
 def test_npu_smi_info_truncated_mid_table() -> None:
     text = sample("npu-smi-info-910b.txt")
     cut = text[: text.index("| 3     910B3")]
-    info = p.parse_npu_smi_info(cut + "| 3     910B3      | O")
+    info = tooloutput.parse_npu_smi_info(cut + "| 3     910B3      | O")
     assert [n.npu_id for n in info.npus] == [0, 1, 2, 3]
-    assert info.npus[3].health is p.NpuHealth.UNKNOWN
+    assert info.npus[3].health is tooloutput.NpuHealth.UNKNOWN
 
 
 def test_npu_smi_info_cut_head_starts_with_chip_row() -> None:
     text = sample("npu-smi-info-910b.txt")
-    info = p.parse_npu_smi_info(text[text.index("| 0                         | 0000:C1") :])
+    cut = text.index("| 0                         | 0000:C1")
+    info = tooloutput.parse_npu_smi_info(text[cut:])
     assert [n.npu_id for n in info.npus] == list(range(1, 8))
     assert info.warnings == ["line 1: chip row without its NPU row"]
 
@@ -276,7 +278,7 @@ def test_topo_header_without_indent() -> None:
 
 
 def test_npu_smi_info_l() -> None:
-    listing = p.parse_npu_smi_info_l(sample("npu-smi-info-l-8npu.txt"))
+    listing = tooloutput.parse_npu_smi_info_l(sample("npu-smi-info-l-8npu.txt"))
     assert listing.total_count == 8
     assert [n.npu_id for n in listing.npus] == list(range(8))
     assert {n.chip_count for n in listing.npus} == {1}
@@ -286,7 +288,8 @@ def test_npu_smi_info_l() -> None:
 
 def test_npu_smi_info_l_count_mismatch_is_a_warning() -> None:
     text = sample("npu-smi-info-l-8npu.txt")
-    listing = p.parse_npu_smi_info_l(text[: text.index("NPU ID                         : 7")])
+    cut = text.index("NPU ID                         : 7")
+    listing = tooloutput.parse_npu_smi_info_l(text[:cut])
     assert len(listing.npus) == 7
     assert listing.warnings == ["Total Count says 8 but 7 NPU blocks were read"]
 
@@ -314,27 +317,27 @@ def test_npu_smi_board() -> None:
 
 
 def test_hccn_tool_ip() -> None:
-    values = p.parse_hccn_tool(sample("hccn-tool-ip-g.txt"))
+    values = tooloutput.parse_hccn_tool(sample("hccn-tool-ip-g.txt"))
     assert values == {"ipaddr": "10.xx.xx.10", "netmask": "255.255.255.0"}
-    assert p.hccn_link_up(sample("hccn-tool-ip-g.txt")) is None
+    assert tooloutput.hccn_link_up(sample("hccn-tool-ip-g.txt")) is None
 
 
 def test_hccn_tool_link_up_and_down() -> None:
-    assert p.parse_hccn_tool(sample("hccn-tool-link-g-up.txt")) == {"link status": "UP"}
-    assert p.hccn_link_up(sample("hccn-tool-link-g-up.txt")) is True
-    assert p.hccn_link_up(sample("hccn-tool-link-g-down.txt")) is False
-    assert p.hccn_link_up("link status:up\r\n") is True
-    assert p.hccn_link_up("") is None
-    assert p.hccn_link_up("link status: UNKNOWN") is None
+    assert tooloutput.parse_hccn_tool(sample("hccn-tool-link-g-up.txt")) == {"link status": "UP"}
+    assert tooloutput.hccn_link_up(sample("hccn-tool-link-g-up.txt")) is True
+    assert tooloutput.hccn_link_up(sample("hccn-tool-link-g-down.txt")) is False
+    assert tooloutput.hccn_link_up("link status:up\r\n") is True
+    assert tooloutput.hccn_link_up("") is None
+    assert tooloutput.hccn_link_up("link status: UNKNOWN") is None
 
 
 def test_hccn_tool_net_health() -> None:
-    values = p.parse_hccn_tool(sample("hccn-tool-net-health-g.txt"))
+    values = tooloutput.parse_hccn_tool(sample("hccn-tool-net-health-g.txt"))
     assert values == {"net health status": "Init"}
 
 
 def test_hccn_tool_tls_switch_line() -> None:
-    values = p.parse_hccn_tool(sample("hccn-tool-tls-g-switch.txt"))
+    values = tooloutput.parse_hccn_tool(sample("hccn-tool-tls-g-switch.txt"))
     assert values == {
         "dev_id": "0",
         "tls switch": "0",
@@ -345,7 +348,7 @@ def test_hccn_tool_tls_switch_line() -> None:
 
 def test_hccn_tool_link_stat() -> None:
     text = sample("hccn-tool-link-stat-g.txt")
-    values = p.parse_hccn_tool(text)
+    values = tooloutput.parse_hccn_tool(text)
     assert values["current time"] == "Wed Jun  7 10:08:28 2023"
     assert values["link up count"] == "2"
     stat = tp.parse_hccn_link_stat(text)
@@ -421,7 +424,7 @@ def test_nccl_algbw_is_size_over_time(name: str) -> None:
     for row in tp.parse_nccl_tests(sample(name)).rows:
         for timing in (row.out_of_place, row.in_place):
             assert timing.time_us is not None and timing.algbw is not None
-            expected = p.algbw(row.size_bytes, timing.time_us * 1e-6)
+            expected = tooloutput.algbw(row.size_bytes, timing.time_us * 1e-6)
             # time printed with 4-5 significant digits, algbw to 0.01 GB/s.
             assert expected == pytest.approx(timing.algbw, rel=1e-3, abs=0.006), row
 
@@ -482,8 +485,8 @@ def test_busbw_factor_and_algbw_reject_nonsense() -> None:
     with pytest.raises(ValueError, match="nranks"):
         C.busbw_factor("allreduce", 0)
     with pytest.raises(ValueError, match="seconds"):
-        p.algbw(1, 0)
-    assert p.algbw(1e9, 0.5) == 2.0
+        tooloutput.algbw(1, 0)
+    assert tooloutput.algbw(1e9, 0.5) == 2.0
 
 
 # ------------------------------------------------------------------ hccl_test
@@ -537,28 +540,28 @@ def test_hccl_test_retcode_error() -> None:
 # ------------------------------------------------------------------ robustness
 
 PARSERS: list[Callable[[str], object]] = [
-    p.parse_nvidia_smi_L,
+    tooloutput.parse_nvidia_smi_L,
     tp.parse_nvidia_smi_query_csv,
     tp.parse_nvidia_smi_topo,
     tp.parse_npu_smi_topo,
-    p.parse_npu_smi_info,
-    p.parse_npu_smi_info_l,
+    tooloutput.parse_npu_smi_info,
+    tooloutput.parse_npu_smi_info_l,
     tp.parse_npu_smi_info_m,
     tp.parse_npu_smi_board,
-    p.parse_hccn_tool,
-    p.hccn_link_up,
+    tooloutput.parse_hccn_tool,
+    tooloutput.hccn_link_up,
     tp.parse_hccn_link_stat,
     tp.parse_nccl_tests,
     tp.parse_hccl_test,
-    p.parse_key_values,
+    tooloutput.parse_key_values,
 ]
 ALL_SAMPLES = sorted(f.name for f in SAMPLES.glob("*.txt"))
 
 EMPTY_RESULTS: dict[Callable[[str], object], object] = {
-    p.parse_npu_smi_info: p.NpuSmiInfo(),
+    tooloutput.parse_npu_smi_info: tooloutput.NpuSmiInfo(),
     tp.parse_nccl_tests: tp.NcclTestsResult(),
     tp.parse_hccl_test: tp.HcclTestResult(),
-    p.parse_npu_smi_info_l: p.NpuSmiList(),
+    tooloutput.parse_npu_smi_info_l: tooloutput.NpuSmiList(),
 }
 
 

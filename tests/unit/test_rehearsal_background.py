@@ -10,7 +10,7 @@ from typing import Any
 from memostub import SessionMemo
 
 from cluster_tests.checks import env as env_checks
-from cluster_tests.checks import network as net_checks
+from cluster_tests.checks import network as net
 from cluster_tests.measure import ports, rehearsal
 
 
@@ -53,10 +53,10 @@ def test_started_only_for_the_readers_of_the_rehearsal(monkeypatch):
     monkeypatch.setattr(ports, "start_background", lambda c: matrix.append(c))
     cluster: Any = object()
     env_checks.session_start(cluster, frozenset({"test_required_env", "test_env_agrees"}))
-    net_checks.session_start(cluster, frozenset({"test_reachable", "test_mtu"}))
+    net.session_start(cluster, frozenset({"test_reachable", "test_mtu"}))
     assert calls == []
     env_checks.session_start(cluster, frozenset({"test_versions"}))  # E3 alone (-k)
-    net_checks.session_start(cluster, frozenset({"test_socket_ifname"}))
+    net.session_start(cluster, frozenset({"test_socket_ifname"}))
     assert calls == [cluster, cluster]
     # the port matrix likewise, for its readers only (F1 above; not F5, F6)
     assert matrix == [cluster]

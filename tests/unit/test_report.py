@@ -166,7 +166,7 @@ def test_html_folds_the_ranks_stacks_by_group():
     import json
     from pathlib import Path
 
-    from cluster_tests.judge import stacks as S
+    from cluster_tests.judge.common import stacks as S
 
     events = json.loads((Path(__file__).resolve().parents[1] / "data" / "samples"
                          / "stacks_gloo_connect_vs_rendezvous.json").read_text())

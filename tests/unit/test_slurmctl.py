@@ -15,7 +15,7 @@ import pytest
 
 from cluster_tests.core import slurmctl
 from cluster_tests.core import testids as ids
-from cluster_tests.judge.healthy import healthy
+from cluster_tests.judge.healthyset import healthy
 from cluster_tests.judge.problem import Problem
 
 SAMPLE = paths.SAMPLES / "scontrol-show-node-22.05.8.json"

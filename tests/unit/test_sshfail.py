@@ -2,7 +2,9 @@
 way."""
 
 from cluster_tests.core import transport
-from cluster_tests.judge import launch, ssh, sshfail, traindiag
+from cluster_tests.judge.env import launchlegs
+from cluster_tests.judge.ssh import sshfail, sshmodes
+from cluster_tests.judge.training import traindiag as tdiag
 
 
 def test_one_cause_enum():
@@ -11,14 +13,14 @@ def test_one_cause_enum():
 
 
 def test_classify_words():
-    classify = ssh.classify_ssh_failure
+    classify = sshmodes.classify_ssh_failure
     assert classify("Permission denied (publickey).", 255) == sshfail.Cause.AUTH.value
     assert classify("Permission denied (password).", 255) == "public keys not accepted"
     assert sshfail.classify("ssh: Could not resolve hostname x", 255) is sshfail.Cause.DNS
 
 
 def test_training_ssh_rules_mapped():
-    for rule in traindiag._RULES:
+    for rule in tdiag._RULES:
         if rule.kind.startswith("ssh-"):
             assert isinstance(rule.ssh_cause, sshfail.Cause)
 
@@ -26,12 +28,12 @@ def test_training_ssh_rules_mapped():
 def test_training_ssh_rules_are_the_vocabulary():
     """T2's ssh rules are sshfail's pdsh-leg words, in their order, with their texts."""
     words = [*sshfail.PDSH_LEG, sshfail.RUNNER_CHECK]
-    rules = [r for r in traindiag._RULES if r.ssh_cause is not None]
+    rules = [r for r in tdiag._RULES if r.ssh_cause is not None]
     assert [(r.kind, r.pattern.pattern, r.cause, r.hint, r.host_group, r.ssh_cause)
             for r in rules] == [
         (w.kind, w.pattern, w.says, w.fix, w.host_group, w.cause) for w in words
     ]
-    assert traindiag.SSH_KINDS == {w.kind for w in words}
+    assert tdiag.SSH_KINDS == {w.kind for w in words}
     assert sshfail.leg_words("ssh-publickey") is sshfail.PDSH_LEG[0]
     assert sshfail.leg_words("no-torch") is None
 
@@ -48,12 +50,12 @@ def test_ssh_causes_of_a_pdsh_log_line():
     for w in sshfail.PDSH_LEG:
         if w.kind in lines:
             assert sshfail.classify(lines[w.kind], 255) is w.cause
-    diags = traindiag.diagnose("\n".join(lines.values()), hosts=["node1", "node2"])
+    diags = tdiag.diagnose("\n".join(lines.values()), hosts=["node1", "node2"])
     assert [(d.kind, d.node) for d in diags] == [(k, "node2") for k in lines]
 
 
 def test_rehearsal_reads_ssh_failures_with_the_vocabulary():
-    assert launch._SSH_FAILURE is sshfail.PDSH_LEG_FAILED
+    assert launchlegs._SSH_FAILURE is sshfail.PDSH_LEG_FAILED
     assert sshfail.PDSH_LEG_FAILED.search("ssh: connect to host node2 port 22: Connection refused")
     assert not sshfail.PDSH_LEG_FAILED.search("import deepspeed")
 
@@ -73,17 +75,17 @@ def test_transport_hints_are_the_vocabulary():
 def test_sshd_config_problems_each_end_with_their_fix() -> None:
     """S3 (judge.ssh.sshd_config_problems): keys refused, and root's keys refused only when the
     suite logs in as root; each problem carries its own `fix, on NODE:` line."""
-    from cluster_tests.judge import ssh as sshcheck
+    from cluster_tests.judge.ssh import sshmodes
 
-    cfg = sshcheck.parse_sshd_T("pubkeyauthentication no\npermitrootlogin no\n")
-    assert sshcheck.sshd_config_problems("n1", cfg, root=False) == [
+    cfg = sshmodes.parse_sshd_T("pubkeyauthentication no\npermitrootlogin no\n")
+    assert sshmodes.sshd_config_problems("n1", cfg, root=False) == [
         "PubkeyAuthentication is 'no': sshd refuses every key, so pdsh cannot log in\n"
         "  fix, on n1: set 'PubkeyAuthentication yes' in /etc/ssh/sshd_config; "
         "systemctl reload ssh"]
-    both = sshcheck.sshd_config_problems("n1", cfg, root=True)
+    both = sshmodes.sshd_config_problems("n1", cfg, root=True)
     assert len(both) == 2 and both[1].startswith("PermitRootLogin is 'no'")
-    ok = sshcheck.parse_sshd_T("pubkeyauthentication yes\npermitrootlogin prohibit-password\n")
-    assert sshcheck.sshd_config_problems("n1", ok, root=True) == []
+    ok = sshmodes.parse_sshd_T("pubkeyauthentication yes\npermitrootlogin prohibit-password\n")
+    assert sshmodes.sshd_config_problems("n1", ok, root=True) == []
 
 
 def test_a_dead_or_unknown_ssh_alias_is_fixed_in_the_ssh_config():

@@ -1,5 +1,6 @@
-"""Where the ranks were at a deadline: faulthandler dumps parsed and grouped (judge/stacks.py),
-on REAL dumps relayed by the supervisor (tests/data/samples/stacks_*.json, see SOURCES.md)."""
+"""Where the ranks were at a deadline: faulthandler dumps parsed and grouped
+(judge/common/stacks.py), on REAL dumps relayed by the supervisor (tests/data/samples/stacks_*.json,
+see SOURCES.md)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from cluster_tests.judge import stacks as S
+from cluster_tests.judge.common import stacks as S
 
 SAMPLES = Path(__file__).resolve().parents[1] / "data" / "samples"
 

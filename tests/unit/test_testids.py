@@ -22,7 +22,7 @@ from paths import PACKAGE
 
 from cluster_tests.core import sections
 from cluster_tests.core import testids as ids
-from cluster_tests.report import fixes
+from cluster_tests.report import fixes as fixes_mod
 
 CHECKS = PACKAGE / "checks"
 DEFINES = PACKAGE / "core" / "testids.py"
@@ -71,7 +71,7 @@ def test_sections_are_the_check_modules() -> None:
     """The section table has one row per check module, in checklist order, as the fixes script
     sorts; letters, markers and modules are each unique."""
     assert sorted(s.module for s in sections.SECTIONS) == sorted(_check_functions())
-    assert fixes.ORDER == sections.ORDER == "HSNFEARDCT"
+    assert fixes_mod.ORDER == sections.ORDER == "HSNFEARDCT"
     for column in ("letter", "marker", "module"):
         assert len({getattr(s, column) for s in sections.SECTIONS}) == len(sections.SECTIONS)
     assert [s.order for s in sections.SECTIONS] == list(range(len(sections.SECTIONS)))

@@ -9,10 +9,10 @@ from types import SimpleNamespace
 from paths import load_script
 
 from cluster_tests.core.settings import Settings, TrainingSettings
-from cluster_tests.judge import trainargv as targv
-from cluster_tests.judge import trainexplain as tx
-from cluster_tests.judge import trainresult as tres
-from cluster_tests.measure import training as trr
+from cluster_tests.judge.training import trainargv as targv
+from cluster_tests.judge.training import trainexplain as tx
+from cluster_tests.judge.training import trainresult as tres
+from cluster_tests.measure import trainruns as trr
 from fixtures import localtrain as local
 
 

@@ -1,4 +1,5 @@
-"""The training job's protocol (node/train_smoke.py) and its reader (judge/trainresult.py) agree.
+"""The training job's protocol (node/train_smoke.py) and its reader (judge/training/trainresult.py)
+agree.
 
 The job runs alone on the nodes and cannot import the judge: it keeps its own copy of the tag
 and the exit codes, compared here without importing it (it needs torch)."""
@@ -7,7 +8,7 @@ from __future__ import annotations
 
 import ast
 
-from cluster_tests.judge import trainresult as tres
+from cluster_tests.judge.training import trainresult as tres
 from fixtures import localtrain
 
 
@@ -37,11 +38,11 @@ def test_parse_output_reads_pdsh_prefixed_events() -> None:
 
 
 def test_t2_ssh_leg_fixes_name_the_rank0_node() -> None:
-    """T2's message for pdsh's ssh legs (the fixes come from judge/sshfail.py's PDSH_LEG)."""
+    """T2's message for pdsh's ssh legs (the fixes come from judge/ssh/sshfail.py's PDSH_LEG)."""
     from cluster_tests.core.settings import Settings, TrainingSettings
-    from cluster_tests.judge import traindiag as tdiag
-    from cluster_tests.judge import trainexplain as tx
-    from cluster_tests.measure import training as trr
+    from cluster_tests.judge.training import traindiag as tdiag
+    from cluster_tests.judge.training import trainexplain as tx
+    from cluster_tests.measure import trainruns as trr
 
     cfg = trr.config_from_settings(Settings(training=TrainingSettings(steps=10, deadline=30.0)),
                                    environ={})
@@ -66,7 +67,7 @@ def test_a_ranks_own_stack_dump_is_read_with_its_host() -> None:
     import json
     import runpy
 
-    from cluster_tests.judge import stacks as S
+    from cluster_tests.judge.common import stacks as S
 
     smoke = runpy.run_path(str(localtrain.SCRIPT_PATH), run_name="not_main")
     text = smoke["dump_own_stack"]()

@@ -1,0 +1,1 @@
+"""A: the accelerators' inventory."""

@@ -1,0 +1,1 @@
+"""C: the all-reduce: its options, ranks, verdict, tables, pairs."""

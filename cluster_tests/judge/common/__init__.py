@@ -1,0 +1,2 @@
+"""What several sections' judges share: interfaces and addresses, fix commands, tool output parsers,
+stacks, typed facts."""

@@ -1,0 +1,165 @@
+"""A node's base facts (node/probe.py's `base` section), typed: who logs in, where its home and
+~/.ssh are and with which modes, its hostname and what it and the hostfile's names resolve to
+there (and what its ssh makes of them), its interfaces, environment, interpreter and tools.
+
+Read once where the answer arrives (`BASE`, judge/common/probes.py); every section reads this
+value. Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from cluster_tests.judge.common.probes import (
+    Probe,
+    flag,
+    integer,
+    number,
+    obj,
+    opt_int,
+    opt_text,
+    opt_text_map,
+    text,
+    text_map,
+    texts,
+)
+
+
+@dataclass(frozen=True)
+class PathStat:
+    """One path as `lstat` saw it on the node (node/probe.py's stat_path)."""
+
+    path: str
+    exists: bool
+    error: str | None = None
+    mode: int = 0
+    uid: int = -1
+    gid: int = -1
+    is_dir: bool = False
+    is_link: bool = False
+    owner: str = ""
+    group: str = ""
+    #: Debian's StrictModes allowance: its group is the login user's private group
+    group_private: bool = False
+
+    @classmethod
+    def read(cls, raw: object) -> PathStat:
+        d = obj(raw, "a path's stat")
+        return cls(text(d.get("path")), flag(d.get("exists")), opt_text(d.get("error")),
+                   integer(d.get("mode")), integer(d.get("uid"), -1), integer(d.get("gid"), -1),
+                   flag(d.get("is_dir")), flag(d.get("is_link")), text(d.get("owner")),
+                   text(d.get("group")), flag(d.get("group_private")))
+
+
+@dataclass(frozen=True)
+class SshFiles:
+    """The login user's ~/.ssh as sshd's StrictModes walks it."""
+
+    #: authorized_keys, ~/.ssh, home, then home's parents up to /
+    chain: tuple[PathStat, ...]
+    pubkeys: Mapping[str, str | None]  # id_*.pub -> its text (None: unreadable)
+    private_keys: Mapping[str, PathStat]  # id_* -> its stat
+    authorized_keys_text: str | None
+
+    @property
+    def authorized_keys(self) -> PathStat | None:
+        return self.chain[0] if self.chain else None
+
+    @classmethod
+    def read(cls, raw: object) -> SshFiles:
+        d = obj(raw, "~/.ssh")
+        chain = d.get("chain")
+        private = d.get("private_keys")
+        return cls(
+            tuple(PathStat.read(e) for e in chain) if isinstance(chain, list) else (),
+            opt_text_map(d.get("pubkeys")),
+            {str(k): PathStat.read(v) for k, v in private.items()}
+            if isinstance(private, Mapping) else {},
+            opt_text(d.get("authorized_keys_text")))
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """A name as the node's resolver answered (getaddrinfo, IPv4, in its order)."""
+
+    addrs: tuple[str, ...] = ()
+    error: str | None = None
+    seconds: float = 0.0
+
+    @classmethod
+    def read(cls, raw: object) -> Resolved:
+        d = obj(raw, "a name's resolution")
+        return cls(texts(d.get("addrs")), opt_text(d.get("error")), number(d.get("seconds")))
+
+
+@dataclass(frozen=True)
+class SshView:
+    """What the node's OpenSSH client makes of a name (`ssh -G NAME`)."""
+
+    hostname: str = ""
+    port: str = ""
+    user: str = ""
+    error: str = ""
+    resolve: Resolved | None = None  # the HostName resolved there, where it is another name
+
+    @classmethod
+    def read(cls, raw: object) -> SshView:
+        d = obj(raw, "an ssh -G view")
+        res = d.get("resolve")
+        return cls(text(d.get("hostname")), text(d.get("port")), text(d.get("user")),
+                   text(d.get("error")), Resolved.read(res) if res is not None else None)
+
+
+@dataclass(frozen=True)
+class BaseFacts:
+    """The base section of one node."""
+
+    hostname: str
+    user: str
+    uid: int
+    gid: int
+    group: str
+    group_members: tuple[str, ...]
+    home: str
+    ssh: SshFiles
+    hostname_I: tuple[str, ...]  # noqa: N815 - `hostname -I`, as the launch runs it
+    env: Mapping[str, str]
+    python_executable: str
+    python_version: str
+    resolve: Mapping[str, Resolved]
+    ssh_names: Mapping[str, SshView]
+    ip_addr: str  # `ip -o addr show` ('' where ip failed)
+    ip_link: str  # `ip -o link show`
+    which: Mapping[str, str | None]  # tool -> its path on the non-interactive PATH
+    cpu_count: int | None = None
+
+    @classmethod
+    def read(cls, raw: object) -> BaseFacts:
+        d = obj(raw, "base facts")
+        python = d.get("python") if isinstance(d.get("python"), Mapping) else {}
+        assert isinstance(python, Mapping)
+        resolve = d.get("resolve")
+        views = d.get("ssh_names")
+        return cls(
+            hostname=text(d.get("hostname")), user=text(d.get("user")),
+            uid=integer(d.get("uid"), -1), gid=integer(d.get("gid"), -1),
+            group=text(d.get("group")), group_members=texts(d.get("group_members")),
+            home=text(d.get("home")), ssh=SshFiles.read(d.get("ssh") or {}),
+            hostname_I=texts(d.get("hostname_I")), env=text_map(d.get("env")),
+            python_executable=text(python.get("executable")),
+            python_version=text(python.get("version")),
+            resolve={str(k): Resolved.read(v) for k, v in resolve.items()}
+            if isinstance(resolve, Mapping) else {},
+            ssh_names={str(k): SshView.read(v) for k, v in views.items()
+                       if isinstance(v, Mapping)} if isinstance(views, Mapping) else {},
+            ip_addr=text(d.get("ip_addr")), ip_link=text(d.get("ip_link")),
+            which=opt_text_map(d.get("which")), cpu_count=opt_int(d.get("cpu_count")))
+
+    def resolved(self, name: str) -> Resolved:
+        """What `name` resolved to here (nothing, where it was not asked)."""
+        return self.resolve.get(name) or Resolved(error="not asked")
+
+
+#: the base section of node/probe.py
+BASE: Probe[BaseFacts] = Probe("probe.py", "base", BaseFacts.read)

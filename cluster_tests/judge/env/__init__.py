@@ -1,0 +1,1 @@
+"""E: the launch's environment, its rehearsal legs, the JIT builds."""

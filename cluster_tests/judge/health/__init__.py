@@ -1,0 +1,1 @@
+"""R: GPU/NPU health, RDMA, DCGM diagnostics."""

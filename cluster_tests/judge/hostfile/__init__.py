@@ -1,0 +1,1 @@
+"""H: the hostfile, the launch's arguments and the master address it derives."""

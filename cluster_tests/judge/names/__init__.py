@@ -1,0 +1,1 @@
+"""N: name resolution."""

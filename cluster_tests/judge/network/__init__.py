@@ -1,0 +1,1 @@
+"""F: reachability, ports, firewalls, the launch interface, own addresses."""

@@ -1,0 +1,1 @@
+"""S: SSH modes, failures and the fixes of each cause, where ssh sends a name."""

@@ -1,0 +1,182 @@
+"""D1-D2's verdicts (pure): the output directory as each node sees it (node/storeprobe.py's
+`dir`), and whether a token one node writes there is what another node reads (`write`, `read`;
+the matrix is measure/share.py's)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from enum import Enum
+
+from cluster_tests.judge.common.probes import (
+    Probe,
+    flag,
+    obj,
+    opt_int,
+    opt_text,
+    text,
+)
+from cluster_tests.judge.problem import Problem
+
+SCRIPT = "storeprobe.py"
+
+
+class StorageCause(str, Enum):
+    """What can be wrong with the output directory (Problem.cause)."""
+
+    MISSING = "output directory missing"
+    NOT_A_DIRECTORY = "output path not a directory"
+    NOT_WRITABLE = "output directory not writable"
+    SHORT_OF_SPACE = "output directory short of space"
+    PROBE_FAILED = "storage probe failed"
+    NOT_WRITTEN = "token not written"
+    NOT_SHARED = "output directory not shared"
+
+
+@dataclass(frozen=True)
+class Mount:
+    """The mount that holds a path (/proc/self/mountinfo)."""
+
+    point: str
+    fstype: str
+    source: str
+
+    def describe(self) -> str:
+        return f"{self.source} ({self.fstype}) mounted at {self.point}"
+
+
+def describe_mount(mount: Mount | None) -> str:
+    return mount.describe() if mount is not None else "unknown mount"
+
+
+@dataclass(frozen=True)
+class DirFacts:
+    """The output directory on one node (`dir`)."""
+
+    path: str
+    exists: bool
+    is_dir: bool
+    writable: bool
+    error: str | None
+    free_bytes: int | None
+    mount: Mount | None
+
+    @classmethod
+    def read(cls, raw: object) -> DirFacts:
+        d = obj(raw, "the output directory")
+        m = d.get("mount")
+        mount = (Mount(*(text(x) for x in m[:3]))
+                 if isinstance(m, list) and len(m) >= 3 else None)
+        return cls(text(d.get("path")), flag(d.get("exists")), flag(d.get("is_dir")),
+                   flag(d.get("writable")), opt_text(d.get("error")), opt_int(d.get("free_bytes")),
+                   mount)
+
+    @property
+    def usable(self) -> bool:
+        return self.is_dir and self.writable
+
+
+@dataclass(frozen=True)
+class Written:
+    """A node's token written into the output directory (`write`)."""
+
+    ok: bool
+    file: str
+    error: str | None
+
+    @classmethod
+    def read(cls, raw: object) -> Written:
+        d = obj(raw, "a token written")
+        return cls(flag(d.get("ok")), text(d.get("file")), opt_text(d.get("error")))
+
+
+@dataclass(frozen=True)
+class ReadBack:
+    """Another node's token as this node read it (`read`)."""
+
+    found: bool
+    content: str = ""
+    error: str | None = None
+
+    @classmethod
+    def read(cls, raw: object) -> ReadBack:
+        d = obj(raw, "a token read back")
+        return cls(flag(d.get("found")), text(d.get("content")), opt_text(d.get("error")))
+
+
+def _read_backs(raw: object) -> Mapping[str, ReadBack]:
+    return {str(k): ReadBack.read(v) for k, v in obj(raw, "tokens read back").items()}
+
+
+@dataclass(frozen=True)
+class Removed:
+    """A node's own token removed again (`remove`)."""
+
+    removed: bool
+    gone: bool
+    error: str | None
+
+    @classmethod
+    def read(cls, raw: object) -> Removed:
+        d = obj(raw, "a token removed")
+        return cls(flag(d.get("removed")), flag(d.get("gone")), opt_text(d.get("error")))
+
+
+DIR: Probe[DirFacts] = Probe(SCRIPT, "dir", DirFacts.read)
+WRITE: Probe[Written] = Probe(SCRIPT, "write", Written.read)
+READ: Probe[Mapping[str, ReadBack]] = Probe(SCRIPT, "read", _read_backs)
+REMOVE: Probe[Removed] = Probe(SCRIPT, "remove", Removed.read)
+
+
+def judge_dir(node: str, facts: DirFacts, min_free_gb: float) -> Problem | None:
+    """D1: the output directory exists on `node`, takes a file, and has `min_free_gb` free."""
+    path, mount = facts.path, describe_mount(facts.mount)
+    if not facts.exists or not facts.is_dir:
+        missing = not facts.exists
+        return Problem(
+            (node,), StorageCause.MISSING if missing else StorageCause.NOT_A_DIRECTORY,
+            f"{node}: output directory {path} "
+            f"{'does not exist' if missing else 'is not a directory'} there.",
+            fix=f"on {node}: mount the shared volume at {path} (or mkdir -p {path} if it lives "
+                f"on a volume already shared)", item="D1")
+    if not facts.writable:
+        return Problem(
+            (node,), StorageCause.NOT_WRITABLE,
+            f"{node}: cannot create a file in {path}: {facts.error} ({mount}).",
+            fix=f"on {node}: chown/chmod it for the login user, or remount it read-write",
+            item="D1")
+    if facts.free_bytes is not None and facts.free_bytes / 1e9 < min_free_gb:
+        return Problem(
+            (node,), StorageCause.SHORT_OF_SPACE,
+            f"{node}: {path} has {facts.free_bytes / 1e9:.1f} GB free, less than --min-free-gb "
+            f"{min_free_gb:g} ({mount}); checkpoints would fail half-written.",
+            fix="free space on that volume, or point --output-dir elsewhere", item="D1",
+            facts={"free_gb": round(facts.free_bytes / 1e9, 1)})
+    return None
+
+
+def judge_shared(a: str, b: str, path: str, written: Written, got: ReadBack | None,
+                 token: str, dir_a: DirFacts, dir_b: DirFacts) -> Problem | None:
+    """D2: the token `a` wrote into `path` is what `b` reads there (`got`; None: b read none)."""
+    if not written.ok:
+        return Problem((a,), StorageCause.NOT_WRITTEN,
+                       f"{a}: could not write {written.file}: {written.error}", item="D2")
+    if got is not None and got.found and got.content == token:
+        return None
+    what = (f"{b} finds no such file ({got.error if got is not None else 'not read'})"
+            if got is None or not got.found else f"{b} reads different content")
+    source = dir_a.mount.source if dir_a.mount is not None else "<server:/export>"
+    return Problem(
+        (a, b), StorageCause.NOT_SHARED,
+        f"{a} -> {b}: a file written in {path} on {a} ({written.file}) is not there on {b}: "
+        f"{what}.\n  {a}: {describe_mount(dir_a.mount)}\n  {b}: {describe_mount(dir_b.mount)}\n"
+        f"  {path} is not one shared volume: checkpoints saved by one node would be missing on "
+        f"the other (and a resume would load stale or no weights).",
+        fix=f"mount the same volume at {path} on every node (on {b}: mount {source} {path})",
+        item="D2")
+
+
+def probe_failed(a: str, b: str, node: str, error: str) -> Problem:
+    """D2 where the share matrix's probe on `node` failed."""
+    return Problem((a, b), StorageCause.PROBE_FAILED,
+                   f"{a} -> {b}: the probe on {node} failed: {error}", item="D2")

@@ -1,0 +1,1 @@
+"""T: the training smoke jobs: argv, diagnosis, explanation, result."""

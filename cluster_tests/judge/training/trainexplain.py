@@ -1,0 +1,214 @@
+"""T1/T2: what a training launch came to (:class:`Launch`, filled by measure/trainruns.py) and
+its failure message: where, the root causes with their log lines and fixes, the consequences,
+ranks on the wrong accelerator, and where the full log is. Pure: a Launch in, text out."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+from cluster_tests.core import testids as ids
+from cluster_tests.judge.ssh import sshfail
+from cluster_tests.judge.training import traindiag as tdiag
+from cluster_tests.judge.training import trainresult as tres
+
+#: the line each node's launch shell prints first (node, interpreter), found again in the log
+LAUNCH_MARK = "CT_LAUNCH"
+
+
+class Describes(Protocol):
+    """The run's training configuration, as a message names it (measure.training.TrainingConfig)."""
+
+    def describe(self) -> str: ...
+
+
+@dataclass
+class Launch:
+    """One run of the job (T1 on one node, or T2) and what came of it."""
+
+    name: str  # "T1-node2", "T2"
+    node: str  # where it was started
+    nodes: list[str]  # every node it runs on
+    expected_ranks: int
+    command: str
+    text: str = ""
+    exit_status: int | None = None
+    seconds: float = 0.0
+    timed_out: bool = False
+    stopped: str | None = None  # the diagnosis kind that made us stop it early
+    setup_error: str | None = None
+    result: tres.SmokeResult | None = None
+    #: T2: the `deepspeed` command line as launched (the user's --launch-args resolved)
+    line: str = ""
+    diagnoses: list[tdiag.Diagnosis] = field(default_factory=list)
+    leftovers: dict[str, str] = field(default_factory=dict)  # node -> processes cleanup missed
+    log_path: Path | None = None
+    accel_problems: list[str] = field(default_factory=list)  # ranks not on their node's accelerator
+
+    @property
+    def ok(self) -> bool:
+        return (
+            self.setup_error is None
+            and self.exit_status == 0
+            and not self.timed_out
+            and self.stopped is None
+            and self.result is not None
+            and self.result.ok
+            and not self.accel_problems
+        )
+
+
+
+# --------------------------------------------------------------------------- accelerators
+
+#: DeepSpeed's accelerator name on a node with these accelerators (A1's kinds).
+EXPECTED_ACCELERATOR = {"nvidia": "cuda", "ascend": "npu", "cpu": "cpu"}
+
+
+def accelerator_problems(
+    result: tres.SmokeResult | None,
+    inventories: dict[str, tuple[str, str]],
+    forwarded: dict[str, str] | None = None,
+) -> list[str]:
+    """Ranks that trained on another accelerator than their node has (A1): a GPU node whose job
+    ran on DeepSpeed's CPU accelerator (DS_ACCELERATOR=cpu from somewhere, or DeepSpeed's
+    fallback when CUDA is unusable) trains, and proves nothing about the launch."""
+    if result is None:
+        return []
+    forwarded = forwarded or {}
+    by_key: dict[tuple[str, str, str], list[int]] = {}
+    for r, rr in sorted(result.ranks.items()):
+        start = rr.start or {}
+        host = rr.host or start.get("host")
+        got = start.get("accelerator")
+        if not host or not got or host not in inventories:
+            continue
+        kind, what = inventories[host]
+        want = EXPECTED_ACCELERATOR.get(kind)
+        if want is None or got == want:
+            continue
+        if forwarded.get("DS_ACCELERATOR"):
+            why = (f"DS_ACCELERATOR={forwarded['DS_ACCELERATOR']} was passed on from pytest's "
+                   f"environment: unset it where pytest runs")
+        elif start.get("ds_accelerator_env"):
+            why = (f"DS_ACCELERATOR={start['ds_accelerator_env']} is set for the ranks on "
+                   f"{host} (~/.bashrc or ~/.deepspeed_env): remove it")
+        elif want == "cuda":
+            why = ("DeepSpeed fell back to its CPU accelerator: torch.cuda is not usable from the "
+                   "remote Python (a CPU-only torch build, or a driver the CUDA runtime cannot "
+                   f"use; see {ids.ACCELERATORS})")
+        else:
+            why = ("DeepSpeed did not find torch_npu: CANN's set_env.sh is probably sourced only "
+                   "in interactive shells (put it in ~/.bashrc above any early return), or "
+                   "torch_npu is not installed in the remote Python")
+        by_key.setdefault((host, f"{got} ({start.get('backend')})", f"{what}; {why}"), []).append(r)
+    return [
+        f"{host}: rank{'s' if len(ranks) > 1 else ''} {','.join(map(str, ranks))} trained on "
+        f"{got}, but {host} has {why}"
+        for (host, got, why), ranks in by_key.items()
+    ]
+
+
+# --------------------------------------------------------------------------- messages
+
+def _rel(path: Path | None) -> str:
+    if path is None:
+        return "(not saved)"
+    try:
+        return os.path.relpath(path)
+    except ValueError:
+        return str(path)
+
+
+def _python_line(text: str) -> str | None:
+    for line in text.splitlines():
+        if line.startswith(LAUNCH_MARK):
+            return line.strip()
+    return None
+
+
+def _explain_diag(d: tdiag.Diagnosis, launch: Launch, multi: bool) -> str:
+    node = d.node or launch.node
+    head = f"{node}: {d.cause}"
+    hint = d.hint
+    if multi and d.kind in tdiag.SSH_KINDS:
+        src = launch.node
+        head = f"{src} -> {node}: {d.cause} (pdsh's ssh leg from the rank-0 node)"
+        words = sshfail.leg_words(d.kind)
+        if words is not None and words.from_rank0 is not None:
+            hint = words.from_rank0.format(src=src, node=node)
+        hint += f"; see {ids.SSH_TRUST.of(src, node)}"
+    evidence = list(d.evidence)
+    if d.kind in ("no-deepspeed", "no-torch", "no-module", "command-not-found") and not multi:
+        line = _python_line(launch.text)
+        if line:
+            evidence.insert(0, line)
+    ev = "".join(f"\n    {e[:300]}" for e in evidence)
+    return f"  {head}{ev}\n  fix: {hint}"
+
+
+def explain(launch: Launch, config: Describes) -> str:
+    """The failure message of a launch: where, the causes with their log lines, the fix, the
+    consequences in one line, and where the full log is."""
+    multi = launch.name == "T2"
+    if multi:
+        what = (
+            f"T2: the training smoke job failed through `deepspeed --hostfile` started on "
+            f"{launch.node} ({launch.expected_ranks} ranks on {', '.join(launch.nodes)}; "
+            f"{config.describe()})"
+        )
+    else:
+        what = (
+            f"{launch.node}: the training smoke job failed on {launch.node} alone "
+            f"({launch.expected_ranks} rank{'s' if launch.expected_ranks != 1 else ''}; "
+            f"{config.describe()})"
+        )
+    if launch.setup_error:
+        how = f"before it started: {launch.setup_error}"
+    elif launch.stopped:
+        how = f"stopped after {launch.seconds:.1f} s, as soon as the log showed the cause"
+        if multi:
+            how += " (the other ranks would have waited in rendezvous)"
+    elif launch.timed_out:
+        how = f"killed at its deadline after {launch.seconds:.1f} s"
+    else:
+        how = f"exit status {launch.exit_status} after {launch.seconds:.1f} s"
+    parts = [f"{what}, {how}:"]
+    roots, rest = tdiag.root_causes(launch.diagnoses)
+    for d in roots[:6]:
+        parts.append(_explain_diag(d, launch, multi))
+    if rest:
+        by_cause: dict[str, list[str]] = {}
+        for d in rest:
+            nodes = by_cause.setdefault(d.cause, [])
+            where = d.node or ("" if multi else launch.node)
+            if where and where not in nodes:
+                nodes.append(where)
+        then = "; ".join(
+            f"{cause} ({', '.join(nodes)})" if nodes else cause
+            for cause, nodes in list(by_cause.items())[:4]
+        )
+        parts.append(f"  then: {then}")
+    if not roots and launch.result is not None and not launch.setup_error:
+        parts += [f"  {p}" for p in launch.result.problems()]
+    parts += [f"  {p}" for p in launch.accel_problems]
+    if launch.line:
+        parts.append(f"  launched as: {launch.line}")
+    parts.append(f"  full log: {_rel(launch.log_path)}")
+    return "\n".join(parts)
+
+
+def short_cause(launch: Launch) -> str:
+    """One line: the first root cause of a failed launch (for T2's skip message)."""
+    if launch.setup_error:
+        return launch.setup_error.splitlines()[0][:200]
+    roots, _ = tdiag.root_causes(launch.diagnoses)
+    if roots:
+        return roots[0].cause
+    if launch.result is not None and launch.result.problems():
+        return launch.result.problems()[0]
+    if launch.accel_problems:
+        return launch.accel_problems[0]
+    return f"exit status {launch.exit_status}"
