@@ -56,7 +56,7 @@ E2E := $(PY) -m pytest tests/e2e -p no:cacheprovider -q -x --timeout=900
 test: export PYTHONDONTWRITEBYTECODE=
 test: setup
 	$(PY) -m pytest tests/unit -p no:cacheprovider -q -x -n 2 --timeout=900
-	$(E2E) -n 2 --dist loadfile -m "not alone"
+	$(E2E) -n 2 --dist worksteal -m "not alone"
 	$(E2E) -m alone
 
 # the unit tests alone (no simulated cluster, about 2 minutes)

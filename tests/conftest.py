@@ -7,8 +7,12 @@ afterwards (`sim.restore()`), so the next test starts from a healthy cluster aga
 
 from __future__ import annotations
 
+import fcntl
 import os
+import shutil
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -24,8 +28,12 @@ from fixtures.sim import SimCluster  # noqa: E402
 #: first worker shares the one of a session without workers (make test runs its `alone` tests
 #: after the workers' session, one build fewer).
 _WORKER = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
-SIM_EXTENSIONS = (Path(__file__).resolve().parent.parent / ".sim" / "torch_extensions"
-                  / ("main" if _WORKER == "gw0" else _WORKER))
+EXTENSIONS_ROOT = Path(__file__).resolve().parent.parent / ".sim" / "torch_extensions"
+SIM_EXTENSIONS = EXTENSIONS_ROOT / ("main" if _WORKER == "gw0" else _WORKER)
+#: a copy of the first build that nobody loads or tests against: the other workers start from
+#: it instead of compiling the same op again (a minute of both cores, at the start of every run)
+SEED_EXTENSIONS = EXTENSIONS_ROOT / "seed"
+SHM_OP = Path("deepspeed_shm_comm") / "deepspeed_shm_comm.so"
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -49,8 +57,33 @@ def sim(tmp_path_factory: pytest.TempPathFactory):
     # the nodes' TORCH_EXTENSIONS_DIR outlives the session (PITFALLS 11): DeepSpeed's CPU shm
     # op, which T1/T2 and tests/e2e/test_e2e_jit.py JIT-load as a user's job does, is built once
     with SimCluster(state, nodes=3, slots=1, torch_extensions_dir=SIM_EXTENSIONS) as cluster:
-        _build_shm_op(cluster)
+        with _extensions_locked():
+            _copy_build(SEED_EXTENSIONS, SIM_EXTENSIONS)
+            _build_shm_op(cluster)
+            _copy_build(SIM_EXTENSIONS, SEED_EXTENSIONS)
         yield cluster
+
+
+@contextmanager
+def _extensions_locked() -> Iterator[None]:
+    """One worker at a time builds or copies (the others wait for the first build, then copy)."""
+    EXTENSIONS_ROOT.mkdir(parents=True, exist_ok=True)
+    with open(EXTENSIONS_ROOT / ".build.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
+def _copy_build(src: Path, dst: Path) -> None:
+    """``src``'s build into ``dst`` where ``dst`` has none or an older one. Modification times
+    are kept, so ninja finds the copy up to date (it was built by the same tools and flags: a
+    copy loads in a second, a build takes a minute); a build lock is never copied."""
+    built = src / SHM_OP
+    if not built.exists():
+        return
+    have = dst / SHM_OP
+    if have.exists() and have.stat().st_mtime >= built.stat().st_mtime:
+        return
+    shutil.copytree(src, dst, dirs_exist_ok=True, ignore=shutil.ignore_patterns("lock"))
 
 
 def _build_shm_op(cluster: SimCluster) -> None:
@@ -76,3 +109,20 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "alone: the test needs the machine to itself (it loads both cores, or "
         "measures time): `make test` runs these after the others, one at a time")
+
+
+#: the end-to-end modules, the longest first (seconds of their tests on 2 cores, measured with
+#: `--durations=0`; the history test alone runs seven suites). `make test` hands the tests out
+#: with `--dist worksteal`: each worker starts on its half in this order and, once idle, takes
+#: the other's last (shortest) tests, so the two end together instead of one waiting out a long
+#: module alone. Modules not listed come last, in file order.
+HEAVY_FIRST = ("history", "launch", "collective", "training", "ssh_names", "nodelist",
+               "one_cause", "jit", "env", "network", "fixes", "accel_storage", "reliability",
+               "foundation")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        return
+    rank = {f"test_e2e_{name}.py": i for i, name in enumerate(HEAVY_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: file order kept

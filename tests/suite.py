@@ -136,11 +136,27 @@ def run_suite(sim, *args: str, timeout: float = 600, env: dict[str, str] | None 
     else:
         rc, output = _streamed(argv, run_env, timeout, on_line)
     seconds = time.monotonic() - start
+    _log_run(args, seconds, rc)
     result = SuiteResult(rc, output, seconds, junit=junit)
     if junit.exists():
         (result.outcomes, result.messages, result.properties,
          result.classnames) = parse_junit(junit)
     return result
+
+
+def _log_run(args: tuple[str, ...], seconds: float, rc: int) -> None:
+    """With CT_SUITE_LOG set, one JSON line per suite run (the test that ran it, its arguments,
+    its seconds): where the end-to-end tests' time goes, run by run (bench/e2e_profile.py)."""
+    path = os.environ.get("CT_SUITE_LOG")
+    if not path:
+        return
+    import json
+
+    line = {"test": os.environ.get("PYTEST_CURRENT_TEST", "").rsplit(" (", 1)[0],
+            "worker": os.environ.get("PYTEST_XDIST_WORKER", ""), "args": list(args),
+            "seconds": round(seconds, 2), "rc": rc, "end": round(time.time(), 2)}
+    with open(path, "a", encoding="utf-8") as out:
+        out.write(json.dumps(line) + "\n")
 
 
 def _streamed(argv: list[str], env: dict[str, str], timeout: float,

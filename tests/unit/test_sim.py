@@ -86,6 +86,18 @@ def leftovers(prefix: str, inodes: frozenset[int] | set[int] = frozenset()) -> l
     return found
 
 
+def group_alive(pgid: int) -> bool:
+    """A process of process group ``pgid`` is still alive (not a zombie)."""
+    for entry in os.listdir("/proc"):
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if stat[0] != "Z" and int(stat[2]) == pgid:
+            return True
+    return False
+
+
 def ssh_from(sim: SimCluster, a: str, b: str, cmd: str = "hostname",
              extra: tuple[str, ...] = ()) -> subprocess.CompletedProcess[str]:
     return sim.exec(a, ["ssh", *BATCH, "-o", "StrictHostKeyChecking=yes", *extra, b, cmd],
@@ -592,6 +604,12 @@ def test_crashed_up_is_cleaned_by_down() -> None:
     time.sleep(0.1)
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
+    # the crash is over once every process of its group is: a killed `ip link add` finishes the
+    # kernel's half of its work first, and a link made after `down` looked would be left over
+    deadline = time.monotonic() + 30
+    while group_alive(proc.pid):
+        assert time.monotonic() < deadline, "the killed up's processes did not end"
+        time.sleep(0.01)
     assert leftovers(prefix) != []
     inodes = {int(x) for x in (state / ".sim-netns-inodes").read_text().split()} \
         if (state / ".sim-netns-inodes").exists() else set()
