@@ -35,7 +35,9 @@ def test_login(cluster: Cluster, node: str) -> None:
     """S1: launcher -> node: port 22 answers and key login works with no prompt."""
     err = cluster.login_error(node)
     if err is not None:
-        outcome.fail(sshmodes.login_problem(node, err.cause, err.describe(), err.hint))
+        outcome.fail(sshmodes.login_problem(
+            node, f"{err.target.alias} ({err.target.destination})", err.cause, err.detail,
+            err.hint))
 
 
 def test_ssh_modes(cluster: Cluster, node: str) -> None:

@@ -14,6 +14,7 @@ import pytest
 from paths import PACKAGE
 
 from cluster_tests import node
+from cluster_tests.core import transport
 from cluster_tests.core.cluster import PROBE_MARK, probe_command
 from cluster_tests.judge.common.basefacts import BaseFacts
 from cluster_tests.judge.common.probes import FactsError
@@ -206,3 +207,17 @@ def test_pdsh_missing_and_slow_logins():
     assert slow is not None and slow.cause is SshCause.SLOW_LOGIN
     assert slow.message.startswith("n1: SSH login took 6.2 s (limit 5 s, --slow-login).")
     assert "'UseDNS no'" in slow.fix
+
+
+def test_a_failed_login_is_a_persons_fix_said_once():
+    """S1: what the launcher's connection said, and the launcher's fix for the cause (no
+    command: nobody can run one on a node the launcher cannot reach)."""
+    target = transport.SSHTarget(alias="node3", hostname="10.0.0.3", port=22, user="root")
+    cause = sshfail.Cause.REFUSED
+    hint = transport._hint(target, cause, None)
+    p = sshmodes.login_problem("node3", f"node3 ({target.destination})", cause,
+                               "[Errno 111] Connection refused", hint)
+    assert p.item == "S1" and p.nodes == ("node3",) and not p.fixes and p.launch == "node"
+    assert p.text() == (f"node3 ({target.destination}): connection refused: [Errno 111] "
+                        f"Connection refused\n  fix: start sshd on node3: systemctl start ssh "
+                        f"(port 22 refused the connection)")

@@ -247,11 +247,14 @@ def key_authorized(pubkeys: list[str], authorized_keys_text: str | None) -> bool
 # -- S1, S2, S4 as Problems ------------------------------------------------------------------
 
 
-def login_problem(node: str, cause: sshfail.Cause, described: str, hint: str) -> Problem:
-    """S1: the launcher cannot log in to `node`. Nobody can run a command there for us, so the
-    fix is a person's (it is said, not scripted)."""
-    text = described.split("\n  fix:")[0]
-    return Problem((node,), cause.value, text, fix=hint, item="S1", launch="node")
+def login_problem(node: str, where: str, cause: sshfail.Cause, detail: str, hint: str
+                  ) -> Problem:
+    """S1: the launcher cannot log in to `node` (`where`: its ssh target, "node3
+    (root@10.0.0.3:22)"), for `cause`; `detail` what the connection said, `hint` its fix
+    (sshfail.launcher_fix).
+    Nobody can run a command there for us, so the fix is a person's (said, not scripted)."""
+    return Problem((node,), cause.value, f"{where}: {cause.value}: {detail}", fix=hint,
+                   item="S1", launch="node")
 
 
 def refuses_all_keys(error: str) -> bool:
