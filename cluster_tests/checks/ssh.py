@@ -12,9 +12,7 @@ from cluster_tests.core.cluster import Cluster, Declared, ProbeError
 from cluster_tests.core.memokey import MemoKey
 from cluster_tests.core.settings import Settings
 from cluster_tests.core.testids import LAUNCHER
-from cluster_tests.judge.common.probes import untyped
 from cluster_tests.judge.env import launchlegs
-from cluster_tests.judge.problem import Problem, node_problems
 from cluster_tests.judge.ssh import sshfail, sshmodes
 from cluster_tests.measure import rehearsal, sshpairs, sshroot
 
@@ -26,7 +24,7 @@ pytestmark = pytest.mark.ssh
 
 def node_probes(settings: Settings) -> list[Declared]:
     """The probes this section's tests ask of every node they touch (`Cluster.prefetch`)."""
-    return [(untyped("probe.py", "sshd"), {})]
+    return [(sshmodes.SSHD, {})]
 
 
 class SshWarning(UserWarning):
@@ -37,7 +35,9 @@ def test_login(cluster: Cluster, node: str) -> None:
     """S1: launcher -> node: port 22 answers and key login works with no prompt."""
     err = cluster.login_error(node)
     if err is not None:
-        outcome.fail(sshmodes.login_problem(node, err.cause, err.describe(), err.hint))
+        outcome.fail(sshmodes.login_problem(
+            node, f"{err.target.alias} ({err.target.destination})", err.cause, err.detail,
+            err.hint))
 
 
 def test_ssh_modes(cluster: Cluster, node: str) -> None:
@@ -52,16 +52,14 @@ def test_ssh_modes(cluster: Cluster, node: str) -> None:
 def test_sshd_config(cluster: Cluster, node: str, record_property) -> None:
     """S3: sshd takes public keys (and root's, when we are root); password login reported."""
     facts = cluster.base(node)
-    res = cluster.probe(node, "sshd")
-    if res.get("rc") != 0:
+    sshd = cluster.probe(node, sshmodes.SSHD)
+    if not sshd.ok:
         pytest.skip(f"{node}: cannot read sshd's effective settings "
-                    f"(`sshd -T`, exit {res.get('rc')}): "
-                    f"{(res.get('err') or '').strip()[:200]}")
-    cfg = sshmodes.parse_sshd_T(res["out"])
-    record_property("passwordauthentication", cfg.get("passwordauthentication", "?"))
-    problems = sshmodes.sshd_config_problems(node, cfg, root=facts.uid == 0)
-    if problems:
-        outcome.fail(node_problems(node, problems))
+                    f"(`sshd -T`, exit {sshd.rc}): {sshd.error.strip()[:200]}")
+    record_property("passwordauthentication", sshd.get("passwordauthentication", "?"))
+    problem = sshmodes.sshd_config_problem(node, sshd, root=facts.uid == 0)
+    if problem is not None:
+        outcome.fail(problem)
 
 
 def test_ssh_trust(cluster: Cluster, pair: tuple[str, str]) -> None:
@@ -71,7 +69,7 @@ def test_ssh_trust(cluster: Cluster, pair: tuple[str, str]) -> None:
     try:
         results = sshpairs.pairs_from(cluster, a)
     except ProbeError as exc:
-        pytest.fail(str(exc), pytrace=False)
+        outcome.fail(exc.problem("S4"))
     leg = results[b]
     if leg.cause is None:
         return
@@ -125,9 +123,9 @@ def test_pdsh_installed(cluster: Cluster, launch_site: str) -> None:
     PDSH_RCMD_TYPE=ssh is set there."""
     if launch_site != LAUNCHER:
         cluster.require(launch_site)
-    missing, rcmd = sshpairs.pdsh_here(cluster, launch_site)
-    if missing is not None:
-        pytest.fail(missing, pytrace=False)
+    installed, rcmd = sshpairs.pdsh_here(cluster, launch_site)
+    if not installed:
+        outcome.fail(sshmodes.pdsh_missing(launch_site, launcher=launch_site == LAUNCHER))
     if rcmd != "ssh":
         warnings.warn(SshWarning(
             f"{launch_site}: PDSH_RCMD_TYPE is {'unset' if rcmd is None else repr(rcmd)}; "
@@ -153,29 +151,28 @@ def test_pdsh(cluster: Cluster, pdsh_leg: tuple[str, str]) -> None:
             outcome.block(ids.PDSH_INSTALLED.of(site), f"no pdsh on {site}")
             pytest.skip(f"no pdsh on {site}: see {ids.PDSH_INSTALLED.of(site)}")
         rc, out, _ = got
-        if rc == 124 and out == "pdsh timed out":
-            pytest.fail(f"{site}: pdsh did not finish within its deadline", pytrace=False)
+        if rc == 124 and out == sshpairs.PDSH_TIMED_OUT:
+            outcome.fail(sshmodes.pdsh_timed_out(site, target))
         legs = cluster.memo(PDSH_LEGS(site),
                             lambda: launchlegs.split_pdsh_output(out, cluster.names))
         leg = legs[target]
         if sshpairs.PDSH_OK in leg.lines:
             return
-    said = "\n    ".join([*leg.lines, *(f"(pdsh: {e})" for e in leg.pdsh_errors)]
-                          + ([f"(ssh exited with exit code {leg.exit_code})"]
-                             if leg.exit_code is not None else [])) or "(nothing)"
-    cause = sshfail.classify("\n".join(leg.lines + leg.pdsh_errors),
-                             leg.exit_code if leg.exit_code is not None else 255)
+    _pdsh_leg_failed(cluster, site, target, leg)
+
+
+def _pdsh_leg_failed(cluster: Cluster, site: str, target: str,
+                     leg: launchlegs.HostOutput) -> None:
+    """S5's red for a leg that did not reach `target`, or the red that holds its cause."""
+    cause = sshmodes.pdsh_leg_cause(leg.lines, leg.pdsh_errors, leg.exit_code)
     err = cluster.login_error(target)
     if err is not None and sshfail.same_node_cause(err.cause, cause):
         outcome.block(ids.LOGIN.of(target), sshfail.node_state(target, err.cause))
     if site != LAUNCHER:
         sshroot.block_by_trust(cluster, site, target)
     see = ids.LOGIN.of(target) if site == LAUNCHER else ids.SSH_TRUST.of(site, target)
-    outcome.fail(Problem(
-        (site, target), cause.value,
-        f"{site} -> {target}: pdsh's ssh leg failed ({cause.value}); this is how deepspeed "
-        f"starts the ranks on {target}:\n    {said}", fix=f"see {see}", item="S5",
-        launch="node" if site == LAUNCHER else "from-rank0"))
+    outcome.fail(sshmodes.pdsh_leg_problem(site, target, leg.lines, leg.pdsh_errors,
+                                           leg.exit_code, launcher=site == LAUNCHER, see=see))
 
 
 def test_login_time(cluster: Cluster, node: str, record_property) -> None:
@@ -183,13 +180,6 @@ def test_login_time(cluster: Cluster, node: str, record_property) -> None:
     cluster.require(node)
     seconds = cluster.login_seconds(node) or 0.0
     record_property("login_seconds", round(seconds, 3))
-    limit = cluster.settings.ssh.slow_login
-    if seconds > limit:
-        pytest.fail(
-            f"{node}: SSH login took {seconds:.1f} s (limit {limit:g} s, --slow-login). "
-            f"The usual causes: sshd does a reverse DNS lookup of the client that times out, "
-            f"or GSSAPI is tried first.\n"
-            f"  fix, on {node}: 'UseDNS no' in /etc/ssh/sshd_config; "
-            f"on the launcher: 'GSSAPIAuthentication no' in the ssh config",
-            pytrace=False,
-        )
+    problem = sshmodes.slow_login(node, seconds, cluster.settings.ssh.slow_login)
+    if problem is not None:
+        outcome.fail(problem)

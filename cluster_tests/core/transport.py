@@ -300,17 +300,10 @@ def _classify_socket_error(exc: BaseException) -> Cause:
 
 def _hint(target: SSHTarget, cause: Cause, ssh_config: str | None) -> str:
     """The fix of a failed login to `target`: judge/ssh/sshfail.py's launcher fix for `cause`."""
-    template = sshfail.LAUNCHER_FIX.get(cause, sshfail.LAUNCHER_FIX_OTHER)
-    if target.hostname != target.alias and cause in sshfail.LAUNCHER_FIX_ALIAS:
-        template = sshfail.LAUNCHER_FIX_ALIAS[cause]  # an ssh alias: its block is the suspect
-    return template.format(
-        f=f" -F {ssh_config}" if ssh_config else "",
-        dest=target.alias,
-        hostname=target.hostname,
-        port=target.port,
+    return sshfail.launcher_fix(
+        cause, dest=target.alias, hostname=target.hostname, port=target.port,
         known_hosts=target.known_hosts_files[0] if target.known_hosts_files else "",
-        key=target.identity_files[0] if target.identity_files else sshfail.DEFAULT_KEY,
-    )
+        key=target.identity_files[0] if target.identity_files else "", config=ssh_config)
 
 
 def wait_result(fut: Future[T]) -> T:

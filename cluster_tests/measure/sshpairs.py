@@ -9,35 +9,37 @@ import shlex
 import shutil
 import subprocess
 import threading
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Mapping, Sequence
 
 from cluster_tests.core import pairs as pairs_mod
 from cluster_tests.core import testids as ids
 from cluster_tests.core.cluster import Cluster, ProbeError
 from cluster_tests.core.memokey import MemoKey
 from cluster_tests.core.testids import LAUNCHER
-from cluster_tests.judge.common import facts
 from cluster_tests.judge.common.facts import SshLeg
-from cluster_tests.judge.ssh import sshfail
+from cluster_tests.judge.ssh import sshfail, sshmodes
 
-#: a pdsh run: (exit, output, the site's PDSH_RCMD_TYPE), or the failure to report where pdsh
-#: is not installed
+#: a pdsh run: (exit, output, the site's PDSH_RCMD_TYPE), or NO_PDSH where pdsh is not
+#: installed
 PdshRun = tuple[int, str, str | None] | str
 
 #: one source's legs (False: it cannot log in), or the exception its probe raised
-SourceLegs = dict[str, SshLeg] | bool | BaseException
+SourceLegs = Mapping[str, SshLeg] | bool | BaseException
 #: every source's, started together
 PAIRS_ALL: MemoKey[Sequence[SourceLegs]] = MemoKey("ssh", "pairs_all")
 #: per source: its `ssh_pairs` probe read once, per target
-LEGS: MemoKey[dict[str, SshLeg]] = MemoKey("ssh", "legs")
+LEGS: MemoKey[Mapping[str, SshLeg]] = MemoKey("ssh", "legs")
 #: per launch site: PDSH(site)
 PDSH: MemoKey[PdshRun] = MemoKey("pdsh")
 
 PDSH_OK = "CT_PDSH_OK"
+#: a pdsh run's output where it outlived its deadline (exit 124)
+PDSH_TIMED_OUT = "pdsh timed out"
+#: a pdsh run where pdsh is not installed
+NO_PDSH = "pdsh not installed"
 
 
-def pairs_from(cluster: Cluster, source: str) -> dict[str, SshLeg]:
+def pairs_from(cluster: Cluster, source: str) -> Mapping[str, SshLeg]:
     """ssh from `source` to its targets in the selected pairs (--pairs), fanned out on `source`
     in one round trip (cached), per target.  The first call starts every source the session's
     S4 tests need at once (bounded by --fanout), so the sources overlap instead of taking
@@ -49,12 +51,13 @@ def pairs_from(cluster: Cluster, source: str) -> dict[str, SshLeg]:
     return _legs(cluster, source)
 
 
-def _legs(cluster: Cluster, source: str) -> dict[str, SshLeg]:
+def _legs(cluster: Cluster, source: str) -> Mapping[str, SshLeg]:
     return cluster.memo(LEGS(source), lambda: _confirmed(
-        cluster, source, facts.ssh_legs(_probe_pairs(cluster, source))))
+        cluster, source, _probe_pairs(cluster, source)))
 
 
-def _confirmed(cluster: Cluster, source: str, legs: dict[str, SshLeg]) -> dict[str, SshLeg]:
+def _confirmed(cluster: Cluster, source: str, legs: Mapping[str, SshLeg]
+               ) -> Mapping[str, SshLeg]:
     """Confirm before blaming: the legs that timed out to a node the launcher logs in to are
     tried once more, at once (one probe of `source`, those targets), and the second answer
     stands. A firewall that drops the SSH port drops the second try too, and stays red; a
@@ -64,10 +67,10 @@ def _confirmed(cluster: Cluster, source: str, legs: dict[str, SshLeg]) -> dict[s
     if not again:
         return legs
     try:
-        raw = _probe_pairs(cluster, source, again)
+        second = _probe_pairs(cluster, source, again)
     except ProbeError:
         return legs  # the first answers stand
-    return {**legs, **{t: leg for t, leg in facts.ssh_legs(raw).items() if t in again}}
+    return {**legs, **{t: leg for t, leg in second.items() if t in again}}
 
 
 # sshd's default MaxStartups is "10:30:100": past 10 connections that have not yet logged in, it
@@ -79,7 +82,7 @@ SSHD_SAFE_FANOUT = 7
 
 
 def _probe_pairs(cluster: Cluster, source: str, again: list[str] | None = None
-                 ) -> dict[str, Any]:
+                 ) -> Mapping[str, SshLeg]:
     """`source`'s ssh legs to its selected targets (`again`: those only, a second try)."""
     timeout = cluster.settings.timeout_connect
     targets = again if again is not None else pairs_mod.targets_of(cluster, source)
@@ -89,33 +92,27 @@ def _probe_pairs(cluster: Cluster, source: str, again: list[str] | None = None
     targets = sorted(targets, key=lambda t: order.get(t, 0))
     fanout = min(cluster.settings.fanout, SSHD_SAFE_FANOUT)
     return cluster.probe(
-        source, "ssh_pairs", targets=targets, connect_timeout=timeout,
+        source, sshmodes.SSH_PAIRS, targets=targets, connect_timeout=timeout,
         fanout=fanout, timeout=timeout * (1 + len(targets) // fanout) + 30,
         attempt=1 if again is None else 2,
     )
 
 
-def pdsh_here(cluster: Cluster, site: str) -> tuple[str | None, str | None]:
-    """(why pdsh cannot run at `site`, else None; PDSH_RCMD_TYPE there), from what the site's
+def pdsh_here(cluster: Cluster, site: str) -> tuple[bool, str | None]:
+    """(whether pdsh is installed at `site`, PDSH_RCMD_TYPE there), from what the site's
     non-interactive shell finds (the launcher: this process's PATH and environment)."""
     if site == LAUNCHER:
-        missing = None if shutil.which("pdsh") else (
-            "pdsh is not installed on the launcher (deepspeed --hostfile needs it).\n"
-            "  fix: apt-get install pdsh   (or yum install pdsh pdsh-rcmd-ssh)")
-        return missing, os.environ.get("PDSH_RCMD_TYPE")
+        return shutil.which("pdsh") is not None, os.environ.get("PDSH_RCMD_TYPE")
     facts = cluster.base(site)
-    missing = None if facts.which.get("pdsh") else (
-        f"{site} (rank 0, where `deepspeed --hostfile` starts) has no pdsh on the PATH of a "
-        f"non-interactive shell.\n  fix, on {site}: apt-get install pdsh")
-    return missing, facts.env.get("PDSH_RCMD_TYPE")
+    return bool(facts.which.get("pdsh")), facts.env.get("PDSH_RCMD_TYPE")
 
 
 def _pdsh(cluster: Cluster, site: str) -> PdshRun:
     """Run `pdsh -S -w <all hosts> echo OK` from `site` as deepspeed would: (exit, output, the
-    site's PDSH_RCMD_TYPE); a string where pdsh is not installed there (the failure to report)."""
-    missing, rcmd = pdsh_here(cluster, site)
-    if missing is not None:
-        return missing
+    site's PDSH_RCMD_TYPE); NO_PDSH where pdsh is not installed there."""
+    installed, rcmd = pdsh_here(cluster, site)
+    if not installed:
+        return NO_PDSH
     hosts = ",".join(cluster.names)
     timeout = cluster.settings.timeout_connect
     ssh_args = f"-o BatchMode=yes -o ConnectTimeout={int(timeout)}"
@@ -130,7 +127,7 @@ def _pdsh(cluster: Cluster, site: str) -> PdshRun:
                                   timeout=timeout * 2 + 30, check=False)
             return proc.returncode, proc.stdout + proc.stderr, rcmd
         except subprocess.TimeoutExpired:
-            return 124, "pdsh timed out", rcmd
+            return 124, PDSH_TIMED_OUT, rcmd
     res = cluster.run(site, ["env", "PDSH_RCMD_TYPE=ssh", f"PDSH_SSH_ARGS_APPEND={ssh_args}",
                              *pdsh],
                       timeout=timeout * 2 + 30)

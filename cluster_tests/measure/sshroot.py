@@ -9,8 +9,6 @@ check on that red (``core.outcome.block``) and returns when there is none.
 
 from __future__ import annotations
 
-from typing import Any
-
 from cluster_tests.core import outcome
 from cluster_tests.core import pairs as pairs_mod
 from cluster_tests.core import testids as ids
@@ -21,19 +19,18 @@ from cluster_tests.judge.ssh import sshfail, sshmodes, sshnames
 from cluster_tests.measure import ports, sshpairs
 
 
-def sshd_config(cluster: Cluster, node: str) -> dict[str, str]:
-    """Effective sshd settings (`sshd -T`, needs root); {} when they cannot be read."""
+def sshd_config(cluster: Cluster, node: str) -> sshmodes.SshdFacts:
+    """Effective sshd settings (`sshd -T`, needs root); none when they cannot be read."""
     try:
-        res: dict[str, Any] = cluster.probe(node, "sshd")
+        return cluster.probe(node, sshmodes.SSHD)
     except ProbeError:
-        return {}
-    return sshmodes.parse_sshd_T(res["out"]) if res.get("rc") == 0 else {}
+        return sshmodes.SshdFacts(-1, {})
 
 
 def node_modes(cluster: Cluster, node: str) -> sshmodes.ModeVerdict:
     """S2's verdict on the node's ssh files (StrictModes as its sshd has it)."""
     facts = cluster.base(node)
-    strict = sshd_config(cluster, node).get("strictmodes", "yes") != "no"
+    strict = sshd_config(cluster, node).get("strictmodes") != "no"
     return sshmodes.strict_modes(facts.ssh, facts.uid, facts.user, strict=strict)
 
 

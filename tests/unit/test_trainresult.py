@@ -38,7 +38,7 @@ def test_parse_output_reads_pdsh_prefixed_events() -> None:
 
 
 def test_t2_ssh_leg_fixes_name_the_rank0_node() -> None:
-    """T2's message for pdsh's ssh legs (the fixes come from judge/ssh/sshfail.py's PDSH_LEG)."""
+    """T2's message for pdsh's ssh legs (the fixes come from judge/ssh/sshfail.py's FIX)."""
     from cluster_tests.core.settings import Settings, TrainingSettings
     from cluster_tests.judge.training import traindiag as tdiag
     from cluster_tests.judge.training import trainexplain as tx
@@ -57,8 +57,11 @@ def test_t2_ssh_leg_fixes_name_the_rank0_node() -> None:
             "  fix: on node2: append node1's public key (node1:~/.ssh/id_*.pub) to "
             "~/.ssh/authorized_keys (ssh-copy-id node2, run on node1); modes: chmod 700 "
             "~/.ssh; chmod 600 ~/.ssh/authorized_keys; see test_ssh_trust[node1->node2]") in msg
-    assert ("  fix: on node1: ssh-keyscan -H node2 >> ~/.ssh/known_hosts (compare the "
-            "fingerprint); see test_ssh_trust[node1->node2]") in msg
+    assert ("  fix: node1 does not know node2's host key: read node2's fingerprint out of band "
+            "(on node2's console: ssh-keygen -lf /etc/ssh/ssh_host_ed25519_key.pub); then on "
+            "node1: ssh node2 true, and answer yes only if the fingerprint it shows is that one "
+            "(ssh then writes the key to ~/.ssh/known_hosts); never ssh-keyscan, which trusts "
+            "whoever answers; see test_ssh_trust[node1->node2]") in msg
 
 
 def test_a_ranks_own_stack_dump_is_read_with_its_host() -> None:

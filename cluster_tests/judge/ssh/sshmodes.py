@@ -1,17 +1,81 @@
 """Logic behind the S checks: sshd's StrictModes, `sshd -T`, and why `ssh a b` failed.
 
-Pure functions over the facts that the probe gathers, so that each rule is unit-tested.
+Pure functions over the facts that the probe gathers (node/probe.py's `sshd` and `ssh_pairs`,
+read here into :class:`SshdFacts` and :class:`~cluster_tests.judge.common.facts.SshLeg`), so
+that each rule is unit-tested. A failed connection's cause is judge/ssh/sshfail.py's
+:class:`~cluster_tests.judge.ssh.sshfail.Cause`; the rest of the section's are
+:class:`SshCause`.
 """
 
 from __future__ import annotations
 
 import shlex
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from enum import Enum
 
 from cluster_tests.judge.common import fixcmd
 from cluster_tests.judge.common.basefacts import PathStat, SshFiles
+from cluster_tests.judge.common.facts import Command, SshLeg
+from cluster_tests.judge.common.probes import FactsError, Probe, integer, obj, opt_text, text
 from cluster_tests.judge.problem import Fix, Problem
 from cluster_tests.judge.ssh import sshfail
+
+
+class SshCause(str, Enum):
+    """What S2, S3, S5 and S6 find wrong beside a failed connection (sshfail.Cause)."""
+
+    FILE_MODES = "ssh file modes refused"
+    KEY_MODES = "private key readable by others"
+    ROOT_LOGIN = "root login refused"
+    NO_PDSH = "pdsh not installed"
+    PDSH_TIMEOUT = "pdsh timed out"
+    SLOW_LOGIN = "slow login"
+
+
+@dataclass(frozen=True)
+class SshdFacts:
+    """sshd's effective settings on a node (node/probe.py `sshd`: `sshd -T`, needs root):
+    `rc` its exit status, `settings` its lower-case keys (empty where it failed), `error` what
+    it said on stderr."""
+
+    rc: int
+    settings: Mapping[str, str]
+    error: str = ""
+    connection_spec: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.rc == 0
+
+    def get(self, key: str, default: str | None = None) -> str | None:
+        return self.settings.get(key, default)
+
+    @classmethod
+    def read(cls, raw: object) -> SshdFacts:
+        d = obj(raw, "sshd -T")
+        rc = integer(d.get("rc"), -1)
+        return cls(rc, parse_sshd_T(text(d.get("out"))) if rc == 0 else {},
+                   text(d.get("err")), opt_text(d.get("connection_spec")))
+
+
+def read_legs(raw: object) -> Mapping[str, SshLeg]:
+    """The `ssh_pairs` section's answer ({target: command}) as legs, per target."""
+    legs = {}
+    for target, res in obj(raw, "ssh legs").items():
+        cmd = obj(res, f"the ssh leg to {target}")
+        if not isinstance(cmd.get("rc"), int):
+            raise FactsError(f"the ssh leg to {target}: no exit status")
+        seconds = cmd.get("seconds")
+        legs[str(target)] = SshLeg(str(target), Command(
+            integer(cmd.get("rc")), text(cmd.get("out")), text(cmd.get("err")),
+            float(seconds) if isinstance(seconds, (int, float)) else None))
+    return legs
+
+
+SCRIPT = "probe.py"
+SSHD: Probe[SshdFacts] = Probe(SCRIPT, "sshd", SshdFacts.read)
+SSH_PAIRS: Probe[Mapping[str, SshLeg]] = Probe(SCRIPT, "ssh_pairs", read_legs)
 
 
 @dataclass
@@ -88,16 +152,22 @@ def strict_modes(ssh_facts: SshFiles, uid: int, user: str, strict: bool = True) 
                 f"{entry.path} has mode {entry.mode:04o}; the guide asks for {wanted:04o} "
                 f"(sshd accepts it, but tighten it: chmod {wanted:o} {shlex.quote(entry.path)})"
             )
+    verdict = ModeVerdict(errors, warnings, fixes, commands)
+    _private_keys(ssh_facts, verdict)
+    return verdict
+
+
+def _private_keys(ssh_facts: SshFiles, verdict: ModeVerdict) -> None:
+    """ssh ignores a private key that others can read: add each such key to `verdict`."""
     for _name, entry in sorted(ssh_facts.private_keys.items()):
         if entry.exists and entry.mode & 0o077:
-            errors.append(
+            verdict.errors.append(
                 f"private key {entry.path} has mode {entry.mode:04o}: ssh ignores a key that "
                 f"others can read ('UNPROTECTED PRIVATE KEY FILE'), "
                 f"so this node cannot log in anywhere with it"
             )
-            fixes.append(f"chmod 600 {shlex.quote(entry.path)}")
-            commands.append(fixcmd.chmod_cmd(entry.path, 0o600))
-    return ModeVerdict(errors, warnings, fixes, commands)
+            verdict.fixes.append(f"chmod 600 {shlex.quote(entry.path)}")
+            verdict.commands.append(fixcmd.chmod_cmd(entry.path, 0o600))
 
 
 def parse_sshd_T(text: str) -> dict[str, str]:
@@ -110,23 +180,36 @@ def parse_sshd_T(text: str) -> dict[str, str]:
     return out
 
 
-def sshd_config_problems(node: str, cfg: dict[str, str], root: bool) -> list[str]:
+def sshd_config_problems(node: str, cfg: SshdFacts, root: bool) -> list[Problem]:
     """S3: what in sshd's effective settings (`sshd -T`) stops pdsh logging in to `node` with a
-    key (`root`: the suite logs in as root), each with its fix."""
+    key (`root`: the suite logs in as root), one Problem each."""
     problems = []
     if cfg.get("pubkeyauthentication", "yes") != "yes":
-        problems.append("PubkeyAuthentication is 'no': sshd refuses every key, "
-                        "so pdsh cannot log in\n"
-                        f"  fix, on {node}: set 'PubkeyAuthentication yes' in "
-                        f"/etc/ssh/sshd_config; systemctl reload ssh")
+        problems.append(Problem(
+            (node,), sshfail.Cause.KEYS_NOT_ACCEPTED,
+            f"{node}: PubkeyAuthentication is 'no': sshd refuses every key, so pdsh cannot "
+            f"log in",
+            fix=f"on {node}: set 'PubkeyAuthentication yes' in /etc/ssh/sshd_config; "
+                f"systemctl reload ssh", item="S3"))
     if root and cfg.get("permitrootlogin", "prohibit-password") not in (
         "yes", "prohibit-password", "without-password"
     ):
-        problems.append(f"PermitRootLogin is '{cfg.get('permitrootlogin')}': "
-                        f"root cannot log in with a key\n"
-                        f"  fix, on {node}: set 'PermitRootLogin prohibit-password'; "
-                        f"systemctl reload ssh")
+        problems.append(Problem(
+            (node,), SshCause.ROOT_LOGIN,
+            f"{node}: PermitRootLogin is '{cfg.get('permitrootlogin')}': root cannot log in "
+            f"with a key",
+            fix=f"on {node}: set 'PermitRootLogin prohibit-password'; systemctl reload ssh",
+            item="S3"))
     return problems
+
+
+def sshd_config_problem(node: str, cfg: SshdFacts, root: bool) -> Problem | None:
+    """S3's red: :func:`sshd_config_problems` as one Problem (the first one's cause)."""
+    problems = sshd_config_problems(node, cfg, root)
+    if len(problems) <= 1:
+        return problems[0] if problems else None
+    return replace(problems[0], message="\n".join(p.message for p in problems),
+                   fix="; ".join(p.fix for p in problems))
 
 
 # -- why did `ssh a b true` fail? ----------------------------------------------------------
@@ -140,10 +223,10 @@ def classify_ssh_failure(stderr: str, rc: int) -> str:
 def public_keys(pubkey_texts: dict[str, str | None]) -> list[str]:
     """The 'type base64' part of each public key file's text."""
     keys = []
-    for text in pubkey_texts.values():
-        if not text:
+    for words in pubkey_texts.values():
+        if not words:
             continue
-        parts = text.split()
+        parts = words.split()
         if len(parts) >= 2:
             keys.append(f"{parts[0]} {parts[1]}")
     return keys
@@ -164,11 +247,14 @@ def key_authorized(pubkeys: list[str], authorized_keys_text: str | None) -> bool
 # -- S1, S2, S4 as Problems ------------------------------------------------------------------
 
 
-def login_problem(node: str, cause: sshfail.Cause, described: str, hint: str) -> Problem:
-    """S1: the launcher cannot log in to `node`. Nobody can run a command there for us, so the
-    fix is a person's (it is said, not scripted)."""
-    text = described.split("\n  fix:")[0]
-    return Problem((node,), cause.value, text, fix=hint, item="S1", launch="node")
+def login_problem(node: str, where: str, cause: sshfail.Cause, detail: str, hint: str
+                  ) -> Problem:
+    """S1: the launcher cannot log in to `node` (`where`: its ssh target, "node3
+    (root@10.0.0.3:22)"), for `cause`; `detail` what the connection said, `hint` its fix
+    (sshfail.launcher_fix).
+    Nobody can run a command there for us, so the fix is a person's (said, not scripted)."""
+    return Problem((node,), cause.value, f"{where}: {cause.value}: {detail}", fix=hint,
+                   item="S1", launch="node")
 
 
 def refuses_all_keys(error: str) -> bool:
@@ -184,7 +270,7 @@ def modes_problem(node: str, verdict: ModeVerdict) -> Problem:
               tuple(dict.fromkeys(verdict.commands)), "S2")
     # a key file of the node's own stops only its own ssh to others: it matters as rank 0
     own_key_only = not any(refuses_all_keys(e) for e in verdict.errors)
-    return Problem((node,), verdict.errors[0].split(":")[0],
+    return Problem((node,), SshCause.KEY_MODES if own_key_only else SshCause.FILE_MODES,
                    f"{node}: " + f"\n{node}: ".join(verdict.errors),
                    fix=f"on {node}: {words}", fixes=(fix,) if fix.commands else (), item="S2",
                    launch="as-rank0" if own_key_only else "node")
@@ -213,7 +299,7 @@ def trust_problem(a: str, b: str, cause: sshfail.Cause, evidence: str, facts: Tr
         keys = public_keys(facts.pubkeys)
         pub = next(iter(sorted(facts.pubkeys)), "id_ed25519.pub")
         ak = facts.authorized_keys or "~/.ssh/authorized_keys"
-        text = next((t for _, t in sorted(facts.pubkeys.items()) if t and len(t.split()) >= 2),
+        line = next((t for _, t in sorted(facts.pubkeys.items()) if t and len(t.split()) >= 2),
                     None)
         known = key_authorized(keys, facts.authorized_keys_text)
         if not keys:
@@ -224,9 +310,9 @@ def trust_problem(a: str, b: str, cause: sshfail.Cause, evidence: str, facts: Tr
             prefix = f"{a}'s key (~/.ssh/{pub}) is not in {ak} on {b}: " if known is False else ""
             fix = (f"{prefix}append {a}'s public key to {b}'s authorized_keys: "
                    f"ssh {a} cat ~/.ssh/{pub} | ssh {b} 'cat >> {ak}'")
-            if known is False and text:
+            if known is False and line:
                 fixes = (Fix(b, f"authorize {a}'s key ({pub}) in {ak}",
-                             (fixcmd.authorize_key_cmd(ak, text.strip().splitlines()[0]),), "S4"),)
+                             (fixcmd.authorize_key_cmd(ak, line.strip().splitlines()[0]),), "S4"),)
     elif cause in (sshfail.Cause.HOSTKEY_UNKNOWN, sshfail.Cause.HOSTKEY_CHANGED):
         verb = "does not know" if cause == sshfail.Cause.HOSTKEY_UNKNOWN else "has another key for"
         if facts.host_key is not None:
@@ -237,22 +323,70 @@ def trust_problem(a: str, b: str, cause: sshfail.Cause, evidence: str, facts: Tr
                             f"{facts.known_hosts}",
                          (fixcmd.known_host_cmd(facts.known_hosts, b, kt, blob),), "S4"),)
         else:
-            fix = (f"on {a}: ssh {b} true once and compare the fingerprint with `ssh-keygen -lf "
-                   f"/etc/ssh/ssh_host_ed25519_key.pub` on {b}'s console")
-    elif cause == sshfail.Cause.KEYS_NOT_ACCEPTED:
-        fix = (f"sshd on {b} accepts no public keys (PubkeyAuthentication no): on {b}: set "
-               f"'PubkeyAuthentication yes' in /etc/ssh/sshd_config; systemctl reload ssh")
-    elif cause == sshfail.Cause.DNS:
-        fix = f"on {a}: add '{facts.address} {b}' to /etc/hosts (or fix DNS)"
-    elif cause == sshfail.Cause.REFUSED:
-        fix = (f"sshd on {b} refuses {a} (a firewall REJECT rule, or sshd's ListenAddress): "
-               f"on {b}: iptables -S INPUT")
-    elif cause in (sshfail.Cause.TIMEOUT, sshfail.Cause.UNREACHABLE):
-        fix = (f"packets from {a} to {b}:22 are dropped: check the firewall on {b} "
-               f"(iptables -S INPUT) and routing on {a}")
+            fix = sshfail.pair_fix(cause, a, b)
     else:
-        fix = f"on {a}: ssh -v {b} true"
+        fix = sshfail.pair_fix(cause, a, b, facts.address)
     message = (f"{a} -> {b}: {cause.value}\n  `ssh -o BatchMode=yes {b} true` on {a} said:\n    "
                + evidence.replace("\n", "\n    "))
     return Problem((a, b), cause.value, message, fix=fix, fixes=fixes, item="S4",
                    launch="from-rank0")
+
+
+# -- S5, S6 ----------------------------------------------------------------------------------
+
+
+def pdsh_missing(site: str, launcher: bool) -> Problem:
+    """S5: no pdsh where `deepspeed --hostfile` starts (the launcher, or the rank-0 node
+    `site`, on the PATH of its non-interactive shell)."""
+    if launcher:
+        return Problem((site,), SshCause.NO_PDSH,
+                       "pdsh is not installed on the launcher (deepspeed --hostfile needs it).",
+                       fix="apt-get install pdsh   (or yum install pdsh pdsh-rcmd-ssh)",
+                       item="S5")
+    return Problem((site,), SshCause.NO_PDSH,
+                   f"{site} (rank 0, where `deepspeed --hostfile` starts) has no pdsh on the PATH "
+                   f"of a non-interactive shell.", fix=f"on {site}: apt-get install pdsh",
+                   item="S5")
+
+
+def pdsh_timed_out(site: str, target: str) -> Problem:
+    """S5: `site`'s pdsh run did not end within its deadline."""
+    return Problem((site, target), SshCause.PDSH_TIMEOUT,
+                   f"{site}: pdsh did not finish within its deadline", item="S5")
+
+
+def pdsh_leg_cause(lines: list[str], pdsh_errors: list[str], exit_code: int | None
+                   ) -> sshfail.Cause:
+    """Why pdsh's ssh leg to a host failed, from what pdsh printed for it."""
+    return sshfail.classify("\n".join(lines + pdsh_errors),
+                            exit_code if exit_code is not None else 255)
+
+
+def pdsh_leg_problem(site: str, target: str, lines: list[str], pdsh_errors: list[str],
+                     exit_code: int | None, *, launcher: bool, see: str) -> Problem:
+    """S5: pdsh's ssh leg from `site` (the launcher, or the rank-0 node) to `target` failed;
+    `see`: the check that tells more of the same connection."""
+    cause = pdsh_leg_cause(lines, pdsh_errors, exit_code)
+    said = "\n    ".join([*lines, *(f"(pdsh: {e})" for e in pdsh_errors)]
+                          + ([f"(ssh exited with exit code {exit_code})"]
+                             if exit_code is not None else [])) or "(nothing)"
+    fix = sshfail.pair_fix(cause, "the launcher" if launcher else site, target)
+    return Problem(
+        (site, target), cause.value,
+        f"{site} -> {target}: pdsh's ssh leg failed ({cause.value}); this is how deepspeed "
+        f"starts the ranks on {target}:\n    {said}", fix=f"{fix}; see {see}", item="S5",
+        launch="node" if launcher else "from-rank0")
+
+
+def slow_login(node: str, seconds: float, limit: float) -> Problem | None:
+    """S6: the launcher's login to `node` took `seconds`, more than `limit`."""
+    if seconds <= limit:
+        return None
+    return Problem(
+        (node,), SshCause.SLOW_LOGIN,
+        f"{node}: SSH login took {seconds:.1f} s (limit {limit:g} s, --slow-login). "
+        f"The usual causes: sshd does a reverse DNS lookup of the client that times out, "
+        f"or GSSAPI is tried first.",
+        fix=f"on {node}: 'UseDNS no' in /etc/ssh/sshd_config; "
+            f"on the launcher: 'GSSAPIAuthentication no' in the ssh config", item="S6",
+        facts={"login_seconds": round(seconds, 3)})

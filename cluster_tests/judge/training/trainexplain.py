@@ -137,8 +137,8 @@ def _explain_diag(d: tdiag.Diagnosis, launch: Launch, multi: bool) -> str:
         src = launch.node
         head = f"{src} -> {node}: {d.cause} (pdsh's ssh leg from the rank-0 node)"
         words = sshfail.leg_words(d.kind)
-        if words is not None and words.from_rank0 is not None:
-            hint = words.from_rank0.format(src=src, node=node)
+        if words is not None and words.hint is None and words.cause != sshfail.Cause.FAILED:
+            hint = sshfail.pair_fix(words.cause, src, node)
         hint += f"; see {ids.SSH_TRUST.of(src, node)}"
     evidence = list(d.evidence)
     if d.kind in ("no-deepspeed", "no-torch", "no-module", "command-not-found") and not multi:
