@@ -1,4 +1,6 @@
-"""H. The hostfile (CHECKLIST H1-H5): DeepSpeed will take it, and it describes this cluster."""
+"""H. The hostfile (CHECKLIST H1-H5): DeepSpeed will take it, and it describes this cluster.
+Verdicts: judge/hostfile/ (hostparse: H1, hostfit: H2 and H4, masteraddr: H3, resourcefilter:
+H5); the master address as the launch derives it: measure/masterroute.py."""
 
 from __future__ import annotations
 
@@ -12,14 +14,12 @@ from cluster_tests.core.cluster import Cluster, Declared
 from cluster_tests.core.memokey import base_key
 from cluster_tests.core.nodetable import NodeColumn
 from cluster_tests.core.settings import Settings
-from cluster_tests.judge.common import fixcmd
 from cluster_tests.judge.common.basefacts import BaseFacts
-from cluster_tests.judge.common.netfacts import all_ips, is_ip, is_loopback, parse_interfaces
 from cluster_tests.judge.common.probes import untyped
+from cluster_tests.judge.hostfile import hostfit
 from cluster_tests.judge.hostfile import hostparse as hf
 from cluster_tests.judge.hostfile import masteraddr as ma
 from cluster_tests.judge.hostfile import resourcefilter as rf
-from cluster_tests.judge.problem import Problem
 from cluster_tests.judge.ssh import sshfail, sshnames
 from cluster_tests.measure import accel, masterroute, sshroot
 
@@ -39,12 +39,9 @@ def test_hostfile_syntax(hostfile: hf.HostfileParse) -> None:
     """H1: every line parses as DeepSpeed 0.19 parses it; tolerated traps are warnings."""
     for finding in hostfile.warnings:
         warnings.warn(HostfileWarning(str(finding)), stacklevel=1)
-    problems = [str(f) for f in hostfile.errors]
-    if not hostfile.deepspeed_accepts and hostfile.deepspeed_error:
-        problems.insert(0, f"{hostfile.path}: deepspeed --hostfile would stop with: "
-                           f"{hostfile.deepspeed_error}")
-    if problems:
-        pytest.fail("the hostfile will not launch as it is:\n" + "\n".join(problems), pytrace=False)
+    problem = hf.judge_syntax(hostfile)
+    if problem is not None:
+        outcome.fail(problem)
 
 
 def test_hostname_matches(cluster: Cluster, node: str, record_property) -> None:
@@ -53,61 +50,32 @@ def test_hostname_matches(cluster: Cluster, node: str, record_property) -> None:
     resolves on the node to one of its own addresses.  How every other node resolves it is N1's
     check (test_resolves[a->node]), which names the node whose lookup is wrong."""
     facts = cluster.base(node)
-    ips = all_ips(parse_interfaces(facts.ip_link, facts.ip_addr))
-    if is_ip(node):
-        if node not in ips:
-            pytest.fail(
-                f"{node}: the hostfile names address {node}, but the node that answers there has "
-                f"{', '.join(sorted(ips)) or 'no addresses'} (hostname {facts.hostname}).\n"
-                f"  fix: write one of its addresses in the hostfile line "
-                f"{cluster.node(node).lineno}",
-                pytrace=False,
-            )
-        return
-    actual = facts.hostname
-    if actual == node:
-        record_property("name_is", "hostname")
-        return
-    addrs = list(facts.resolved(node).addrs)
-    mine = [a for a in addrs if a in ips]
-    if addrs and len(mine) == len(addrs):
-        first_label = node.split(".", 1)[0]
-        record_property("name_is", "fqdn" if actual == first_label else "alias")
-        if actual != first_label:
-            warnings.warn(HostfileWarning(
-                f"{node}: `hostname` there prints '{actual}'; the name resolves to the node itself "
-                f"({', '.join(addrs)}), so the launch works, but the field guide asks for the "
-                f"hostname (line {cluster.node(node).lineno})"), stacklevel=1)
-        return
-    own = sorted(a for a in ips if not is_loopback(a))
-    if not addrs:
-        _name_for_ssh(cluster, node, facts, ips, own, record_property)
-        return
-    where = (f"resolves there to {', '.join(addrs)}, not one of its own addresses "
-             f"({', '.join(sorted(ips)) or 'none'})")
-    outcome.fail(Problem(
-        (node,), "the name leads elsewhere",
-        f"{node}: the hostfile says '{node}', `hostname` on that node prints '{actual}', and "
-        f"'{node}' {where}: the name leads elsewhere.",
-        fix=f"on {node}: hostnamectl set-hostname {node} and add "
-            f"'{own[0] if own else '<its address>'} {node}' to /etc/hosts (or write '{actual}' in "
-            f"the hostfile, line {cluster.node(node).lineno})",
-        fixes=tuple(fixcmd.hostname_fix(node, cluster.cached(base_key(node)))
-                    if cluster.login_error(node) is None else ()), item="H2"))
+    verdict = hostfit.judge_name(node, facts, cluster.node(node).lineno,
+                                 fixable=cluster.login_error(node) is None)
+    if verdict.name_is:
+        record_property("name_is", verdict.name_is)
+    if verdict.warning:
+        warnings.warn(HostfileWarning(verdict.warning), stacklevel=1)
+    if verdict.problem is not None:
+        outcome.fail(verdict.problem)
+    if verdict.unresolved:
+        _name_for_ssh(cluster, node, facts, record_property)
 
 
-def _name_for_ssh(cluster: Cluster, node: str, facts: BaseFacts, ips: set[str], own: list[str],
-                  record_property) -> None:
-    """H2 for a hostfile name that the node itself cannot resolve: a name only ssh configs know
-    (`Host gpu-a` / `HostName 10.1.2.3`) is as good as any for the launch (pdsh and DeepSpeed's
-    own ssh run on the rank-0 node; the names are keys otherwise), so it leads to the node where
+def _name_for_ssh(cluster: Cluster, node: str, facts: BaseFacts, record_property) -> None:
+    """H2 for a hostfile name that the node itself cannot resolve: it leads to the node where
     the rank-0 node's ssh takes it there (green, the mapping shown in the node table); where it
-    takes it nowhere or elsewhere, N1's red on that pair holds the cause, and the fix is an ssh
-    config block or a hosts line, never the node's hostname."""
+    takes it nowhere or elsewhere, N1's red on that pair holds the cause (hostfit.judge_ssh_name
+    says why and the fix)."""
     rank0 = cluster.rank0.name
     view = facts if node == rank0 else cluster.base_or_none(rank0) or facts
     p = sshnames.placement(view, node)
-    if p.placed and set(p.addrs) <= ips:
+    target = cluster.address(node)
+    problem = hostfit.judge_ssh_name(
+        node, rank0, p, hostfit.node_ips(facts), target,
+        alias=sshnames.known_by_ssh([cluster.cached(base_key(v)) for v in cluster.names[:9]
+                                     if v != rank0], node, target))
+    if problem is None:
         record_property("name_is", "ssh alias" if p.by == sshnames.BY_SSH else "alias")
         if p.by == sshnames.BY_SSH:
             launcher = cluster.launcher_ssh_view(node)
@@ -119,18 +87,7 @@ def _name_for_ssh(cluster: Cluster, node: str, facts: BaseFacts, ips: set[str], 
                   f"{rank0} (rank 0, whose pdsh reaches every host) "
                   + (f"sends {node} to {', '.join(p.addrs)}, not {node}" if p.placed
                      else f"cannot place {node}"))
-    target = cluster.address(node)
-    outcome.fail(Problem(
-        (node,), "the name leads nowhere" if not p.placed else "the name leads elsewhere",
-        f"{node}: the hostfile says '{node}', which {node} itself cannot resolve; on {rank0} "
-        f"(rank 0, where pdsh and DeepSpeed's ssh run) it is {p.describe()}; the launcher "
-        f"reaches it through "
-        + (f"its ssh config (HostName {target})" if target != node else "its resolver"),
-        fix=(sshnames.alias_fix(rank0, node, own[0] if own else None) if p.placed else
-             sshnames.place_fix(rank0, node, own[0] if own else None, alias=sshnames.known_by_ssh(
-                 [cluster.cached(base_key(v)) for v in cluster.names[:9] if v != rank0], node,
-                 target))),
-        item="H2"))
+    outcome.fail(problem)
 
 
 def _alias_column(cluster: Cluster, node: str) -> str | None:
@@ -150,43 +107,43 @@ def test_master_addr(cluster: Cluster, rank0_node: str, record_property) -> None
     <first host> hostname -I`, run on the rank-0 node through the user's ssh there) or as given,
     is an address of the rank-0 node that every peer routes to (the id names rank 0: `-k node1`
     reruns it)."""
-    rank0 = rank0_node
     check = masterroute.ssh_check(cluster)
     stop = ma.ssh_check_problem(check, str(cluster.settings.hostfile)) if check else None
     if check is not None and stop is not None:
         record_property("ssh_check", check.command)
         if check.exit_status == 255:
-            cause = sshfail.classify(check.said, 255)
-            sshroot.block_by_root(cluster, check.site, check.first_host, cause)
-            sshroot.block_by_trust(cluster, check.site, check.first_host)
-        pytest.fail(f"{rank0}: {stop}", pytrace=False)
-    cluster.base(rank0)
+            _block_by_ssh(cluster, check.site, check.first_host, check.said)
+        outcome.fail(stop)
+    cluster.base(rank0_node)
     d = masterroute.derived(cluster)
     record_property("master_addr", d.value or "")
     record_property("master_addr_from", d.how if d.how == "given" else d.command)
-    found = masterroute.verdict(cluster)
-    if found and d.how == "derived" and d.value is None and d.exit_status == 255:
+    problem = masterroute.verdict(cluster)
+    if problem is None:
+        return
+    if d.how == "derived" and d.value is None and d.exit_status == 255:
         # DeepSpeed's own `ssh <first host>` failed: the same leg as S4 rank 0 -> first host
-        cause = sshfail.classify(d.stderr, 255)
-        sshroot.block_by_root(cluster, d.site, d.first_host, cause)
-        sshroot.block_by_trust(cluster, d.site, d.first_host)
-    if found:
-        pytest.fail(f"{rank0}: " + "\n".join(found), pytrace=False)
+        _block_by_ssh(cluster, d.site, d.first_host, d.stderr)
+    outcome.fail(problem)
+
+
+def _block_by_ssh(cluster: Cluster, site: str, first_host: str, said: str) -> None:
+    """Blocked where DeepSpeed's ssh from `site` to `first_host` fails (exit 255) for a cause
+    S's reds already hold (the node's sshd, the trust of that leg)."""
+    cause = sshfail.classify(said, 255)
+    sshroot.block_by_root(cluster, site, first_host, cause)
+    sshroot.block_by_trust(cluster, site, first_host)
 
 
 def test_slots_fit_accelerators(cluster: Cluster, node: str) -> None:
     """H4: `slots` is at most the number of accelerators visible on the node."""
     cluster.require(node)
     inventory = accel.inventory(cluster, node)
-    slots = cluster.node(node).slots
-    if slots > inventory.count:
-        pytest.fail(
-            f"{node}: the hostfile gives slots={slots} but the node has {inventory.describe()}; "
-            f"DeepSpeed would start {slots} ranks there.\n"
-            f"  fix: write '{node} slots={inventory.count}' "
-            f"(hostfile line {cluster.node(node).lineno})",
-            pytrace=False,
-        )
+    entry = cluster.node(node)
+    problem = hostfit.judge_slots(node, entry.slots, inventory.count, inventory.describe(),
+                                  entry.lineno)
+    if problem is not None:
+        outcome.fail(problem)
 
 
 def test_include_exclude(cluster: Cluster, hostfile: hf.HostfileParse) -> None:
@@ -194,10 +151,6 @@ def test_include_exclude(cluster: Cluster, hostfile: hf.HostfileParse) -> None:
     s = cluster.settings
     if not s.include and not s.exclude:
         pytest.skip("no --launch-include / --launch-exclude given")
-    try:
-        active = rf.parse_resource_filter(hostfile.resources, include=s.include, exclude=s.exclude)
-    except rf.ResourceFilterError as exc:
-        pytest.fail(f"the launch's resource filter will be refused by DeepSpeed: {exc}",
-                    pytrace=False)
-    if not active:
-        pytest.fail("the include/exclude filters leave no slot to launch on", pytrace=False)
+    problem = rf.judge_filter(hostfile.resources, include=s.include, exclude=s.exclude)
+    if problem is not None:
+        outcome.fail(problem)

@@ -439,12 +439,12 @@ def test_master_port(cluster: Cluster, rendezvous_leg: tuple[str, str]) -> None:
             f"--master-port to this suite)", pytrace=False)
     d = masterroute.derived(cluster)
     if d.value is None:  # H3 is red on rank 0: DeepSpeed cannot derive one
-        why = ma.problems(d, {}, {})
+        why = ma.judge(d, {}, {})
         outcome.block(ids.MASTER_ADDR.of(rank0), "the launch has no --master_addr to connect to"
-                      + (f": {why[0].splitlines()[0]}" if why else ""))
+                      + (f": {why.headline}" if why else ""))
         # H3 is not in this run (-m network): the cause is this red's, never hidden
         pytest.fail(f"{node} -> {rank0}:{port}: the launch has no --master_addr to connect to: "
-                    + ("\n".join(why) if why else f"`{d.command}` gave none"), pytrace=False)
+                    + (why.text() if why else f"`{d.command}` gave none"), pytrace=False)
     reach = _slice(cluster, node, rank0)
     res = reach.master
     if res is not None and res.ok:
@@ -453,17 +453,17 @@ def test_master_port(cluster: Cluster, rendezvous_leg: tuple[str, str]) -> None:
     h3 = masterroute.verdict(cluster)
     if res is not None and res.status is PortStatus.UNRESOLVED:
         # a master address that is no address of rank 0 (a banner's word, a name): H3's cause
-        if h3:
-            outcome.block(ids.MASTER_ADDR.of(rank0), h3[0].splitlines()[0])
+        if h3 is not None:
+            outcome.block(ids.MASTER_ADDR.of(rank0), h3.headline)
         pytest.fail(
             f"{node} -> {rank0}:{port}: {node} cannot resolve the launch's --master_addr "
             f"'{d.value}' ({res.error}), so its ranks cannot reach the rendezvous: see "
             f"{ids.MASTER_ADDR.of(rank0)}", pytrace=False)
     _block_by_firewall(cluster, node, rank0)
-    if h3:
+    if h3 is not None:
         # the leg fails where H3 finds the address DeepSpeed derives unusable (no route from
         # this node, an address rank 0 does not own...): a consequence of H3's red, not a cause
-        outcome.block(ids.MASTER_ADDR.of(rank0), h3[0].splitlines()[0])
+        outcome.block(ids.MASTER_ADDR.of(rank0), h3.headline)
     maddr = reach.master_addr or reach.addr
     if maddr != reach.addr:
         pytest.fail(

@@ -32,11 +32,22 @@ import re
 import shutil
 import stat
 import subprocess
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from cluster_tests.judge.hostfile import hostparse as hf
+from cluster_tests.judge.hostfile.hostmodel import (
+    BOM,
+    ERROR,
+    MAX_BYTES,
+    MAX_LINES,
+    WARNING,
+    Finding,
+    Host,
+    HostfileError,
+    example,
+)
 
 #: _parse_single_range's limit: a range of more hosts is refused ("Too many hosts in range")
 MAX_RANGE = 64 * 1024
@@ -292,8 +303,8 @@ class NodeList:
 
     source: str  # "hostfile", "slurm", "skypilot", "mpi-hostfile"
     description: str  # where the list came from, for the report header
-    hosts: list[hf.Host] = field(default_factory=list)
-    findings: list[hf.Finding] = field(default_factory=list)
+    hosts: list[Host] = field(default_factory=list)
+    findings: list[Finding] = field(default_factory=list)
     path: str = "<node list>"  # what the findings' path names
     #: what the user must be told about how the list was read (the run's summary shows them)
     notes: list[str] = field(default_factory=list)
@@ -370,7 +381,7 @@ def slurm_nodes(environ: Mapping[str, str], slots: int | None = None,
     per, slot_source = _slots_from_slurm(environ, len(names), slots)
     nl = NodeList("slurm", f"Slurm allocation {var}={expr} ({how}; slots from {slot_source})",
                   path=var, notes=notes)
-    nl.hosts = [hf.Host(name, s, i) for i, (name, s) in enumerate(zip(names, per, strict=False), 1)]
+    nl.hosts = [Host(name, s, i) for i, (name, s) in enumerate(zip(names, per, strict=False), 1)]
     return nl
 
 
@@ -397,7 +408,7 @@ def skypilot_nodes(environ: Mapping[str, str], slots: int | None = None) -> Node
         per, where = int(g), f"SKYPILOT_NUM_GPUS_PER_NODE={g}"
     nl = NodeList("skypilot", f"SkyPilot SKYPILOT_NODE_IPS ({len(ips)} nodes, head node first; "
                   f"slots from {where})", path="SKYPILOT_NODE_IPS")
-    nl.hosts = [hf.Host(ip, per, i) for i, ip in enumerate(ips, 1)]
+    nl.hosts = [Host(ip, per, i) for i, ip in enumerate(ips, 1)]
     return nl
 
 
@@ -428,16 +439,26 @@ def parse_mpi_hostfile(text: str, path: str = "<mpi hostfile>", slots: int | Non
     machine file. Every line is judged on its own (like H1): a bad line is an error Finding
     with its line, column and the DeepSpeed line to write, the good lines are the hosts."""
     nl = NodeList("mpi-hostfile", f"MPI hostfile {path}", path=path)
-    findings: list[hf.Finding] = []
-    entries: dict[str, list] = {}  # host -> [slots, first line]
-    styles: dict[str, int] = {}  # "openmpi"/"mpich" -> first line
+    reader = _MpiReader(path, slots)
+    for lineno, line in _mpi_lines(text):
+        body, _comment_col = _strip_comment(line)
+        if body.strip():
+            reader.read_line(lineno, body)
+    reader.mixed_styles()
+    nl.hosts = [Host(h, s, ln) for h, (s, ln) in reader.entries.items()]
+    if not nl.hosts and not any(f.severity == ERROR for f in reader.findings):
+        reader.add(1, 1, ERROR, "M1-empty", "no hosts: only comments and blank lines",
+                   None)
+    nl.findings = sorted(reader.findings, key=lambda f: (f.line, f.column))
+    return nl
 
-    def add(line: int, col: int, sev: str, code: str, msg: str, fixed: str | None) -> None:
-        findings.append(hf.Finding(path, line, col, sev, code, msg, fixed))
 
+def _mpi_lines(text: str) -> Iterator[tuple[int, str]]:
+    """The lines of an MPI hostfile (numbered from 1), with Open MPI's ``/* ... */`` comments
+    blanked out (a block may span lines) and a first line's byte-order mark dropped."""
     in_block = False
     for lineno, (content, _end) in enumerate(hf.split_lines(text), 1):
-        line = content.lstrip("\ufeff") if lineno == 1 else content
+        line = content.lstrip(BOM) if lineno == 1 else content
         if in_block:  # inside /* ... */ (Open MPI's lexer)
             end = line.find("*/")
             if end < 0:
@@ -452,105 +473,143 @@ def parse_mpi_hostfile(text: str, path: str = "<mpi hostfile>", slots: int | Non
                 line = line[:start]
             else:
                 line = line[:start] + " " * (end + 2 - start) + line[end + 2:]
-        body, _comment_col = _strip_comment(line)
-        if not body.strip():
-            continue
+        yield lineno, line
+
+
+@dataclass
+class _MpiEntry:
+    """One MPI hostfile line as its words give it: the host, its slot count (None: not given),
+    the style it is written in ("mpich" for host:N, "openmpi" for slots=N), its max_slots."""
+
+    lineno: int
+    col0: int  # column of the host
+    host: str
+    count: int | None = None
+    style: str | None = None
+    max_slots: int | None = None
+
+
+class _MpiReader:
+    """The findings and hosts of an MPI hostfile, one line at a time."""
+
+    def __init__(self, path: str, slots: int | None) -> None:
+        self.path = path
+        self.slots = slots  # --slots: the count of a line that gives none
+        self.findings: list[Finding] = []
+        self.entries: dict[str, tuple[int, int]] = {}  # host -> (slots, first line)
+        self.styles: dict[str, int] = {}  # "openmpi"/"mpich" -> first line
+
+    def add(self, line: int, col: int, sev: str, code: str, msg: str, fixed: str | None) -> None:
+        self.findings.append(Finding(self.path, line, col, sev, code, msg, fixed))
+
+    def read_line(self, lineno: int, body: str) -> None:
         col0 = len(body) - len(body.lstrip()) + 1
-        line_start = len(findings)
+        line_start = len(self.findings)
         words = body.split()
-        first = words[0]
-        host, count, style = first, None, None
+        e = self._first_word(lineno, col0, words[0])
+        if e is None:
+            return
+        bad = self._keywords(e, body, words[1:])
+        if e.style:
+            self.styles.setdefault(e.style, lineno)
+        if not bad:
+            self._accept(e, len(words[0]), line_start)
+
+    def _first_word(self, lineno: int, col0: int, first: str) -> _MpiEntry | None:
+        """The host (and MPICH's ``:N`` count, a ``user@`` dropped with a warning); None where
+        the count after ':' is no count."""
+        e = _MpiEntry(lineno, col0, first)
         if ":" in first and not first.startswith("["):
-            host, _, rest = first.partition(":")
+            e.host, _, rest = first.partition(":")
             nums = rest.split(":")[0]
-            style = "mpich"
+            e.style = "mpich"
             if not nums.isdigit() or int(nums) < 1:
-                add(lineno, col0 + len(host) + 1, hf.ERROR, "M1-count",
-                    f"{nums!r} after ':' is not a process count (MPICH/Intel MPI write host:N)",
-                    f"{host} slots=<N>")
-                continue
-            count = int(nums)
-        if "@" in host:
-            user, _, host = host.rpartition("@")
-            add(lineno, col0, hf.WARNING, "M1-user",
-                f"{user}@ gives a login user for this host; DeepSpeed's hostfile has none: the "
-                "launch logs in as the ssh config's (or --ssh-user's) user",
-                f"{host} slots=<N>")
-        bad_kw = False
-        max_slots = None
-        for w in words[1:]:
+                self.add(lineno, col0 + len(e.host) + 1, ERROR, "M1-count",
+                         f"{nums!r} after ':' is not a process count (MPICH/Intel MPI write "
+                         f"host:N)", f"{e.host} slots=<N>")
+                return None
+            e.count = int(nums)
+        if "@" in e.host:
+            user, _, e.host = e.host.rpartition("@")
+            self.add(lineno, col0, WARNING, "M1-user",
+                     f"{user}@ gives a login user for this host; DeepSpeed's hostfile has none: "
+                     "the launch logs in as the ssh config's (or --ssh-user's) user",
+                     f"{e.host} slots=<N>")
+        return e
+
+    def _keywords(self, e: _MpiEntry, body: str, words: list[str]) -> bool:
+        """Open MPI's ``key=value`` words after the host; True where one is an error."""
+        bad = False
+        for w in words:
             key, eq, val = w.partition("=")
-            wcol = col0 + body.strip().find(w)
+            wcol = e.col0 + body.strip().find(w)
             k = key.lower()
-            if not eq:
-                add(lineno, wcol, hf.ERROR, "M1-bad-entry",
-                    f"{w!r} after the host name is not key=value", f"{host} slots=<N>")
-                bad_kw = True
+            if eq and k in _OMPI_SLOTS:
+                e.style = e.style or "openmpi"
+                if val.isdigit() and int(val) >= 1:
+                    e.count = int(val)
+                    continue
+                self.add(e.lineno, wcol, ERROR, "M1-slots", f"{w!r}: the slot count "
+                         "is not a positive whole number", f"{e.host} slots=<N>")
+            elif eq and k in _OMPI_MAX:
+                e.style = e.style or "openmpi"
+                e.max_slots = int(val) if val.isdigit() else e.max_slots
                 continue
-            if k in _OMPI_SLOTS:
-                style = style or "openmpi"
-                if not val.isdigit() or int(val) < 1:
-                    add(lineno, wcol, hf.ERROR, "M1-slots", f"{w!r}: the slot count is not a "
-                        "positive whole number", f"{host} slots=<N>")
-                    bad_kw = True
-                else:
-                    count = int(val)
-            elif k in _OMPI_MAX:
-                style = style or "openmpi"
-                if val.isdigit():
-                    max_slots = int(val)
-            elif k in _OMPI_OTHER:
-                add(lineno, wcol, hf.WARNING, "M1-ignored",
-                    f"{w!r} is an Open MPI placement detail that DeepSpeed does not read",
-                    None)
+            elif eq and k in _OMPI_OTHER:
+                self.add(e.lineno, wcol, WARNING, "M1-ignored",
+                         f"{w!r} is an Open MPI placement detail that DeepSpeed does not read",
+                         None)
+                continue
             else:
-                add(lineno, wcol, hf.ERROR, "M1-bad-entry",
-                    f"{w!r} is not an Open MPI hostfile keyword", f"{host} slots=<N>")
-                bad_kw = True
-        if style:
-            styles.setdefault(style, lineno)
-        if bad_kw:
-            continue
-        probe = hf.parse_hostfile_text(f"{host} slots=1\n", path)
+                self.add(e.lineno, wcol, ERROR, "M1-bad-entry",
+                         f"{w!r} is not an Open MPI hostfile keyword" if eq
+                         else f"{w!r} after the host name is not key=value",
+                         f"{e.host} slots=<N>")
+            bad = True
+        return bad
+
+    def _accept(self, e: _MpiEntry, first_len: int, line_start: int) -> None:
+        """A line whose words are fine: its host name as H1 judges one, its count (or
+        --slots), then the line to write on its warnings, max_slots and a host given twice."""
+        probe = hf.parse_hostfile_text(f"{e.host} slots=1\n", self.path)
         name_errors = [f for f in probe.errors if f.code.startswith("H1-hostname")]
-        if name_errors or not host:
+        if name_errors or not e.host:
             msg = name_errors[0].message if name_errors else "no host name"
-            add(lineno, col0, hf.ERROR, "M1-hostname", msg, None)
-            continue
+            self.add(e.lineno, e.col0, ERROR, "M1-hostname", msg, None)
+            return
+        count = e.count if e.count is not None else self.slots
         if count is None:
-            if slots is None:
-                add(lineno, col0 + len(first), hf.ERROR, "M1-no-slots",
-                    f"no slot count for {host}: Open MPI would take its core count, MPICH 1; "
-                    "DeepSpeed needs slots=N (or pass --slots N)", f"{host} slots=<N>")
-                continue
-            count = slots
-        # warnings: the line to write
-        for at, found in enumerate(findings[line_start:], line_start):
-            if found.severity == hf.WARNING:
-                findings[at] = dataclasses.replace(found, fixed_line=f"{host} slots={count}")
-        if max_slots is not None and max_slots < count:
-            add(lineno, col0, hf.WARNING, "M1-max-slots",
-                f"max_slots={max_slots} is below slots={count}; DeepSpeed ignores max_slots and "
-                f"starts {count} ranks", f"{host} slots={count}")
-        if host in entries:
-            prev = entries[host]
-            prev[0] += count
-            add(lineno, col0, hf.WARNING, "M1-duplicate",
-                f"{host} is already on line {prev[1]}; MPI adds the slots up, DeepSpeed refuses a "
-                f"host twice: one line with the sum", f"{host} slots={prev[0]}")
-            continue
-        entries[host] = [count, lineno]
-    if len(styles) > 1:
-        first_mpich = next((f"{h} slots={c}" for h, (c, ln) in entries.items()
-                            if ln == styles["mpich"]), None)
-        add(styles["mpich"], 1, hf.WARNING, "M1-mixed",
-            f"host:N lines (MPICH/Intel MPI, first on line {styles['mpich']}) and slots= lines "
-            f"(Open MPI, first on line {styles['openmpi']}) in one file", first_mpich)
-    nl.hosts = [hf.Host(h, s, ln) for h, (s, ln) in entries.items()]
-    if not nl.hosts and not any(f.severity == hf.ERROR for f in findings):
-        add(1, 1, hf.ERROR, "M1-empty", "no hosts: only comments and blank lines", None)
-    nl.findings = sorted(findings, key=lambda f: (f.line, f.column))
-    return nl
+            self.add(e.lineno, e.col0 + first_len, ERROR, "M1-no-slots",
+                     f"no slot count for {e.host}: Open MPI would take its core count, MPICH 1; "
+                     "DeepSpeed needs slots=N (or pass --slots N)", f"{e.host} slots=<N>")
+            return
+        for at, found in enumerate(self.findings[line_start:], line_start):
+            if found.severity == WARNING:
+                self.findings[at] = dataclasses.replace(found, fixed_line=f"{e.host} slots={count}")
+        if e.max_slots is not None and e.max_slots < count:
+            self.add(e.lineno, e.col0, WARNING, "M1-max-slots",
+                     f"max_slots={e.max_slots} is below slots={count}; DeepSpeed ignores "
+                     f"max_slots and starts {count} ranks", f"{e.host} slots={count}")
+        if e.host in self.entries:
+            total, first = self.entries[e.host]
+            self.entries[e.host] = (total + count, first)
+            self.add(e.lineno, e.col0, WARNING, "M1-duplicate",
+                     f"{e.host} is already on line {first}; MPI adds the slots up, DeepSpeed "
+                     f"refuses a host twice: one line with the sum",
+                     f"{e.host} slots={total + count}")
+            return
+        self.entries[e.host] = (count, e.lineno)
+
+    def mixed_styles(self) -> None:
+        """A warning where host:N lines and slots= lines share the file."""
+        if len(self.styles) < 2:
+            return
+        first_mpich = next((f"{h} slots={c}" for h, (c, ln) in self.entries.items()
+                            if ln == self.styles["mpich"]), None)
+        self.add(self.styles["mpich"], 1, WARNING, "M1-mixed",
+                 f"host:N lines (MPICH/Intel MPI, first on line {self.styles['mpich']}) and "
+                 f"slots= lines (Open MPI, first on line {self.styles['openmpi']}) in one file",
+                 first_mpich)
 
 
 # --------------------------------------------------------------------------- DeepSpeed hostfile
@@ -558,63 +617,63 @@ def parse_mpi_hostfile(text: str, path: str = "<mpi hostfile>", slots: int | Non
 
 def _open_binary(path: str) -> bytes:
     with open(path, "rb") as fd:
-        return fd.read(hf.MAX_BYTES + 1)
+        return fd.read(MAX_BYTES + 1)
 
 
 def load_hostfile(path: str | os.PathLike[str]) -> hf.HostfileParse:
-    """Read and parse a DeepSpeed hostfile (judge.hostfile); raise hf.HostfileError, one sentence,
+    """Read and parse a DeepSpeed hostfile (judge.hostfile); raise HostfileError, one sentence,
     when it is not usable (missing, unreadable, binary, empty, absurd)."""
     p = os.fspath(path)
     try:
         st = os.stat(p)
     except FileNotFoundError:
-        raise hf.HostfileError(f"hostfile {p}: no such file") from None
+        raise HostfileError(f"hostfile {p}: no such file") from None
     except NotADirectoryError:
-        raise hf.HostfileError(
+        raise HostfileError(
             f"hostfile {p}: no such file (a part of the path is not a directory)"
         ) from None
     except OSError as exc:
-        raise hf.HostfileError(f"hostfile {p}: cannot read it ({exc.strerror})") from None
+        raise HostfileError(f"hostfile {p}: cannot read it ({exc.strerror})") from None
     if stat.S_ISDIR(st.st_mode):
-        raise hf.HostfileError(f"hostfile {p} is a directory, not a file")
+        raise HostfileError(f"hostfile {p} is a directory, not a file")
     if not stat.S_ISREG(st.st_mode):
-        raise hf.HostfileError(f"hostfile {p} is not a regular file (a device, pipe or socket)")
-    if st.st_size > hf.MAX_BYTES:
-        raise hf.HostfileError(
-            f"hostfile {p} is {st.st_size} bytes, more than {hf.MAX_BYTES} (1 MiB): "
+        raise HostfileError(f"hostfile {p} is not a regular file (a device, pipe or socket)")
+    if st.st_size > MAX_BYTES:
+        raise HostfileError(
+            f"hostfile {p} is {st.st_size} bytes, more than {MAX_BYTES} (1 MiB): "
             "that is not a hostfile"
         )
     try:
         data = _open_binary(p)
     except PermissionError:
-        raise hf.HostfileError(f"hostfile {p}: permission denied") from None
+        raise HostfileError(f"hostfile {p}: permission denied") from None
     except OSError as exc:
-        raise hf.HostfileError(f"hostfile {p}: cannot read it ({exc.strerror})") from None
-    if len(data) > hf.MAX_BYTES:
-        raise hf.HostfileError(
-            f"hostfile {p} is more than {hf.MAX_BYTES} bytes (1 MiB): that is not a hostfile"
+        raise HostfileError(f"hostfile {p}: cannot read it ({exc.strerror})") from None
+    if len(data) > MAX_BYTES:
+        raise HostfileError(
+            f"hostfile {p} is more than {MAX_BYTES} bytes (1 MiB): that is not a hostfile"
         )
     nul = data.find(b"\x00")
     if nul >= 0:
-        raise hf.HostfileError(f"hostfile {p} is binary (a NUL byte at offset {nul}), not text")
+        raise HostfileError(f"hostfile {p} is binary (a NUL byte at offset {nul}), not text")
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise hf.HostfileError(
+        raise HostfileError(
             f"hostfile {p} is not UTF-8 text: byte 0x{data[exc.start]:02x} at offset {exc.start} "
             "cannot be decoded"
         ) from None
     n_lines = len(hf.split_lines(text))
-    if n_lines > hf.MAX_LINES:
-        raise hf.HostfileError(
-            f"hostfile {p} has {n_lines} lines, more than {hf.MAX_LINES}: that is not a hostfile"
+    if n_lines > MAX_LINES:
+        raise HostfileError(
+            f"hostfile {p} has {n_lines} lines, more than {MAX_LINES}: that is not a hostfile"
         )
-    if text.strip() == "" or text.strip() == hf._BOM:
-        raise hf.HostfileError(f"hostfile {p} is empty: {hf._example()}")
+    if text.strip() == "" or text.strip() == BOM:
+        raise HostfileError(f"hostfile {p} is empty: {example()}")
     result = hf.parse_hostfile_text(text, p)
     if result.entry_lines == 0:
-        raise hf.HostfileError(
-            f"hostfile {p} has no hosts, only comments and blank lines: {hf._example()}"
+        raise HostfileError(
+            f"hostfile {p} has no hosts, only comments and blank lines: {example()}"
         )
     return result
 
@@ -623,10 +682,10 @@ def load_mpi_hostfile(path: str | os.PathLike[str], slots: int | None = None) ->
     p = os.fspath(path)
     try:
         with open(p, "rb") as fh:
-            data = fh.read(hf.MAX_BYTES + 1)
+            data = fh.read(MAX_BYTES + 1)
     except OSError as exc:
         raise NodeListError(f"--mpi-hostfile {p}: cannot read it ({exc.strerror})") from None
-    if len(data) > hf.MAX_BYTES or b"\x00" in data:
+    if len(data) > MAX_BYTES or b"\x00" in data:
         raise NodeListError(f"--mpi-hostfile {p} is not a text hostfile (binary, or over 1 MiB)")
     try:
         text = data.decode("utf-8")
@@ -648,10 +707,10 @@ def to_parse(nl: NodeList, written: str) -> hf.HostfileParse:
     bad = {f.line for f in parse.errors}
     hosts = [h for i, h in enumerate(nl.hosts, 1) if i not in bad]
     for f in parse.findings:
-        if f.line in bad or f.severity == hf.ERROR:
+        if f.line in bad or f.severity == ERROR:
             src = nl.hosts[f.line - 1] if 0 < f.line <= len(nl.hosts) else None
             where = src.lineno if src is not None else f.line
-            nl.findings.append(hf.Finding(nl.path, where, 1, f.severity, f.code,
+            nl.findings.append(Finding(nl.path, where, 1, f.severity, f.code,
                                           f"{f.message} (DeepSpeed line {f.line} of {written})",
                                           f.fixed_line))
     parse.hosts = hosts

@@ -1,16 +1,29 @@
 """Node-list sources (cluster_tests.core.nodelist): Slurm hostlists exactly as Slurm expands them,
-SLURM_* slot counts, MPI hostfiles linted like H1, SkyPilot, and the choice between sources."""
+SLURM_* slot counts, MPI hostfiles linted like H1, SkyPilot, the choice between sources, and a
+DeepSpeed hostfile read from disk."""
 
 from __future__ import annotations
 
 import json
+import os
+import tempfile
+from collections import OrderedDict
+from pathlib import Path
 from typing import Any
 
 import pytest
 from paths import SAMPLES
 
 from cluster_tests.core import nodelist as nl
-from cluster_tests.judge.hostfile import hostparse as hf
+from cluster_tests.core.nodelist import load_hostfile
+from cluster_tests.judge.hostfile.hostmodel import (
+    ERROR,
+    MAX_BYTES,
+    MAX_LINES,
+    WARNING,
+    Host,
+    HostfileError,
+)
 
 CAPTURES = json.loads((SAMPLES / "scontrol-show-hostnames-22.05.8.json").read_text())["captures"]
 
@@ -101,9 +114,9 @@ def test_open_mpi_hostfile_is_linted_with_lines_and_deepspeed_lines():
         ("node1", 3, 2), ("node2", 2, 3), ("node3", 1, 5)]
     by = {(f.line, f.code): f for f in got.findings}
     assert by[(6, "M1-duplicate")].fixed_line == "node1 slots=3"
-    assert by[(7, "M1-no-slots")].severity == hf.ERROR
+    assert by[(7, "M1-no-slots")].severity == ERROR
     assert by[(7, "M1-no-slots")].fixed_line == "node4 slots=<N>"
-    assert by[(8, "M1-hostname")].severity == hf.ERROR
+    assert by[(8, "M1-hostname")].severity == ERROR
     assert by[(9, "M1-slots")].fixed_line == "node5 slots=<N>"
     assert str(by[(7, "M1-no-slots")]).startswith("ompi.txt:7:6: error: no slot count for node4")
     # with --slots, a line without a count takes it
@@ -116,6 +129,26 @@ def test_mpich_hostfile():
     assert [(h.name, h.slots) for h in got.hosts] == [("n1", 4), ("n2", 2), ("n3", 1)]
     codes = {(f.line, f.code) for f in got.findings}
     assert (3, "M1-user") in codes and (4, "M1-count") in codes
+
+
+def test_the_warnings_of_an_mpi_hostfile_give_the_line_to_write():
+    """Lines DeepSpeed can use once written its way: a user@, a max_slots below the slots, a
+    placement keyword, a host given twice (the sum), both styles in one file; comments of
+    both kinds (a /* */ block across lines) and a byte-order mark are no hosts."""
+    text = ("\ufeffnode1:2\nalice@node2 slots=4 max_slots=2 // two\nnode3 slots=1 rank=0 /* a\n"
+            "b */ node4 count=2\nnode1:3\n")
+    got = nl.parse_mpi_hostfile(text, "m")
+    assert [(h.name, h.slots, h.lineno) for h in got.hosts] == [
+        ("node1", 5, 1), ("node2", 4, 2), ("node3", 1, 3), ("node4", 2, 4)]
+    assert [(f.line, f.column, f.code, f.fixed_line) for f in got.findings] == [
+        (1, 1, "M1-mixed", "node1 slots=5"),
+        (2, 1, "M1-user", "node2 slots=4"),
+        (2, 1, "M1-max-slots", "node2 slots=4"),
+        (3, 15, "M1-ignored", "node3 slots=1"),
+        (5, 1, "M1-duplicate", "node1 slots=5")]
+    assert {f.severity for f in got.findings} == {WARNING}
+    assert got.findings[-1].message == ("node1 is already on line 1; MPI adds the slots up, "
+                                        "DeepSpeed refuses a host twice: one line with the sum")
 
 
 def test_written_text_is_what_deepspeed_reads(tmp_path):
@@ -133,7 +166,7 @@ def test_a_bad_slurm_name_fails_h1_naming_its_position(tmp_path):
     assert [h.name for h in got.hosts] == ["n1", "n]"]  # as Slurm 22.05 expands it
     parse = nl.to_parse(got, str(tmp_path / "hostfile"))
     assert [h.name for h in parse.hosts] == ["n1"]
-    assert any(f.line == 2 and f.severity == hf.ERROR for f in parse.findings)
+    assert any(f.line == 2 and f.severity == ERROR for f in parse.findings)
 
 
 def test_choose_source_names_both_when_ambiguous():
@@ -232,3 +265,135 @@ def test_an_scontrol_that_does_not_answer_is_given_up_with_its_last_words(tmp_pa
                               "file or directory, retrying in 1sec up to 60sec)")
     with pytest.raises(nl.ScontrolFailed, match="did not run: "):
         nl.scontrol_hostnames("node[1-3]", str(tmp_path / "no-such-scontrol"))
+
+
+# -- a DeepSpeed hostfile read from disk (load_hostfile): one sentence for each unusable file
+
+
+def write(tmp_path: Path, data: bytes) -> Path:
+    p = tmp_path / "hostfile"
+    p.write_bytes(data)
+    return p
+
+
+def test_missing(tmp_path: Path) -> None:
+    with pytest.raises(HostfileError, match=r"hostfile .*/nope: no such file$"):
+        load_hostfile(tmp_path / "nope")
+
+
+def test_path_through_a_file(tmp_path: Path) -> None:
+    f = write(tmp_path, b"node1 slots=1\n")
+    with pytest.raises(HostfileError, match="no such file"):
+        load_hostfile(f / "x")
+
+
+def test_directory(tmp_path: Path) -> None:
+    with pytest.raises(HostfileError, match="is a directory, not a file"):
+        load_hostfile(tmp_path)
+
+
+def test_fifo_is_not_read(tmp_path: Path) -> None:
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    with pytest.raises(HostfileError, match="not a regular file"):
+        load_hostfile(fifo)  # would block forever if it were opened
+
+
+def test_unreadable_chmod(tmp_path: Path) -> None:
+    """A chmod 000 hostfile, read by a user who may not read it. Root reads it anyway, so as
+    root the read is made by a forked child that has dropped to `nobody`."""
+    if os.geteuid() != 0:
+        f = write(tmp_path, b"node1 slots=1\n")
+        f.chmod(0)
+        with pytest.raises(HostfileError, match="permission denied"):
+            load_hostfile(f)
+        return
+    where = Path(tempfile.mkdtemp(prefix="ct-hostfile-"))  # tmp_path's parents are root-only
+    f = where / "hostfile"
+    try:
+        where.chmod(0o711)
+        write(where, b"node1 slots=1\n").chmod(0)
+        rd, wr = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the child: drop to nobody, read, report, leave without pytest's cleanup
+            try:
+                os.close(rd)
+                os.setgid(65534)
+                os.setuid(65534)
+                try:
+                    load_hostfile(f)
+                    said = "read it"
+                except HostfileError as exc:
+                    said = str(exc)
+                os.write(wr, said.encode())
+            finally:
+                os._exit(0)
+        os.close(wr)
+        with os.fdopen(rd, "rb") as pipe:
+            said = pipe.read().decode()
+        os.waitpid(pid, 0)
+        assert "permission denied" in said, said
+    finally:
+        f.unlink(missing_ok=True)
+        where.rmdir()
+
+
+def test_unreadable_permission_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same translation as the chmod case, forced so that it also runs as root."""
+    f = write(tmp_path, b"node1 slots=1\n")
+
+    def denied(path: str) -> bytes:
+        raise PermissionError(13, "Permission denied", path)
+
+    monkeypatch.setattr("cluster_tests.core.nodelist._open_binary", denied)
+    with pytest.raises(HostfileError, match=r"^hostfile .*: permission denied$"):
+        load_hostfile(f)
+
+
+@pytest.mark.parametrize("data", [b"", b"\n\n  \n", b"\xef\xbb\xbf"])
+def test_empty(tmp_path: Path, data: bytes) -> None:
+    f = write(tmp_path, data)
+    with pytest.raises(HostfileError) as info:
+        load_hostfile(f)
+    assert str(info.value) == f"hostfile {f} is empty: expected lines like 'node1 slots=8'"
+
+
+def test_only_comments(tmp_path: Path) -> None:
+    f = write(tmp_path, b"# node1 slots=8\n\n  # node2 slots=8\n")
+    with pytest.raises(HostfileError, match="has no hosts, only comments and blank lines"):
+        load_hostfile(f)
+
+
+def test_binary(tmp_path: Path) -> None:
+    f = write(tmp_path, b"node1 slots=8\n\x7fELF\x00\x01\x02")
+    with pytest.raises(HostfileError, match=r"is binary \(a NUL byte at offset 18\)"):
+        load_hostfile(f)
+
+
+def test_invalid_utf8_names_offset(tmp_path: Path) -> None:
+    f = write(tmp_path, b"node1 slots=8\nn\xe9ud slots=8\n")
+    with pytest.raises(HostfileError, match="is not UTF-8 text: byte 0xe9 at offset 15"):
+        load_hostfile(f)
+
+
+def test_huge_bytes(tmp_path: Path) -> None:
+    f = write(tmp_path, b"node1 slots=8\n" + b"#" * MAX_BYTES)
+    with pytest.raises(HostfileError, match=r"bytes, more than 1048576 \(1 MiB\)"):
+        load_hostfile(f)
+
+
+def test_huge_line_count(tmp_path: Path) -> None:
+    f = write(tmp_path, b"\n" * (MAX_LINES + 1))
+    with pytest.raises(HostfileError, match=f"has {MAX_LINES + 1} lines, more than {MAX_LINES}"):
+        load_hostfile(f)
+
+
+def test_load_good_file_with_bom_and_crlf(tmp_path: Path) -> None:
+    f = write(tmp_path, b"\xef\xbb\xbfnode1 slots=8\r\nnode2 slots=8\r\n")
+    parsed = load_hostfile(f)
+    assert parsed.path == str(f)
+    assert [f.code for f in parsed.findings] == ["H1-bom", "H1-crlf"]
+    assert parsed.deepspeed_resources == OrderedDict([("\ufeffnode1", 8), ("node2", 8)])
+    runner = pytest.importorskip("deepspeed.launcher.runner")
+    assert parsed.deepspeed_resources == runner.fetch_hostfile(str(f))
+    assert parsed.hosts == [Host("node2", 8, 2)]

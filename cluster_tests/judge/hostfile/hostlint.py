@@ -1,7 +1,7 @@
 """H1's lint of one hostfile line: the traps DeepSpeed 0.19 tolerates or refuses (whitespace,
 comments, hostnames, the slots field), each a Finding with its column and the corrected line.
 
-`judge.hostfile.parse_hostfile_text` runs :func:`lint_line` on every line and adds the checks
+`hostparse.parse_hostfile_text` runs :func:`lint_line` on every line and adds the checks
 across lines (duplicates, line ends, the byte-order mark).  Pure: text in, findings out.
 """
 
@@ -11,15 +11,15 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from cluster_tests.judge.hostfile.hostparse import (
+from cluster_tests.judge.hostfile.hostmodel import (
     ERROR,
     MAX_HOSTNAME_CHARS,
     MAX_LABEL_CHARS,
     MAX_LINE_CHARS,
     WARNING,
     Finding,
-    _example,
-    _show,
+    example,
+    show,
 )
 
 _SAFE_HOST = re.compile(r"[A-Za-z0-9.-]+")
@@ -87,7 +87,7 @@ def _lint_whitespace(ln: Line, code_part: str, has_comment: bool) -> None:
             len(end) + 1,
             WARNING,
             "H1-trailing-space",
-            f"trailing whitespace after {_show(last)}",
+            f"trailing whitespace after {show(last)}",
         )
 
 
@@ -97,7 +97,7 @@ def _lint_hostname(ln: Line, host: str, column: int) -> None:
             column,
             ERROR,
             "H1-hostname-dash",
-            f"host name {_show(host)} starts with '-', which ssh and pdsh read as an option",
+            f"host name {show(host)} starts with '-', which ssh and pdsh read as an option",
         )
         return
     bad = [ch for ch in host if not _SAFE_HOST.fullmatch(ch) and ch != "_"]
@@ -118,7 +118,7 @@ def _lint_hostname(ln: Line, host: str, column: int) -> None:
             col,
             ERROR,
             "H1-hostname-chars",
-            f"host name {_show(host)} contains {what}; a host name is letters, digits, '.', '-'",
+            f"host name {show(host)} contains {what}; a host name is letters, digits, '.', '-'",
         )
         return
     if "_" in host:
@@ -126,14 +126,14 @@ def _lint_hostname(ln: Line, host: str, column: int) -> None:
             column + host.index("_"),
             WARNING,
             "H1-hostname-underscore",
-            f"host name {_show(host)} contains '_', which DNS does not allow",
+            f"host name {show(host)} contains '_', which DNS does not allow",
         )
     if len(host) > MAX_HOSTNAME_CHARS or any(len(lab) > MAX_LABEL_CHARS for lab in host.split(".")):
         ln.add(
             column,
             ERROR,
             "H1-hostname-long",
-            f"host name {_show(host)} is too long for DNS "
+            f"host name {show(host)} is too long for DNS "
             f"(at most {MAX_HOSTNAME_CHARS} characters, {MAX_LABEL_CHARS} per label)",
         )
 
@@ -161,7 +161,7 @@ STOP, NEXT = True, False
 def _rule_missing_host(ln: Line, e: _Entry) -> bool:
     if e.host.lower().startswith("slots") and "=" in e.host:
         ln.add(e.col0, ERROR, "H1-missing-host",
-               f"no host name before {_show(e.host)}; {_example()}")
+               f"no host name before {show(e.host)}; {example()}")
         ln.fixed = f"<host> {e.host}"
         return STOP
     return NEXT
@@ -177,8 +177,8 @@ def _rule_hostname(ln: Line, e: _Entry) -> bool:
 def _rule_missing_slots(ln: Line, e: _Entry) -> bool:
     if e.rest != "":
         return NEXT
-    where = (f"after {_show(e.host)}" if not e.comment
-             else f"before the comment after {_show(e.host)}")
+    where = (f"after {show(e.host)}" if not e.comment
+             else f"before the comment after {show(e.host)}")
     _slots_error(ln, e, e.col0 + len(e.host), "H1-missing-slots",
                  f"no 'slots=' {where}; DeepSpeed requires it (it does not default to 1)")
     return STOP
@@ -193,13 +193,13 @@ def _rule_slots_spelling(ln: Line, e: _Entry) -> bool:
     if loose:
         digits = _ASCII_DIGITS.match(loose.group(1))
         _slots_error(ln, e, e.rest_col, "H1-slots-syntax",
-                     f"{_show(loose.group())} is not written 'slots=<n>' (lower case, no spaces); "
+                     f"{show(loose.group())} is not written 'slots=<n>' (lower case, no spaces); "
                      "DeepSpeed rejects the line", int(digits.group()) if digits else "<N>")
         if digits:
             ln.slots = int(digits.group())
     else:
         _slots_error(ln, e, e.rest_col, "H1-bad-entry",
-                     f"{_show(e.rest)} after the host name is not 'slots=<n>'; {_example()}")
+                     f"{show(e.rest)} after the host name is not 'slots=<n>'; {example()}")
     return STOP
 
 
@@ -237,7 +237,7 @@ def _rule_slots_value(ln: Line, e: _Entry) -> bool:
                 value_col + ascii_digits.end(),
                 ERROR,
                 "H1-slots-not-integer",
-                f"slots value {_show(value)} is not a whole number; "
+                f"slots value {show(value)} is not a whole number; "
                 f"DeepSpeed silently reads it as slots={e.slots}",
             )
     elif ds_digits:
@@ -245,7 +245,7 @@ def _rule_slots_value(ln: Line, e: _Entry) -> bool:
             value_col,
             ERROR,
             "H1-slots-non-ascii",
-            f"slots value {_show(value)} uses non-ASCII digits; DeepSpeed reads them as "
+            f"slots value {show(value)} uses non-ASCII digits; DeepSpeed reads them as "
             f"{int(ds_digits.group()) if len(ds_digits.group()) < 4000 else 'a number'}",
         )
         try:
@@ -255,7 +255,7 @@ def _rule_slots_value(ln: Line, e: _Entry) -> bool:
     elif value.startswith("-") and _ASCII_DIGITS.match(value[1:]):
         ln.add(value_col, ERROR, "H1-slots-negative", f"slots={value} is negative")
     else:
-        shown = _show(value) if value else "nothing"
+        shown = show(value) if value else "nothing"
         ln.add(
             value_col, ERROR, "H1-slots-not-integer", f"slots= is followed by {shown}, not a number"
         )
@@ -292,7 +292,7 @@ def _rule_after_slots(ln: Line, e: _Entry) -> bool:
             col,
             WARNING,
             "H1-extra-text",
-            f"{_show(tail_text)} after the slots count; DeepSpeed ignores it silently",
+            f"{show(tail_text)} after the slots count; DeepSpeed ignores it silently",
         )
     return NEXT
 

@@ -1,18 +1,19 @@
 """The hostfile, parsed as DeepSpeed 0.19 parses it, and linted for the traps it tolerates.
 
 CHECKLIST items H1 (every line parses as DeepSpeed parses it, plus the traps of field
-guide 000 section 3) and H3 (the rank-0 node is the first host). The per-line lint is
-``hostlint.py``; H5's ``--include`` / ``--exclude`` filter is ``resourcefilter.py`` (both
-beside this module); reading the file (``load_hostfile``) is ``core/nodelist.py``, with the other
-node lists.
+guide 000 section 3: :func:`judge_syntax`) and H3 (the rank-0 node is the first host). The
+per-line lint is ``hostlint.py``, the model both share (Host, Finding, the limits) is
+``hostmodel.py``; H5's ``--include`` / ``--exclude`` filter is ``resourcefilter.py`` (all beside
+this module); reading the file (``load_hostfile``) is ``core/nodelist.py``, with the other node
+lists.
 
 Two views of one file are kept side by side:
 
 * the DeepSpeed view (``HostfileParse.deepspeed_*``): a line-for-line re-implementation of
   ``deepspeed.launcher.runner._parse_hostfile`` as ``fetch_hostfile`` feeds it. DeepSpeed
   judges the whole file: the first bad line makes it raise. This module does not import
-  deepspeed (the launcher machine may not have it); ``tests/unit/test_judge_hostfile.py`` proves the
-  two agree.
+  deepspeed (the launcher machine may not have it); ``tests/unit/test_judge_hostparse.py``
+  proves the two agree.
 * our per-line view (``HostfileParse.hosts`` and ``.findings``): every line is judged on its
   own, so a file with some bad lines still yields its good lines as nodes to check, while the
   bad lines fail the hostfile test with their line, column and corrected text.
@@ -28,6 +29,24 @@ from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from cluster_tests.judge.hostfile.hostlint import Line, lint_line
+from cluster_tests.judge.hostfile.hostmodel import (
+    BOM,
+    ERROR,
+    EXAMPLE_LINE,
+    MAX_BYTES,
+    MAX_LINE_CHARS,
+    MAX_LINES,
+    WARNING,
+    Finding,
+    Host,
+    HostfileCause,
+    HostfileError,
+    example,
+    show,
+)
+from cluster_tests.judge.problem import Problem
+
 __all__ = [
     "EXAMPLE_LINE",
     "MAX_BYTES",
@@ -38,54 +57,14 @@ __all__ = [
     "HostfileError",
     "HostfileParse",
     "deepspeed_parse_lines",
+    "judge_syntax",
     "parse_hostfile_text",
     "split_lines",
 ]
 
-EXAMPLE_LINE = "node1 slots=8"
-MAX_BYTES = 1024 * 1024
-MAX_LINES = 100_000
-MAX_LINE_CHARS = 1024
-MAX_HOSTNAME_CHARS = 253
-MAX_LABEL_CHARS = 63
-
-ERROR = "error"
-WARNING = "warning"
-
 # The exact pattern of deepspeed/launcher/runner.py::_parse_hostfile (a str pattern, so \S, \s
 # and \d are Unicode-aware there too).
 _DEEPSPEED_PATTERN = re.compile(r"^(\S+)\s+slots=(\d+)")
-_BOM = "\ufeff"
-
-
-class HostfileError(Exception):
-    """The hostfile cannot be used at all (missing, unreadable, binary, empty, absurd)."""
-
-
-@dataclass(frozen=True)
-class Host:
-    """One usable hostfile entry."""
-
-    name: str
-    slots: int
-    lineno: int
-
-
-@dataclass(frozen=True)
-class Finding:
-    """One problem on one line, with the line as it should be written."""
-
-    path: str
-    line: int
-    column: int
-    severity: str  # "error": DeepSpeed rejects it or the launch will fail; "warning": a trap
-    code: str
-    message: str
-    fixed_line: str | None
-
-    def __str__(self) -> str:
-        fix = "remove the line" if self.fixed_line is None else f"write: {_show(self.fixed_line)}"
-        return f"{self.path}:{self.line}:{self.column}: {self.severity}: {self.message}; {fix}"
 
 
 @dataclass
@@ -115,16 +94,6 @@ class HostfileParse:
 
 
 # --------------------------------------------------------------------------- helpers
-
-
-def _show(text: str, limit: int = 80) -> str:
-    """Quote text for a message: escaped like repr (so control characters, ANSI codes and
-    odd Unicode are visible and inert) and shortened."""
-    shown = text if len(text) <= limit else text[:limit]
-    quoted = repr(shown)
-    if len(text) > limit:
-        quoted += f"... ({len(text)} characters)"
-    return quoted
 
 
 def split_lines(text: str) -> list[tuple[str, str]]:
@@ -187,11 +156,8 @@ def parse_hostfile_text(text: str, path: str = "<hostfile>") -> HostfileParse:
 
     Never raises for bad content: every problem is a Finding. ``load_hostfile`` adds the
     checks on the file itself (missing, binary, empty, too large)."""
-    from cluster_tests.judge.hostfile.hostlint import Line, lint_line  # it uses this module's model
-
     result = HostfileParse(path=path)
     raw_lines = split_lines(text)
-
     # DeepSpeed's view: Python's readlines() has translated the line ends to "\n".
     try:
         result.deepspeed_resources = deepspeed_parse_lines(
@@ -202,86 +168,100 @@ def parse_hostfile_text(text: str, path: str = "<hostfile>") -> HostfileParse:
         result.deepspeed_error = str(exc)
 
     findings: list[Finding] = []
-    crlf = [i for i, (_, end) in enumerate(raw_lines, 1) if end == "\r\n"]
-    lone_cr = [i for i, (_, end) in enumerate(raw_lines, 1) if end == "\r"]
-    seen: dict[str, int] = {}
-    seen_folded: dict[str, tuple[str, int]] = {}
-    lines: list[Line] = []
-    for lineno, (content, _end) in enumerate(raw_lines, 1):
-        bom = lineno == 1 and content.startswith(_BOM)
-        ln = lint_line(path, lineno, content[1:] if bom else content)
-        if bom:
-            ln.add(
-                1,
-                ERROR,
-                "H1-bom",
-                "the file starts with a UTF-8 byte-order mark (BOM); DeepSpeed keeps it as part of "
-                "the first line, so the host name no longer resolves (or the line is refused)",
-            )
-        if ln.host is not None and ln.slots is not None:
-            result.entry_lines += 1
-            prev = seen.get(ln.host)
-            folded = seen_folded.get(ln.host.lower())
-            if prev is not None:
-                ln.add(
-                    1,
-                    ERROR,
-                    "H1-duplicate",
-                    f"host {_show(ln.host)} is already on line {prev}; "
-                    f"DeepSpeed refuses a host twice",
-                )
-                ln.fixed = None
-            elif folded is not None:
-                ln.add(
-                    1,
-                    ERROR,
-                    "H1-case-duplicate",
-                    f"host {_show(ln.host)} differs only in letter case from {_show(folded[0])} on "
-                    f"line {folded[1]}: the same machine to DNS, two hosts to DeepSpeed",
-                )
-                ln.fixed = None
-            else:
-                seen[ln.host] = lineno
-                seen_folded[ln.host.lower()] = (ln.host, lineno)
-        elif ln.text.strip() and not ln.text.strip().startswith("#"):
-            result.entry_lines += 1
-        lines.append(ln)
-
-    for ln in lines:
+    for ln in _lint_lines(path, raw_lines, result):
         ln.findings.sort(key=lambda f: f.column)
         findings.extend(ln.finish())
         if not ln.has_error and ln.host is not None and ln.slots is not None:
             result.hosts.append(Host(ln.host, ln.slots, ln.lineno))
-
-    def line_ends(at: list[int], code: str, message: str) -> None:
-        """One warning for all the lines `at` with odd line ends, at the first of them."""
-        if not at:
-            return
-        first = at[0]
-        content = raw_lines[first - 1][0]
-        fixed = next((f.fixed_line for f in findings if f.line == first), content)
-        findings.append(Finding(path, first, len(content) + 1, WARNING, code, message, fixed))
-
-    line_ends(crlf, "H1-crlf", f"Windows (CRLF) line ends on {len(crlf)} line(s), first here; "
-              "convert the file with dos2unix")
-    line_ends(lone_cr, "H1-cr", f"a bare carriage return (CR) ends {len(lone_cr)} line(s), first "
-              "here; Python splits lines there but most tools do not: use '\\n' line ends")
+    findings.extend(_line_end_findings(path, raw_lines, findings))
     if result.entry_lines == 0:
-        findings.append(
-            Finding(
-                path,
-                1,
-                1,
-                ERROR,
-                "H1-empty",
-                f"no hosts: the hostfile has only comments and blank lines; {_example()}",
-                EXAMPLE_LINE,
-            )
-        )
+        findings.append(Finding(path, 1, 1, ERROR, "H1-empty",
+                                f"no hosts: the hostfile has only comments and blank lines; "
+                                f"{example()}", EXAMPLE_LINE))
     findings.sort(key=lambda f: (f.line, f.column))
     result.findings = findings
     return result
 
 
-def _example() -> str:
-    return f"expected lines like {_show(EXAMPLE_LINE)}"
+def _lint_lines(path: str, raw_lines: list[tuple[str, str]], result: HostfileParse
+                ) -> list[Line]:
+    """Every line linted on its own (hostlint), then across lines: the byte-order mark of the
+    first, a host given twice. Counts the entry lines into `result`."""
+    seen: dict[str, int] = {}
+    seen_folded: dict[str, tuple[str, int]] = {}
+    lines: list[Line] = []
+    for lineno, (content, _end) in enumerate(raw_lines, 1):
+        bom = lineno == 1 and content.startswith(BOM)
+        ln = lint_line(path, lineno, content[1:] if bom else content)
+        if bom:
+            ln.add(1, ERROR, "H1-bom",
+                   "the file starts with a UTF-8 byte-order mark (BOM); DeepSpeed keeps it as "
+                   "part of the first line, so the host name no longer resolves (or the line is "
+                   "refused)")
+        if ln.host is not None and ln.slots is not None:
+            result.entry_lines += 1
+            _check_duplicate(ln, ln.host, seen, seen_folded)
+        elif ln.text.strip() and not ln.text.strip().startswith("#"):
+            result.entry_lines += 1
+        lines.append(ln)
+    return lines
+
+
+def _check_duplicate(ln: Line, host: str, seen: dict[str, int],
+                     seen_folded: dict[str, tuple[str, int]]) -> None:
+    """A host already on an earlier line (or one differing only in letter case) is an error
+    with no line to write; else the host is remembered."""
+    prev = seen.get(host)
+    folded = seen_folded.get(host.lower())
+    if prev is not None:
+        ln.add(1, ERROR, "H1-duplicate",
+               f"host {show(host)} is already on line {prev}; DeepSpeed refuses a host twice")
+        ln.fixed = None
+    elif folded is not None:
+        ln.add(1, ERROR, "H1-case-duplicate",
+               f"host {show(host)} differs only in letter case from {show(folded[0])} on line "
+               f"{folded[1]}: the same machine to DNS, two hosts to DeepSpeed")
+        ln.fixed = None
+    else:
+        seen[host] = ln.lineno
+        seen_folded[host.lower()] = (host, ln.lineno)
+
+
+def _line_end_findings(path: str, raw_lines: list[tuple[str, str]],
+                       findings: list[Finding]) -> list[Finding]:
+    """One warning for all the lines with Windows line ends, one for those with bare carriage
+    returns, each at the first of them (with that line as the lint would write it)."""
+    crlf = [i for i, (_, end) in enumerate(raw_lines, 1) if end == "\r\n"]
+    lone_cr = [i for i, (_, end) in enumerate(raw_lines, 1) if end == "\r"]
+    out: list[Finding] = []
+    for at, code, message in (
+        (crlf, "H1-crlf", f"Windows (CRLF) line ends on {len(crlf)} line(s), first here; "
+         "convert the file with dos2unix"),
+        (lone_cr, "H1-cr", f"a bare carriage return (CR) ends {len(lone_cr)} line(s), first "
+         "here; Python splits lines there but most tools do not: use '\\n' line ends"),
+    ):
+        if not at:
+            continue
+        first = at[0]
+        content = raw_lines[first - 1][0]
+        fixed = next((f.fixed_line for f in findings if f.line == first), content)
+        out.append(Finding(path, first, len(content) + 1, WARNING, code, message, fixed))
+    return out
+
+
+def judge_syntax(parse: HostfileParse) -> Problem | None:
+    """H1: the hostfile as DeepSpeed takes it, and its lines that break the launch (None: it
+    launches; its traps are ``parse.warnings``). One red for the file, each bad line with its
+    line, column and the line to write."""
+    problems = [str(f) for f in parse.errors]
+    if not parse.deepspeed_accepts and parse.deepspeed_error:
+        problems.insert(0, f"{parse.path}: deepspeed --hostfile would stop with: "
+                           f"{parse.deepspeed_error}")
+    if not problems:
+        return None
+    return Problem(
+        (), HostfileCause.REFUSED,
+        "the hostfile will not launch as it is:\n" + "\n".join(problems),
+        fix=f"edit {parse.path}: write each line named above as its finding says (or remove "
+            f"it), then rerun", item="H1",
+        facts={"lines": sorted({f.line for f in parse.errors})})

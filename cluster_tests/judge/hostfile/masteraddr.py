@@ -25,7 +25,10 @@ from dataclasses import dataclass, field
 
 from cluster_tests.core import testids as ids
 from cluster_tests.judge.common.netfacts import is_ip
+from cluster_tests.judge.hostfile.hostmodel import HostfileCause
+from cluster_tests.judge.problem import Problem
 
+ITEM = "H3"
 BEGIN = "CT_MASTER_ADDR_BEGIN"
 END = "CT_MASTER_ADDR_END"
 #: bash's xtrace prefix in the startup-file trace (``PS4``); names the file and line
@@ -70,24 +73,27 @@ class SshCheck:
         return self.exit_status == 0
 
 
-def ssh_check_problem(c: SshCheck, hostfile: str = "<hostfile>") -> str | None:
+def ssh_check_problem(c: SshCheck, hostfile: str = "<hostfile>") -> Problem | None:
     """Why DeepSpeed stops at its ssh check, whatever ``--master_addr`` says (None: it passes).
     Exit 255 is ssh's own failure (S4's leg from the site to the first host); any other status
     is the remote `hostname` failing in the non-interactive shell."""
     if c.exit_status is None or c.ok:
         return None
     said = (c.said.strip().splitlines() or [f"exit {c.exit_status}"])[-1].strip()
-    stop = (f"deepspeed stops before starting any rank: its check `{c.command}` on {c.site} "
-            f"fails, and it raises 'Using hostfile at {hostfile} but host={c.first_host} was not "
-            f"reachable via ssh', with or without --master_addr")
+    stop = (f"{c.site}: deepspeed stops before starting any rank: its check `{c.command}` on "
+            f"{c.site} fails, and it raises 'Using hostfile at {hostfile} but host="
+            f"{c.first_host} was not reachable via ssh', with or without --master_addr")
     if c.exit_status == 255:
-        return (f"{stop} (ssh: {said}).\n  fix: passwordless ssh from {c.site} to "
-                f"{c.first_host} (see {ids.SSH_TRUST.of(c.site, c.first_host)})")
-    return (f"{stop}: ssh reaches {c.first_host}, but `hostname` there fails in a "
-            f"non-interactive shell (exit {c.exit_status}: {said}).\n  fix: on {c.first_host}: "
-            f"install hostname (apt-get install hostname; dnf install hostname) or put it on the "
-            f"PATH that ~/.bashrc sets before any early return; or launch with --no_ssh_check "
-            f"(and --master_addr)")
+        return Problem((c.site,), HostfileCause.SSH_CHECK_FAILS, f"{stop} (ssh: {said}).",
+                       fix=f"passwordless ssh from {c.site} to {c.first_host} (see "
+                           f"{ids.SSH_TRUST.of(c.site, c.first_host)})", item=ITEM)
+    return Problem(
+        (c.site,), HostfileCause.SSH_CHECK_FAILS,
+        f"{stop}: ssh reaches {c.first_host}, but `hostname` there fails in a non-interactive "
+        f"shell (exit {c.exit_status}: {said}).",
+        fix=f"on {c.first_host}: install hostname (apt-get install hostname; dnf install "
+            f"hostname) or put it on the PATH that ~/.bashrc sets before any early return; or "
+            f"launch with --no_ssh_check (and --master_addr)", item=ITEM)
 
 
 def marked_command(argv: list[str], connect_timeout: int) -> str:
@@ -216,75 +222,115 @@ def _startup_fix(d: Derived) -> str:
             f"interactive shells, or to stderr), or pass --master_addr {d.suggested}")
 
 
-def problems(d: Derived, rank0_ips: dict[str, str], routes: dict[str, Route]) -> list[str]:
+def _red(d: Derived, cause: HostfileCause, message: str, fix: str) -> Problem:
+    """H3's red on the rank-0 node (where deepspeed starts): `message` headed by its name."""
+    return Problem((d.site,), cause, f"{d.site}: {message}", fix=fix, item=ITEM,
+                   facts={"master_addr": d.value or ""})
+
+
+def problems(d: Derived, rank0_ips: dict[str, str], routes: dict[str, Route]) -> list[Problem]:
     """Why ``d.value`` cannot be the rendezvous address, each with its fix (empty: it can).
 
     ``rank0_ips``: address -> interface on the rank-0 node; ``routes``: each peer's route to
     the value (only when it is an address)."""
-    what = ("--master_addr" if d.how == "given" else
-            f"the --master_addr DeepSpeed derives (first word of `{d.command}`, run on {d.site})")
     if d.how == "derived" and d.value is None:
-        if d.stdout is None:
-            return [f"`{d.command}` did not run on {d.site} ({d.stderr.strip() or 'no output'}).\n"
-                    f"  fix: pass --master_addr {d.suggested}"]
-        if d.exit_status != 0:
-            lines = (d.stderr.strip() or d.stdout.strip() or "nothing").splitlines()
-            # GNU and busybox tools name the refused option first, then "Try '... --help'" or
-            # their usage: the line that says why, else the last one
-            refusal = re.compile(r"invalid option|unrecognized option|illegal option|usage",
-                                 re.IGNORECASE)
-            said = next((ln.strip() for ln in lines if refusal.search(ln)), lines[-1].strip())
-            unsupported = refusal.search(said)
-            cause = ("this `hostname` has no -I option" if unsupported
-                     else f"it exited {d.exit_status}")
-            return [f"DeepSpeed cannot derive --master_addr: `{d.command}` on {d.site} fails "
-                    f"({cause}: {said}), so deepspeed stops before starting any rank.\n"
-                    f"  fix: pass --master_addr {d.suggested}"]
-        return [f"DeepSpeed cannot derive --master_addr: `{d.command}` on {d.site} prints nothing "
-                f"on stdout, so deepspeed stops before starting any rank.\n"
-                f"  fix: pass --master_addr {d.suggested}"]
+        return [_not_derived(d)]
     value = d.value or ""
-    if d.how == "given" and not is_address(value):
+    if not is_address(value):
+        return _not_an_address(d, value, rank0_ips)
+    return _address_problems(d, str(ipaddress.ip_address(value)), rank0_ips, routes)
+
+
+def judge(d: Derived, rank0_ips: dict[str, str], routes: dict[str, Route]) -> Problem | None:
+    """H3's one red for the master address (None: it is usable): :func:`problems`, each in
+    turn where there are several (the value is unusable from some peers for two reasons)."""
+    found = problems(d, rank0_ips, routes)
+    if len(found) <= 1:
+        return found[0] if found else None
+    return Problem((d.site,), found[0].cause, "\n".join(p.message for p in found),
+                   fix="; ".join(dict.fromkeys(p.fix for p in found)), item=ITEM,
+                   facts=found[0].facts)
+
+
+def _not_derived(d: Derived) -> Problem:
+    """DeepSpeed's `ssh <first host> hostname -I` gives no value: the launch stops."""
+    fix = f"pass --master_addr {d.suggested}"
+    if d.stdout is None:
+        return _red(d, HostfileCause.MASTER_ADDR_NOT_DERIVED,
+                    f"`{d.command}` did not run on {d.site} ({d.stderr.strip() or 'no output'}).",
+                    fix)
+    if d.exit_status != 0:
+        lines = (d.stderr.strip() or d.stdout.strip() or "nothing").splitlines()
+        # GNU and busybox tools name the refused option first, then "Try '... --help'" or
+        # their usage: the line that says why, else the last one
+        refusal = re.compile(r"invalid option|unrecognized option|illegal option|usage",
+                             re.IGNORECASE)
+        said = next((ln.strip() for ln in lines if refusal.search(ln)), lines[-1].strip())
+        cause = ("this `hostname` has no -I option" if refusal.search(said)
+                 else f"it exited {d.exit_status}")
+        return _red(d, HostfileCause.MASTER_ADDR_NOT_DERIVED,
+                    f"DeepSpeed cannot derive --master_addr: `{d.command}` on {d.site} fails "
+                    f"({cause}: {said}), so deepspeed stops before starting any rank.", fix)
+    return _red(d, HostfileCause.MASTER_ADDR_NOT_DERIVED,
+                f"DeepSpeed cannot derive --master_addr: `{d.command}` on {d.site} prints "
+                f"nothing on stdout, so deepspeed stops before starting any rank.", fix)
+
+
+def _not_an_address(d: Derived, value: str, rank0_ips: dict[str, str]) -> list[Problem]:
+    """A name as the value: given (fine where it is the rank-0 node's own: N1/N2 judge how
+    every node resolves it), or a word a startup file printed before `hostname -I`'s."""
+    if d.how == "given":
         if value in (d.first_host, d.site):
             return []  # the rank-0 node's own name: N1/N2 judge how every node resolves it
-        return [f"--master_addr {value} is not the first host of the launch ({d.first_host}, "
-                f"addresses {', '.join(sorted(rank0_ips)) or 'unknown'}); rank 0 runs on "
-                f"{d.first_host}, so the other ranks would wait for a rendezvous that never "
-                f"comes.\n  fix: --master_addr {d.suggested}, or move the host of {value} to the "
-                f"first line"]
-    if d.how == "derived" and not is_address(value):
-        line = next((ln for ln in d.noise if value in ln.split()), value)
-        origin = (f"{d.printed_at[0]}:{d.printed_at[1]} prints it" if d.printed_at
-                  else "a shell startup file prints it")
-        return [f"DeepSpeed will use '{value}' as --master_addr: it takes the first word of "
-                f"what `{d.command}` prints on {d.site}, and the remote shell prints "
-                f"'{line.strip()}' before `hostname -I` ({origin}); every rank would wait for a "
-                f"rendezvous at '{value}'.\n  fix: {_startup_fix(d)}"]
-    if is_address(value):
-        ip = str(ipaddress.ip_address(value))
-        owner = rank0_ips.get(ip)
-        if ipaddress.ip_address(ip).is_loopback or (owner or "").startswith(VIRTUAL_PREFIXES):
-            return [f"{what} is {ip}, an address of {owner or 'loopback'} on {d.first_host}, which "
-                    f"the other nodes cannot reach.\n  fix: pass --master_addr {d.suggested}"]
-        if owner is None:
-            return [f"{what} is {ip}, which is not an address of {d.first_host} (rank 0; its "
-                    f"addresses: {', '.join(sorted(rank0_ips)) or 'none'}): the other ranks would "
-                    f"wait for a rendezvous that never comes.\n"
-                    f"  fix: pass --master_addr {d.suggested}"]
-        local = sorted(p for p, r in routes.items() if r.local)
-        unroutable = sorted(p for p, r in routes.items() if not r.ok)
-        out = []
-        if unroutable:
-            out.append(
-                f"{what} is {ip} ({owner} on {d.first_host}), and "
-                + "; ".join(f"{p} has no route to it ({routes[p].text})" for p in unroutable)
-                + ": those ranks cannot reach the rendezvous.\n"
-                + f"  fix: pass --master_addr with an address of {d.first_host} its peers reach "
-                + f"(e.g. --master_addr {d.suggested})")
-        if local:
-            out.append(
-                f"{what} is {ip} ({owner} on {d.first_host}), but {', '.join(local)} "
-                f"{'has' if len(local) == 1 else 'have'} that address too: their ranks would "
-                f"connect to themselves.\n  fix: pass --master_addr {d.suggested}")
-        return out
-    return []
+        return [_red(d, HostfileCause.MASTER_ADDR_NOT_RANK0,
+                     f"--master_addr {value} is not the first host of the launch "
+                     f"({d.first_host}, addresses {', '.join(sorted(rank0_ips)) or 'unknown'}); "
+                     f"rank 0 runs on {d.first_host}, so the other ranks would wait for a "
+                     f"rendezvous that never comes.",
+                     f"--master_addr {d.suggested}, or move the host of {value} to the first "
+                     f"line")]
+    line = next((ln for ln in d.noise if value in ln.split()), value)
+    origin = (f"{d.printed_at[0]}:{d.printed_at[1]} prints it" if d.printed_at
+              else "a shell startup file prints it")
+    return [_red(d, HostfileCause.MASTER_ADDR_PRINTED,
+                 f"DeepSpeed will use '{value}' as --master_addr: it takes the first word of "
+                 f"what `{d.command}` prints on {d.site}, and the remote shell prints "
+                 f"'{line.strip()}' before `hostname -I` ({origin}); every rank would wait for "
+                 f"a rendezvous at '{value}'.", _startup_fix(d))]
+
+
+def _address_problems(d: Derived, ip: str, rank0_ips: dict[str, str],
+                      routes: dict[str, Route]) -> list[Problem]:
+    """An address as the value: one of the rank-0 node's that every peer routes to, and that
+    no peer owns as well."""
+    what = ("--master_addr" if d.how == "given" else
+            f"the --master_addr DeepSpeed derives (first word of `{d.command}`, run on {d.site})")
+    owner = rank0_ips.get(ip)
+    fix = f"pass --master_addr {d.suggested}"
+    if ipaddress.ip_address(ip).is_loopback or (owner or "").startswith(VIRTUAL_PREFIXES):
+        return [_red(d, HostfileCause.MASTER_ADDR_UNREACHABLE,
+                     f"{what} is {ip}, an address of {owner or 'loopback'} on {d.first_host}, "
+                     f"which the other nodes cannot reach.", fix)]
+    if owner is None:
+        return [_red(d, HostfileCause.MASTER_ADDR_NOT_RANK0,
+                     f"{what} is {ip}, which is not an address of {d.first_host} (rank 0; its "
+                     f"addresses: {', '.join(sorted(rank0_ips)) or 'none'}): the other ranks "
+                     f"would wait for a rendezvous that never comes.", fix)]
+    local = sorted(p for p, r in routes.items() if r.local)
+    unroutable = sorted(p for p, r in routes.items() if not r.ok)
+    out = []
+    if unroutable:
+        out.append(_red(
+            d, HostfileCause.MASTER_ADDR_UNREACHABLE,
+            f"{what} is {ip} ({owner} on {d.first_host}), and "
+            + "; ".join(f"{p} has no route to it ({routes[p].text})" for p in unroutable)
+            + ": those ranks cannot reach the rendezvous.",
+            f"pass --master_addr with an address of {d.first_host} its peers reach "
+            f"(e.g. --master_addr {d.suggested})"))
+    if local:
+        out.append(_red(
+            d, HostfileCause.MASTER_ADDR_SHARED,
+            f"{what} is {ip} ({owner} on {d.first_host}), but {', '.join(local)} "
+            f"{'has' if len(local) == 1 else 'have'} that address too: their ranks would "
+            f"connect to themselves.", fix))
+    return out

@@ -7,7 +7,8 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 
-from cluster_tests.judge.hostfile.hostparse import _show
+from cluster_tests.judge.hostfile.hostmodel import HostfileCause, show
+from cluster_tests.judge.problem import Problem
 
 
 class ResourceFilterError(ValueError):
@@ -23,7 +24,7 @@ def _parse_node_config(node_config: str) -> tuple[str, list[int]]:
     pieces = node_config.split(":")
     if len(pieces) != 2:
         raise ResourceFilterError(
-            f"node spec {_show(node_config)} has {len(pieces) - 1} ':'; "
+            f"node spec {show(node_config)} has {len(pieces) - 1} ':'; "
             "write NAME or NAME:SLOT[,SLOT...]"
         )
     hostname, slot_text = pieces
@@ -33,7 +34,7 @@ def _parse_node_config(node_config: str) -> tuple[str, list[int]]:
             slots.append(int(piece))
         except ValueError:
             raise ResourceFilterError(
-                f"slot {_show(piece)} in {_show(node_config)} is not a slot index (0, 1, ...)"
+                f"slot {show(piece)} in {show(node_config)} is not a slot index (0, 1, ...)"
             ) from None
     return hostname, slots
 
@@ -62,36 +63,7 @@ def parse_resource_filter(
     option = "--include" if include else "--exclude"
     spec = include if include else exclude
 
-    merged: dict[str, list[int]] = {}
-    for node_config in spec.split("@"):
-        hostname, slots = _parse_node_config(node_config)
-        merged.setdefault(hostname, []).extend(slots)
-    node_configs = {k: sorted(set(v)) for k, v in merged.items()}
-
-    filtered: dict[str, list[int]] = {h: list(s) for h, s in host_info.items()} if exclude else {}
-    for hostname, slots in node_configs.items():
-        if hostname not in host_info:
-            raise ResourceFilterError(
-                f"{option} names host {_show(hostname)}, which is not in the hostfile "
-                f"(hosts: {', '.join(host_info) or 'none'})"
-            )
-        if slots:
-            for slot in slots:
-                if slot not in host_info[hostname]:
-                    raise ResourceFilterError(
-                        f"{option} names slot {slot} on host {_show(hostname)}, which has slots "
-                        f"{_slot_range(host_info[hostname])}"
-                    )
-            if include:
-                filtered[hostname] = slots
-            else:
-                for slot in slots:
-                    filtered[hostname].remove(slot)
-        elif include:
-            filtered[hostname] = host_info[hostname]
-        else:
-            filtered[hostname] = []
-
+    filtered = _filtered(host_info, _node_configs(spec), option, keep=bool(include))
     ordered: OrderedDict[str, list[int]] = OrderedDict()
     for host in host_info:
         if host in filtered:
@@ -101,9 +73,64 @@ def parse_resource_filter(
     return ordered
 
 
+def _node_configs(spec: str) -> dict[str, list[int]]:
+    """``a:0,1@b`` -> {host: its slots, sorted, each once (empty: the whole host)}."""
+    merged: dict[str, list[int]] = {}
+    for node_config in spec.split("@"):
+        hostname, slots = _parse_node_config(node_config)
+        merged.setdefault(hostname, []).extend(slots)
+    return {k: sorted(set(v)) for k, v in merged.items()}
+
+
+def _filtered(host_info: Mapping[str, list[int]], node_configs: Mapping[str, list[int]],
+              option: str, keep: bool) -> dict[str, list[int]]:
+    """The slots left of each host: those named (`keep`, --include), or all but those named
+    (--exclude); ResourceFilterError naming a host or a slot that is not in the hostfile."""
+    filtered: dict[str, list[int]] = {} if keep else {h: list(s) for h, s in host_info.items()}
+    for hostname, slots in node_configs.items():
+        if hostname not in host_info:
+            raise ResourceFilterError(
+                f"{option} names host {show(hostname)}, which is not in the hostfile "
+                f"(hosts: {', '.join(host_info) or 'none'})"
+            )
+        for slot in slots:
+            if slot not in host_info[hostname]:
+                raise ResourceFilterError(
+                    f"{option} names slot {slot} on host {show(hostname)}, which has slots "
+                    f"{_slot_range(host_info[hostname])}"
+                )
+        if keep:
+            filtered[hostname] = slots if slots else host_info[hostname]
+        elif slots:
+            for slot in slots:
+                filtered[hostname].remove(slot)
+        else:
+            filtered[hostname] = []
+    return filtered
+
+
 def _slot_range(slots: Sequence[int]) -> str:
     if not slots:
         return "none (slots=0)"
     if list(slots) == list(range(len(slots))):
         return f"0..{len(slots) - 1}"
     return ", ".join(str(s) for s in slots)
+
+
+def judge_filter(hosts: Mapping[str, SlotSpec], include: str = "",
+                 exclude: str = "") -> Problem | None:
+    """H5: the launch's ``--include`` / ``--exclude`` names only hostfile hosts and slot
+    indices that exist, and leaves a slot to launch on (None: DeepSpeed takes it)."""
+    try:
+        active = parse_resource_filter(hosts, include=include, exclude=exclude)
+    except ResourceFilterError as exc:
+        return Problem((), HostfileCause.FILTER_REFUSED,
+                       f"the launch's resource filter will be refused by DeepSpeed: {exc}",
+                       fix="name only the hostfile's hosts and their slot indices in "
+                           "--launch-include / --launch-exclude (and the launch's --include / "
+                           "--exclude)", item="H5")
+    if not active:
+        return Problem((), HostfileCause.FILTER_EMPTY,
+                       "the include/exclude filters leave no slot to launch on",
+                       fix="include at least one host with slots, or exclude fewer", item="H5")
+    return None

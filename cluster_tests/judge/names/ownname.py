@@ -23,10 +23,11 @@ from cluster_tests.judge.common import fixcmd
 from cluster_tests.judge.common.basefacts import BaseFacts
 from cluster_tests.judge.common.netfacts import is_ip, is_loopback, parse_interfaces
 from cluster_tests.judge.hostfile.masteraddr import VIRTUAL_PREFIXES
+from cluster_tests.judge.names.resolving import NamesCause
 from cluster_tests.judge.problem import Fix, Problem
 
 ITEM = "N3"
-CAUSE = "hostname resolves to a loopback address"
+CAUSE = NamesCause.LOOPBACK
 
 
 def answers(base: BaseFacts) -> tuple[str, list[str]]:
