@@ -106,10 +106,11 @@ def test_typical_rtt_is_the_median_without_a_list_of_every_pair():
 # -- the reds ----------------------------------------------------------------------------------
 
 #: n1's `connect` entry for n3 as netprobe.py prints it: two high ports dropped, one answered
-N3: dict[str, object] = {"addr": "10.0.0.3", "resolve_error": None, "master": None, "rtt_ms": [], "ssh": None,
-      "ports": {"40001": {"status": "timed out", "ms": 3000.1, "port": 40001},
-                "40002": {"status": "timed out", "ms": 3000.2, "port": 40002},
-                "40003": {"status": "ok", "ms": 0.2, "port": 40003}}}
+N3: dict[str, object] = {
+    "addr": "10.0.0.3", "resolve_error": None, "master": None, "rtt_ms": [], "ssh": None,
+    "ports": {"40001": {"status": "timed out", "ms": 3000.1, "port": 40001},
+              "40002": {"status": "timed out", "ms": 3000.2, "port": 40002},
+              "40003": {"status": "ok", "ms": 0.2, "port": 40003}}}
 
 
 def test_f3_red_from_what_netprobe_reached() -> None:
