@@ -1,12 +1,14 @@
 """F. Network and firewall (CHECKLIST F1-F6): every node reaches every node on the ports the
 launch opens, with real listeners and short deadlines (a dropped port is red in seconds, not a
-launch hanging for 20 minutes), and the interfaces the libraries are told to use exist."""
+launch hanging for 20 minutes), and the interfaces the libraries are told to use exist.
+Verdicts: judge/network/ (portjudge.py F1-F4, ifjudge.py F5-F6, ownaddr.py F7; the facts:
+portfacts.py); the port matrix: measure/ports.py; the interfaces: measure/ifaces.py."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import warnings
-from collections import Counter
 from collections.abc import Callable
 
 import pytest
@@ -21,14 +23,19 @@ from cluster_tests.core.settings import Settings
 from cluster_tests.core.testids import LAUNCHER
 from cluster_tests.judge.common import netfacts
 from cluster_tests.judge.common.basefacts import BaseFacts
-from cluster_tests.judge.common.facts import PortStatus, Reach
-from cluster_tests.judge.common.netfacts import route_device
-from cluster_tests.judge.common.probes import untyped
 from cluster_tests.judge.hostfile import masteraddr as ma
 from cluster_tests.judge.names import ownname
-from cluster_tests.judge.network import ownaddr
+from cluster_tests.judge.network import ifjudge, ownaddr
 from cluster_tests.judge.network import portjudge as nc
-from cluster_tests.judge.problem import ROW_MARKS, Problem, node_problems
+from cluster_tests.judge.network.portfacts import (
+    FIREWALL,
+    MasterListen,
+    OwnAddress,
+    PortStatus,
+    PortTry,
+    Reach,
+)
+from cluster_tests.judge.problem import ROW_MARKS, Problem
 from cluster_tests.judge.ssh import sshnames
 from cluster_tests.measure import ifaces, masterroute, ports, rehearsal
 
@@ -55,7 +62,7 @@ def session_start(cluster: Cluster, selected: frozenset[str]) -> None:
 
 def node_probes(settings: Settings) -> list[Declared]:
     """The probes this section's tests ask of every node they touch (`Cluster.prefetch`)."""
-    return [(untyped("netprobe.py", "firewall"), {})]
+    return [(FIREWALL, {})]
 
 
 def _interface_column(cluster: Cluster, node: str) -> str | None:
@@ -73,7 +80,7 @@ class NetworkWarning(UserWarning):
     """Works, but worth a look (slow pair, firewall rules that do not bite today)."""
 
 
-def _slice(cluster: Cluster, a: str, b: str) -> Reach:
+def _slice(cluster: Cluster, a: str, b: str, item: str) -> Reach:
     """What a reached of b in the port matrix; fails briefly when a or b could not take part."""
     cluster.require(a)
     cluster.require(b)
@@ -88,13 +95,12 @@ def _slice(cluster: Cluster, a: str, b: str) -> Reach:
     for node, errors, what in ((b, m.listen_errors, "open listeners"),
                                (a, m.connect_errors, "run connections")):
         if node in errors:
-            pytest.fail(f"{a} -> {b}: could not {what} on {node}: {errors[node]}", pytrace=False)
+            outcome.fail(nc.matrix_gap(a, b, node, what, errors[node], item))
     reach = m.reach(a, b)
     if reach is None:
-        pytest.fail(f"{a} -> {b}: no result in the port matrix", pytrace=False)
+        outcome.fail(nc.no_result(a, b, item))
     if reach.addr is None:
-        pytest.fail(f"{a} -> {b}: {a} cannot resolve {b} ({reach.resolve_error}): "
-                    f"see {ids.RESOLVES.of(a, b)}", pytrace=False)
+        outcome.fail(nc.unresolved(a, b, reach.resolve_error, item))
     return reach
 
 
@@ -103,16 +109,12 @@ def _dialed(m: nc.PortMatrix, b: str) -> bool:
     return bool(m.dial.get(b))
 
 
-def _elsewhere_ok(entry: dict | None) -> bool:
-    """a dialed b's own address and no port answered, but one did at the address b's name leads
-    to (netprobe's `alt`): the address is at fault, not the path (F7's cause, not F3's)."""
-    return ((entry or {}).get("alt") or {}).get("status") == "ok"
-
-
 def _block_by_own_address(cluster: Cluster, m: nc.PortMatrix, a: str, b: str) -> None:
     """a -> b failed at b's own address (the one b's ranks advertise) and worked where b's name
     leads: where F7 finds that address unusable, F7's red on b holds the cause."""
-    if _dialed(m, b) and _elsewhere_ok(m.entry(a, b)) and _own_verdict(cluster, b)[0]:
+    reach = m.reach(a, b)
+    if _dialed(m, b) and reach is not None and reach.elsewhere_ok \
+            and _own_verdict(cluster, b)[0] is not None:
         outcome.block(ids.OWN_ADDRESS.of(b), f"{a} -> {b}: {b}'s ranks advertise "
                                              f"{m.dial[b]}, which its peers cannot use")
 
@@ -258,13 +260,11 @@ def _clean(m: nc.PortMatrix, a: str, b: str, base_a: BaseFacts | None,
         addr, median = compact
         rtt: float | None = None if math.isnan(median) else median
     else:
-        if (m.results.get(a, {}).get(b) or {}).get("retried"):
-            return 0  # answered on the second try: the pair's check says so
         reach = m.reach(a, b)
-        if reach is None or reach.failed or not reach.ports:
-            return 0
+        if reach is None or reach.retried or reach.failed or not reach.ports:
+            return 0  # (retried: answered on the second try; the pair's check says so)
         addr = reach.addr
-        stats = nc.rtt_stats(list(reach.rtt_ms))
+        stats = nc.rtt_stats(reach.rtt_ms)
         rtt = stats.median_ms if stats is not None else None
     if addr is None or (not m.dial.get(b) and netfacts.misresolved(base_a, base_b, b)
                         is not None):
@@ -292,18 +292,18 @@ def test_reachable(cluster: Cluster, pair: tuple[str, str], record_property) -> 
 
 
 RTT_TEXT: MemoKey[dict[float, str]] = MemoKey("netcheck", "rtt_text")
-ENTRIES_INTO: MemoKey[dict[str, list[tuple[str, dict]]]] = MemoKey("netcheck", "entries_into")
+ENTRIES_INTO: MemoKey[dict[str, list[tuple[str, Reach]]]] = MemoKey("netcheck", "entries_into")
 
 
-def _entries_into(cluster: Cluster, m: nc.PortMatrix) -> dict[str, list[tuple[str, dict]]]:
-    """target -> [(source, its entry)] of the matrix's entries kept whole (under --pairs matrix
-    the ones that did not come back compact), by target: read once, not once per target."""
-    def compute() -> dict[str, list[tuple[str, dict]]]:
-        out: dict[str, list[tuple[str, dict]]] = {}
+def _entries_into(cluster: Cluster, m: nc.PortMatrix) -> dict[str, list[tuple[str, Reach]]]:
+    """target -> [(source, what it reached)] of the matrix's entries kept whole (under --pairs
+    matrix the ones that did not come back compact), by target: gathered once, not once per
+    target."""
+    def compute() -> dict[str, list[tuple[str, Reach]]]:
+        out: dict[str, list[tuple[str, Reach]]] = {}
         for a, row in m.results.items():
-            for b, e in row.items():
-                if isinstance(e, dict):
-                    out.setdefault(b, []).append((a, e))
+            for b, r in row.items():
+                out.setdefault(b, []).append((a, r))
         return out
     return cluster.memo(ENTRIES_INTO, compute)
 
@@ -338,14 +338,14 @@ def _median_rtt(m: nc.PortMatrix, a: str, b: str) -> float | None:
     if compact is not None:
         return None if math.isnan(compact[1]) else compact[1]
     reach = m.reach(a, b)
-    stats = nc.rtt_stats(list(reach.rtt_ms)) if reach is not None else None
+    stats = nc.rtt_stats(reach.rtt_ms) if reach is not None else None
     return stats.median_ms if stats is not None else None
 
 
 def _reachable(cluster: Cluster, a: str, b: str,
                record: Callable[[str, str], None] | None = None) -> None:
-    reach = _slice(cluster, a, b)
-    stats = nc.rtt_stats(list(reach.rtt_ms))
+    reach = _slice(cluster, a, b, "F1")
+    stats = nc.rtt_stats(reach.rtt_ms)
     if stats is None:
         if reach.ssh is not None and reach.ssh.ok:
             warnings.warn(NetworkWarning(
@@ -356,14 +356,10 @@ def _reachable(cluster: Cluster, a: str, b: str,
         _block_by_firewall(cluster, a, b)
         _block_by_own_address(cluster, m, a, b)
         if nc.source_at_fault(m, a, b):
-            pytest.fail(nc.source_fault_message(a, b, str(reach.addr),
-                                                f"{b}'s high ports nor from its sshd",
-                                                _drop_rules(cluster, a)), pytrace=False)
-        pytest.fail(
-            f"{a} -> {b} ({reach.addr}): {a} reaches neither {b}'s high ports nor its sshd "
-            f"(port 22: {reach.ssh.words if reach.ssh is not None else 'not tried'}).\n"
-            f"  fix: check the route (on {a}: ip route get {reach.addr}) and {b}'s firewall "
-            f"(on {b}: iptables -S INPUT)", pytrace=False)
+            outcome.fail(nc.source_fault_problem(a, b, str(reach.addr),
+                                                 f"{b}'s high ports nor from its sshd",
+                                                 _drop_rules(cluster, a), "F1"))
+        outcome.fail(nc.unreachable_problem(a, reach))
     if record is not None:
         record("rtt_ms", f"{stats.median_ms:.3f}")
         record("jitter_ms", f"{stats.jitter_ms:.3f}")
@@ -387,12 +383,12 @@ def test_high_ports(cluster: Cluster, pair: tuple[str, str], record_property) ->
 
 def _high_ports(cluster: Cluster, a: str, b: str,
                 record: Callable[[str, str], None] | None = None) -> None:
-    reach = _slice(cluster, a, b)
+    reach = _slice(cluster, a, b, "F3")
     m = ports.port_matrix(cluster)
     if record is not None:
         record("matrix_seconds", f"{m.seconds:.2f}")
     if not reach.failed:
-        if (m.entry(a, b) or {}).get("retried"):
+        if reach.retried:
             warnings.warn(NetworkWarning(
                 f"{a} -> {b}: a connection to {b}'s high ports timed out, and answered when tried "
                 f"again at once: a busy node or a lossy link (NCCL and gloo retry too)"),
@@ -424,70 +420,44 @@ def test_master_port(cluster: Cluster, rendezvous_leg: tuple[str, str]) -> None:
     cluster.require(rank0)
     m = ports.port_matrix(cluster)
     if rank0 in m.listen_errors:
-        pytest.fail(f"could not open listeners on {rank0}: {m.listen_errors[rank0]}", pytrace=False)
-    master = m.listeners[rank0].get("master") or {}
-    if not master.get("free"):
+        outcome.fail(nc.listeners_failed((node, rank0), rank0, m.listen_errors[rank0], "F2"))
+    master = m.master(rank0)
+    if master is None or not master.free:
         if node != rank0:
             outcome.block(ids.MASTER_PORT.of(rank0, rank0), f"port {port} is taken on {rank0}")
             pytest.skip(f"port {port} is taken on {rank0}: see {ids.MASTER_PORT.of(rank0, rank0)}")
-        owner = master.get("owner") or f"(run `ss -ltnp sport = :{port}` as root to see who)"
-        pytest.fail(
-            f"{rank0}: the rendezvous port {port} (--master_port) is already in use "
-            f"({master.get('error')}): {owner}\n"
-            f"  rank 0 could not bind it and the launch would fail.\n"
-            f"  fix: stop that process, or launch with --master_port <free port> (and pass "
-            f"--master-port to this suite)", pytrace=False)
+        outcome.fail(nc.master_port_taken(node, rank0, port, master or MasterListen(port, False)))
     d = masterroute.derived(cluster)
     if d.value is None:  # H3 is red on rank 0: DeepSpeed cannot derive one
         why = ma.judge(d, {}, {})
         outcome.block(ids.MASTER_ADDR.of(rank0), "the launch has no --master_addr to connect to"
                       + (f": {why.headline}" if why else ""))
         # H3 is not in this run (-m network): the cause is this red's, never hidden
-        pytest.fail(f"{node} -> {rank0}:{port}: the launch has no --master_addr to connect to: "
-                    + (why.text() if why else f"`{d.command}` gave none"), pytrace=False)
-    reach = _slice(cluster, node, rank0)
-    res = reach.master
-    if res is not None and res.ok:
-        return
-    words = res.words if res is not None else "not tried"
+        outcome.fail(nc.no_master_addr(node, rank0, port, why, d.command))
+    reach = _slice(cluster, node, rank0, "F2")
+    if reach.master is None or not reach.master.ok:
+        _master_leg(cluster, m, reach, node, d.value)
+
+
+def _master_leg(cluster: Cluster, m: nc.PortMatrix, reach: Reach, node: str,
+                value: str | None) -> None:
+    """F2's red on node -> rank 0, whose master port did not answer; blocked where H3's red or
+    a node's own firewall (F4) holds the cause."""
+    rank0, res, port = reach.target, reach.master, cluster.settings.master_port
     h3 = masterroute.verdict(cluster)
     if res is not None and res.status is PortStatus.UNRESOLVED:
         # a master address that is no address of rank 0 (a banner's word, a name): H3's cause
         if h3 is not None:
             outcome.block(ids.MASTER_ADDR.of(rank0), h3.headline)
-        pytest.fail(
-            f"{node} -> {rank0}:{port}: {node} cannot resolve the launch's --master_addr "
-            f"'{d.value}' ({res.error}), so its ranks cannot reach the rendezvous: see "
-            f"{ids.MASTER_ADDR.of(rank0)}", pytrace=False)
+        outcome.fail(nc.master_addr_unresolved(node, rank0, port, value, res))
     _block_by_firewall(cluster, node, rank0)
     if h3 is not None:
         # the leg fails where H3 finds the address DeepSpeed derives unusable (no route from
         # this node, an address rank 0 does not own...): a consequence of H3's red, not a cause
         outcome.block(ids.MASTER_ADDR.of(rank0), h3.headline)
-    maddr = reach.master_addr or reach.addr
-    if maddr != reach.addr:
-        pytest.fail(
-            f"{node} -> {rank0}:{port}: the launch's --master_addr {d.value} ({maddr}) does not "
-            f"answer from {node}: {words}: "
-            f"{nc.describe_status(words, node, rank0, m.port_timeout)}\n"
-            f"  ({node} knows {rank0} as {reach.addr}): see {ids.MASTER_ADDR.of(rank0)}",
-            pytrace=False)
-    if nc.source_at_fault(m, node, rank0):
-        pytest.fail(nc.source_fault_message(node, rank0, str(reach.addr),
-                                            f"the rendezvous port {port} on {rank0}",
-                                            _drop_rules(cluster, node)), pytrace=False)
-    rules = _drop_rules(cluster, rank0) or []
-    own = [r for r in rules if str(port) in r]
-    blame = (f"  {rank0}'s own firewall {'rejects' if words == 'refused' else 'drops'} "
-             f"this port: {own[0]}\n" if own else "")
-    pytest.fail(
-        f"{node} -> {rank0}:{port} ({reach.addr}): the rendezvous port does not answer: "
-        f"{words}: {nc.describe_status(words, node, rank0, m.port_timeout)}\n"
-        f"  every rank connects there first; this one would wait until the rendezvous timeout.\n"
-        + blame
-        + nc.firewall_evidence(rank0, _drop_rules(cluster, rank0))
-        + f"\n  fix, on {rank0}: iptables -I INPUT -p tcp --dport {port} -j ACCEPT",
-        pytrace=False)
+    outcome.fail(nc.master_leg_problem(
+        node, reach, port, value, m.port_timeout, source_fault=nc.source_at_fault(m, node, rank0),
+        rules={n: _drop_rules(cluster, n) for n in (node, rank0)}))
 
 
 def _drop_rules(cluster: Cluster, node: str) -> list[str] | None:
@@ -508,52 +478,31 @@ def test_firewall_rules(cluster: Cluster, node: str, record_property) -> None:
     drop what the launch needs (a high port or the master port from another node)."""
     cluster.require(node)
     try:
-        fw = cluster.probe(node, "firewall", script=ports.SCRIPT)
+        fw = cluster.probe(node, FIREWALL)
     except ProbeError as exc:
-        pytest.fail(str(exc), pytrace=False)
+        outcome.fail(exc.problem("F4"))
     rules = _drop_rules(cluster, node)
     if rules is None:
-        errs = "; ".join(f"{t}: {(fw[t]['err'] or '').strip()[:150]}"
-                         for t in ("iptables", "nft") if t in fw)
-        pytest.skip(f"{node}: cannot read the firewall rules (needs root; uid {fw.get('uid')}): "
-                    f"{errs}")
-    if not ("iptables" in fw or "nft" in fw):
+        errs = "; ".join(f"{tool}: {c.err.strip()[:150]}" for tool, c in fw.tools)
+        pytest.skip(f"{node}: cannot read the firewall rules (needs root; uid {fw.uid}): {errs}")
+    if not fw.tools:
         pytest.skip(f"{node}: neither iptables nor nft is installed: no local firewall to report")
     record_property("drop_rules", str(len(rules)))
     if not rules:
         return
     m = ports.port_matrix(cluster)
-    into = m.into(node)
-    hurt = sorted(f"{a} -> {node}: ports {', '.join(str(t.port) for t in r.failed)}"
-                  for a, r in into.items() if r.failed)
-    master = (m.listeners.get(node) or {}).get("master") or {}
-    if master.get("free"):
-        hurt += [f"{a} -> {node}: master port {master['port']}" for a, r in into.items()
-                 if r.master is not None and not r.master.ok]
-    listing = "\n    ".join(rules[:20])
+    hurt = nc.firewall_hurt(m, node)
     if hurt:
         broken = ports.firewall_pairs(cluster, node)
-        outbound = [f"{a} -> {b}: the replies to {node}'s own connections" for a, b in broken
-                    if a == node]
-        outcome.fail(Problem(
-            (node,), "firewall drops the launch's ports",
-            f"{node}: its firewall drops what the launch needs:\n    "
-            + "\n    ".join(hurt + outbound)
-            + f"\n  the DROP/REJECT rules in its INPUT:\n    {listing}",
-            fix=f"on {node}: delete the rule (iptables -D INPUT <rule spec>) or accept the "
-                f"cluster's nodes before it (iptables -I INPUT -s <cluster subnet> -j ACCEPT); a "
-                f"firewall policy is a person's decision",
-            item="F4", launch="pair", pairs=tuple(broken or nc.hurt_into(m, node))))
+        outcome.fail(nc.firewall_problem(node, hurt, broken, broken or nc.hurt_into(m, node),
+                                         rules))
+    listing = "\n    ".join(rules[:20])
     warnings.warn(NetworkWarning(
         f"{node}: DROP/REJECT rules in INPUT, which do not hit the ports tested today "
         f"(a launch on other ports might):\n    {listing}"), stacklevel=1)
 
 
 # -- F5 / F6: the interfaces the libraries are told to use -------------------------------------
-
-def _usable(spec: nc.IfSpec, interfaces) -> list:
-    return [i for i in nc.matched_interfaces(spec, interfaces) if nc.usable(i) and i.name != "lo"]
-
 
 def test_socket_ifname(cluster: Cluster, node: str, record_property) -> None:
     """F5: NCCL/GLOO/HCCL_SOCKET_IFNAME, as the ranks get them (pdsh's shell, under what the
@@ -565,46 +514,31 @@ def test_socket_ifname(cluster: Cluster, node: str, record_property) -> None:
                     f"pick the interface themselves): nothing to check")
     here = ifaces.ifaces(cluster, node)
     rank0 = cluster.rank0.name
-    problems = []
+    misses = []
     for var, value in specs.items():
-        spec = nc.parse_ifspec(value, var)
-        matched = nc.matched_interfaces(spec, here)
-        good = [i for i in matched if nc.usable(i) and i.name != "lo"]
+        spec = ifjudge.parse_ifspec(value, var)
+        good = ifjudge.selected(spec, here)
         record_property(var, f"{value} -> {','.join(i.name for i in good) or 'nothing'}")
         if good:
             continue
-        origin = ""
-        if var in launch:
-            # the same value reaches every rank: where it fits no node, the cause is rank 0's
-            others = [n for n in cluster.names if n != node and cluster.base_or_none(n)]
-            fits = [n for n in others if _usable(spec, ifaces.ifaces(cluster, n))]
-            if not fits and node != rank0:
-                outcome.block(ids.SOCKET_IFNAME.of(rank0), f"{var}={value}, exported by the launch "
-                                                           f"from {rank0}, fits no node")
-                pytest.skip(f"{var}={value}, exported by the launch from {rank0}, fits no node: "
-                            f"see {ids.SOCKET_IFNAME.of(rank0)}")
-            origin = (f" (exported to every rank by deepspeed from {rank0}'s environment or "
-                      f"~/.deepspeed_env" + ("; it fits no node" if not fits else
-                                             f"; it fits {', '.join(fits)}") + ")")
-        why = ("matches no interface" if not matched else
-               "matches only "
-               + ", ".join(f"{i.name} ({'up' if i.up else i.state.lower()}, "
-                           f"{'address ' + ' '.join(i.ips) if i.ips else 'no address'})"
-                           for i in matched)
-               + ", none up with an address (lo does not count)")
-        usable_now = [i.name for i in here.values() if nc.usable(i) and i.name != "lo"]
-        value_fix = ('=' + usable_now[0] if usable_now and not var.startswith('GLOO')
-                     else (usable_now[0] if usable_now else '<interface>'))
-        where = (f"on {rank0}: set {var}={value_fix} in ~/.deepspeed_env (or unset it there)"
-                 if var in launch else
-                 f"on {node}: export {var}={value_fix} in ~/.bashrc above any early return (or "
-                 f"unset it)")
-        problems.append(
-            f"{var}={value} ({spec.describe()}){origin} {why}.\n"
-            f"  interfaces on {node}: {nc.describe_interfaces(here)}\n"
-            f"  fix, {where}")
-    if problems:
-        outcome.fail(node_problems(node, problems))
+        # the same value reaches every rank where the launch exports it: where it fits no
+        # node, the cause is rank 0's
+        fits = _fits_elsewhere(cluster, node, spec) if var in launch else None
+        if fits == () and node != rank0:
+            outcome.block(ids.SOCKET_IFNAME.of(rank0), f"{var}={value}, exported by the launch "
+                                                       f"from {rank0}, fits no node")
+            pytest.skip(f"{var}={value}, exported by the launch from {rank0}, fits no node: "
+                        f"see {ids.SOCKET_IFNAME.of(rank0)}")
+        misses.append(ifjudge.Miss(var, value, spec, fits))
+    problem = ifjudge.judge_socket_ifname(node, rank0, misses, here)
+    if problem is not None:
+        outcome.fail(problem)
+
+
+def _fits_elsewhere(cluster: Cluster, node: str, spec: ifjudge.IfSpec) -> tuple[str, ...]:
+    """The other nodes (with base facts) where `spec` selects a usable interface."""
+    return tuple(n for n in cluster.names if n != node and cluster.base_or_none(n)
+                 and ifjudge.selected(spec, ifaces.ifaces(cluster, n)))
 
 
 def test_socket_ifname_route(cluster: Cluster, pair: tuple[str, str]) -> None:
@@ -621,20 +555,10 @@ def test_socket_ifname_route(cluster: Cluster, pair: tuple[str, str]) -> None:
     addrs = list(sshnames.placement(cluster.base(a), b).addrs)
     if not addrs:
         pytest.skip(f"{a} cannot resolve {b}: see {ids.RESOLVES.of(a, b)}")
-    route = ifaces.routes(cluster, a).get(addrs[0]) or {}
-    dev = route_device(route.get("out", "")) if route.get("rc") == 0 else None
-    if dev is None:
-        pytest.fail(f"{a} -> {b} ({addrs[0]}): no route (`ip -o route get {addrs[0]}` on {a}: "
-                    f"{(route.get('err') or route.get('out') or '').strip()[:200]})", pytrace=False)
-    wrong = {var: names for var, names in matches.items() if dev not in names}
-    if wrong:
-        env = ifaces.ifname_vars(cluster, a)[0]
-        pytest.fail(
-            f"{a} -> {b} ({addrs[0]}): the route leaves {a} by {dev}, but "
-            + "; ".join(f"{var}={env[var]} selects {', '.join(n)}" for var, n in wrong.items())
-            + f": the library binds one interface and the packets leave by another.\n"
-            f"  fix: select {dev} (export NCCL_SOCKET_IFNAME=={dev}), or route {b}'s subnet via "
-            f"the selected interface on {a}", pytrace=False)
+    problem = ifjudge.judge_route(a, b, addrs[0], ifaces.routes(cluster, a).get(addrs[0]),
+                                  matches, ifaces.ifname_vars(cluster, a)[0])
+    if problem is not None:
+        outcome.fail(problem)
 
 
 def test_mtu(cluster: Cluster, node: str, record_property) -> None:
@@ -647,27 +571,19 @@ def test_mtu(cluster: Cluster, node: str, record_property) -> None:
     dev, mtu = mtus[node]
     record_property("interface", dev)
     record_property("mtu", str(mtu))
-    counts = Counter(m for _, m in mtus.values())
-    common, n_common = counts.most_common(1)[0]
-    rank0_mtu = mtus.get(cluster.rank0.name, (None, None))[1]
-    if mtu == common or n_common * 2 <= len(mtus) and mtu == rank0_mtu:
-        return
-    table = "\n".join(f"    {n:16} {d:10} mtu {m}" for n, (d, m) in mtus.items())
-    pytest.fail(
-        f"{node}: {dev} has MTU {mtu}, most nodes use {common}; large packets between them are "
-        f"dropped or fragmented (a hang or a slow all-reduce):\n{table}\n"
-        f"  fix, on {node}: ip link set dev {dev} mtu {common}  (and make it persistent)",
-        pytrace=False)
+    problem = ifjudge.judge_mtu(node, mtus, cluster.rank0.name)
+    if problem is not None:
+        outcome.fail(problem)
 
 
 # -- F7: each rank's own address, as torch.distributed takes it ---------------------------------
 
-OWN_VERDICTS: MemoKey[dict[str, tuple[list[str], list[str]]]] = MemoKey("netcheck", "own")
+OWN_VERDICTS: MemoKey[dict[str, tuple[Problem | None, str | None]]] = MemoKey("netcheck", "own")
 
 
-def _own_verdict(cluster: Cluster, node: str) -> tuple[list[str], list[str]]:
-    """F7's (problems, warnings) for `node`'s own address, judged once (F7 reports them; F1/F3
-    read them where they dialed that address and failed)."""
+def _own_verdict(cluster: Cluster, node: str) -> tuple[Problem | None, str | None]:
+    """F7's (red, warning) for `node`'s own address, judged once (F7 reports them; F1/F3 read
+    them where they dialed that address and failed)."""
     verdicts = cluster.memo(OWN_VERDICTS, dict)
     got = verdicts.get(node)
     if got is None:
@@ -675,35 +591,39 @@ def _own_verdict(cluster: Cluster, node: str) -> tuple[list[str], list[str]]:
     return got
 
 
-def _judge_own(cluster: Cluster, node: str) -> tuple[list[str], list[str]]:
+def _judge_own(cluster: Cluster, node: str) -> tuple[Problem | None, str | None]:
     m = ports.port_matrix(cluster)
     if node not in m.listeners:
-        return [], []
-    own = m.listeners[node].get("own")
+        return None, None
+    own = m.listeners[node].own
     # a peer whose connections into node fail on the high ports too is F3's (the firewall of
     # either end, named there): here only what the address itself breaks
     # (the peers that tried node: with --pairs ring two, not all; judge only reads those)
-    if own is None or not ownaddr.problems(node, own, {}):
+    if own is None or ownaddr.problem(node, own, {}) is None:
         # the address itself is usable: only a peer that failed it makes a problem, and a
         # compact peer (every port answered, the own address too) did not; the peers with an
         # entry of their own are few under --pairs matrix (4096 a node otherwise)
-        tried = {a: e.get("own") for a, e in _entries_into(cluster, m).get(node, ())
-                 if a != node and (not nc.failed_ports(e) or _elsewhere_ok(e))}
-        if not ownaddr.problems(node, own, tried):
-            return [], []
+        tried = {a: r.own for a, r in _entries_into(cluster, m).get(node, ())
+                 if a != node and (not r.failed or r.elsewhere_ok)}
+        if ownaddr.problem(node, own, tried) is None:
+            return None, None
     # a compact entry (every port answered, its own address too where tried) is read without
     # making the entry: one answer for every compact peer
     compact_own = m.compact_own(node)
-    peers: dict[str, dict | None] = {}
+    peers: dict[str, PortTry | None] = {}
     for a, row in m.results.items():
         if a == node:
             continue
         if m.compact_of(a, node) is not None:
             peers[a] = compact_own
-        elif (e := row.get(node)) is not None and (not nc.failed_ports(e) or _elsewhere_ok(e)):
-            peers[a] = e.get("own")
-    peer_addrs = {a: (m.listeners.get(a, {}).get("own") or {}).get("addr") for a in peers}
-    return ownaddr.judge(node, own, peers, peer_addrs)
+        elif (r := row.get(node)) is not None and (not r.failed or r.elsewhere_ok):
+            peers[a] = r.own
+    return ownaddr.judge(node, own, peers, {a: _own_addr(m, a) for a in peers})
+
+
+def _own_addr(m: nc.PortMatrix, node: str) -> str | None:
+    lst = m.listeners.get(node)
+    return lst.own.addr if lst is not None and lst.own is not None else None
 
 
 def test_own_address(cluster: Cluster, node: str, record_property) -> None:
@@ -713,26 +633,25 @@ def test_own_address(cluster: Cluster, node: str, record_property) -> None:
     cluster.require(node)
     m = ports.port_matrix(cluster)
     if node in m.listen_errors:
-        pytest.fail(f"could not open listeners on {node}: {m.listen_errors[node]}", pytrace=False)
-    own = m.listeners[node].get("own")
-    if own and own.get("addr"):
-        record_property("own_address", f"{own['addr']} ({own.get('how')})")
+        outcome.fail(nc.listeners_failed((node,), node, m.listen_errors[node], "F7"))
+    own = m.listeners[node].own
+    if own is not None and own.addr:
+        record_property("own_address", f"{own.addr} ({own.how})")
     found, latent = _own_verdict(cluster, node)
-    for text in latent:
-        warnings.warn(NetworkWarning(text), stacklevel=1)
-    if found:
+    if latent is not None:
+        warnings.warn(NetworkWarning(latent), stacklevel=1)
+    if found is not None:
         if _loopback_from_hostname(own) and (
                 n3 := ownname.judge(node, cluster.base_or_none(node))) is not None:
             # the hostname's loopback line in /etc/hosts: N3's red where N3 runs, else this
             # red with N3's fix for fixes.sh
             outcome.block(ids.HOSTNAME_NOT_LOOPBACK.of(node), n3.headline)
-            outcome.offer(*n3.fixes)
-        pytest.fail("\n".join(found), pytrace=False)
+            found = dataclasses.replace(found, fixes=(*found.fixes, *n3.fixes))
+        outcome.fail(found)
 
 
-def _loopback_from_hostname(own: dict | None) -> bool:
+def _loopback_from_hostname(own: OwnAddress | None) -> bool:
     """F7's address is a loopback answer of the hostname's own lookup (not torch's fallback,
     nor GLOO_SOCKET_IFNAME's interface)."""
-    addr = (own or {}).get("addr")
-    return (isinstance(addr, str) and (own or {}).get("how") == "hostname"
-            and netfacts.is_loopback(addr))
+    return (own is not None and own.addr is not None and own.how == "hostname"
+            and netfacts.is_loopback(own.addr))

@@ -649,7 +649,7 @@ def blocked_by_f3(cluster: Cluster, nodes: Sequence[str]) -> str | None:
         return None
     shown = "; ".join(
         f"{dst} takes no connection from {src} ("
-        + ", ".join(f"{p} {s}" for p, s in nc.failed_ports(matrix.entry(src, dst) or {}).items())
+        + ", ".join(f"{p} {s}" for p, s in nc.failed_ports(matrix.reach(src, dst)).items())
         + f"; see {ports.pair_item(cluster, ids.HIGH_PORTS, src, dst)})"
         for src, dst in blocked[:4])
     more = f" (+{len(blocked) - 4} more)" if len(blocked) > 4 else ""
@@ -675,7 +675,7 @@ def f3_blocked_pairs(cluster: Cluster, nodes: Sequence[str]) -> list[tuple[str, 
     matrix = cluster.cached(PORT_MATRIX)
     if matrix is None:
         return []
-    return [(a, b) for a in nodes for b in nodes if a != b and nc.blocked(matrix.entry(a, b))]
+    return [(a, b) for a in nodes for b in nodes if a != b and nc.blocked(matrix.reach(a, b))]
 
 
 class NodeDown(Exception):
@@ -703,16 +703,7 @@ def involved_nodes(run: RemoteRun) -> list[str]:
 def network_hint(cluster: Cluster, nodes: Sequence[str]) -> str:
     """What the F checks found about ``nodes`` this session, else how to find out."""
     matrix = cluster.cached(PORT_MATRIX)
-    findings: list[str] = []
-    results = getattr(matrix, "results", None) or {}
-    for src, targets in results.items():
-        for dst, entry in (targets or {}).items():
-            if not isinstance(entry, dict) or not ({src, dst} & set(nodes)) or src == dst:
-                continue
-            for port, res in sorted((entry.get("ports") or {}).items()):
-                status = res.get("status") if isinstance(res, dict) else None
-                if status and status != "ok":
-                    findings.append(f"{src}->{dst} port {port}: {status}")
+    findings = nc.closed_ports(matrix, nodes) if matrix is not None else []
     if findings:
         more = f" (+{len(findings) - 4} more)" if len(findings) > 4 else ""
         return ("the network checks (F) of this session found closed ports: "

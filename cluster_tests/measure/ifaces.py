@@ -4,16 +4,18 @@ interface the launch's traffic uses on every node (measured once for the session
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
 
 import pytest
 
 from cluster_tests.core import pairs as pairs_mod
 from cluster_tests.core.cluster import Cluster, ProbeError
 from cluster_tests.core.memokey import MemoKey
+from cluster_tests.judge.common.facts import Command
 from cluster_tests.judge.common.netfacts import Interface, parse_interfaces, route_device
 from cluster_tests.judge.env import envvars
-from cluster_tests.judge.network import portjudge as nc
+from cluster_tests.judge.network import ifjudge
+from cluster_tests.judge.network.portfacts import ROUTES
 from cluster_tests.judge.ssh import sshnames
 from cluster_tests.measure import rehearsal
 
@@ -32,13 +34,13 @@ def launch_ifname_vars(cluster: Cluster) -> dict[str, str]:
     (its environment by DeepSpeed's prefixes, and its `.deepspeed_env`; the rehearsal's)."""
     exports = rehearsal.rehearse(cluster).exports
     return {k: envvars.unquote_export(v) for k, v in exports.items()
-            if k in nc.SOCKET_IFNAME_VARS and v.strip()}
+            if k in ifjudge.SOCKET_IFNAME_VARS and v.strip()}
 
 
 def ifname_vars(cluster: Cluster, node: str) -> tuple[dict[str, str], dict[str, str]]:
     """(what the ranks on `node` get, the part of it the launch exports from rank 0)."""
     launch = launch_ifname_vars(cluster)
-    return {**nc.socket_ifname_vars(cluster.base(node).env), **launch}, launch
+    return {**ifjudge.socket_ifname_vars(cluster.base(node).env), **launch}, launch
 
 
 def usable_matches(cluster: Cluster, node: str) -> dict[str, list[str]]:
@@ -46,9 +48,7 @@ def usable_matches(cluster: Cluster, node: str) -> dict[str, list[str]]:
     found = ifaces(cluster, node)
     out = {}
     for var, value in ifname_vars(cluster, node)[0].items():
-        spec = nc.parse_ifspec(value, var)
-        out[var] = [i.name for i in nc.matched_interfaces(spec, found)
-                    if nc.usable(i) and i.name != "lo"]
+        out[var] = [i.name for i in ifjudge.selected(ifjudge.parse_ifspec(value, var), found)]
     return out
 
 
@@ -83,8 +83,8 @@ def comm_interface(cluster: Cluster, node: str) -> str | None:
         if names:
             return names[0]
     for res in routes(cluster, node).values():
-        if res.get("rc") == 0:
-            dev = route_device(res["out"])
+        if res.ok:
+            dev = route_device(res.out)
             if dev and dev != "lo":
                 return dev
     return None
@@ -116,7 +116,7 @@ def mtus(cluster: Cluster) -> dict[str, tuple[str, int | None]]:
     return cluster.memo(MTUS, compute)
 
 
-def routes(cluster: Cluster, node: str) -> dict[str, Any]:
+def routes(cluster: Cluster, node: str) -> Mapping[str, Command]:
     """`ip -o route get` from node to the address it resolves each of its targets to (the
     selected pairs, --pairs; cached)."""
     facts = cluster.base(node)
@@ -124,6 +124,6 @@ def routes(cluster: Cluster, node: str) -> dict[str, Any]:
               if b != node]
     addrs = sorted({got[0] for got in placed if got})
     try:
-        return cluster.probe(node, "routes", route_to=addrs)
+        return cluster.probe(node, ROUTES, route_to=addrs)
     except ProbeError:
         return {}

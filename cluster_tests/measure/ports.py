@@ -14,21 +14,31 @@ median RTT of every measured pair) is computed from it once.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import secrets
-from typing import Any
+import time
+from collections.abc import Sequence
+from typing import TypedDict
 
 from cluster_tests.core import pairs as pairs_mod
 from cluster_tests.core.cluster import Cluster, ProbeError
 from cluster_tests.core.memokey import Encoded, MemoKey
 from cluster_tests.core.testids import TestId
-from cluster_tests.judge.common import facts, netfacts
+from cluster_tests.judge.common import netfacts
 from cluster_tests.judge.network import ownaddr
 from cluster_tests.judge.network import portjudge as nc
+from cluster_tests.judge.network.portfacts import (
+    CONNECT,
+    FIREWALL,
+    LISTEN,
+    STOP,
+    Listening,
+    Reach,
+    Stopped,
+)
 from cluster_tests.judge.network.portjudge import PortMatrix
 from cluster_tests.measure import masterroute, sort_outcomes
-
-SCRIPT = "netprobe.py"
 
 PORT_MATRIX: MemoKey[PortMatrix] = MemoKey("netcheck", "port_matrix")
 RTT_TYPICAL: MemoKey[float | None] = MemoKey("netcheck", "rtt_typical")
@@ -50,102 +60,146 @@ def start_background(cluster: Cluster) -> None:
     cluster.in_background("ct-port-matrix", lambda: port_matrix(cluster))
 
 
-def measure(cluster: Cluster) -> PortMatrix:
-    import time
+class Target(TypedDict, total=False):
+    """One target of netprobe.py's `connect` (a parameter, as the node script reads it)."""
 
-    start = time.monotonic()
+    name: str
+    ports: list[int]
+    master_port: int | None
+    master_host: str | None  # the launch's --master_addr (rank 0 only)
+    own: dict[str, object] | None  # its own gloo address: {"addr", "port"}
+    dial: str | None  # the address its ranks advertise, where usable (ownaddr.dial_address)
+    host: str | None  # the address the launcher's ssh reaches it at (an alias's HostName)
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    """What one measurement asks of the nodes: who takes part, the deadlines, the ports."""
+
+    names: list[str]
+    up: list[str]  # the nodes logged in to
+    timeout: float  # each connection's
+    fanout: int
+    count: int  # high ports per node
+    every: bool  # --pairs matrix: every peer of every node, the healthy ones come back compact
+    connect_budget: float
+    hold: float  # the listeners die by themselves after this, whatever happens
+    rank0: str
+    master_port: int
+    #: F2 connects to the launch's own --master_addr (derived as DeepSpeed derives it), not to
+    #: the hostfile's name for rank 0
+    master_host: str | None
+
+
+def plan(cluster: Cluster) -> Plan:
     names = cluster.names
     up = [n for n in names if cluster.login_error(n) is None]
-    timeout = port_timeout(cluster)
-    fanout = cluster.settings.fanout
+    timeout, fanout = port_timeout(cluster), cluster.settings.fanout
     count = cluster.settings.network.probe_ports
     widest = max([len(pairs_mod.targets_of(cluster, n, per_node=True)) + 1 for n in up] or [1])
-    # --pairs matrix: every peer of every node; the healthy ones come back compact
-    every = bool((sel := pairs_mod.selection(cluster)) is not None and sel.per_node)
+    sel = pairs_mod.selection(cluster)
     rounds = math.ceil(min(len(names), widest) * (count + 1) / fanout) + 1
-    connect_budget = rounds * timeout * 2 + 10
-    hold = connect_budget + 30  # the listeners die by themselves after this, whatever happens
-    matrix = PortMatrix(token=secrets.token_hex(8), port_timeout=timeout)
+    budget = rounds * timeout * 2 + 10
     rank0 = cluster.rank0.name
-    master_port = cluster.settings.master_port
-    # F2 connects to the launch's own --master_addr (derived as DeepSpeed derives it), not to
-    # the hostfile's name for rank 0
-    master_host = masterroute.derived(cluster).value if rank0 in up else None
+    return Plan(names, up, timeout, fanout, count, bool(sel is not None and sel.per_node), budget,
+                budget + 30, rank0, cluster.settings.master_port,
+                masterroute.derived(cluster).value if rank0 in up else None)
 
-    def listen(node: str) -> dict[str, Any]:
-        # and one listener on the node's own address as its gloo ranks take it (F7)
+
+def measure(cluster: Cluster) -> PortMatrix:
+    start = time.monotonic()
+    p = plan(cluster)
+    matrix = PortMatrix(token=secrets.token_hex(8), port_timeout=p.timeout)
+    _listen(cluster, matrix, p)
+    try:
+        targets = _targets(cluster, matrix, p)
+        _connect(cluster, matrix, p, targets)
+        _confirm_timeouts(cluster, matrix, p, targets)
+    finally:
+        _stop(cluster, matrix)
+    matrix.seconds = time.monotonic() - start
+    return matrix
+
+
+def _listen(cluster: Cluster, matrix: PortMatrix, p: Plan) -> None:
+    """Every node's listeners (its high ports, the master port on rank 0, and one on the node's
+    own address as its gloo ranks take it: F7)."""
+    def listen(node: str) -> Listening:
         facts = cluster.base_or_none(node)
         env = facts.env if facts is not None else {}
-        return cluster.probe(node, "listen", script=SCRIPT, token=matrix.token, ports=count,
-                             hold=hold, master_port=master_port if node == rank0 else None,
+        return cluster.probe(node, LISTEN, token=matrix.token, ports=p.count, hold=p.hold,
+                             master_port=p.master_port if node == p.rank0 else None,
                              own_address=True, gloo_ifname=env.get("GLOO_SOCKET_IFNAME"),
                              timeout=30)
 
-    sort_outcomes(zip(up, cluster.pool.map(listen, up), strict=False), matrix.listeners,
+    sort_outcomes(zip(p.up, cluster.pool.map(listen, p.up), strict=False), matrix.listeners,
                   matrix.listen_errors)
-    try:
-        targets = []
-        for node, lst in matrix.listeners.items():
-            master = lst.get("master") or {}
-            # what the ranks dial (F1/F3): the node's own address as its ranks advertise it,
-            # never the hostfile's name (an ssh alias may be the only name it has); where that
-            # address is unusable (F7's red), the address ssh reaches it at, else its name
-            matrix.dial[node] = ownaddr.dial_address(lst.get("own"))
-            targets.append({"name": node, "ports": lst["ports"],
-                            "master_port": master.get("port") if master.get("free") else None,
-                            "master_host": master_host if node == rank0 else None,
-                            "own": lst.get("own"), "dial": matrix.dial[node],
-                            "host": _ssh_address(cluster, node)})
-        for node in names:
-            if node not in matrix.listeners:
-                targets.append({"name": node, "ports": [], "master_port": None})
 
-        orders: dict[tuple[str, ...], tuple[list[str], dict[str, int]]] = {}
-        # a target list asked of many nodes (--pairs matrix: the same for every node) is
-        # encoded once, not once per node: 600 KB of JSON at 4096 nodes
-        encoded: dict[tuple[str, ...], Encoded] = {}
 
-        def connect(node: str) -> dict[str, Any]:
-            # only the targets of node's selected pairs (--pairs: every node under matrix), and
-            # rank 0 (F2, master port)
-            mine = set(pairs_mod.targets_of(cluster, node, per_node=True)) | {rank0}
-            asked = [t for t in targets if t["name"] in mine]
-            key = tuple(t["name"] for t in asked)
-            listed: list[dict[str, Any]] | Encoded = asked
-            if every:
-                listed = encoded.get(key) or encoded.setdefault(key, Encoded(asked))
-            got = cluster.probe(node, "connect", script=SCRIPT, token=matrix.token,
-                                targets=listed, port_timeout=timeout, fanout=fanout,
-                                samples=cluster.settings.network.rtt_samples,
-                                compact=every, timeout=connect_budget + 10)
-            if "*compact" in got:  # --pairs matrix: flat arrays, one order per target list
-                order = orders.get(key)
-                if order is None:
-                    order = orders.setdefault(key, (list(key), {n: i for i, n in enumerate(key)}))
-                try:
-                    # taken out of the memo's answer once kept as arrays: the two strings were
-                    # 70 KB a node at 4096 nodes, held for the session (measure runs once)
-                    matrix.add_compact(node, *order, got.pop("*compact"))
-                except (KeyError, ValueError) as exc:
-                    raise ProbeError(node, f"netprobe's compact answer: {exc}") from None
-                got = got.get("*detail") or {}
-            return got
+def _targets(cluster: Cluster, matrix: PortMatrix, p: Plan) -> list[Target]:
+    """What the sources are asked to connect to, and where (`matrix.dial` filled in): the
+    address the ranks dial (F1/F3), the node's own address as its ranks advertise it, never the
+    hostfile's name (an ssh alias may be the only name it has); where that address is unusable
+    (F7's red), the address ssh reaches it at, else its name."""
+    targets: list[Target] = []
+    for node, lst in matrix.listeners.items():
+        master, own = lst.master, lst.own
+        matrix.dial[node] = ownaddr.dial_address(own)
+        targets.append({"name": node, "ports": list(lst.ports),
+                        "master_port": master.port if master is not None and master.free
+                        else None,
+                        "master_host": p.master_host if node == p.rank0 else None,
+                        "own": {"addr": own.addr, "port": own.port} if own is not None else None,
+                        "dial": matrix.dial[node], "host": _ssh_address(cluster, node)})
+    for node in p.names:
+        if node not in matrix.listeners:
+            targets.append({"name": node, "ports": [], "master_port": None})
+    return targets
 
-        sort_outcomes(zip(up, cluster.pool.map(connect, up), strict=False), matrix.results,
-                      matrix.connect_errors)
-        _confirm_timeouts(cluster, matrix, targets, timeout, fanout, connect_budget)
-        matrix.reached = {node: facts.reach_row(row) for node, row in matrix.results.items()}
-    finally:
-        stoppable = [n for n, lst in matrix.listeners.items() if lst.get("pid")]
 
-        def stop(node: str) -> dict[str, Any]:
-            return cluster.probe(node, "stop", script=SCRIPT, token=matrix.token,
-                                 pid=matrix.listeners[node]["pid"], timeout=20)
+def _connect(cluster: Cluster, matrix: PortMatrix, p: Plan, targets: list[Target]) -> None:
+    """Every source's connections to its targets (those of its selected pairs: every node under
+    --pairs matrix; and rank 0, F2's master port)."""
+    orders: dict[tuple[str, ...], tuple[list[str], dict[str, int]]] = {}
+    # a target list asked of many nodes (--pairs matrix: the same for every node) is encoded
+    # once, not once per node: 600 KB of JSON at 4096 nodes
+    encoded: dict[tuple[str, ...], Encoded] = {}
 
-        for node, res in zip(stoppable, cluster.pool.map(stop, stoppable), strict=False):
-            matrix.stops[node] = {"error": str(res)} if isinstance(res, BaseException) else res
-    matrix.seconds = time.monotonic() - start
-    return matrix
+    def connect(node: str) -> dict[str, Reach]:
+        mine = set(pairs_mod.targets_of(cluster, node, per_node=True)) | {p.rank0}
+        asked = [t for t in targets if t["name"] in mine]
+        key = tuple(t["name"] for t in asked)
+        listed: list[Target] | Encoded = asked
+        if p.every:
+            listed = encoded.get(key) or encoded.setdefault(key, Encoded(asked))
+        got = cluster.probe(node, CONNECT, token=matrix.token, targets=listed,
+                            port_timeout=p.timeout, fanout=p.fanout,
+                            samples=cluster.settings.network.rtt_samples, compact=p.every,
+                            timeout=p.connect_budget + 10)
+        if got.compact is not None:  # --pairs matrix: flat arrays, one order per target list
+            order = orders.get(key)
+            if order is None:
+                order = orders.setdefault(key, (list(key), {n: i for i, n in enumerate(key)}))
+            try:
+                matrix.add_compact(node, *order, got.compact)
+            except ValueError as exc:
+                raise ProbeError(node, f"netprobe's compact answer: {exc}") from None
+        return dict(got.reached)
+
+    sort_outcomes(zip(p.up, cluster.pool.map(connect, p.up), strict=False), matrix.results,
+                  matrix.connect_errors)
+
+
+def _stop(cluster: Cluster, matrix: PortMatrix) -> None:
+    """End every listener (by pid, checked against the session's token), whatever happened."""
+    stoppable = [n for n, lst in matrix.listeners.items() if lst.pid]
+
+    def stop(node: str) -> Stopped:
+        return cluster.probe(node, STOP, token=matrix.token, pid=matrix.listeners[node].pid,
+                             timeout=20)
+
+    for node, res in zip(stoppable, cluster.pool.map(stop, stoppable), strict=False):
+        matrix.stops[node] = str(res) if isinstance(res, BaseException) else res
 
 
 def _ssh_address(cluster: Cluster, node: str) -> str | None:
@@ -155,40 +209,32 @@ def _ssh_address(cluster: Cluster, node: str) -> str | None:
     return host if host != node and netfacts.is_ip(host) else None
 
 
-def _timed_out(entry: dict[str, Any]) -> bool:
-    """Some connection of this entry (high port, master port, own address) had no answer."""
-    tries = [*(entry.get("ports") or {}).values(), entry.get("master") or {},
-             entry.get("own") or {}]
-    return any(t.get("status") == "timed out" for t in tries)
-
-
-def _confirm_timeouts(cluster: Cluster, matrix: PortMatrix, targets: list[dict[str, Any]],
-                      timeout: float, fanout: int, budget: float) -> None:
+def _confirm_timeouts(cluster: Cluster, matrix: PortMatrix, p: Plan,
+                      targets: Sequence[Target]) -> None:
     """Confirm before blaming: every pair with a connection that timed out is tried once more,
     at once, with the listeners still up (one `connect` per source, its suspects only), and
     keeps the second answer, marked `retried`. A DROP rule drops the second SYN as it did the
     first, and stays red; a SYN lost once (a busy node, a burst of thousands of connects at
     once) does not name a healthy node. NCCL and gloo retry a connect that times out, too."""
-    suspects = {a: {b for b, e in row.items() if _timed_out(e)}
-                for a, row in matrix.results.items()}
+    suspects = {a: {b for b, r in row.items() if r.timed_out} for a, row in matrix.results.items()}
     suspects = {a: bs for a, bs in suspects.items() if bs}
     if not suspects:
         return
 
-    def again(node: str) -> dict[str, Any]:
-        return cluster.probe(node, "connect", script=SCRIPT, token=matrix.token,
-                             targets=[t for t in targets if t["name"] in suspects[node]],
-                             port_timeout=timeout, fanout=fanout,
-                             samples=cluster.settings.network.rtt_samples, attempt=2,
-                             timeout=budget + 10)
+    def again(node: str) -> dict[str, Reach]:
+        return dict(cluster.probe(node, CONNECT, token=matrix.token,
+                                  targets=[t for t in targets if t["name"] in suspects[node]],
+                                  port_timeout=p.timeout, fanout=p.fanout,
+                                  samples=cluster.settings.network.rtt_samples, attempt=2,
+                                  timeout=p.connect_budget + 10).reached)
 
     nodes = sorted(suspects)
     for node, res in zip(nodes, cluster.pool.map(again, nodes), strict=True):
         if isinstance(res, BaseException):
             continue  # the first answer stands
-        for b, entry in res.items():
-            if b in suspects[node] and isinstance(entry, dict):
-                matrix.results[node][b] = {**entry, "retried": True}
+        for b, reach in res.items():
+            if b in suspects[node]:
+                matrix.results[node][b] = dataclasses.replace(reach, retried=True)
 
 
 def pair_item(cluster: Cluster, check: TestId, a: str, b: str) -> str:
@@ -211,8 +257,8 @@ def rtt_typical(cluster: Cluster) -> float | None:
     def compute() -> float | None:
         m = port_matrix(cluster)
         counts = m.compact_rtt_counts()
-        counts.update(s.median_ms for x, row in m.results.items() for y, e in row.items()
-                      if x != y and (s := nc.rtt_stats(e["rtt_ms"])) is not None)
+        counts.update(s.median_ms for x, row in m.results.items() for y, r in row.items()
+                      if x != y and (s := nc.rtt_stats(r.rtt_ms)) is not None)
         return nc.typical_rtt(counts)
     return cluster.memo(RTT_TYPICAL, compute)
 
@@ -220,20 +266,15 @@ def rtt_typical(cluster: Cluster) -> float | None:
 def drop_rules(cluster: Cluster, node: str) -> list[str] | None:
     """DROP/REJECT rules in node's INPUT (iptables and nft); None when they cannot be read."""
     try:
-        fw = cluster.probe(node, "firewall", script=SCRIPT)
+        fw = cluster.probe(node, FIREWALL)
     except ProbeError:
         return None
     found: list[str] = []
-    readable = False
-    ipt = fw.get("iptables")
-    if ipt and ipt["rc"] == 0:
-        readable = True
-        found += [f"iptables: {r}" for r in nc.iptables_input_drops(ipt["out"])]
-    nft = fw.get("nft")
-    if nft and nft["rc"] == 0:
-        readable = True
-        found += [f"nft: {r}" for r in nc.nft_input_drops(nft["out"])]
-    if not readable and (ipt or nft):
+    parse = {"iptables": nc.iptables_input_drops, "nft": nc.nft_input_drops}
+    readable = [(tool, c) for tool, c in fw.tools if c.ok]
+    for tool, c in readable:
+        found += [f"{tool}: {r}" for r in parse[tool](c.out)]
+    if not readable and fw.tools:
         return None
     return found
 

@@ -422,13 +422,15 @@ def test_network_hint_uses_the_port_matrix_when_the_session_has_one() -> None:
     from cluster_tests.core.cluster import Cluster
     from cluster_tests.core.settings import Settings
     from cluster_tests.core.transport import Pool
+    from cluster_tests.judge.network.portfacts import Reach
     from cluster_tests.judge.network.portjudge import PortMatrix
     from cluster_tests.measure.ports import PORT_MATRIX
 
     matrix = PortMatrix("t", results={
-        "node1": {"node3": {"ports": {"40001": {"status": "timed out"},
-                                      "40002": {"status": "ok"}}}},
-        "node2": {"node1": {"ports": {"40003": {"status": "ok"}}}}})
+        "node1": {"node3": Reach.read("node3", {"addr": "10.0.0.3", "ports": {
+            "40001": {"status": "timed out"}, "40002": {"status": "ok"}}})},
+        "node2": {"node1": Reach.read("node1", {"addr": "10.0.0.1", "ports": {
+            "40003": {"status": "ok"}}})}})
     cluster = Cluster(Settings(), [], Pool({}))  # a session that reaches no node: the memo only
     assert "run `pytest -m network`" in R.network_hint(cluster, ["node3"])
     cluster.memo(PORT_MATRIX, lambda: matrix)

@@ -16,6 +16,7 @@ from cluster_tests.core.cluster import Cluster
 from cluster_tests.judge.common import netfacts
 from cluster_tests.judge.common.basefacts import BaseFacts
 from cluster_tests.judge.network import portjudge as nc
+from cluster_tests.judge.network.portfacts import Compact
 
 
 def _matrix(rng: random.Random, names: list[str]) -> nc.PortMatrix:
@@ -34,7 +35,8 @@ def _matrix(rng: random.Random, names: list[str]) -> nc.PortMatrix:
             addrs.append(f"10.0.0.{where[b] + 1}")
             r = rng.random()
             rtts.append("nan" if r < 0.05 else f"{rng.uniform(0.1, 30.0) if r < 0.2 else 0.3:.3f}")
-        m.add_compact(a, names, where, {"addr": " ".join(addrs), "rtt_ms": " ".join(rtts)})
+        m.add_compact(a, names, where,
+                      Compact.read({"addr": " ".join(addrs), "rtt_ms": " ".join(rtts)}))
     return m
 
 

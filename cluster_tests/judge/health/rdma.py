@@ -274,7 +274,7 @@ class HcaSpec:
 def parse_hca_spec(value: str) -> HcaSpec:
     """NCCL_IB_HCA: `mlx5` (prefix), `=mlx5_0:1,mlx5_1:1` (exact), `^mlx5_3` / `^=mlx5_3`
     (exclude)."""
-    from cluster_tests.judge.network.portjudge import nccl_list_prefix
+    from cluster_tests.judge.network.ifjudge import nccl_list_prefix
 
     exclude, exact, text = nccl_list_prefix(value)
     entries = []

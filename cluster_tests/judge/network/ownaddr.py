@@ -19,11 +19,19 @@ always across address families), and only waits for such a peer otherwise (a war
 from __future__ import annotations
 
 import ipaddress
-from typing import Any
+from collections.abc import Mapping
+
+from cluster_tests.judge.network.portfacts import OwnAddress, PortTry
+from cluster_tests.judge.network.portjudge import NetworkCause
+from cluster_tests.judge.problem import Problem
 
 
 def _family(addr: str) -> str:
     return "IPv6" if ":" in addr else "IPv4"
+
+
+def _loopback(addr: str) -> bool:
+    return ipaddress.ip_address(addr.split("%")[0]).is_loopback
 
 
 def dials(peer_addr: str | None, addr: str) -> bool:
@@ -39,82 +47,91 @@ def dials(peer_addr: str | None, addr: str) -> bool:
     return a.version != b.version or a.packed > b.packed
 
 
-def judge(node: str, own: dict[str, Any] | None, peers: dict[str, dict[str, Any] | None],
-          peer_addrs: dict[str, str | None]) -> tuple[list[str], list[str]]:
-    """(problems, warnings) of `node`'s own gloo address: problems where a peer that will dial it
-    cannot, warnings where only peers that will not dial it (gloo's order) cannot."""
-    found = problems(node, own, peers)
-    if not found or own is None or not own.get("addr") or not own.get("port"):
-        return found, []
-    addr = own["addr"]
+def judge(node: str, own: OwnAddress | None, peers: Mapping[str, PortTry | None],
+          peer_addrs: Mapping[str, str | None]) -> tuple[Problem | None, str | None]:
+    """(the red, the warning) of `node`'s own gloo address: a red where a peer that will dial it
+    cannot, a warning where only peers that will not dial it (gloo's order) cannot."""
+    found = problem(node, own, peers)
+    if found is None or own is None or not own.usable or own.addr is None:
+        return found, None
+    addr = own.addr
     others = sorted(p for p, a in peer_addrs.items() if a and (":" in a) != (":" in addr))
     if others:  # gloo's device refuses pairs of two families outright, on every rank
-        head, _, fix = found[0].partition("\n  fix: ")
-        return [f"{head}\n  gloo needs one address family on every rank: {', '.join(others)} "
-                f"advertise{'s' if len(others) == 1 else ''} "
-                f"{_family(peer_addrs[others[0]] or '')}, "
-                f"so every rank stops at init (`ss1.ss_family == ss2.ss_family`)\n  fix: {fix}"], []
-    failing = [p for p, r in peers.items() if r is not None and r.get("status") != "ok"]
-    routable = (own.get("how") != "loopback fallback"
-                and not ipaddress.ip_address(addr.split("%")[0]).is_loopback)
+        first = peer_addrs[others[0]] or ""
+        return Problem(
+            found.nodes, NetworkCause.OWN_ADDRESS_FAMILY,
+            f"{found.message}\n  gloo needs one address family on every rank: "
+            f"{', '.join(others)} advertise{'s' if len(others) == 1 else ''} {_family(first)}, "
+            f"so every rank stops at init (`ss1.ss_family == ss2.ss_family`)",
+            fix=found.fix, item=found.item), None
+    failing = [p for p, r in peers.items() if r is not None and not r.ok]
+    routable = own.how != "loopback fallback" and not _loopback(addr)
     if routable and not failing:
-        return found, []
+        return found, None
     dialers = [p for p in (failing or [p for p in peers if peers[p] is not None])
                if dials(peer_addrs.get(p), addr)]
     if dialers:
-        return found, []
-    return [], [f"{found[0].split(chr(10))[0]}\n  today no peer dials it (gloo: the greater "
-                f"address connects, and every peer's is below {addr}), so the launch works; a "
-                f"node with a greater address would hang there.\n  fix: "
-                + found[0].split("fix: ", 1)[-1]]
+        return found, None
+    return None, (f"{found.headline}\n  today no peer dials it (gloo: the greater address "
+                  f"connects, and every peer's is below {addr}), so the launch works; a node "
+                  f"with a greater address would hang there.\n  fix: {found.fix}")
 
 
-def problems(node: str, own: dict[str, Any] | None, peers: dict[str, dict[str, Any] | None]
-             ) -> list[str]:
-    """Why peers cannot connect to `node`'s own gloo address (empty: they all can).
+def _view(own: OwnAddress) -> str:
+    host = own.hostname
+    return (f"`hostname` there is '{host}', which resolves there to "
+            f"{', '.join(own.candidates) or 'nothing'}" if host else own.how)
 
-    ``own``: the listen probe's facts; ``peers``: peer -> its connect result to that address
-    (None: that peer did not try)."""
+
+def _hosts_fix(node: str, own: OwnAddress) -> str:
+    host = own.hostname
+    return (f"on {node}: make '{host}' resolve there to an address its peers reach (the "
+            f"/etc/hosts line of '{host}'), or set GLOO_SOCKET_IFNAME to the interface the "
+            "nodes share" if host else
+            f"on {node}: set GLOO_SOCKET_IFNAME to an interface with an address "
+            "the peers reach")
+
+
+def problem(node: str, own: OwnAddress | None, peers: Mapping[str, PortTry | None]
+            ) -> Problem | None:
+    """Why peers cannot connect to `node`'s own gloo address (None: they all can).
+
+    ``own``: the listen probe's facts; ``peers``: peer -> its connect to that address (None:
+    that peer did not try)."""
     if own is None:
-        return []
-    how = own.get("how") or "hostname"
-    host = own.get("hostname")
-    view = (f"`hostname` there is '{host}', which resolves there to "
-            f"{', '.join(own.get('candidates') or []) or 'nothing'}" if host else how)
-    addr = own.get("addr")
-    hosts_fix = (f"on {node}: make '{host}' resolve there to an address its peers reach (the "
-                 f"/etc/hosts line of '{host}'), or set GLOO_SOCKET_IFNAME to the interface the "
-                 "nodes share" if host else
-                 f"on {node}: set GLOO_SOCKET_IFNAME to an interface with an address "
-                 "the peers reach")
-    if addr is None or not own.get("port"):
-        return [f"{node}: its gloo ranks have no address to bind ({view}; "
-                f"{own.get('error') or '; '.join(own.get('bind_errors') or []) or 'none binds'}): "
-                f"init_process_group fails there.\n  fix: {hosts_fix}"]
-    if how == "loopback fallback" or ipaddress.ip_address(addr.split("%")[0]).is_loopback:
-        why = ("so torch falls back to 127.0.0.1" if not own.get("candidates") else
+        return None
+    view, addr, fix = _view(own), own.addr, _hosts_fix(node, own)
+    if addr is None or not own.port:
+        why = own.error or "; ".join(own.bind_errors) or "none binds"
+        return Problem((node,), NetworkCause.OWN_ADDRESS_NONE,
+                       f"{node}: its gloo ranks have no address to bind ({view}; {why}): "
+                       f"init_process_group fails there.", fix=fix, item="F7")
+    if own.how == "loopback fallback" or _loopback(addr):
+        why = ("so torch falls back to 127.0.0.1" if not own.candidates else
                "none of those addresses binds, so torch falls back to 127.0.0.1"
-               if how == "loopback fallback" else
+               if own.how == "loopback fallback" else
                f"the first that binds is {addr}, a loopback address")
-        return [f"{node}: its gloo ranks would advertise {addr} to their peers ({view}; {why}): "
-                f"every peer would connect to itself, and init_process_group fails on every "
-                f"node.\n  fix: {hosts_fix}"]
-    bad = {p: r for p, r in sorted(peers.items()) if r is not None and r.get("status") != "ok"}
+        return Problem((node,), NetworkCause.OWN_ADDRESS_LOOPBACK,
+                       f"{node}: its gloo ranks would advertise {addr} to their peers ({view}; "
+                       f"{why}): every peer would connect to itself, and init_process_group "
+                       f"fails on every node.", fix=fix, item="F7")
+    bad = {p: r for p, r in sorted(peers.items()) if r is not None and not r.ok}
     if not bad:
-        return []
-    said = "; ".join(f"{p}: {r.get('status')}" for p, r in bad.items())
-    return [f"{node}: its gloo ranks would advertise {addr} ({_family(addr)}; {view}, the first "
-            f"that binds), and {', '.join(bad)} cannot connect to it ({said}): "
-            f"init_process_group fails on every node.\n  fix: {hosts_fix}"]
+        return None
+    said = "; ".join(f"{p}: {r.words}" for p, r in bad.items())
+    return Problem((node,), NetworkCause.OWN_ADDRESS_UNREACHABLE,
+                   f"{node}: its gloo ranks would advertise {addr} ({_family(addr)}; {view}, the "
+                   f"first that binds), and {', '.join(bad)} cannot connect to it ({said}): "
+                   f"init_process_group fails on every node.", fix=fix, item="F7")
 
 
-def dial_address(own: dict[str, Any] | None) -> str | None:
+def dial_address(own: OwnAddress | None) -> str | None:
     """The address its peers dial for a node's ranks (F1/F3's connections), from its listener's
     own-address facts: the address its gloo ranks advertise, where it is a routable IPv4 address
     (the high-port listeners take IPv4); None otherwise (loopback, none, IPv6: F7 judges it,
     and F1/F3 fall back to where the node's name leads)."""
-    addr = (own or {}).get("addr")
-    if not addr or ":" in addr or (own or {}).get("how") == "loopback fallback":
+    addr = own.addr if own is not None else None
+    if own is None or not addr or ":" in addr or own.how == "loopback fallback":
         return None
     try:
         ip = ipaddress.ip_address(addr)

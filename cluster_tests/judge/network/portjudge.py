@@ -1,6 +1,6 @@
-"""Network checks' logic (CHECKLIST F1-F6): judging the port matrix (measured by
-measure/ports.py), firewall rules, interface specs, RTT statistics. Pure: tested on their own
-in tests/unit/test_judge_network.py.
+"""F1-F4's verdicts: the port matrix (measured by measure/ports.py, its facts read by
+judge/network/portfacts.py), who is at fault in it, the firewall rules, RTT statistics, and the
+Problem of each red. Pure: tested on their own in tests/unit/test_judge_portjudge.py.
 """
 
 from __future__ import annotations
@@ -9,19 +9,49 @@ import itertools
 import math
 import re
 import statistics
-import threading
 from array import array
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from enum import Enum
 
 from cluster_tests.core import testids as ids
-from cluster_tests.judge.common.facts import PortStatus, Reach
-from cluster_tests.judge.common.netfacts import Interface
-from cluster_tests.judge.problem import Problem, from_text
+from cluster_tests.judge.network.portfacts import (
+    ADDRESSES,
+    Compact,
+    Listening,
+    MasterListen,
+    PortStatus,
+    PortTry,
+    Reach,
+    Stopped,
+)
+from cluster_tests.judge.problem import Problem
 
-SOCKET_IFNAME_VARS = ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME", "HCCL_SOCKET_IFNAME")
+
+class NetworkCause(str, Enum):
+    """What can be wrong in section F (Problem.cause)."""
+
+    PROBE_FAILED = "network probe failed"
+    NO_RESULT = "no result in the port matrix"
+    UNRESOLVED = "name does not resolve"
+    UNREACHABLE = "node unreachable"
+    SOURCE_DROPS = "the source drops the replies"
+    PORTS_DROPPED = "high ports dropped"
+    MASTER_PORT_TAKEN = "rendezvous port in use"
+    NO_MASTER_ADDR = "no master address"
+    MASTER_ADDR_UNRESOLVED = "master address does not resolve"
+    MASTER_ADDR_SILENT = "master address does not answer"
+    MASTER_PORT_DROPPED = "rendezvous port does not answer"
+    FIREWALL_DROPS = "firewall drops the launch's ports"
+    IFNAME_UNUSABLE = "socket interface unusable"
+    NO_ROUTE = "no route"
+    WRONG_INTERFACE = "route leaves by another interface"
+    MTU_MISMATCH = "MTU differs"
+    OWN_ADDRESS_NONE = "no own address to bind"
+    OWN_ADDRESS_LOOPBACK = "own address is a loopback"
+    OWN_ADDRESS_UNREACHABLE = "own address unreachable"
+    OWN_ADDRESS_FAMILY = "own address of another family"
 
 
 # -- the port matrix ---------------------------------------------------------------------------
@@ -30,56 +60,45 @@ SOCKET_IFNAME_VARS = ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME", "HCCL_SOCKET_I
 class CompactRow:
     """One source's targets whose every port answered (netprobe's `*compact`, --pairs matrix),
     held without an object per pair (4096 nodes make 16.7 M pairs): `names` and `index` are
-    shared by the rows that were asked the same targets, `addr` holds indices into the
-    matrix's address table (0: that target is not compact, its entry is in `results`), `rtt`
-    the median handshake RTT in ms (NaN: no sample)."""
+    shared by the rows that were asked the same targets, `addr` holds numbers of
+    portfacts.ADDRESSES (0: that target is not compact, its entry is in `results`), `rtt` the
+    median handshake RTT in ms (NaN: no sample). The arrays are the answer's own, as read."""
 
     names: list[str]
     index: dict[str, int]
-    addr: array
-    rtt: array
+    addr: array[int]
+    rtt: array[float]
 
 
 @dataclass
 class PortMatrix:
+    """Every node's listeners and what every source reached of every target, as read once
+    where each answer arrived (portfacts: nothing kept as JSON, nothing read twice)."""
+
     token: str
-    listeners: dict[str, dict[str, Any]] = field(default_factory=dict)  # node -> listen result
+    listeners: dict[str, Listening] = field(default_factory=dict)
     listen_errors: dict[str, str] = field(default_factory=dict)
-    #: source -> target -> entry; under --pairs matrix only the targets that are not compact
-    #: (every source that answered has a row here, maybe empty)
-    results: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: source -> target -> what it reached; under --pairs matrix only the targets that are not
+    #: compact (every source that answered has a row here, maybe empty)
+    results: dict[str, dict[str, Reach]] = field(default_factory=dict)
     connect_errors: dict[str, str] = field(default_factory=dict)
-    stops: dict[str, dict[str, Any]] = field(default_factory=dict)
+    stops: dict[str, Stopped | str] = field(default_factory=dict)  # str: why it failed
     port_timeout: float = 3.0
     seconds: float = 0.0
-    #: source -> target -> what it reached: `results` read once (facts.reach_row, by measure/)
-    reached: dict[str, dict[str, Reach]] = field(default_factory=dict)
     #: target -> the address every source dials for its high ports and RTT: its own address as
     #: its ranks advertise it (F7's, where it is a routable IPv4 address), else None (each
     #: source then resolves the target's name, or dials the address ssh reaches it at)
     dial: dict[str, str | None] = field(default_factory=dict)
     #: source -> its compact targets (--pairs matrix)
     compact: dict[str, CompactRow] = field(default_factory=dict)
-    addr_table: list[str] = field(default_factory=lambda: ["-"])  # [0]: not compact
-    _addr_ids: dict[str, int] = field(default_factory=lambda: {"-": 0})
-    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     def add_compact(self, source: str, names: list[str], index: dict[str, int],
-                    raw: Mapping[str, str]) -> None:
-        """Keep `source`'s `*compact` answer (two strings in the order of `names`)."""
-        addrs, rtts = str(raw["addr"]).split(), str(raw["rtt_ms"]).split()
-        if len(addrs) != len(names) or len(rtts) != len(names):
-            raise ValueError(f"compact answer of {len(addrs)}/{len(rtts)} entries for "
-                             f"{len(names)} targets")
-        rtt = array("f", [math.nan if w in ("-", "nan") else float(w) for w in rtts])
-        ids = self._addr_ids
-        if any(w not in ids for w in addrs):  # new addresses: numbered under the lock
-            with self._lock:
-                for w in addrs:
-                    if w not in ids:
-                        self.addr_table.append(w)
-                        ids[w] = len(self.addr_table) - 1
-        self.compact[source] = CompactRow(names, index, array("I", [ids[w] for w in addrs]), rtt)
+                    got: Compact) -> None:
+        """Keep `source`'s compact answer for the targets `names` (in that order)."""
+        if len(got.addr) != len(names):
+            raise ValueError(f"compact answer of {len(got.addr)} entries for {len(names)} "
+                             f"targets")
+        self.compact[source] = CompactRow(names, index, got.addr, got.rtt)
 
     def compact_of(self, a: str, b: str) -> tuple[str, float] | None:
         """(the address a reached b at, the median RTT in ms, NaN if none) when a's entry for b
@@ -90,7 +109,7 @@ class PortMatrix:
         i = row.index.get(b)
         if i is None or not row.addr[i]:
             return None
-        return self.addr_table[row.addr[i]], row.rtt[i]
+        return ADDRESSES[row.addr[i]], row.rtt[i]
 
     def compact_rtt_counts(self) -> Counter[float]:
         """How many compact entries (not a node's own) have each median RTT, NaN (no sample)
@@ -104,54 +123,47 @@ class PortMatrix:
                 counts[own] -= 1
         return +counts
 
-    def entry(self, a: str, b: str) -> dict[str, Any] | None:
-        got = self.results.get(a, {}).get(b)
-        if got is not None:
-            return got
-        c = self.compact_of(a, b)
-        return None if c is None else self._as_entry(b, *c)
-
-    def _as_entry(self, b: str, addr: str, rtt: float) -> dict[str, Any]:
-        """A compact entry as netprobe's JSON (is_compact): what the readers of one pair get."""
-        target = self.listeners.get(b) or {}
-        ports = sorted(int(p) for p in target.get("ports") or ())
-        got: dict[str, Any] = {"addr": addr, "ok": ports,
-                               "rtt_ms": [] if math.isnan(rtt) else [rtt]}
-        own = self.compact_own(b)
-        if own is not None:
-            got["own"] = own
-        return got
-
-    def compact_own(self, b: str) -> dict[str, Any] | None:
-        """A compact entry's connect to b's own gloo address: tried where b's listener has one,
-        and then it answered (else the entry is not compact); None where not tried."""
-        own = (self.listeners.get(b) or {}).get("own") or {}
-        if own.get("addr") and own.get("port"):
-            return {"status": "ok", "addr": own["addr"], "port": own["port"]}
-        return None
-
     def reach(self, a: str, b: str) -> Reach | None:
-        got = self.reached.get(a, {}).get(b)
-        if got is None:  # a compact entry is read when asked, not kept
+        """What a reached of b (None: a did not try b, or did not answer)."""
+        got = self.results.get(a, {}).get(b)
+        if got is None:  # a compact entry is made when asked, not kept
             c = self.compact_of(a, b)
             if c is not None:
-                return Reach.from_json(b, self._as_entry(b, *c))
+                lst = self.listeners.get(b)
+                return Reach.compact(b, c[0], sorted(lst.ports) if lst is not None else (),
+                                     c[1], self.compact_own(b))
         return got
+
+    def compact_own(self, b: str) -> PortTry | None:
+        """A compact entry's connect to b's own gloo address: tried where b's listener has one,
+        and then it answered (else the entry is not compact); None where not tried."""
+        lst = self.listeners.get(b)
+        own = lst.own if lst is not None else None
+        if own is None or not own.usable:
+            return None
+        return PortTry(own.port, PortStatus.OK, "ok", addr=own.addr)
+
+    def master(self, node: str) -> MasterListen | None:
+        """The master port as `node` bound it (None: not asked there, or no listener)."""
+        lst = self.listeners.get(node)
+        return lst.master if lst is not None else None
 
     def into(self, b: str) -> dict[str, Reach]:
         """What every source reached of b, by source, in name order."""
         return {a: r for a in sorted(self.results) if (r := self.reach(a, b)) is not None}
 
 
-def failed_ports(entry: Mapping[str, Any]) -> dict[int, str]:
-    """{port: status in the node's words} of the high ports of a `connect` entry (JSON) that did
-    not answer with our listener."""
-    return {t.port or 0: t.words for t in Reach.from_json("", entry).failed}
+# -- who is at fault ---------------------------------------------------------------------------
+
+def failed_ports(reach: Reach | None) -> dict[int, str]:
+    """{port: status in the node's words} of the high ports that did not answer with our
+    listener."""
+    return {t.port or 0: t.words for t in reach.failed} if reach is not None else {}
 
 
-def blocked(entry: Mapping[str, Any] | None) -> bool:
+def blocked(reach: Reach | None) -> bool:
     """True when a -> b got through on none of b's tested ports (high ports and master port)."""
-    return bool(entry) and Reach.from_json("", entry or {}).blocked
+    return reach is not None and reach.blocked
 
 
 def source_at_fault(m: PortMatrix, a: str, b: str) -> bool:
@@ -170,14 +182,77 @@ def target_at_fault(m: PortMatrix, a: str, b: str) -> bool:
     """Some other node fails into b as well (or a is the only source that tried)."""
     others = [x for x in m.results if x not in (a, b)]
     # only entries in `results` can fail (a compact one answered on every port)
-    return not others or any(failed_ports(m.results[x].get(b) or {}) for x in others)
+    return not others or any(failed_ports(m.results[x].get(b)) for x in others)
 
 
 def failing_into(m: PortMatrix, b: str) -> list[str]:
     """The sources (b aside) whose high ports into b failed, in name order."""
-    return sorted(x for x, row in m.results.items()
-                  if x != b and (e := row.get(b)) is not None and failed_ports(e))
+    return sorted(x for x, row in m.results.items() if x != b and failed_ports(row.get(b)))
 
+
+def closed_ports(m: PortMatrix, nodes: Collection[str]) -> list[str]:
+    """"a->b port P: status" for each high port that did not answer between two nodes of which
+    one is in `nodes` (a node to itself aside), source by source."""
+    return [f"{a}->{b} port {t.port}: {t.words}" for a, row in m.results.items()
+            for b, r in row.items() if a != b and (a in nodes or b in nodes) for t in r.failed]
+
+
+def _master_failed(reach: Reach | None) -> bool:
+    return reach is not None and reach.master is not None and not reach.master.ok
+
+
+def hurt_into(m: PortMatrix, node: str) -> list[tuple[str, str]]:
+    """The pairs (a, node) whose connections into `node` failed on a high port or, where the
+    master port is free on `node`, on the master port (what F4 calls the launch's traffic)."""
+    out = [(a, node) for a, row in m.results.items() if failed_ports(row.get(node))]
+    master = m.master(node)
+    if master is not None and master.free:
+        out += [(a, node) for a, row in m.results.items()
+                if _master_failed(row.get(node)) and (a, node) not in out]
+    return sorted(out)
+
+
+def pair_failed(m: PortMatrix, a: str, b: str) -> bool:
+    reach = m.results.get(a, {}).get(b)  # a compact entry (every port answered) never failed
+    return bool(failed_ports(reach)) or _master_failed(reach)
+
+
+def firewall_at_fault(m: PortMatrix, rules: Mapping[str, list[str] | None], a: str, b: str
+                      ) -> str | None:
+    """Whose own INPUT rules explain a -> b failing: b's, when it has DROP/REJECT rules and the
+    matrix shows connections into it failing (F4 red on b); else a's, when a has such rules and
+    is hurt itself, while b has none (a's INPUT drops the replies to its own connections); None
+    when neither (a firewall in between, routing: the pair's own red)."""
+    if rules.get(b) and hurt_into(m, b) and (a, b) in hurt_into(m, b):
+        return b
+    if rules.get(a) and hurt_into(m, a) and rules.get(b) == []:
+        return a
+    return None
+
+
+def firewall_pairs(m: PortMatrix, rules: Mapping[str, list[str] | None], node: str
+                   ) -> list[tuple[str, str]]:
+    """Every ordered pair whose failure `node`'s own INPUT rules explain (F4's red on `node`
+    breaks them all: hostfile.healthy drops one node of each)."""
+    nodes = list(m.results)
+    return sorted((a, b) for a in nodes for b in nodes if a != b and pair_failed(m, a, b)
+                  and firewall_at_fault(m, rules, a, b) == node)
+
+
+def firewall_hurt(m: PortMatrix, node: str) -> list[str]:
+    """What `node`'s firewall drops of the launch's traffic, one line per source: the high
+    ports, and the master port where `node` holds it."""
+    into = m.into(node)
+    hurt = sorted(f"{a} -> {node}: ports {', '.join(str(t.port) for t in r.failed)}"
+                  for a, r in into.items() if r.failed)
+    master = m.master(node)
+    if master is not None and master.free:
+        hurt += [f"{a} -> {node}: master port {master.port}" for a, r in into.items()
+                 if _master_failed(r)]
+    return hurt
+
+
+# -- what a failure means ----------------------------------------------------------------------
 
 SOURCE_CAUSE = ("{a} reaches none of the nodes' ports while the others reach {b}: the fault is on "
                 "{a}: its firewall drops the replies to its own connections (an INPUT rule on "
@@ -218,14 +293,45 @@ def firewall_evidence(node: str, rules: list[str] | None) -> str:
     return f"  DROP/REJECT rules in {node}'s INPUT:\n    " + "\n    ".join(rules[:12])
 
 
-def source_fault_message(a: str, b: str, addr: str, what: str, rules_a: list[str] | None
-                         ) -> str:
+# -- the reds: F1, F3 --------------------------------------------------------------------------
+
+def matrix_gap(a: str, b: str, node: str, what: str, error: str, item: str) -> Problem:
+    """a -> b was not measured: `node` could not `what` ("open listeners", "run connections")."""
+    return Problem((a, b), NetworkCause.PROBE_FAILED,
+                   f"{a} -> {b}: could not {what} on {node}: {error}", item=item)
+
+
+def no_result(a: str, b: str, item: str) -> Problem:
+    return Problem((a, b), NetworkCause.NO_RESULT, f"{a} -> {b}: no result in the port matrix",
+                   item=item)
+
+
+def unresolved(a: str, b: str, error: str | None, item: str) -> Problem:
+    """a could not resolve b's name (N1's red says why)."""
+    return Problem((a, b), NetworkCause.UNRESOLVED,
+                   f"{a} -> {b}: {a} cannot resolve {b} ({error}): see {ids.RESOLVES.of(a, b)}",
+                   item=item)
+
+
+def source_fault_problem(a: str, b: str, addr: str, what: str, rules_a: list[str] | None,
+                         item: str) -> Problem:
     """The red of a -> b where a's side is at fault (:func:`source_at_fault`): no answer from
     `what`, a's own rules, the fix on a."""
-    return (f"{a} -> {b} ({addr}): no answer from {what}; "
-            + SOURCE_CAUSE.format(a=a, b=b) + ".\n"
-            + firewall_evidence(a, rules_a)
-            + "\n  fix, " + SOURCE_FIX.format(a=a))
+    return Problem((a, b), NetworkCause.SOURCE_DROPS,
+                   f"{a} -> {b} ({addr}): no answer from {what}; "
+                   + SOURCE_CAUSE.format(a=a, b=b) + ".\n" + firewall_evidence(a, rules_a),
+                   fix=SOURCE_FIX.format(a=a), item=item)
+
+
+def unreachable_problem(a: str, reach: Reach) -> Problem:
+    """F1's red: a reaches neither b's high ports nor its sshd."""
+    b, addr = reach.target, reach.addr
+    return Problem(
+        (a, b), NetworkCause.UNREACHABLE,
+        f"{a} -> {b} ({addr}): {a} reaches neither {b}'s high ports nor its sshd "
+        f"(port 22: {reach.ssh.words if reach.ssh is not None else 'not tried'}).",
+        fix=f"check the route (on {a}: ip route get {addr}) and {b}'s firewall "
+            f"(on {b}: iptables -S INPUT)", item="F1")
 
 
 def high_ports_problem(reach: Reach, a: str, *, timeout: float, into_b: Sequence[str],
@@ -237,7 +343,7 @@ def high_ports_problem(reach: Reach, a: str, *, timeout: float, into_b: Sequence
     b, addr, bad = reach.target, reach.addr or "", reach.failed
     if source_fault:
         what = f"{b}'s high ports " + ", ".join(str(t.port) for t in bad)
-        return from_text((a, b), source_fault_message(a, b, addr, what, rules))
+        return source_fault_problem(a, b, addr, what, rules, "F3")
     by_status: dict[str, list[int]] = {}
     for t in bad:
         by_status.setdefault(t.words, []).append(t.port or 0)
@@ -246,13 +352,101 @@ def high_ports_problem(reach: Reach, a: str, *, timeout: float, into_b: Sequence
     if len(into_b) > 1:
         lines.append(f"  every node that tried fails into {b} ({', '.join(into_b)}): {b}'s "
                      f"INPUT is the filter")
-    return from_text((a, b), (
+    return Problem(
+        (a, b), NetworkCause.PORTS_DROPPED,
         f"{a} -> {b} ({addr}): {b} drops new TCP connections on high ports from {a}; NCCL/gloo/"
         f"HCCL open such ports, and the launch would hang at initialization.\n"
-        + "\n".join(lines) + "\n"
-        + firewall_evidence(b, rules)
-        + f"\n  fix, on {b}: iptables -I INPUT -p tcp -s {source_addr} -j ACCEPT "
-        f"(or open 1024-65535/tcp between the cluster's nodes in the firewall in between)"))
+        + "\n".join(lines) + "\n" + firewall_evidence(b, rules),
+        fix=f"on {b}: iptables -I INPUT -p tcp -s {source_addr} -j ACCEPT (or open "
+            f"1024-65535/tcp between the cluster's nodes in the firewall in between)", item="F3")
+
+
+# -- the reds: F2 ------------------------------------------------------------------------------
+
+def listeners_failed(nodes: tuple[str, ...], node: str, error: str, item: str) -> Problem:
+    """The listeners could not be opened on `node` (F2 on rank 0, F7)."""
+    return Problem(nodes, NetworkCause.PROBE_FAILED,
+                   f"could not open listeners on {node}: {error}", item=item)
+
+
+def master_port_taken(node: str, rank0: str, port: int, master: MasterListen) -> Problem:
+    """F2 on rank 0: the rendezvous port is held by another process there."""
+    owner = master.owner or f"(run `ss -ltnp sport = :{port}` as root to see who)"
+    return Problem(
+        (node, rank0), NetworkCause.MASTER_PORT_TAKEN,
+        f"{rank0}: the rendezvous port {port} (--master_port) is already in use "
+        f"({master.error}): {owner}\n  rank 0 could not bind it and the launch would fail.",
+        fix="stop that process, or launch with --master_port <free port> (and pass "
+            "--master-port to this suite)", item="F2")
+
+
+def no_master_addr(node: str, rank0: str, port: int, why: Problem | None, command: str
+                   ) -> Problem:
+    """F2 where DeepSpeed derives no --master_addr (`why`: H3's red, where it judged one)."""
+    return Problem((node, rank0), NetworkCause.NO_MASTER_ADDR,
+                   f"{node} -> {rank0}:{port}: the launch has no --master_addr to connect to: "
+                   + (why.text() if why is not None else f"`{command}` gave none"), item="F2")
+
+
+def master_addr_unresolved(node: str, rank0: str, port: int, value: str | None,
+                           master: PortTry) -> Problem:
+    return Problem(
+        (node, rank0), NetworkCause.MASTER_ADDR_UNRESOLVED,
+        f"{node} -> {rank0}:{port}: {node} cannot resolve the launch's --master_addr "
+        f"'{value}' ({master.error}), so its ranks cannot reach the rendezvous: see "
+        f"{ids.MASTER_ADDR.of(rank0)}", item="F2")
+
+
+def master_leg_problem(node: str, reach: Reach, port: int, value: str | None, timeout: float,
+                       *, source_fault: bool, rules: Mapping[str, list[str] | None]) -> Problem:
+    """F2's red on node -> rank 0 (`reach.target`) where neither H3 nor a firewall of a node's
+    own holds the cause: the launch's --master_addr (`value`) does not answer where it is not
+    the address node knows rank 0 at; else node's side is at fault (`source_fault`:
+    :func:`source_at_fault`); else the rendezvous port does not answer. `rules`: the two
+    nodes' DROP/REJECT rules (None: unreadable)."""
+    rank0, res = reach.target, reach.master
+    words = res.words if res is not None else "not tried"
+    said = f"{words}: {describe_status(words, node, rank0, timeout)}"
+    maddr = reach.master_addr or reach.addr
+    if maddr != reach.addr:
+        return Problem(
+            (node, rank0), NetworkCause.MASTER_ADDR_SILENT,
+            f"{node} -> {rank0}:{port}: the launch's --master_addr {value} ({maddr}) does not "
+            f"answer from {node}: {said}\n  ({node} knows {rank0} as {reach.addr}): see "
+            f"{ids.MASTER_ADDR.of(rank0)}", item="F2")
+    if source_fault:
+        return source_fault_problem(node, rank0, str(reach.addr),
+                                    f"the rendezvous port {port} on {rank0}", rules.get(node),
+                                    "F2")
+    own = [r for r in rules.get(rank0) or [] if str(port) in r]
+    blame = (f"  {rank0}'s own firewall {'rejects' if words == 'refused' else 'drops'} "
+             f"this port: {own[0]}\n" if own else "")
+    return Problem(
+        (node, rank0), NetworkCause.MASTER_PORT_DROPPED,
+        f"{node} -> {rank0}:{port} ({reach.addr}): the rendezvous port does not answer: {said}\n"
+        f"  every rank connects there first; this one would wait until the rendezvous timeout.\n"
+        + blame + firewall_evidence(rank0, rules.get(rank0)),
+        fix=f"on {rank0}: iptables -I INPUT -p tcp --dport {port} -j ACCEPT", item="F2")
+
+
+# -- the reds: F4 ------------------------------------------------------------------------------
+
+def firewall_problem(node: str, hurt: Sequence[str], broken: Sequence[tuple[str, str]],
+                     pairs: Sequence[tuple[str, str]], rules: Sequence[str]) -> Problem:
+    """F4's red: `node`'s own DROP/REJECT `rules` drop the launch's traffic (`hurt`:
+    :func:`firewall_hurt`), breaking `pairs` (`broken`: those its rules explain, among them
+    its own connections, whose replies it drops)."""
+    outbound = [f"{a} -> {b}: the replies to {node}'s own connections" for a, b in broken
+                if a == node]
+    return Problem(
+        (node,), NetworkCause.FIREWALL_DROPS,
+        f"{node}: its firewall drops what the launch needs:\n    "
+        + "\n    ".join([*hurt, *outbound])
+        + "\n  the DROP/REJECT rules in its INPUT:\n    " + "\n    ".join(rules[:20]),
+        fix=f"on {node}: delete the rule (iptables -D INPUT <rule spec>) or accept the "
+            f"cluster's nodes before it (iptables -I INPUT -s <cluster subnet> -j ACCEPT); a "
+            f"firewall policy is a person's decision",
+        item="F4", launch="pair", pairs=tuple(pairs))
 
 
 # -- RTT ---------------------------------------------------------------------------------------
@@ -264,7 +458,7 @@ class Rtt:
     samples: int
 
 
-def rtt_stats(samples: list[float]) -> Rtt | None:
+def rtt_stats(samples: Sequence[float]) -> Rtt | None:
     if not samples:
         return None
     jitter = statistics.pstdev(samples) if len(samples) > 1 else 0.0
@@ -362,106 +556,3 @@ def nft_input_drops(text: str) -> list[str]:
     return found
 
 
-# -- *_SOCKET_IFNAME ---------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class IfSpec:
-    """NCCL_SOCKET_IFNAME syntax (also HCCL's): comma list of prefixes; a leading `^` excludes,
-    a leading `=` (after `^` if both) matches whole names.  GLOO_SOCKET_IFNAME: exact names."""
-
-    raw: str
-    names: tuple[str, ...]
-    exclude: bool = False
-    exact: bool = False
-
-    def matches(self, ifname: str) -> bool:
-        if self.exact:
-            hit = ifname in self.names
-        else:
-            hit = any(ifname.startswith(p) for p in self.names)
-        return hit != self.exclude
-
-    def describe(self) -> str:
-        how = ("exact names" if self.exact else "name prefixes")
-        return f"{'not ' if self.exclude else ''}{how} {', '.join(self.names) or '(none)'}"
-
-
-def nccl_list_prefix(value: str) -> tuple[bool, bool, str]:
-    """NCCL's list syntax (NCCL_SOCKET_IFNAME, NCCL_IB_HCA): (exclude `^`, exact `=`, the rest)."""
-    text = value.strip()
-    exclude = text.startswith("^")
-    if exclude:
-        text = text[1:]
-    exact = text.startswith("=")
-    if exact:
-        text = text[1:]
-    return exclude, exact, text
-
-
-def parse_ifspec(value: str, var: str = "NCCL_SOCKET_IFNAME") -> IfSpec:
-    text = value.strip()
-    if var.startswith("GLOO"):
-        return IfSpec(value, tuple(n.strip() for n in text.split(",") if n.strip()), exact=True)
-    exclude, exact, text = nccl_list_prefix(text)
-    return IfSpec(value, tuple(n.strip() for n in text.split(",") if n.strip()), exclude, exact)
-
-
-def usable(iface: Interface) -> bool:
-    return iface.up and bool(iface.ips)
-
-
-def matched_interfaces(spec: IfSpec, ifaces: dict[str, Interface]) -> list[Interface]:
-    return [i for i in ifaces.values() if spec.matches(i.name)]
-
-
-def socket_ifname_vars(env: Mapping[str, str]) -> dict[str, str]:
-    return {v: env[v] for v in SOCKET_IFNAME_VARS if env.get(v, "").strip()}
-
-
-def describe_interfaces(ifaces: dict[str, Interface]) -> str:
-    return ", ".join(
-        f"{i.name} ({'up' if i.up else i.state.lower()}, mtu {i.mtu}, "
-        f"{' '.join(i.addrs) or 'no address'})" for i in ifaces.values()
-    ) or "none"
-
-
-def hurt_into(m: PortMatrix, node: str) -> list[tuple[str, str]]:
-    """The pairs (a, node) whose connections into `node` failed on a high port or, where the
-    master port is free on `node`, on the master port (what F4 calls the launch's traffic)."""
-    out = [(a, node) for a, row in m.results.items() if node in row and failed_ports(row[node])]
-    master = (m.listeners.get(node) or {}).get("master") or {}
-    if master.get("free"):
-        out += [(a, node) for a, row in m.results.items() if node in row
-                and (row[node].get("master") or {}).get("status") not in (None, "ok")
-                and (a, node) not in out]
-    return sorted(out)
-
-
-def pair_failed(m: PortMatrix, a: str, b: str) -> bool:
-    entry = m.results.get(a, {}).get(b)  # a compact entry (every port answered) never failed
-    if not entry:
-        return False
-    return bool(failed_ports(entry) or (
-        (entry.get("master") or {}).get("status") not in (None, "ok")))
-
-
-def firewall_at_fault(m: PortMatrix, rules: dict[str, list[str] | None], a: str, b: str
-                      ) -> str | None:
-    """Whose own INPUT rules explain a -> b failing: b's, when it has DROP/REJECT rules and the
-    matrix shows connections into it failing (F4 red on b); else a's, when a has such rules and
-    is hurt itself, while b has none (a's INPUT drops the replies to its own connections); None
-    when neither (a firewall in between, routing: the pair's own red)."""
-    if rules.get(b) and hurt_into(m, b) and (a, b) in hurt_into(m, b):
-        return b
-    if rules.get(a) and hurt_into(m, a) and rules.get(b) == []:
-        return a
-    return None
-
-
-def firewall_pairs(m: PortMatrix, rules: dict[str, list[str] | None], node: str
-                   ) -> list[tuple[str, str]]:
-    """Every ordered pair whose failure `node`'s own INPUT rules explain (F4's red on `node`
-    breaks them all: hostfile.healthy drops one node of each)."""
-    nodes = list(m.results)
-    return sorted((a, b) for a in nodes for b in nodes if a != b and pair_failed(m, a, b)
-                  and firewall_at_fault(m, rules, a, b) == node)
