@@ -469,8 +469,8 @@ def _record(state_dir: str) -> None:
         out["envprobe.py/envfiles"] = c.probe(n, "envfiles", script="envprobe.py", launch_dir=None)
         out["envprobe.py/versions"] = c.probe(n, "versions", script="envprobe.py", timeout=120)
         out["envprobe.py/tmpdir"] = c.probe(n, "tmpdir", script="envprobe.py")
-        out["envprobe.py/launch"] = rehearsal.launch_plan(c)
-        out["envprobe.py/launch"].pop("found_by", None)
+        out["envprobe.py/launch"] = c.probe(c.rank0.name, "launch", script="envprobe.py",
+                                            **rehearsal.launch_params(c))
         for sec in ("fabric", "accel", "diag"):
             out[f"healthprobe.py/{sec}"] = c.probe(n, sec, script="healthprobe.py")
         raw.clear()

@@ -3,12 +3,17 @@ node: the variables and tools the launch needs, the same communication settings 
 everywhere, on Ascend the HCCL settings and NPU links, (E5) a rehearsal of the launch's own
 per-node step: from the rank-0 node, through pdsh, DeepSpeed's exports, `cd` and interpreter,
 importing what the launch imports, (E6) the temporary directory the ranks' tools write to, and
-(E7) what the first step builds: DeepSpeed's JIT ops, their build locks and their toolchain."""
+(E7) what the first step builds: DeepSpeed's JIT ops, their build locks and their toolchain.
+Verdicts: judge/env/ (envvars: E1-E4, E6; launchlegs: E5; jit: E7); the facts across the
+cluster: measure/envfacts.py (E2, E3) and measure/rehearsal.py (E5, and what E3, E6, E7 read).
+"""
 
 from __future__ import annotations
 
+import dataclasses
 import warnings
-from typing import Any
+from collections.abc import Mapping
+from typing import TypeVar
 
 import pytest
 
@@ -19,29 +24,29 @@ from cluster_tests.core.memokey import MemoKey
 from cluster_tests.core.nodetable import NodeColumn
 from cluster_tests.core.settings import Settings
 from cluster_tests.core.transport import ConnectError
-from cluster_tests.judge.common import tooloutput
-from cluster_tests.judge.common.probes import untyped
-from cluster_tests.judge.env import envvars
+from cluster_tests.judge.common.probes import Probe
+from cluster_tests.judge.env import envvars, launchlegs
 from cluster_tests.judge.env import jit as jj
+from cluster_tests.judge.env.envvars import ENVFILES, EnvFiles, Finding, Package, Versions
+from cluster_tests.judge.env.launchlegs import Leg
 from cluster_tests.judge.health import rdma
-from cluster_tests.judge.problem import Problem
 from cluster_tests.measure import accel, envfacts, rehearsal, sshroot
-from cluster_tests.measure.envfacts import SCRIPT
 
 pytestmark = pytest.mark.env
+
+T = TypeVar("T")
 
 #: E7's verdicts for every node, judged once from the rehearsal (not once per node's item)
 JIT_VERDICTS: MemoKey[dict[str, jj.JitVerdict]] = MemoKey("jit", "verdicts")
 #: per table kind and node set: the values most nodes have (E2, E3), once, not once per node
-MAJORITIES: MemoKey[dict[str, object]] = MemoKey("env", "majorities")
+MAJORITIES: MemoKey[dict[str, str | None]] = MemoKey("env", "majorities")
 #: E3's tables across the nodes, built once (per node they made E3 quadratic in the nodes)
-VERSION_TABLE: MemoKey[dict[str, dict[str, Any]]] = MemoKey("env", "version_table")
-IMPORTED: MemoKey[dict[str, dict[str, Any]]] = MemoKey("env", "imported")
-IMPORTED_TABLE: MemoKey[dict[str, dict[str, Any]]] = MemoKey("env", "imported_table")
+VERSION_TABLE: MemoKey[dict[str, Mapping[str, str | None]]] = MemoKey("env", "version_table")
+IMPORTED: MemoKey[dict[str, Mapping[str, Package]]] = MemoKey("env", "imported")
+IMPORTED_TABLE: MemoKey[dict[str, dict[str, str | None]]] = MemoKey("env", "imported_table")
 
 
-def _differing(cluster: Cluster, kind: str, table: dict[str, dict[str, Any]],
-               node: str) -> list[str]:
+def _differing(cluster: Cluster, kind: str, table: envvars.Table, node: str) -> list[str]:
     """envvars.differing for `node`, the majorities computed once per kind of table and set of
     nodes (the tables are built from memoized facts: the same nodes give the same table)."""
     prefer = cluster.rank0.name
@@ -52,7 +57,7 @@ def _differing(cluster: Cluster, kind: str, table: dict[str, dict[str, Any]],
 
 def node_probes(settings: Settings) -> list[Declared]:
     """The probes this section's tests ask of every node they touch (`Cluster.prefetch`)."""
-    return [(untyped(SCRIPT, "envfiles"), {"launch_dir": settings.env.launch_dir})]
+    return [(ENVFILES, {"launch_dir": settings.env.launch_dir})]
 
 
 #: the tests of this section that read the rehearsal (E5's run also carries E3's versions)
@@ -68,38 +73,36 @@ def session_start(cluster: Cluster, selected: frozenset[str]) -> None:
         rehearsal.start_background(cluster)
 
 
-#: E3's versions: compared across nodes, and node-table columns shown where they differ
-VERSION_KEYS = ("python", "torch", "cuda", "nccl", "deepspeed", "torch_npu", "cann",
-                "nvidia_driver", "ascend_driver")
 #: the node table's order of the versions that have one (the rest follow by name)
 _VERSION_RANKS = {"python": 6, "torch": 7, "deepspeed": 8}
 
 
 def _version_column(key: str) -> NodeColumn:
     def read(cluster: Cluster, node: str) -> str | None:
-        value = ((cluster.cached(envfacts.VERSIONS) or {}).get(node) or {}).get(key)
-        return str(value) if value else None
+        mine = (cluster.cached(envfacts.NODE_VERSIONS) or {}).get(node)
+        return (mine.values.get(key) or None) if mine is not None else None
 
     return NodeColumn(key, read, rank=_VERSION_RANKS.get(key, nodetable.LAST), varying_only=True)
 
 
-nodetable.declare(*(_version_column(k) for k in VERSION_KEYS))
+nodetable.declare(*(_version_column(k) for k in envvars.VERSION_KEYS))
 
 
 class EnvWarning(UserWarning):
     """Works, but departs from the field guide."""
 
 
-def _probe(cluster: Cluster, node: str, section: str, **params: Any) -> dict[str, Any]:
+def _probe(cluster: Cluster, node: str, probe: Probe[T], item: str, **params: object) -> T:
+    """`node`'s facts of `probe`; a probe that cannot deliver them is the red of `item`."""
     cluster.require(node)
     try:
-        return cluster.probe(node, section, script=SCRIPT, **params)
+        return cluster.probe(node, probe, **params)
     except ProbeError as exc:
-        pytest.fail(str(exc), pytrace=False)
+        outcome.fail(exc.problem(item))
 
 
-def _envfiles(cluster: Cluster, node: str) -> dict[str, Any]:
-    return _probe(cluster, node, "envfiles", launch_dir=cluster.settings.env.launch_dir)
+def _envfiles(cluster: Cluster, node: str, item: str) -> EnvFiles:
+    return _probe(cluster, node, ENVFILES, item, launch_dir=cluster.settings.env.launch_dir)
 
 
 def _required(cluster: Cluster) -> list[str]:
@@ -111,56 +114,26 @@ def test_required_env(cluster: Cluster, node: str) -> None:
     """E1: pdsh's non-interactive shell finds the remote python, `deepspeed`, and every
     variable named by --required-env."""
     facts = cluster.base(node)  # ran with the remote python: it was found
-    env = facts.env
-    missing = [v for v in _required(cluster) if v not in env]
-    no_deepspeed = facts.which.get("deepspeed") is None
-    if not missing and not no_deepspeed:
+    missing = [v for v in _required(cluster) if v not in facts.env]
+    deepspeed, path = facts.which.get("deepspeed"), facts.env.get("PATH")
+    if not missing and deepspeed is not None:
         return
-    bashrc = _envfiles(cluster, node).get("bashrc")
-    early = envvars.early_return_line(bashrc)
-    if no_deepspeed and not missing:
+    bashrc = _envfiles(cluster, node, "E1").bashrc
+    if deepspeed is None and not missing:
         # the launch never looks deepspeed up on this PATH: it runs its own interpreter by
         # absolute path on every node; if that works here (E5), this is only a warning
         r = rehearsal.rehearse(cluster)
         if r.python and r.leg(node).kind == "ok":
-            line = envvars.export_line(bashrc, "PATH")
-            where = (f"; ~/.bashrc sets PATH on line {line}, below its early return for "
-                     f"non-interactive shells on line {early}"
-                     if early is not None and line is not None and line > early else
-                     f"; ~/.bashrc returns early for non-interactive shells on line {early}"
-                     if early is not None else "")
-            warnings.warn(EnvWarning(
-                f"{node}: `deepspeed` is not on the PATH of a non-interactive shell "
-                f"({env.get('PATH', '(unset)')}){where}. The launch does not need it: it runs "
-                f"{r.python} by absolute path on every node, and that works here (see "
-                f"{ids.LAUNCH_REHEARSAL.of(node)}); scripts that call `deepspeed` or `python` "
-                f"over ssh would not find them"), stacklevel=1)
+            warnings.warn(EnvWarning(envvars.deepspeed_off_path(
+                node, path, bashrc, r.python, ids.LAUNCH_REHEARSAL.of(node))), stacklevel=1)
             return
         # the launch's own interpreter fails there too (not installed on this node): E5's red
         _block_by_rehearsal(cluster, node, f"`deepspeed` is not on PATH there either "
-                                           f"({env.get('PATH', '(unset)')})")
-    problems = []
-    if no_deepspeed:
-        problems.append(f"`deepspeed` is not on PATH ({env.get('PATH', '(unset)')})")
-    if missing:
-        problems.append("not set: " + ", ".join(missing))
-    hints = []
-    for var in missing + (["PATH"] if no_deepspeed else []):
-        line = envvars.export_line(bashrc, var)
-        if early is not None and line is not None and line > early:
-            hints.append(f"~/.bashrc sets {var} on line {line}, below the early return for "
-                         f"non-interactive shells on line {early}: pdsh never sees it")
-    if early is not None and not hints:
-        hints.append(f"~/.bashrc returns early for non-interactive shells on line {early}")
-    fix = (f"on {node}: move the exports above line {early} of ~/.bashrc (or delete that return)"
-           if early is not None else
-           f"on {node}: add the exports to ~/.bashrc (read by non-interactive ssh shells on Debian/"
-           f"Ubuntu), or install deepspeed into the remote python's environment")
-    pytest.fail(
-        f"{node}: as pdsh's non-interactive shell sees it, " + "; ".join(problems) + "\n"
-        + "".join(f"  {h}\n" for h in hints)
-        + f"  python found there: {facts.python_executable} {facts.python_version}\n"
-        f"  fix: {fix}", pytrace=False)
+                                           f"({path if path is not None else '(unset)'})")
+    problem = envvars.judge_required_env(node, missing, deepspeed, path, bashrc,
+                                         f"{facts.python_executable} {facts.python_version}")
+    if problem is not None:
+        outcome.fail(problem)
 
 
 def test_env_agrees(cluster: Cluster, node: str) -> None:
@@ -168,27 +141,11 @@ def test_env_agrees(cluster: Cluster, node: str) -> None:
     cluster.base(node)
     table = envfacts.comm_table(cluster)
     if node not in table:
-        pytest.fail(f"{node}: could not read its environment", pytrace=False)
-    diff = _differing(cluster, "comm", table, node)
-    if not diff:
-        return
-    pytest.fail(
-        f"{node}: {len(diff)} setting(s) differ from what most nodes have "
-        f"(as pdsh's non-interactive shell sees them):\n"
-        + envvars.side_by_side(table, diff, mark=node)
-        + "\n  note: these are the values the ranks get: deepspeed's pdsh command exports the "
-        "rank-0 node's NCCL_* (CUDA) or HCCL_*/ASCEND_* (Ascend) variables and its "
-        ".deepspeed_env to every rank (counted in above), so what differs is set by this node's "
-        "own shell and not by the launch.\n"
-        f"  fix: set the same values on every node (~/.bashrc above any early return), or put "
-        f"them in ~/.deepspeed_env on {cluster.rank0.name}, which the launch exports everywhere",
-        pytrace=False)
-
-
-def _env_file_findings(files: dict[str, Any]) -> list[envvars.EnvFileFinding]:
-    """E2's lint of the `.deepspeed_env` files a node has (home and launch directory)."""
-    return [f for path, text in files["deepspeed_env"].items() if text is not None
-            for f in envvars.lint_deepspeed_env(text, path)]
+        outcome.fail(envvars.env_unread(node))
+    problem = envvars.judge_env_agrees(node, table, _differing(cluster, "comm", table, node),
+                                       cluster.rank0.name)
+    if problem is not None:
+        outcome.fail(problem)
 
 
 def _launch_blocked_by_env_file(cluster: Cluster, r: rehearsal.Rehearsal) -> str | None:
@@ -198,39 +155,60 @@ def _launch_blocked_by_env_file(cluster: Cluster, r: rehearsal.Rehearsal) -> str
     if not r.site_env_file:
         return None
     try:
-        files = cluster.probe(r.site, "envfiles", script=SCRIPT,
-                              launch_dir=cluster.settings.env.launch_dir)
+        files = cluster.probe(r.site, ENVFILES, launch_dir=cluster.settings.env.launch_dir)
     except (ProbeError, ConnectError):
         return None
-    if not any(f.error for f in _env_file_findings(files)):
+    if not any(f.error for f in files.findings()):
         return None
     return ids.DEEPSPEED_ENV.of(r.site)
 
 
 def test_deepspeed_env(cluster: Cluster, node: str, record_property) -> None:
     """E2: `.deepspeed_env` (home and launch directory) reads the way DeepSpeed 0.19 reads it."""
-    files = _envfiles(cluster, node)
-    present = {p: t for p, t in files["deepspeed_env"].items() if t is not None}
-    record_property("deepspeed_env", ", ".join(present) or "none")
-    findings = _env_file_findings(files)
-    for f in findings:
+    files = _envfiles(cluster, node, "E2")
+    record_property("deepspeed_env", ", ".join(files.present) or "none")
+    for f in files.findings():
         if not f.error:
             warnings.warn(EnvWarning(f"{node}: {f}"), stacklevel=1)
-    errors = [f for f in findings if f.error]
-    if errors:
-        pytest.fail(
-            f"{node}: deepspeed reads {files['ds_env_name']} on the node it is started on "
-            f"(rank 0: {cluster.rank0.name}) and would stop or export garbage:\n  "
-            + "\n  ".join(map(str, errors)), pytrace=False)
+    problem = envvars.judge_env_files(node, files, cluster.rank0.name)
+    if problem is not None:
+        outcome.fail(problem)
 
 
-def _imported(cluster: Cluster) -> dict[str, dict[str, Any]]:
+def _imported(cluster: Cluster) -> dict[str, Mapping[str, Package]]:
     """node -> {package: facts} as the launch's interpreter imports them (the rehearsal's), for
     the nodes whose rehearsal ran (built once)."""
-    def compute() -> dict[str, dict[str, Any]]:
+    def compute() -> dict[str, Mapping[str, Package]]:
         r = rehearsal.rehearse(cluster)
-        return {n: leg.data.get("packages") or {} for n, leg in r.legs.items() if leg.data}
+        return {n: leg.data.packages for n, leg in r.legs.items() if leg.data is not None}
     return cluster.memo(IMPORTED, compute)
+
+
+def _versions(cluster: Cluster, node: str) -> Versions:
+    """`node`'s versions (the rehearsal's, or probed); its own probe's failure is its red."""
+    versions = envfacts.versions(cluster)
+    if node in versions:
+        return versions[node]
+    try:  # re-raise this node's own failure
+        return envfacts.versions_probe(cluster, node)
+    except ProbeError as exc:
+        _block_by_rehearsal(cluster, node, exc.message)
+        outcome.fail(exc.problem("E3"))
+
+
+def _imported_findings(cluster: Cluster, node: str, python: str,
+                       record_property) -> list[Finding]:
+    """E3 on what the launch's interpreter imports on `node` (where its leg reported it)."""
+    imported = _imported(cluster)
+    if node not in imported:
+        return []
+    for pkg, p in imported[node].items():
+        if p.imported:
+            record_property(f"imported_{pkg}", f"{p.version} {p.file}")
+    itable = cluster.memo(IMPORTED_TABLE, lambda: {n: envvars.imported_row(pk)
+                                                   for n, pk in imported.items()})
+    return envvars.imported_findings(node, imported[node], python, itable,
+                                     _differing(cluster, "imported", itable, node))
 
 
 def test_versions(cluster: Cluster, node: str, record_property) -> None:
@@ -238,79 +216,32 @@ def test_versions(cluster: Cluster, node: str, record_property) -> None:
     and what the launch's interpreter imports (the rehearsal's: `__version__` and file) is the
     installed distribution, the same version on every node."""
     cluster.require(node)
-    versions = envfacts.versions(cluster)
-    if node not in versions:
-        try:  # re-raise this node's own failure
-            mine = envfacts.versions_probe(cluster, node)
-        except ProbeError as exc:
-            _block_by_rehearsal(cluster, node, str(exc))
-            pytest.fail(str(exc), pytrace=False)
-        versions = {**versions, node: mine}
-    mine = versions[node]
-    for k in VERSION_KEYS:
-        if mine.get(k):
-            record_property(k, str(mine[k]))
-    table = cluster.memo(VERSION_TABLE, lambda: {n: {k: v.get(k) for k in VERSION_KEYS}
-                                                  for n, v in envfacts.versions(cluster).items()})
+    mine = _versions(cluster, node)
+    for k, v in mine.values.items():
+        if v:
+            record_property(k, v)
+    table = cluster.memo(VERSION_TABLE, lambda: {n: v.values for n, v in
+                                                 envfacts.versions(cluster).items()})
     if node not in table:  # its own probe, re-run above
-        table = {**table, node: {k: mine.get(k) for k in VERSION_KEYS}}
-    diff = _differing(cluster, "versions", table, node)
-    problems = []
-    if mine.get("torch_error"):
-        problems.append(f"torch does not import with {mine['python_executable']}: "
-                        f"{mine['torch_error']}")
-    if diff:
-        problems.append(f"{', '.join(diff)} differ from the other nodes:\n"
-                        + envvars.side_by_side(table, [k for k in VERSION_KEYS if k in diff or any(
-                            r.get(k) for r in table.values())], mark=node, secret_aware=False))
-    imported = _imported(cluster)
+        table = {**table, node: mine.values}
+    findings = envvars.version_findings(node, mine, table,
+                                        _differing(cluster, "versions", table, node))
     python = rehearsal.rehearse(cluster).python
-    if node in imported:
-        for pkg, p in imported[node].items():
-            if p.get("imported"):
-                record_property(f"imported_{pkg}", f"{p.get('version')} {p.get('file')}")
-        problems += [f"with the launch's interpreter ({python}): {f}"
-                     for f in envvars.import_findings(imported[node])]
-        itable = cluster.memo(IMPORTED_TABLE, lambda: {
-            n: {f"{k} (imported)": (v.get("version") if v.get("imported") else None)
-                for k, v in pk.items()} for n, pk in imported.items()})
-        idiff = _differing(cluster, "imported", itable, node)
-        if idiff and len(itable) > 1:
-            problems.append(f"the launch's interpreter ({python}) imports other versions here "
-                            f"than on the other nodes:\n"
-                            + envvars.side_by_side(itable, idiff, mark=node, secret_aware=False))
-    if problems:
-        _block_by_rehearsal(cluster, node, problems[0])
-        pytest.fail(
-            f"{node}: " + f"\n{node}: ".join(problems)
-            + f"\n  fix, on {node}: install the same versions as the other nodes into the python "
-            f"that pdsh's shell finds ({mine['python_executable']})"
-            + (f" and the launch runs ({python})" if python and python != mine["python_executable"]
-               else "")
-            + ", e.g. pip install "
-            + " ".join(f"{k}=={table[cluster.rank0.name].get(k)}" for k in ("torch", "deepspeed")
-                       if cluster.rank0.name in table and table[cluster.rank0.name].get(k))
-            + "; remove any stray copy that shadows them (the file named above)",
-            pytrace=False)
+    findings += _imported_findings(cluster, node, python, record_property)
+    if findings:
+        _block_by_rehearsal(cluster, node, findings[0].text)
+        outcome.fail(envvars.versions_problem(node, findings, mine.python_executable, python,
+                                              table.get(cluster.rank0.name) or {}))
 
 
 def _block_by_rehearsal(cluster: Cluster, node: str, said: str) -> None:
     """E3 red on `node` where the launch's own step fails there for what E3 sees (a package
     missing, half-removed or shadowed; the interpreter absent): E5's red holds the cause, and
     E3 is blocked by it, saying what it saw."""
-    leg = rehearsal.rehearse(cluster).leg(node)
-    if leg.kind == "fail" and _launch_cannot_import(leg):
+    if rehearsal.rehearse(cluster).leg(node).cannot_import:
         outcome.block(ids.LAUNCH_REHEARSAL.of(node),
                       f"the launch's interpreter fails to import on {node} "
                       f"({said.strip().splitlines()[0]})")
-
-
-def _launch_cannot_import(leg) -> bool:
-    """Whether a rehearsal leg failed because the launch's interpreter could not run or import
-    (not, say, because the launch directory is missing there)."""
-    if leg.data is None:
-        return True
-    return any(not s.get("ok") for s in leg.data.get("steps", []))
 
 
 def test_ascend_env(cluster: Cluster, node: str, record_property) -> None:
@@ -319,31 +250,23 @@ def test_ascend_env(cluster: Cluster, node: str, record_property) -> None:
     try:
         inv = accel.inventory(cluster, node)
     except ProbeError as exc:
-        pytest.fail(str(exc), pytrace=False)
+        outcome.fail(exc.problem("E4"))
     if (inv is None or inv.kind != "ascend") and not facts.which.get("hccn_tool"):
         pytest.skip(f"{node}: not an Ascend node (no npu-smi listing NPUs, no hccn_tool)")
     devices = list(range(inv.count)) if inv is not None and inv.kind == "ascend" else []
-    data = _probe(cluster, node, "ascend", devices=devices)
+    data = _probe(cluster, node, envvars.ASCEND, "E4", devices=devices)
     for var in envvars.ASCEND_VARS:
-        record_property(var, envvars.shown(var, data["env"].get(var)))
-    unset = [v for v in envvars.ASCEND_VARS if v not in data["env"]]
+        record_property(var, envvars.shown(var, data.env.get(var)))
+    unset = [v for v in envvars.ASCEND_VARS if v not in data.env]
     if unset:
         warnings.warn(EnvWarning(
             f"{node}: {', '.join(unset)} not set in pdsh's shell (the field guide sets "
             f"HCCL_CONNECT_TIMEOUT, e.g. 1200, for large clusters)"), stacklevel=1)
-    if not data["hccn_tool"]:
+    if not data.hccn_tool:
         pytest.skip(f"{node}: hccn_tool not found: NPU link status not checked")
-    down = []
-    for dev, res in sorted(data["links"].items(), key=lambda kv: int(kv[0])):
-        up = tooloutput.hccn_link_up(res["out"]) if res["rc"] == 0 else None
-        if up is not True:
-            said = res["out"].strip() or res["err"].strip() or f"exit {res['rc']}"
-            down.append(f"NPU {dev}: {said}")
-    if down:
-        pytest.fail(f"{node}: NPU network links not up:\n  " + "\n  ".join(down)
-                    + f"\n  fix, on {node}: check cabling/switch port; "
-                      "hccn_tool -i N -net_health -g",
-                    pytrace=False)
+    problem = envvars.judge_npu_links(node, data)
+    if problem is not None:
+        outcome.fail(problem)
 
 
 def test_launch_rehearsal(cluster: Cluster, node: str, record_property) -> None:
@@ -357,9 +280,9 @@ def test_launch_rehearsal(cluster: Cluster, node: str, record_property) -> None:
         record_property("launch_dir", r.launch_dir)
         record_property("launch_command", rehearsal.command_line(cluster))
         record_property("rehearsal_seconds", round(r.seconds, 2))
-    for s in (leg.data or {}).get("steps", []):
-        if s.get("step") == "import deepspeed.launcher.launch":
-            record_property("import_seconds", s.get("seconds"))
+    for s in leg.data.steps if leg.data is not None else ():
+        if s.step == "import deepspeed.launcher.launch":
+            record_property("import_seconds", s.seconds)
     if leg.kind == "skip":
         _block_leg(cluster, r, node, leg)
         pytest.skip(leg.text)
@@ -368,12 +291,10 @@ def test_launch_rehearsal(cluster: Cluster, node: str, record_property) -> None:
         if env_file is not None:
             outcome.block(env_file, f"deepspeed --hostfile would stop on {r.site} before "
                                     f"starting any rank: its .deepspeed_env")
-        pytest.fail(leg.text + (f"\n  each node ran: {r.line}" if r.line else "")
-                    + f"\n  the launch rehearsed: {rehearsal.command_line(cluster)}"
-                    + (f"\n  fix: {leg.fix}" if leg.fix else ""), pytrace=False)
+        outcome.fail(launchlegs.leg_problem(node, leg, r.line, rehearsal.command_line(cluster)))
 
 
-def _block_leg(cluster: Cluster, r: rehearsal.Rehearsal, node: str, leg) -> None:
+def _block_leg(cluster: Cluster, r: rehearsal.Rehearsal, node: str, leg: Leg) -> None:
     """A rehearsal leg skipped for another red's cause: blocked by the red that holds it (the
     node's own login, S4 from rank 0, S5's pdsh leg, E2's on the rank-0 node's
     .deepspeed_env), traced to its root."""
@@ -398,21 +319,20 @@ def test_tmpdir(cluster: Cluster, node: str, record_property) -> None:
     exported = r.exports.get("TMPDIR")
     # as the launch's own leg found them, with the rank's exports and environment (one Python
     # start-up fewer per node); where the leg did not report, a probe given the exported value
-    facts = (r.leg(node).data or {}).get("tmpdir")
-    if facts is not None:
-        facts = {**facts, "from_launch": exported is not None}
+    data = r.leg(node).data
+    if data is not None and data.tmpdir is not None:
+        facts = dataclasses.replace(data.tmpdir, from_launch=exported is not None)
     else:
         launch_value = envvars.unquote_export(exported) if exported is not None else None
-        facts = _probe(cluster, node, "tmpdir", tmpdir=launch_value)
-    eff = facts.get("effective") or {}
-    if eff:
-        record_property("tmpdir",
-                        f"{eff.get('path')} ({rdma.fmt_bytes(eff.get('free_bytes'))} free)")
-    verdict = envvars.judge_tmpdir(facts, _envfiles(cluster, node).get("bashrc"))
+        facts = _probe(cluster, node, envvars.TMPDIR, "E6", tmpdir=launch_value)
+    if facts.effective is not None:
+        record_property("tmpdir", f"{facts.effective.path} "
+                                  f"({rdma.fmt_bytes(facts.effective.free_bytes)} free)")
+    verdict = envvars.judge_tmpdir(node, facts, _envfiles(cluster, node, "E6").bashrc)
     for text in verdict.warnings:
         warnings.warn(EnvWarning(f"{node}: {text}"), stacklevel=1)
-    if verdict.problems:
-        pytest.fail(f"{node}: " + f"\n{node}: ".join(verdict.problems), pytrace=False)
+    if verdict.problem is not None:
+        outcome.fail(verdict.problem)
 
 
 def test_jit_ops(cluster: Cluster, node: str, record_property) -> None:
@@ -426,7 +346,8 @@ def test_jit_ops(cluster: Cluster, node: str, record_property) -> None:
     if leg.kind == "skip":
         _block_leg(cluster, r, node, leg)
         pytest.skip(leg.text)
-    if not (leg.data or {}).get("jit"):
+    jit = leg.data.jit if leg.data is not None else None
+    if jit is None:
         if leg.kind == "fail":
             env_file = _launch_blocked_by_env_file(cluster, r) if node == r.site else None
             if env_file is not None:
@@ -435,24 +356,16 @@ def test_jit_ops(cluster: Cluster, node: str, record_property) -> None:
         pytest.skip(f"{node}: the launch's interpreter did not import deepspeed and torch there, "
                     f"so what it builds is unknown: see {ids.LAUNCH_REHEARSAL.of(node)}")
     verdicts = cluster.memo(JIT_VERDICTS, lambda: jj.judge_jit(
-        {n: (r.leg(n).data or {}).get("jit") for n in cluster.names}, cluster.names,
-        python=r.python))
+        r.jit_facts(cluster.names), cluster.names, python=r.python))
     verdict = verdicts[node]
     for key, value in verdict.facts.items():
         record_property(key, value)
-    record_property("inspect_seconds", (leg.data or {})["jit"].get("seconds"))
+    record_property("inspect_seconds", jit.seconds)
     for text in verdict.warnings:
         warnings.warn(EnvWarning(f"{node}: {text}"), stacklevel=1)
-    blocked = (f"blocked by {ids.JIT_OPS.of(verdict.blocked_by)}: {verdict.blocked_text}"
-               if verdict.blocked_by else "")
-    if verdict.problems:
-        outcome.fail(Problem(
-            (node,), verdict.problems[0].split(":")[0][:100],
-            f"{node}: " + f"\n{node}: ".join(verdict.problems)
-            + (f"\n{node}: also {blocked}" if blocked else ""),
-            fixes=tuple(verdict.fixes), item="E7",
-            # a stale lock in a shared directory stops the ranks of every node that shares it
-            breaks=tuple(n for n, v in verdicts.items() if v.blocked_by == node)))
+    problem = jj.jit_problem(node, verdicts)
+    if problem is not None:
+        outcome.fail(problem)
     if verdict.blocked_by:
         outcome.block(ids.JIT_OPS.of(verdict.blocked_by), verdict.blocked_text)
-        pytest.skip(blocked)
+        pytest.skip(jj.blocked_line(verdict))

@@ -4,20 +4,17 @@ versions on every node, each gathered once for the session (in parallel) and kep
 
 from __future__ import annotations
 
-from typing import Any
-
 from cluster_tests.core.cluster import Cluster, ProbeError
 from cluster_tests.core.memokey import MemoKey
 from cluster_tests.core.transport import ConnectError
 from cluster_tests.judge.env import envvars
+from cluster_tests.judge.env.envvars import ENVFILES, VERSIONS, Versions
 from cluster_tests.measure import rehearsal
-
-SCRIPT = "envprobe.py"
 
 #: node -> the NCCL_/HCCL_/GLOO_ values its ranks get (E2)
 COMM_TABLE: MemoKey[dict[str, dict[str, str | None]]] = MemoKey("envcheck", "comm_table")
-#: node -> its `versions` probe (E3), for the reachable nodes whose probe worked
-VERSIONS: MemoKey[dict[str, dict[str, Any]]] = MemoKey("envcheck", "versions")
+#: node -> its versions (E3), for the reachable nodes whose probe worked
+NODE_VERSIONS: MemoKey[dict[str, Versions]] = MemoKey("envcheck", "versions")
 
 
 def launch_overlay(cluster: Cluster) -> dict[str, str]:
@@ -28,15 +25,14 @@ def launch_overlay(cluster: Cluster) -> dict[str, str]:
     if r.exports:
         return {k: envvars.unquote_export(v) for k, v in r.exports.items()
                 if k.startswith(envvars.COMM_PREFIXES)}
-    rank0 = cluster.rank0.name
     try:
-        files = cluster.probe(rank0, "envfiles", script=SCRIPT,
+        files = cluster.probe(cluster.rank0.name, ENVFILES,
                               launch_dir=cluster.settings.env.launch_dir)
     except (ProbeError, ConnectError):  # rank 0 is down: its own red says so
         return {}
     out: dict[str, str] = {}
-    for text in files["deepspeed_env"].values():
-        out.update({k: v for k, v in envvars.parse_deepspeed_env(text or "").items()
+    for text in files.present.values():
+        out.update({k: v for k, v in envvars.parse_deepspeed_env(text).items()
                     if k.startswith(envvars.COMM_PREFIXES)})
     return out
 
@@ -57,33 +53,33 @@ def comm_table(cluster: Cluster) -> dict[str, dict[str, str | None]]:
     return cluster.memo(COMM_TABLE, compute)
 
 
-def versions(cluster: Cluster) -> dict[str, dict[str, Any]]:
+def versions(cluster: Cluster) -> dict[str, Versions]:
     """Versions on every reachable node, once: from the rehearsal's import where its leg ran (the
     launch's interpreter, exports and directory, through pdsh: one interpreter start and one
     `import torch` per node serve E3 and E5 together); elsewhere (a node outside the launch, a leg
     that hung or never ran, a launch that cannot start) probed over our ssh, in parallel, with the
     launch's interpreter where the rank-0 node tells it, else with --remote-python."""
-    def compute() -> dict[str, dict[str, Any]]:
+    def compute() -> dict[str, Versions]:
         up = [n for n in cluster.names if cluster.login_error(n) is None]
-        got: dict[str, dict[str, Any]] = rehearsed_versions(cluster)
+        got = rehearsed_versions(cluster)
         rest = [n for n in up if n not in got]
         probed = cluster.pool.map(lambda n: versions_probe(cluster, n), rest)
-        got.update({n: v for n, v in zip(rest, probed, strict=False) if not isinstance(v,
-                                                                                       BaseException)})
+        got.update({n: v for n, v in zip(rest, probed, strict=False)
+                    if not isinstance(v, BaseException)})
         return {n: got[n] for n in up if n in got}
-    return cluster.memo(VERSIONS, compute)
+    return cluster.memo(NODE_VERSIONS, compute)
 
 
-def rehearsed_versions(cluster: Cluster) -> dict[str, dict[str, Any]]:
+def rehearsed_versions(cluster: Cluster) -> dict[str, Versions]:
     """node -> E3's versions as the rehearsal's import reported them (rehearse.py, `versions`),
     for the nodes whose leg delivered its report."""
     r = rehearsal.rehearse(cluster)
-    return {n: dict(leg.data["versions"]) for n, leg in r.legs.items()
-            if leg.data and isinstance(leg.data.get("versions"), dict)}
+    return {n: leg.data.versions for n, leg in r.legs.items()
+            if leg.data is not None and leg.data.versions is not None}
 
 
-def versions_probe(cluster: Cluster, node: str) -> dict[str, Any]:
+def versions_probe(cluster: Cluster, node: str) -> Versions:
     """E3's probe of one node (raises ProbeError), run by the launch's interpreter."""
     python = rehearsal.launch_python(cluster)
-    return cluster.probe(node, "versions", script=SCRIPT, **({"python": python} if python else {}),
+    return cluster.probe(node, VERSIONS, **({"python": python} if python else {}),
                          timeout=max(120, cluster.settings.timeout_command))

@@ -14,7 +14,8 @@ Once per session:
    <dir>;" <interpreter> -u -c <rehearse.py>`` with ``PDSH_RCMD_TYPE=ssh``, the same line the
    launch sends, except that ``-m deepspeed.launcher.launch ...`` becomes the import check.
    pdsh's ``-u`` ends a leg that hangs, so that one node cannot hold up the others' verdicts.
-4. Each node's verdict from its own lines of pdsh's output (launchlegs.judge_leg).
+4. Each node's verdict from its own lines of pdsh's output (launchlegs.judge_leg), its report
+   read once, where it arrives, into typed facts (launchlegs.LegReport).
 
 Nothing is left running: the check is a handful of imports, pdsh kills a leg at its deadline,
 and the pdsh process itself runs under the session's `timeout` and run tag.
@@ -25,21 +26,21 @@ from __future__ import annotations
 import base64
 import shlex
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
 
 from cluster_tests.core import testids as ids
 from cluster_tests.core.cluster import Cluster, ProbeError, remote_script
 from cluster_tests.core.memokey import MemoKey
 from cluster_tests.core.transport import ConnectError
 from cluster_tests.judge.env import launchlegs
+from cluster_tests.judge.env.jit import JitFacts
+from cluster_tests.judge.env.launchlegs import LAUNCH, HostOutput, LaunchPlan, Leg
 from cluster_tests.judge.hostfile import launchargs as la
 from cluster_tests.judge.hostfile import resourcefilter as rf
 from cluster_tests.measure import launchpy
 
-MEMO_KEY: MemoKey[Any] = MemoKey("rehearsal", "result")
 BACKGROUND: MemoKey[bool] = MemoKey("rehearsal", "background")
-SCRIPT = "envprobe.py"
 
 
 @dataclass
@@ -51,31 +52,34 @@ class Rehearsal:
     hosts: list[str] = field(default_factory=list)
     exports: dict[str, str] = field(default_factory=dict)
     line: str = ""  # what each node's shell ran (the check's code abbreviated)
-    #: the launch cannot even start: (kind, text) where kind is "fail" (on the rank-0 node, the
-    #: others skip citing it) or "skip" (every node skips: the cause is another test's)
-    site_problem: tuple[str, str, str] | None = None
+    #: the launch cannot even start: its leg on the rank-0 node ("fail": the other nodes skip
+    #: citing it), or every node's ("skip": the cause is another test's)
+    site_problem: Leg | None = None
     #: the launch cannot start because of the rank-0 node's .deepspeed_env (E2 lints it there)
     site_env_file: bool = False
-    legs: dict[str, launchlegs.Leg] = field(default_factory=dict)
+    legs: dict[str, Leg] = field(default_factory=dict)
     #: what the launch's pdsh printed for each host (S5 reads rank 0's legs from it)
-    outputs: dict[str, launchlegs.HostOutput] = field(default_factory=dict)
+    outputs: dict[str, HostOutput] = field(default_factory=dict)
     seconds: float = 0.0
     deepspeed_version: str | None = None
 
-    def leg(self, node: str) -> launchlegs.Leg:
+    def leg(self, node: str) -> Leg:
         site_id = ids.LAUNCH_REHEARSAL.of(self.site)
         if self.site_problem is not None:
-            kind, text, root = self.site_problem
-            if kind == "skip":
-                return launchlegs.Leg("skip", text, root=root)
-            if node == self.site:
-                return launchlegs.Leg("fail", text)
-            return launchlegs.Leg("skip", f"the launch cannot start on {self.site}: see {site_id}",
-                          root=site_id)
+            if self.site_problem.kind == "skip" or node == self.site:
+                return self.site_problem
+            return Leg("skip", f"the launch cannot start on {self.site}: see {site_id}",
+                       root=site_id)
         if node not in self.legs:
-            return launchlegs.Leg("skip",
-                                 f"{node} is not in the launch (--launch-include/--launch-exclude)")
+            return Leg("skip", f"{node} is not in the launch (--launch-include/--launch-exclude)")
         return self.legs[node]
+
+    def jit_facts(self, nodes: Iterable[str]) -> dict[str, JitFacts | None]:
+        """node -> E7's facts as its leg reported them (None: it reported none)."""
+        return {n: (data.jit if (data := self.leg(n).data) is not None else None) for n in nodes}
+
+
+MEMO_KEY: MemoKey[Rehearsal] = MemoKey("rehearsal", "result")
 
 
 def launch_hosts(cluster: Cluster) -> list[str]:
@@ -99,17 +103,21 @@ def command_line(cluster: Cluster) -> str:
                            s.launch_passthrough)
 
 
-def launch_plan(cluster: Cluster) -> dict[str, Any]:
-    """On the rank-0 node: the launch's `deepspeed` (launchpy: the user's interactive shell's,
-    else the non-interactive PATH's), its interpreter and DeepSpeed's export rules (probed once)."""
+def launch_params(cluster: Cluster) -> dict[str, object]:
+    """The parameters of the rank-0 node's `launch` probe: the launch directory, the import's
+    deadline, and the launch's `deepspeed` (launchpy: the user's interactive shell's, where
+    found; else the node's non-interactive PATH's)."""
     timeout = cluster.settings.timeout_command
     found = launchpy.launch_deepspeed(cluster)
-    plan: dict[str, Any] = cluster.probe(
-        cluster.rank0.name, "launch", script=SCRIPT, launch_dir=cluster.settings.env.launch_dir,
-        import_timeout=max(60.0, timeout), timeout=max(60.0, timeout) + 30,
-        **({"deepspeed": found.path} if found.path else {}))
-    return {**plan, "found_by": found.how if found.path and plan.get("deepspeed") == found.path
-            else "PATH"}
+    return {"launch_dir": cluster.settings.env.launch_dir, "import_timeout": max(60.0, timeout),
+            "timeout": max(60.0, timeout) + 30,
+            **({"deepspeed": found.path} if found.path else {})}
+
+
+def launch_plan(cluster: Cluster) -> LaunchPlan:
+    """On the rank-0 node: the launch's `deepspeed`, its interpreter and DeepSpeed's export
+    rules (probed once)."""
+    return cluster.probe(cluster.rank0.name, LAUNCH, **launch_params(cluster))
 
 
 def launch_python(cluster: Cluster) -> str | None:
@@ -119,8 +127,7 @@ def launch_python(cluster: Cluster) -> str | None:
         plan = launch_plan(cluster)
     except (ProbeError, ConnectError):  # rank 0 down: its own red (test_login) says so
         return None
-    facts = plan.get("facts") or {}
-    return None if facts.get("error") else facts.get("executable")
+    return None if plan.facts is None or plan.facts.error else plan.facts.executable
 
 
 def rehearse(cluster: Cluster) -> Rehearsal:
@@ -161,59 +168,57 @@ def _code_word(deadline: float, tag: str) -> str:
 
 def _rehearse(cluster: Cluster) -> Rehearsal:
     start = time.monotonic()
-    site = cluster.rank0.name
-    r = Rehearsal(site=site)
+    r = Rehearsal(site=cluster.rank0.name)
+    r.site_problem = _prepare(cluster, r)
+    if r.site_problem is None:
+        _run_legs(cluster, r)
+        r.seconds = time.monotonic() - start
+    return r
+
+
+def _prepare(cluster: Cluster, r: Rehearsal) -> Leg | None:
+    """What the launch works out on the rank-0 node before pdsh (its interpreter, directory and
+    exports, into `r`); or why it cannot start there, as that node's leg."""
+    site = r.site
     err = cluster.login_error(site)
     if err is not None:
-        r.site_problem = ("skip", f"{site} (rank 0, where deepspeed starts) unreachable "
-                                  f"({err.cause.value}): see {ids.LOGIN.of(site)}",
-                          ids.LOGIN.of(site))
-        return r
-    timeout = cluster.settings.timeout_command
+        return Leg("skip", f"{site} (rank 0, where deepspeed starts) unreachable "
+                           f"({err.cause.value}): see {ids.LOGIN.of(site)}",
+                   root=ids.LOGIN.of(site))
     try:
         plan = launch_plan(cluster)
     except ProbeError as exc:
-        r.site_problem = ("fail", str(exc), "")
-        return r
-    r.launch_dir = plan["launch_dir"]
-    problem = _site_problem(site, plan)
+        return Leg("fail", exc.message, exc.fix, cause=exc.cause)
+    r.launch_dir = plan.launch_dir
+    problem = launchlegs.judge_plan(site, plan)
     if problem is not None:
-        r.site_problem = problem
-        return r
-    facts: dict[str, Any] = plan["facts"]
+        return problem
+    facts = plan.facts
+    assert facts is not None  # judge_plan fails a plan without them
     # DeepSpeed writes `cd {os.path.abspath('.')}`: the launch directory as its process sees it
-    r.launch_dir = facts.get("cwd") or r.launch_dir
-    r.python = facts["executable"]
-    r.accelerator = facts.get("accelerator")
-    r.deepspeed_version = facts.get("deepspeed")
-    rules = launchlegs.LaunchRules(
-        export_prefixes=tuple(facts.get("EXPORT_ENVS") or launchlegs.EXPORT_ENVS)
-        + tuple(facts.get("export_envs") or ()),
-        exclude_envs={k: tuple(v) for k, v in (facts.get("EXCLUDE_ENVS") or {}).items()},
-    )
+    r.launch_dir = facts.cwd or r.launch_dir
+    r.python, r.accelerator, r.deepspeed_version = facts.executable, facts.accelerator, \
+        facts.deepspeed
     try:
-        r.exports = launchlegs.launch_exports(facts["env"], facts["cwd"],
-                                      [tuple(f) for f in facts.get("env_files") or []], rules)
+        r.exports = launchlegs.launch_exports(facts.env, facts.cwd, facts.env_files,
+                                              facts.rules())
     except launchlegs.EnvFileCrash as exc:
         r.site_env_file = True
-        r.site_problem = ("fail", f"{site}: `deepspeed --hostfile` would stop on {site} before "
-                                  f"starting any rank: {exc}\n  fix, on {site}: delete that line "
-                                  f"or write NAME=value (see {ids.DEEPSPEED_ENV.of(site)})", "")
-        return r
+        return launchlegs.env_file_stops(site, exc)
     bad = launchlegs.export_problems(r.exports)
     if bad:
         r.site_env_file = True
-        r.site_problem = ("fail", f"{site}: the exports deepspeed sends to every node (from "
-                                  f"{site}'s environment and .deepspeed_env) break every node's "
-                                  f"shell:\n  - " + "\n  - ".join(bad)
-                                  + f"\n  fix, on {site}: correct those lines of .deepspeed_env "
-                                  f"(see {ids.DEEPSPEED_ENV.of(site)})", "")
-        return r
+        return launchlegs.exports_break(site, bad)
+    return None
+
+
+def _run_legs(cluster: Cluster, r: Rehearsal) -> None:
+    """pdsh from the rank-0 node, as the launch runs it, and each node's leg judged."""
     r.hosts = launch_hosts(cluster)
     connect = cluster.settings.timeout_connect
-    deadline = max(60.0, timeout)
+    deadline = max(60.0, cluster.settings.timeout_command)
     words = launchlegs.remote_words(r.exports, r.launch_dir, r.python,
-                                   ["-u", "-c", _code_word(deadline, cluster.pool.tag)])
+                                    ["-u", "-c", _code_word(deadline, cluster.pool.tag)])
     r.line = launchlegs.remote_line(words[:-1] + ["'<import check>'"])
     argv = launchlegs.pdsh_argv(r.hosts, connect_timeout=int(connect),
                                 command_timeout=int(deadline))
@@ -221,49 +226,11 @@ def _rehearse(cluster: Cluster) -> Rehearsal:
     command = (f"cd {shlex.quote(r.launch_dir)} && PDSH_RCMD_TYPE=ssh "
                f"PDSH_SSH_ARGS_APPEND=\"$PDSH_SSH_ARGS_APPEND {ssh_args}\" "
                + shlex.join([*argv, *words]))
-    res = cluster.run(site, command, timeout=connect + deadline + 30)
-    r.outputs = outputs = launchlegs.split_pdsh_output(res.stdout + "\n" + res.stderr, r.hosts)
+    res = cluster.run(r.site, command, timeout=connect + deadline + 30)
+    r.outputs = launchlegs.split_pdsh_output(res.stdout + "\n" + res.stderr, r.hosts)
     replay_line = launchlegs.remote_line(
         words[:-2] + ["-c", "\"import deepspeed.launcher.launch\""])
+    ctx = launchlegs.LegContext(r.site, r.python, r.launch_dir, deadline, r.exports)
     for node in r.hosts:
-        r.legs[node] = launchlegs.judge_leg(node, outputs[node], site=site, python=r.python,
-                                    launch_dir=r.launch_dir, deadline=deadline,
-                                    replay=f"ssh {node} {shlex.quote(replay_line)}",
-                                    exports=r.exports)
-    r.seconds = time.monotonic() - start
-    return r
-
-
-def _site_problem(site: str, plan: dict[str, Any]) -> tuple[str, str, str] | None:
-    where = f"{site} (rank 0, where `deepspeed --hostfile` starts)"
-    if not plan.get("deepspeed"):
-        return ("skip", f"{where} has no `deepspeed`, neither on the PATH of a non-interactive "
-                        f"shell ({plan.get('path')}) nor in an interactive one: see "
-                        f"{ids.REQUIRED_ENV.of(site)}", ids.REQUIRED_ENV.of(site))
-    if not plan.get("pdsh"):
-        return ("skip", f"{where} has no pdsh: see {ids.PDSH_INSTALLED.of(site)}",
-                ids.PDSH_INSTALLED.of(site))
-    if not plan.get("launch_dir_ok"):
-        return ("fail", f"{where}: the launch directory {plan['launch_dir']} does not exist there."
-                        f"\n  fix: create it, or pass the directory you start deepspeed in as "
-                        f"--launch-dir", "")
-    if not plan.get("interpreter"):
-        return ("fail", f"{where}: cannot tell which interpreter {plan['deepspeed']} runs (its "
-                        f"first line: {plan.get('shebang')!r}).\n  fix, on {site}: reinstall "
-                        f"deepspeed (pip install --force-reinstall deepspeed)", "")
-    if plan.get("facts_error") or "facts" not in plan:
-        return ("fail", f"{where}: {plan.get('interpreter')} (the interpreter of "
-                        f"{plan['deepspeed']}) cannot run DeepSpeed's launcher in "
-                        f"{plan['launch_dir']}:\n    "
-                        + str(plan.get("facts_error")).replace("\n", "\n    ")
-                        + f"\n  fix, on {site}: repair that environment (pip install deepspeed "
-                        f"with {plan.get('interpreter')})", "")
-    facts = plan["facts"]
-    if facts.get("error"):
-        return ("fail", f"{where}: DeepSpeed's launcher does not import with "
-                        f"{facts.get('executable')} in {plan['launch_dir']}:\n    "
-                        + facts["error"].strip().splitlines()[-1]
-                        + f"\n  fix, on {site}: repair that environment ({facts.get('executable')} "
-                        f"-m pip install deepspeed), or remove what shadows it in "
-                        f"{plan['launch_dir']}", "")
-    return None
+        r.legs[node] = launchlegs.judge_leg(node, r.outputs[node], ctx,
+                                            f"ssh {node} {shlex.quote(replay_line)}")

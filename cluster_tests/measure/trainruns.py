@@ -396,7 +396,7 @@ class TrainingRuns:
         r = self.cluster.cached(rehearsal.MEMO_KEY)
         if r is None:
             return None
-        facts = {n: (r.leg(n).data or {}).get("jit") for n in self.cluster.names}
+        facts = r.jit_facts(self.cluster.names)
         return jj.stale_lock_owner(facts, self.cluster.names, node)
 
     def _jit_wait(self, nodes: Sequence[str]) -> str | None:
@@ -405,7 +405,7 @@ class TrainingRuns:
         r = self.cluster.cached(rehearsal.MEMO_KEY)
         if r is None:
             return None
-        facts = {n: (r.leg(n).data or {}).get("jit") for n in self.cluster.names}
+        facts = r.jit_facts(self.cluster.names)
         for node in nodes:
             why = jj.smoke_waits_on(facts, self.cluster.names, node)
             if why:

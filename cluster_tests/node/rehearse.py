@@ -22,6 +22,7 @@ the rank's exports and environment, finds them.
 """
 
 import csv
+import faulthandler
 import json
 import os
 import shutil
@@ -381,10 +382,77 @@ def versions(torch_error):
     return stack_versions(sys.modules.get("torch") if torch_error is None else None, torch_error)
 
 
+def _step(out, name, fn):
+    """Run one step of the check, named on stdout first (a hang names its step), timed and
+    caught into out["steps"]; whether it worked."""
+    sys.stdout.write("CT_STEP:%s\n" % name)
+    sys.stdout.flush()
+    start = time.time()
+    rec = {"step": name, "ok": True, "error": None}
+    try:
+        value = fn()
+        if value is not None:
+            rec["value"] = value
+    except BaseException as exc:  # SystemExit from a broken package too
+        rec["ok"] = False
+        rec["error"] = _error(exc)
+    rec["seconds"] = round(time.time() - start, 3)
+    out["steps"].append(rec)
+    return rec["ok"]
+
+
+def _importer(name):
+    return lambda: __import__(name) and None
+
+
+def _cuda_devices():
+    import torch
+    if not torch.cuda.is_available():
+        raise RuntimeError("torch.cuda.is_available() is False (torch %s, built for CUDA "
+                           "%s)" % (torch.__version__, torch.version.cuda))
+    n = torch.cuda.device_count()
+    if n < 1:
+        raise RuntimeError("torch.cuda.device_count() is 0")
+    return n
+
+
+def _npu_devices():
+    import torch
+    import torch_npu  # noqa: F401
+    n = torch.npu.device_count()
+    if n < 1:
+        raise RuntimeError("torch.npu.device_count() is 0")
+    return n
+
+
+def _imports(out):
+    """What the launch and a training script's first line import, each a step; whether torch
+    imported."""
+    _step(out, "import deepspeed.launcher.launch", _importer("deepspeed.launcher.launch"))
+    _step(out, "import deepspeed", _importer("deepspeed"))
+    torch_ok = _step(out, "import torch", _importer("torch"))
+    if out["accelerator"] == "cuda" and torch_ok:
+        _step(out, "torch.cuda.device_count()", _cuda_devices)
+    elif out["accelerator"] == "npu" and torch_ok:
+        _step(out, "import torch_npu; torch.npu.device_count()", _npu_devices)
+    return torch_ok
+
+
+def _inspect_jit(out):
+    """E7's facts into out["jit"], timed (its own step line, outside the import steps)."""
+    sys.stdout.write("CT_STEP:inspect JIT ops\n")
+    sys.stdout.flush()
+    start = time.time()
+    try:
+        out["jit"] = jit_facts()
+    except Exception as exc:
+        out["jit"] = {"error": _error(exc)}
+    out["jit"]["seconds"] = round(time.time() - start, 3)
+
+
 def main():
     deadline = globals().get("CT_DEADLINE")  # pdsh's deadline for this leg, set by the launcher
     if deadline:
-        import faulthandler
         # still here just before pdsh ends this leg (a hung import, a dead NFS mount): this
         # process's stacks on stderr, so that the red can say where it hung
         faulthandler.dump_traceback_later(max(1.0, float(deadline) - 5), exit=False)
@@ -392,62 +460,12 @@ def main():
            "version": sys.version.split()[0],
            "sys_path": sys.path[:16], "pythonpath": os.environ.get("PYTHONPATH"),
            "steps": [], "accelerator": _accelerator_kind()}
-
-    def step(name, fn):
-        sys.stdout.write("CT_STEP:%s\n" % name)
-        sys.stdout.flush()
-        start = time.time()
-        rec = {"step": name, "ok": True, "error": None}
-        try:
-            value = fn()
-            if value is not None:
-                rec["value"] = value
-        except BaseException as exc:  # SystemExit from a broken package too
-            rec["ok"] = False
-            rec["error"] = _error(exc)
-        rec["seconds"] = round(time.time() - start, 3)
-        out["steps"].append(rec)
-        return rec["ok"]
-
-    def imp(name):
-        return lambda: __import__(name) and None
-
-    step("import deepspeed.launcher.launch", imp("deepspeed.launcher.launch"))
-    step("import deepspeed", imp("deepspeed"))
-    torch_ok = step("import torch", imp("torch"))
-    kind = out["accelerator"]
-    if kind == "cuda" and torch_ok:
-        def cuda():
-            import torch
-            if not torch.cuda.is_available():
-                raise RuntimeError("torch.cuda.is_available() is False (torch %s, built for CUDA "
-                                   "%s)" % (torch.__version__, torch.version.cuda))
-            n = torch.cuda.device_count()
-            if n < 1:
-                raise RuntimeError("torch.cuda.device_count() is 0")
-            return n
-        step("torch.cuda.device_count()", cuda)
-    elif kind == "npu" and torch_ok:
-        def npu():
-            import torch
-            import torch_npu  # noqa: F401
-            n = torch.npu.device_count()
-            if n < 1:
-                raise RuntimeError("torch.npu.device_count() is 0")
-            return n
-        step("import torch_npu; torch.npu.device_count()", npu)
+    torch_ok = _imports(out)
     out["packages"] = {m: _package(m, d) for m, d in PACKAGES}
     torch_step = [s for s in out["steps"] if s["step"] == "import torch"][0]
     out["versions"] = versions(torch_step["error"])
     if "deepspeed" in sys.modules and torch_ok:
-        sys.stdout.write("CT_STEP:inspect JIT ops\n")
-        sys.stdout.flush()
-        start = time.time()
-        try:
-            out["jit"] = jit_facts()
-        except Exception as exc:
-            out["jit"] = {"error": _error(exc)}
-        out["jit"]["seconds"] = round(time.time() - start, 3)
+        _inspect_jit(out)
     # E6 from the rank's own environment (exports applied), not from another shell's
     out["tmpdir"] = tmpdir_facts(os.environ.get("TMPDIR"), None)
     if deadline:

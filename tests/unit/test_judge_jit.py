@@ -1,75 +1,108 @@
-"""judge/env/jit.py (CHECKLIST E7) on facts dicts shaped as node/rehearse.py's `jit`."""
+"""judge/env/jit.py (CHECKLIST E7) on the facts node/rehearse.py really reports, run here as a
+node runs it: in a shared extensions directory holding a stale build lock (a plain file two
+hours old, as a killed build leaves it), and once more with no tool on its PATH and that
+directory mounted read-only. Each node of a cluster is one of those reports, or one changed
+where a real cluster differs (another inode, a live holder)."""
 
 from __future__ import annotations
 
+import dataclasses
+import os
 import subprocess
-from typing import Any
+import time
+from pathlib import Path
+
+import envnode
+import pytest
 
 from cluster_tests.judge.env import jit as jj
+from cluster_tests.judge.env.envvars import EnvCause
+from cluster_tests.judge.env.jit import Holder, JitFacts
+from cluster_tests.judge.env.launchlegs import LegReport
 
 ORDER = ["node1", "node2", "node3"]
-EXT = "/shared/torch_extensions"
-LOCK = f"{EXT}/deepspeed_shm_comm/lock"
+OP = "deepspeed_shm_comm"
 
 
-def _facts(*, locks: list[dict[str, Any]] | None = None, ninja: bool = True, cxx: bool = True,
-           ext_ino: int = 7, writable: bool = True, free: int = 50 << 30,
-           ops: list[dict[str, Any]] | None = None, entries: list[str] | None = None,
-           triton_installed: bool = False, triton_writable: bool = True) -> dict[str, Any]:
-    return {
-        "accelerator": "cpu",
-        "ops": ops if ops is not None else [
-            {"name": "deepspeed_shm_comm", "builder": "ShareMemCommBuilder",
-             "compatible": True, "prebuilt": False}],
-        "ext": {"path": EXT, "exists": True, "checked": EXT, "ino": ext_ino, "ctime_ns": 5,
-                "writable": writable, "free_bytes": free, "source": "TORCH_EXTENSIONS_DIR",
-                "entries": entries if entries is not None else ["deepspeed_shm_comm"],
-                **({} if writable else {"write_error": "[Errno 13] Permission denied"})},
-        "locks": locks or [],
-        "triton": {"path": "/root/.triton/cache", "exists": False, "writable": triton_writable,
-                   "installed": triton_installed, "source": "Triton's default"},
-        "ninja": ({"name": "ninja", "path": "/usr/bin/ninja", "ok": True, "version": "1.11.1"}
-                  if ninja else {"name": "ninja", "path": None, "ok": False,
-                                 "error": "[Errno 2] No such file or directory: 'ninja'"}),
-        "cxx": ({"name": "c++", "path": "/usr/bin/c++", "ok": True, "version": "c++ 12.2.0"}
-                if cxx else {"name": "c++", "path": None, "ok": False, "from_env": False,
-                             "error": "[Errno 2] No such file or directory: 'c++'"}),
-        "path": "/venv/bin:/usr/bin",
-    }
+def _jit(cwd: Path, ext: Path, **kw) -> JitFacts:
+    out = envnode.rehearse(cwd, env={"TORCH_EXTENSIONS_DIR": str(ext), "DS_ACCELERATOR": "cpu",
+                                     **kw.pop("env", {})}, **kw)
+    report = LegReport.read(envnode.last(out, envnode.REHEARSAL_MARK))
+    assert report.jit is not None
+    return report.jit
 
 
-def _lock(processes: list[dict[str, Any]] | None = None, **kw: Any) -> dict[str, Any]:
-    return {"op": "deepspeed_shm_comm", "path": LOCK, "age_s": 7200.0, "ino": 4242,
-            "mtime_ns": 99, "activity_age_s": 7200.0, "processes": processes or [], **kw}
+@pytest.fixture(scope="module")
+def ext(tmp_path_factory) -> Path:
+    """The shared extensions directory: the op's stale lock, two hours old."""
+    root = tmp_path_factory.mktemp("ext")
+    lock = root / OP / "lock"
+    lock.parent.mkdir()
+    lock.write_text("")
+    old = time.time() - 2 * 3600
+    os.utime(lock, (old, old))
+    return root
 
 
-def test_healthy_cluster_is_green_and_reports_the_directory_as_shared():
-    out = jj.judge_jit({n: _facts() for n in ORDER}, ORDER)
-    assert all(not v.problems and not v.warnings and v.blocked_by is None for v in out.values())
+@pytest.fixture(scope="module")
+def stale(ext, tmp_path_factory) -> JitFacts:
+    """A healthy node's facts, but for the stale lock it sees."""
+    return _jit(tmp_path_factory.mktemp("launch"), ext)
+
+
+@pytest.fixture(scope="module")
+def broken(ext, tmp_path_factory) -> JitFacts:
+    """No ninja or compiler on the ranks' PATH, and the extensions directory read-only."""
+    return _jit(tmp_path_factory.mktemp("launch"), ext, env={"PATH": "/nonexistent"},
+                read_only=ext)
+
+
+def _healthy(facts: JitFacts) -> JitFacts:
+    return dataclasses.replace(facts, locks=())
+
+
+def test_the_facts_are_what_the_node_found(stale, broken, ext):
+    assert [op.name for op in stale.ops] == [OP] and stale.to_load() == [OP]
+    assert stale.ext.path == str(ext) and stale.ext.source == "TORCH_EXTENSIONS_DIR"
+    assert stale.ext.writable and stale.ninja.ok and stale.cxx.ok
+    [lock] = stale.locks
+    assert lock.path == str(ext / OP / "lock") and not lock.processes
+    assert 7000 < (lock.age_s or 0) < 8000
+    assert broken.locks[0].key == lock.key  # one file, seen by both
+    assert not broken.ninja.ok and not broken.cxx.ok and not broken.ext.writable
+
+
+def test_healthy_cluster_is_green_and_reports_the_directory_as_shared(stale):
+    out = jj.judge_jit({n: _healthy(stale) for n in ORDER}, ORDER)
+    assert all(not v.findings and not v.warnings and v.blocked_by is None for v in out.values())
     assert "shared with node2, node3" in out["node1"].facts["extensions_dir"]
-    assert out["node2"].facts["jit_ops"] == "deepspeed_shm_comm"
+    assert out["node2"].facts["jit_ops"] == OP
+    assert jj.jit_problem("node1", out) is None
 
 
-def test_stale_shared_lock_is_red_once_and_blocks_the_other_nodes():
-    out = jj.judge_jit({n: _facts(locks=[_lock()]) for n in ORDER}, ORDER)
-    red = out["node1"]
-    assert len(red.problems) == 1 and "stale JIT build lock of the deepspeed_shm_comm op" in \
-        red.problems[0]
-    assert LOCK in red.problems[0] and "2.0 h old" in red.problems[0]
-    assert "shared by node1, node2, node3" in red.problems[0]
-    assert [f.where for f in red.fixes] == ["node1"]
+def test_stale_shared_lock_is_red_once_and_blocks_the_other_nodes(stale, ext):
+    out = jj.judge_jit({n: stale for n in ORDER}, ORDER)
+    lock = str(ext / OP / "lock")
+    red = jj.jit_problem("node1", out)
+    assert red is not None and red.cause is EnvCause.STALE_LOCK and red.item == "E7"
+    assert red.message.startswith(f"node1: stale JIT build lock of the {OP} op: {lock} ")
+    assert "2.0 h old" in red.message and "shared by node1, node2, node3" in red.message
+    assert red.fix.startswith(f"on node1: rm -f {lock} (safe now")
+    assert [f.where for f in red.fixes] == ["node1"] and red.breaks == ("node2", "node3")
     for n in ("node2", "node3"):
-        assert not out[n].problems and out[n].blocked_by == "node1"
-        assert LOCK in out[n].blocked_text
+        assert not out[n].findings and out[n].blocked_by == "node1"
+        assert jj.jit_problem(n, out) is None and lock in out[n].blocked_text
+        assert jj.blocked_line(out[n]).startswith("blocked by test_jit_ops[node1]: ")
 
 
-def test_the_fix_removes_only_the_very_lock_found(tmp_path):
+def test_the_fix_removes_only_the_very_lock_found(stale, tmp_path):
     lock = tmp_path / "op" / "lock"
     lock.parent.mkdir()
     lock.write_text("")
-    fix = jj.stale_lock_fix("node1", {"op": "op", "path": str(lock), "ino": lock.stat().st_ino})
+    found = dataclasses.replace(stale.locks[0], path=str(lock), ino=lock.stat().st_ino)
+    fix = jj.stale_lock_fix("node1", found)
     # a newer lock (another inode) is left alone
-    other = jj.stale_lock_fix("node1", {"op": "op", "path": str(lock), "ino": 1})
+    other = jj.stale_lock_fix("node1", dataclasses.replace(found, ino=1))
     subprocess.run(["sh", "-c", other.commands[0]], check=True)
     assert lock.exists()
     for _ in range(2):  # idempotent
@@ -77,68 +110,95 @@ def test_the_fix_removes_only_the_very_lock_found(tmp_path):
     assert not lock.exists()
 
 
-def test_lock_held_by_a_live_build_anywhere_is_a_warning_not_red():
-    holder = {"pid": 77, "how": "holds", "cmd": "python train.py", "cwd": "/job"}
-    facts = {"node1": _facts(locks=[_lock()]), "node2": _facts(locks=[_lock([holder])]),
-             "node3": _facts(locks=[_lock()])}
+def test_lock_held_by_a_live_build_anywhere_is_a_warning_not_red(stale):
+    held = dataclasses.replace(stale.locks[0], processes=(Holder(77, True, "python train.py"),))
+    facts = {"node1": stale, "node2": dataclasses.replace(stale, locks=(held,)), "node3": stale}
     out = jj.judge_jit(facts, ORDER)
-    assert all(not v.problems and v.blocked_by is None for v in out.values())
+    assert all(not v.findings and v.blocked_by is None for v in out.values())
     assert "pid 77 on node2 (holds it open)" in out["node1"].warnings[0]
     assert not out["node2"].warnings and not out["node3"].warnings
 
 
-def test_local_locks_are_judged_per_node():
-    facts = {"node1": _facts(ext_ino=1), "node2": _facts(ext_ino=2, locks=[_lock(ino=1)]),
-             "node3": _facts(ext_ino=3, locks=[_lock(ino=2)])}
+def test_local_locks_are_judged_per_node(stale):
+    def local(ino: int) -> JitFacts:
+        lock = dataclasses.replace(stale.locks[0], ino=ino)
+        return dataclasses.replace(stale, ext=dataclasses.replace(stale.ext, ino=ino),
+                                   locks=(lock,))
+
+    facts = {"node1": _healthy(local(1)), "node2": local(2), "node3": local(3)}
     out = jj.judge_jit(facts, ORDER)
-    assert not out["node1"].problems
-    assert out["node2"].problems and out["node3"].problems
+    assert not out["node1"].findings
+    assert out["node2"].findings and out["node3"].findings
     assert out["node2"].blocked_by is None and "not shared" in out["node2"].facts["extensions_dir"]
 
 
-def test_missing_ninja_or_compiler_is_red_on_that_node_only():
-    facts = {"node1": _facts(), "node2": _facts(ninja=False), "node3": _facts(cxx=False)}
-    out = jj.judge_jit(facts, ORDER)
-    assert not out["node1"].problems
-    assert "Unable to JIT load the deepspeed_shm_comm op due to ninja not being installed" in \
-        out["node2"].problems[0]
-    assert "-m pip install ninja" in out["node2"].problems[0]
-    assert "`c++` (torch's default without CXX), does not run there" in out["node3"].problems[0]
+def test_missing_ninja_or_compiler_is_red_on_that_node_only(stale, broken):
+    facts = {"node1": _healthy(stale), "node2": dataclasses.replace(stale, locks=(),
+                                                                   ninja=broken.ninja),
+             "node3": dataclasses.replace(stale, locks=(), cxx=broken.cxx)}
+    out = jj.judge_jit(facts, ORDER, python="/venv/bin/python")
+    assert not out["node1"].findings
+    ninja = jj.jit_problem("node2", out)
+    assert ninja is not None and ninja.cause is EnvCause.NO_NINJA
+    assert f"Unable to JIT load the {OP} op due to ninja not being installed" in ninja.message
+    assert ninja.fix == ("on node2: /venv/bin/python -m pip install ninja (or apt-get install "
+                         "ninja-build), so that it is on that PATH")
+    cxx = jj.jit_problem("node3", out)
+    assert cxx is not None and cxx.cause is EnvCause.NO_COMPILER
+    assert "`c++` (torch's default without CXX), does not run there" in cxx.message
 
 
-def test_no_toolchain_needed_when_nothing_is_jit_loaded():
-    prebuilt = [{"name": "deepspeed_shm_comm", "compatible": True, "prebuilt": True}]
-    incompatible = [{"name": "deepspeed_shm_comm", "compatible": False, "prebuilt": False}]
-    for ops in (prebuilt, incompatible):
-        out = jj.judge_jit({"node1": _facts(ninja=False, cxx=False, ops=ops, entries=[])},
-                           ["node1"])
-        assert out["node1"].problems == []
+def test_a_node_with_nothing_usable_has_one_red_with_every_fix(stale, broken):
+    """No ninja, no compiler, a read-only extensions directory, and the shared stale lock
+    another node reports: one red naming all of it and the red it is also blocked by."""
+    out = jj.judge_jit({"node1": stale, "node2": broken, "node3": stale}, ORDER)
+    red = jj.jit_problem("node2", out)
+    assert red is not None and [f.cause for f in out["node2"].findings] == [
+        EnvCause.NO_NINJA, EnvCause.NO_COMPILER, EnvCause.EXT_DIR_UNWRITABLE]
+    assert "takes no file ([Errno 30] Read-only file system" in red.message
+    assert red.message.endswith("node2: also blocked by test_jit_ops[node1]: the stale JIT "
+                                f"build lock {stale.locks[0].path} of {OP}, in the extensions "
+                                f"directory this node shares")
+    assert red.fix.count("on node2: ") == 1 and "install g++" in red.fix
+    assert "set TORCH_EXTENSIONS_DIR to a writable directory" in red.fix
+    assert out["node2"].fixes == [] and out["node2"].blocked_by == "node1"
+
+
+def test_no_toolchain_needed_when_nothing_is_jit_loaded(broken):
+    op = broken.ops[0]
+    nothing = dataclasses.replace(broken.ext, entries=())
+    for ops in ((dataclasses.replace(op, prebuilt=True),),
+                (dataclasses.replace(op, compatible=False),)):
+        facts = dataclasses.replace(broken, ops=ops, ext=nothing, locks=())
+        assert jj.judge_jit({"node1": facts}, ["node1"])["node1"].findings == []
     # an op built before (compatible or not) is loaded again: ninja is needed for it
-    out = jj.judge_jit({"node1": _facts(ninja=False, ops=incompatible, entries=["fused_adam"])},
-                       ["node1"])
-    assert "JIT-load fused_adam" in out["node1"].problems[0]
+    before = dataclasses.replace(broken, ops=(dataclasses.replace(op, compatible=False),),
+                                 ext=dataclasses.replace(broken.ext, entries=("fused_adam",)),
+                                 locks=())
+    [ninja, *_] = jj.judge_jit({"node1": before}, ["node1"])["node1"].findings
+    assert "JIT-load fused_adam" in ninja.text
 
 
-def test_unwritable_or_full_extensions_dir_and_unwritable_triton_cache():
-    out = jj.judge_jit({"node1": _facts(writable=False), "node2": _facts(free=10 << 20),
-                        "node3": _facts(triton_installed=True, triton_writable=False)}, ORDER)
-    assert "takes no file ([Errno 13] Permission denied" in out["node1"].problems[0]
-    assert "10 MiB free, below 256 MiB" in out["node2"].problems[0]
-    assert "Triton is installed and its cache directory" in out["node3"].problems[0]
+def test_full_extensions_dir_and_unwritable_triton_cache(stale):
+    full = dataclasses.replace(stale, locks=(),
+                               ext=dataclasses.replace(stale.ext, free_bytes=10 << 20))
+    triton = dataclasses.replace(stale, locks=(), triton=dataclasses.replace(
+        stale.triton, installed=True, writable=False, write_error="[Errno 13] Permission denied"))
+    out = jj.judge_jit({"node1": full, "node2": triton}, ORDER[:2])
+    [small] = out["node1"].findings
+    assert small.cause is EnvCause.EXT_DIR_FULL and "10 MiB free, below 256 MiB" in small.text
+    [tri] = out["node2"].findings
+    assert tri.cause is EnvCause.TRITON_CACHE_UNWRITABLE
+    assert "Triton is installed and its cache directory" in tri.text
 
 
-def test_blocked_node_with_a_problem_of_its_own_fails_and_names_the_blocker():
-    facts = {n: _facts(locks=[_lock()], ninja=(n != "node2")) for n in ORDER}
-    out = jj.judge_jit(facts, ORDER)
-    assert out["node2"].problems and out["node2"].blocked_by == "node1"
-    assert out["node2"].fixes == []
-
-
-def test_the_smoke_job_waits_only_on_a_stale_lock_of_an_op_deepspeed_loads_itself():
-    facts = {n: _facts(locks=[_lock()]) for n in ORDER}
-    why = jj.smoke_waits_on(facts, ORDER, "node3")
-    assert why is not None and "see test_jit_ops[node1]" in why and LOCK in why
-    other = _lock(op="cpu_adam", path=f"{EXT}/cpu_adam/lock")
-    assert jj.smoke_waits_on({n: _facts(locks=[other]) for n in ORDER}, ORDER, "node1") is None
-    live = _lock([{"pid": 1, "how": "holds", "cmd": "python"}])
-    assert jj.smoke_waits_on({n: _facts(locks=[live]) for n in ORDER}, ORDER, "node1") is None
+def test_the_smoke_job_waits_only_on_a_stale_lock_of_an_op_deepspeed_loads_itself(stale, ext):
+    why = jj.smoke_waits_on({n: stale for n in ORDER}, ORDER, "node3")
+    assert why is not None and "see test_jit_ops[node1]" in why and str(ext / OP) in why
+    assert jj.stale_lock_owner({n: stale for n in ORDER}, ORDER, "node3") == ("node1", why)
+    other = dataclasses.replace(stale, locks=(dataclasses.replace(
+        stale.locks[0], op="cpu_adam", path=str(ext / "cpu_adam" / "lock")),))
+    assert jj.smoke_waits_on({n: other for n in ORDER}, ORDER, "node1") is None
+    live = dataclasses.replace(stale, locks=(dataclasses.replace(
+        stale.locks[0], processes=(Holder(1, True, "python"),)),))
+    assert jj.smoke_waits_on({n: live for n in ORDER}, ORDER, "node1") is None

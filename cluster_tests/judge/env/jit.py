@@ -1,5 +1,6 @@
 """What the first step builds (CHECKLIST E7): pure judgement of the rehearsal's `jit` facts
-(node/rehearse.py), tested in tests/unit/test_judge_jit.py.
+(node/rehearse.py, read into :class:`JitFacts` where the leg's report arrives), tested in
+tests/unit/test_judge_jit.py.
 
 How torch and DeepSpeed behave (torch 2.x ``torch/utils/cpp_extension.py`` and
 ``file_baton.py``, DeepSpeed 0.19 ``ops/op_builder/builder.py``):
@@ -28,70 +29,218 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from cluster_tests.core import testids as ids
 from cluster_tests.judge.common.fixcmd import q
-from cluster_tests.judge.problem import Fix
+from cluster_tests.judge.common.probes import (
+    flag,
+    integer,
+    number,
+    obj,
+    opt_int,
+    opt_text,
+    text,
+    texts,
+)
+from cluster_tests.judge.env.envvars import EnvCause, Finding, node_problem
+from cluster_tests.judge.problem import Fix, Problem
 
 #: room to build one op (objects and the .so of fused_adam / shm comm are a few MB; a CUDA op's
 #: intermediates tens of MB)
 MIN_FREE_BYTES = 256 << 20
 
 
+def _opt_number(value: object) -> float | None:
+    return None if value is None else number(value)
+
+
+def _items(value: object) -> list[object]:
+    return list(value) if isinstance(value, list) else []
+
+
+@dataclass(frozen=True)
+class Op:
+    """One of DeepSpeed's op builders the first step uses (`ops`)."""
+
+    name: str  # "" where DeepSpeed could not create the builder
+    compatible: bool
+    prebuilt: bool  # installed with DeepSpeed: loaded without a build
+
+    @classmethod
+    def read(cls, raw: object) -> Op:
+        d = obj(raw, "an op")
+        return cls(text(d.get("name")), flag(d.get("compatible")), flag(d.get("prebuilt")))
+
+
+@dataclass(frozen=True)
+class JitDir:
+    """The extensions directory or Triton's cache as the launch's process finds it: a file
+    really created and removed there (or in the nearest existing parent, `checked`)."""
+
+    path: str
+    source: str  # what names it: "TORCH_EXTENSIONS_DIR", "torch's default"...
+    exists: bool = False
+    checked: str = ""
+    writable: bool = False
+    write_error: str | None = None
+    free_bytes: int | None = None
+    ino: int | None = None
+    entries: tuple[str, ...] = ()  # the extensions directory's ops (built before)
+    installed: bool | None = None  # Triton's: importable
+
+    @classmethod
+    def read(cls, raw: object) -> JitDir:
+        d = obj(raw, "a JIT directory")
+        installed = d.get("installed")
+        return cls(text(d.get("path")), text(d.get("source")), flag(d.get("exists")),
+                   text(d.get("checked")), flag(d.get("writable")), opt_text(d.get("write_error")),
+                   opt_int(d.get("free_bytes")), opt_int(d.get("ino")), texts(d.get("entries")),
+                   installed if isinstance(installed, bool) else None)
+
+    @property
+    def identity(self) -> tuple[str, int] | None:
+        """The directory's identity across nodes, for the report: path and inode (the same on
+        every client of one NFS/Lustre volume; its ctime is not, since each node's write test
+        changes it). Two local directories at one path with one inode number (nodes cloned
+        from one image) would read as shared; the locks' verdicts do not rest on this
+        (:attr:`Lock.key`)."""
+        return None if self.ino is None else (self.path, self.ino)
+
+
+@dataclass(frozen=True)
+class Holder:
+    """A process that holds a build lock open, or builds in its op's directory."""
+
+    pid: int
+    holds: bool  # holds the lock's fd (else: runs in the op's directory)
+    cmd: str
+
+    @classmethod
+    def read(cls, raw: object) -> Holder:
+        d = obj(raw, "a lock's process")
+        return cls(integer(d.get("pid")), d.get("how") == "holds", text(d.get("cmd")))
+
+    def describe(self, node: str) -> str:
+        how = "holds it open" if self.holds else "runs in its directory"
+        return f"pid {self.pid} on {node} ({how}): {(self.cmd or '?')[:120]}"
+
+
+@dataclass(frozen=True)
+class Lock:
+    """A build lock (`<extensions dir>/<op>/lock`) and who holds or builds it there."""
+
+    op: str
+    path: str
+    ino: int
+    mtime_ns: int | None
+    age_s: float | None
+    activity_age_s: float | None  # since the op's files last changed
+    processes: tuple[Holder, ...]
+
+    @classmethod
+    def read(cls, raw: object) -> Lock:
+        d = obj(raw, "a build lock")
+        return cls(text(d.get("op")), text(d.get("path")), integer(d.get("ino")),
+                   opt_int(d.get("mtime_ns")), _opt_number(d.get("age_s")),
+                   _opt_number(d.get("activity_age_s")),
+                   tuple(Holder.read(p) for p in _items(d.get("processes"))))
+
+    @property
+    def key(self) -> tuple[str, int, int | None]:
+        """Its identity across nodes: path, inode and mtime in ns (set once when it was
+        created, the same for every client of a shared volume)."""
+        return (self.path, self.ino, self.mtime_ns)
+
+
+@dataclass(frozen=True)
+class Tool:
+    """`ninja` or the C++ compiler, run (`--version`) as the launch's process finds it."""
+
+    name: str
+    path: str | None
+    ok: bool
+    version: str | None = None
+    error: str | None = None
+    from_env: bool = False  # the compiler: CXX names it
+
+    @classmethod
+    def read(cls, raw: object) -> Tool:
+        d = obj(raw, "a tool")
+        return cls(text(d.get("name")), opt_text(d.get("path")), flag(d.get("ok")),
+                   opt_text(d.get("version")), opt_text(d.get("error")), flag(d.get("from_env")))
+
+    def describe(self) -> str:
+        if self.ok:
+            return f"{self.path or self.name} ({self.version})"
+        return f"{self.name}: not usable ({self.error or self.version or 'not found'})"
+
+
+@dataclass(frozen=True)
+class JitFacts:
+    """What the first step builds on one node (the rehearsal's `jit`)."""
+
+    error: str | None = None  # the inspection itself failed
+    ops: tuple[Op, ...] = ()
+    ops_error: str | None = None  # DeepSpeed's op builders did not answer
+    ext: JitDir = JitDir("", "")
+    ext_error: str | None = None
+    locks: tuple[Lock, ...] = ()
+    triton: JitDir = JitDir("", "")
+    ninja: Tool = Tool("ninja", None, False)
+    cxx: Tool = Tool("c++", None, False)
+    path: str | None = None  # the PATH the ranks get
+    seconds: float | None = None
+
+    @classmethod
+    def read(cls, raw: object) -> JitFacts:
+        d = obj(raw, "the JIT facts")
+        return cls(opt_text(d.get("error")), tuple(Op.read(o) for o in _items(d.get("ops"))),
+                   opt_text(d.get("ops_error")), JitDir.read(d.get("ext") or {}),
+                   opt_text(d.get("ext_error")),
+                   tuple(Lock.read(x) for x in _items(d.get("locks"))),
+                   JitDir.read(d.get("triton") or {}), Tool.read(d.get("ninja") or {}),
+                   Tool.read(d.get("cxx") or {}), opt_text(d.get("path")),
+                   _opt_number(d.get("seconds")))
+
+    def init_ops(self) -> list[str]:
+        """The ops DeepSpeed itself JIT-loads here in init_distributed and for its Adam (what
+        the training smoke job loads, with no op of the user's own): those it deems compatible
+        and did not install prebuilt."""
+        return [op.name for op in self.ops if op.name and op.compatible and not op.prebuilt]
+
+    def to_load(self) -> list[str]:
+        """The ops this node's ranks JIT-load (compiled here or loaded from the extensions
+        directory, both through ninja and the lock): DeepSpeed's own (`init_ops`) and every op
+        already in the extensions directory (a previous job built it; the next one loads it
+        again)."""
+        names = self.init_ops()
+        prebuilt = {op.name for op in self.ops if op.prebuilt}
+        names += [e for e in self.ext.entries
+                  if e not in names and e not in prebuilt and not e.startswith(".")]
+        return names
+
+
 @dataclass
 class JitVerdict:
-    problems: list[str] = field(default_factory=list)
+    findings: list[Finding] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     #: another node's test id-less name that already reports the stale lock this node waits on
     blocked_by: str | None = None
     blocked_text: str = ""
     fixes: list[Fix] = field(default_factory=list)
     #: every stale lock this node sees, with the node that reports it: (owner, lock)
-    stale: list[tuple[str, Mapping[str, Any]]] = field(default_factory=list)
+    stale: list[tuple[str, Lock]] = field(default_factory=list)
     #: what a report shows: directory, sharing, ops
     facts: dict[str, str] = field(default_factory=dict)
 
 
-def stale_lock_fix(node: str, lock: Mapping[str, Any]) -> Fix:
+def stale_lock_fix(node: str, lock: Lock) -> Fix:
     """Remove the lock file, but only while it is still the very file the suite found stale
     (same inode): a build started since has created a new one, which is left alone."""
-    path = str(lock["path"])
-    cmd = f'[ "$(stat -c %i {q(path)} 2>/dev/null)" != {int(lock["ino"])} ] || rm -f -- {q(path)}'
-    return Fix(node, f"remove the stale JIT build lock of {lock['op']} ({path})", (cmd,), "E7",
+    path = lock.path
+    cmd = f'[ "$(stat -c %i {q(path)} 2>/dev/null)" != {lock.ino} ] || rm -f -- {q(path)}'
+    return Fix(node, f"remove the stale JIT build lock of {lock.op} ({path})", (cmd,), "E7",
                note="no process on any node sharing it held it or was building there")
-
-
-def ops_to_load(jit: Mapping[str, Any]) -> list[str]:
-    """The ops this node's ranks JIT-load (compiled here or loaded from the extensions
-    directory, both through ninja and the lock): DeepSpeed's init and optimizer ops it deems
-    compatible and did not install prebuilt, and every op already in the extensions directory
-    (a previous job built it; the next one loads it again)."""
-    names: list[str] = []
-    for op in jit.get("ops") or []:
-        if op.get("name") and op.get("compatible") and not op.get("prebuilt"):
-            names.append(op["name"])
-    prebuilt = {op.get("name") for op in jit.get("ops") or [] if op.get("prebuilt")}
-    for entry in (jit.get("ext") or {}).get("entries") or []:
-        if entry not in names and entry not in prebuilt and not entry.startswith("."):
-            names.append(entry)
-    return names
-
-
-def dir_key(d: Mapping[str, Any] | None) -> tuple[Any, ...] | None:
-    """A directory's identity across nodes, for the report: path and inode (the same on every
-    client of one NFS/Lustre volume; its ctime is not, since each node's write test changes it).
-    Two local directories at one path with one inode number (nodes cloned from one image) would
-    read as shared; the locks' verdicts do not rest on this (see :func:`lock_key`)."""
-    if not d or d.get("ino") is None:
-        return None
-    return (d.get("path"), d.get("ino"))
-
-
-def lock_key(lock: Mapping[str, Any]) -> tuple[Any, ...]:
-    """A lock file's identity across nodes: path, inode and mtime in ns (set once when it was
-    created, the same for every client of a shared volume)."""
-    return (lock.get("path"), lock.get("ino"), lock.get("mtime_ns"))
 
 
 def _age(seconds: float | None) -> str:
@@ -107,26 +256,13 @@ def _age(seconds: float | None) -> str:
     return f"{s / 86400:.1f} days"
 
 
-def _free(n: Any) -> str:
-    if not isinstance(n, (int, float)):
+def _free(n: int | None) -> str:
+    if n is None:
         return "unknown"
     for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
         if n >= size:
             return f"{n / size:.3g} {unit}"
     return f"{int(n)} B"
-
-
-def _proc(p: Mapping[str, Any], node: str) -> str:
-    how = "holds it open" if p.get("how") == "holds" else "runs in its directory"
-    return f"pid {p.get('pid')} on {node} ({how}): {str(p.get('cmd') or '?')[:120]}"
-
-
-def sharers(facts: Mapping[str, Mapping[str, Any] | None], order: Sequence[str],
-            key: tuple[Any, ...] | None, which: str = "ext") -> list[str]:
-    """The nodes (hostfile order) whose `which` directory is the one with identity `key`."""
-    if key is None:
-        return []
-    return [n for n in order if (f := facts.get(n)) and dir_key(f.get(which)) == key]
 
 
 def some(names: Sequence[str], limit: int = 8) -> str:
@@ -137,148 +273,186 @@ def some(names: Sequence[str], limit: int = 8) -> str:
     return f"{', '.join(names[:limit])} and {len(names) - limit} more"
 
 
-def judge_jit(facts: Mapping[str, Mapping[str, Any] | None], order: Sequence[str], *,
-              python: str = "the launch's python",
-              min_free_bytes: int = MIN_FREE_BYTES) -> dict[str, JitVerdict]:
-    """E7 for every node with facts (`facts[node]` is the rehearsal's `jit`; None: not
-    rehearsed, no verdict).  `order` is the hostfile order: a lock shared by several nodes is
-    red on the first of them that sees it."""
-    out: dict[str, JitVerdict] = {}
-    nodes = [n for n in order if facts.get(n)]
-    # every lock, by identity: who sees it, and who holds or builds it
-    seen: dict[tuple[Any, ...], list[str]] = {}
-    procs: dict[tuple[Any, ...], list[str]] = {}
-    locks: dict[tuple[Any, ...], Mapping[str, Any]] = {}
-    for n in nodes:
-        for lock in (facts[n] or {}).get("locks") or []:
-            k = lock_key(lock)
-            locks.setdefault(k, lock)
-            seen.setdefault(k, []).append(n)
-            procs.setdefault(k, []).extend(_proc(p, n) for p in lock.get("processes") or [])
-    # the nodes of each extensions directory, once (not a scan of all nodes per node)
-    by_dir: dict[tuple[Any, ...], list[str]] = {}
-    for n in nodes:
-        d = dir_key((facts[n] or {}).get("ext"))
-        if d is not None:
-            by_dir.setdefault(d, []).append(n)
-    for n in nodes:
-        jit = facts[n] or {}
-        v = out[n] = JitVerdict()
-        if jit.get("error"):
-            v.problems.append(f"could not inspect the JIT ops with {python}: {jit['error']}")
-            continue
-        ext = jit.get("ext") or {}
-        tri = jit.get("triton") or {}
-        load = ops_to_load(jit)
-        k_ext = dir_key(ext)
-        shared = by_dir.get(k_ext, []) if k_ext is not None else []
-        v.facts = {
-            "extensions_dir": f"{ext.get('path')} ({ext.get('source')}; "
-                              + (f"shared with {some([s for s in shared if s != n])}"
-                                 if len(shared) > 1 else "not shared with another node")
-                              + f"; {_free(ext.get('free_bytes'))} free)",
-            "triton_cache_dir": f"{tri.get('path')} ({tri.get('source')}"
-                                + ("" if tri.get("exists") else ", not created yet") + ")",
-            "jit_ops": ", ".join(load) or "none",
-            "ninja": _tool_text(jit.get("ninja")),
-            "cxx": _tool_text(jit.get("cxx")),
-        }
-        if jit.get("ops_error"):
-            v.warnings.append(f"DeepSpeed's op builders did not answer with {python}: "
-                              f"{jit['ops_error']}; only the ops already built are judged")
-        if jit.get("ext_error"):
-            v.problems.append(f"the extensions directory could not be inspected: "
-                              f"{jit['ext_error']}")
-        # the toolchain, for the ops this node loads
-        if load:
-            ops = ", ".join(load)
-            ninja = jit.get("ninja") or {}
-            if not ninja.get("ok"):
-                v.problems.append(
-                    f"`ninja` is not found on the PATH the launch's ranks get there "
-                    f"({jit.get('path')}), and they JIT-load {ops}: the launch fails on this "
-                    f"node with \"Unable to JIT load the {load[0]} op due to ninja not being "
-                    f"installed\"" + (f" ({ninja.get('error')})" if ninja.get("error") else "")
-                    + f"\n  fix, on {n}: {python} -m pip install ninja (or apt-get install "
-                    f"ninja-build), so that it is on that PATH")
-            cxx = jit.get("cxx") or {}
-            if not cxx.get("ok"):
-                origin = "CXX names it" if cxx.get("from_env") else "torch's default without CXX"
-                v.problems.append(
-                    f"the C++ compiler torch's extension builder calls, `{cxx.get('name')}` "
-                    f"({origin}), does not run there"
-                    + (f" ({cxx.get('error')})" if cxx.get("error") else "")
-                    + f", and the ranks JIT-load {ops}: the build fails on this node"
-                    f"\n  fix, on {n}: install g++ (apt-get install g++ / dnf install gcc-c++), "
-                    f"or set CXX to an installed compiler")
-            if not ext.get("writable"):
-                v.problems.append(
-                    f"the extensions directory {ext.get('path')} ({ext.get('source')}) takes no "
-                    f"file ({ext.get('write_error')} in {ext.get('checked')}), and the ranks "
-                    f"JIT-load {ops} there: torch cannot create its build lock"
-                    f"\n  fix, on {n}: make it writable by the launch's user, or set "
-                    f"TORCH_EXTENSIONS_DIR to a writable directory (in ~/.deepspeed_env on the "
-                    f"rank-0 node, so every rank gets it)")
-            elif isinstance(ext.get("free_bytes"), (int, float)) and \
-                    ext["free_bytes"] < min_free_bytes:
-                v.problems.append(
-                    f"the extensions directory {ext.get('path')} has {_free(ext['free_bytes'])} "
-                    f"free, below {_free(min_free_bytes)}, and the ranks build {ops} there"
-                    f"\n  fix, on {n}: free space there, or set TORCH_EXTENSIONS_DIR to a "
-                    f"larger disk")
-        if tri.get("installed") and not tri.get("writable"):
-            v.problems.append(
-                f"Triton is installed and its cache directory {tri.get('path')} "
-                f"({tri.get('source')}) takes no file ({tri.get('write_error')}): the first "
-                f"Triton kernel of every rank fails there\n  fix, on {n}: make it writable, or "
-                f"set TRITON_CACHE_DIR to a writable directory")
-        # the locks this node sees
-        for lock in jit.get("locks") or []:
-            k = lock_key(lock)
-            who = seen[k]
-            others = [m for m in who if m != n]
-            where = (f"shared by {some(who)}" if others else f"on {n}")
-            if procs[k]:
-                if who[0] == n:
-                    v.warnings.append(
-                        f"a JIT build of {lock['op']} is running: its lock {lock['path']} "
-                        f"({where}, {_age(lock.get('age_s'))} old) is held by "
-                        + "; ".join(procs[k])
-                        + ": the launch's ranks that load it wait until that build ends")
-                continue
-            v.stale.append((who[0], lock))
-            if who[0] != n:
-                if v.blocked_by is None:
-                    v.blocked_by = who[0]
-                    v.blocked_text = (f"the stale JIT build lock {lock['path']} of {lock['op']}, "
-                                      f"in the extensions directory this node shares")
-                continue
-            activity = lock.get("activity_age_s")
-            v.problems.append(
-                f"stale JIT build lock of the {lock['op']} op: {lock['path']} ({where}), "
-                f"{_age(lock.get('age_s'))} old, held by no process on "
-                + ("any of those nodes" if others else "this node")
-                + " and no build running in its directory"
-                + (f" (its files last changed {_age(activity)} ago)" if activity is not None
-                   else "")
-                + f": a launch killed while building left it, and every rank that loads "
-                f"{lock['op']} waits on it until the launch's timeout (torch's FileBaton waits "
-                f"while the file exists)"
-                f"\n  fix, on {n}: rm -f {q(lock['path'])} (safe now: nothing builds there; "
-                f"if a machine outside the hostfile shares {ext.get('path')}, let its build "
-                f"finish first)")
-            v.fixes.append(stale_lock_fix(n, lock))
+LockKey = tuple[str, int, int | None]
+
+
+@dataclass
+class _Survey:
+    """Every lock by identity across the nodes: who sees it and who holds or builds it; and
+    the nodes of each extensions directory (once, not a scan of all nodes per node)."""
+
+    seen: dict[LockKey, list[str]] = field(default_factory=dict)
+    procs: dict[LockKey, list[str]] = field(default_factory=dict)
+    by_dir: dict[tuple[str, int], list[str]] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, facts: Mapping[str, JitFacts | None], nodes: Sequence[str]) -> _Survey:
+        out = cls()
+        for n in nodes:
+            jit = facts[n]
+            assert jit is not None
+            for lock in jit.locks:
+                out.seen.setdefault(lock.key, []).append(n)
+                out.procs.setdefault(lock.key, []).extend(p.describe(n) for p in lock.processes)
+            if jit.ext.identity is not None:
+                out.by_dir.setdefault(jit.ext.identity, []).append(n)
+        return out
+
+
+def _shown(n: str, jit: JitFacts, survey: _Survey) -> dict[str, str]:
+    """What a report shows of `n`'s JIT facts."""
+    ext, tri = jit.ext, jit.triton
+    shared = survey.by_dir.get(ext.identity, []) if ext.identity is not None else []
+    return {
+        "extensions_dir": f"{ext.path} ({ext.source}; "
+                          + (f"shared with {some([s for s in shared if s != n])}"
+                             if len(shared) > 1 else "not shared with another node")
+                          + f"; {_free(ext.free_bytes)} free)",
+        "triton_cache_dir": f"{tri.path} ({tri.source}"
+                            + ("" if tri.exists else ", not created yet") + ")",
+        "jit_ops": ", ".join(jit.to_load()) or "none",
+        "ninja": jit.ninja.describe(),
+        "cxx": jit.cxx.describe(),
+    }
+
+
+def _toolchain(jit: JitFacts, python: str, min_free_bytes: int) -> list[Finding]:
+    """What the ops the node loads need: ninja, the compiler, the extensions directory."""
+    load = jit.to_load()
+    if not load:
+        return []
+    ops, ninja, cxx, ext = ", ".join(load), jit.ninja, jit.cxx, jit.ext
+    out = []
+    if not ninja.ok:
+        out.append(Finding(
+            EnvCause.NO_NINJA,
+            f"`ninja` is not found on the PATH the launch's ranks get there ({jit.path}), and "
+            f"they JIT-load {ops}: the launch fails on this node with \"Unable to JIT load the "
+            f"{load[0]} op due to ninja not being installed\""
+            + (f" ({ninja.error})" if ninja.error else ""),
+            f"{python} -m pip install ninja (or apt-get install ninja-build), so that it is on "
+            f"that PATH"))
+    if not cxx.ok:
+        origin = "CXX names it" if cxx.from_env else "torch's default without CXX"
+        out.append(Finding(
+            EnvCause.NO_COMPILER,
+            f"the C++ compiler torch's extension builder calls, `{cxx.name}` ({origin}), does "
+            f"not run there" + (f" ({cxx.error})" if cxx.error else "")
+            + f", and the ranks JIT-load {ops}: the build fails on this node",
+            "install g++ (apt-get install g++ / dnf install gcc-c++), or set CXX to an "
+            "installed compiler"))
+    if not ext.writable:
+        out.append(Finding(
+            EnvCause.EXT_DIR_UNWRITABLE,
+            f"the extensions directory {ext.path} ({ext.source}) takes no file "
+            f"({ext.write_error} in {ext.checked}), and the ranks JIT-load {ops} there: torch "
+            f"cannot create its build lock",
+            "make it writable by the launch's user, or set TORCH_EXTENSIONS_DIR to a writable "
+            "directory (in ~/.deepspeed_env on the rank-0 node, so every rank gets it)"))
+    elif ext.free_bytes is not None and ext.free_bytes < min_free_bytes:
+        out.append(Finding(
+            EnvCause.EXT_DIR_FULL,
+            f"the extensions directory {ext.path} has {_free(ext.free_bytes)} free, below "
+            f"{_free(min_free_bytes)}, and the ranks build {ops} there",
+            "free space there, or set TORCH_EXTENSIONS_DIR to a larger disk"))
     return out
 
 
-def init_ops(jit: Mapping[str, Any]) -> set[str]:
-    """The ops DeepSpeed itself JIT-loads on this node in init_distributed and for its Adam (what
-    the training smoke job loads, with no op of the user's own)."""
-    return {op["name"] for op in jit.get("ops") or []
-            if op.get("name") and op.get("compatible") and not op.get("prebuilt")}
+def _triton(jit: JitFacts) -> list[Finding]:
+    tri = jit.triton
+    if not tri.installed or tri.writable:
+        return []
+    return [Finding(EnvCause.TRITON_CACHE_UNWRITABLE,
+                    f"Triton is installed and its cache directory {tri.path} ({tri.source}) "
+                    f"takes no file ({tri.write_error}): the first Triton kernel of every rank "
+                    f"fails there",
+                    "make it writable, or set TRITON_CACHE_DIR to a writable directory")]
 
 
-def smoke_waits_on(facts: Mapping[str, Mapping[str, Any] | None], order: Sequence[str],
+def _locks(n: str, jit: JitFacts, v: JitVerdict, survey: _Survey) -> None:
+    """The locks `n` sees: a live build's is a warning (on the first node that sees it); a
+    stale one is red on the first node that sees it, and blocks the others."""
+    for lock in jit.locks:
+        who, procs = survey.seen[lock.key], survey.procs[lock.key]
+        others = [m for m in who if m != n]
+        where = f"shared by {some(who)}" if others else f"on {n}"
+        if procs:
+            if who[0] == n:
+                v.warnings.append(
+                    f"a JIT build of {lock.op} is running: its lock {lock.path} ({where}, "
+                    f"{_age(lock.age_s)} old) is held by " + "; ".join(procs)
+                    + ": the launch's ranks that load it wait until that build ends")
+            continue
+        v.stale.append((who[0], lock))
+        if who[0] != n:
+            if v.blocked_by is None:
+                v.blocked_by = who[0]
+                v.blocked_text = (f"the stale JIT build lock {lock.path} of {lock.op}, in the "
+                                  f"extensions directory this node shares")
+            continue
+        changed = (f" (its files last changed {_age(lock.activity_age_s)} ago)"
+                   if lock.activity_age_s is not None else "")
+        v.findings.append(Finding(
+            EnvCause.STALE_LOCK,
+            f"stale JIT build lock of the {lock.op} op: {lock.path} ({where}), "
+            f"{_age(lock.age_s)} old, held by no process on "
+            + ("any of those nodes" if others else "this node")
+            + f" and no build running in its directory{changed}: a launch killed while building "
+            f"left it, and every rank that loads {lock.op} waits on it until the launch's "
+            f"timeout (torch's FileBaton waits while the file exists)",
+            f"rm -f {q(lock.path)} (safe now: nothing builds there; if a machine outside the "
+            f"hostfile shares {jit.ext.path}, let its build finish first)"))
+        v.fixes.append(stale_lock_fix(n, lock))
+
+
+def judge_jit(facts: Mapping[str, JitFacts | None], order: Sequence[str], *,
+              python: str = "the launch's python",
+              min_free_bytes: int = MIN_FREE_BYTES) -> dict[str, JitVerdict]:
+    """E7 for every node with facts (`facts[node]`: the rehearsal's `jit`; None: not
+    rehearsed, no verdict).  `order` is the hostfile order: a lock shared by several nodes is
+    red on the first of them that sees it."""
+    nodes = [n for n in order if facts.get(n) is not None]
+    survey = _Survey.of(facts, nodes)
+    out: dict[str, JitVerdict] = {}
+    for n in nodes:
+        jit = facts[n]
+        assert jit is not None
+        v = out[n] = JitVerdict()
+        if jit.error:
+            v.findings.append(Finding(EnvCause.JIT_NOT_INSPECTED,
+                                      f"could not inspect the JIT ops with {python}: {jit.error}"))
+            continue
+        v.facts = _shown(n, jit, survey)
+        if jit.ops_error:
+            v.warnings.append(f"DeepSpeed's op builders did not answer with {python}: "
+                              f"{jit.ops_error}; only the ops already built are judged")
+        if jit.ext_error:
+            v.findings.append(Finding(EnvCause.JIT_NOT_INSPECTED,
+                                      f"the extensions directory could not be inspected: "
+                                      f"{jit.ext_error}"))
+        v.findings += _toolchain(jit, python, min_free_bytes) + _triton(jit)
+        _locks(n, jit, v, survey)
+    return out
+
+
+def jit_problem(node: str, verdicts: Mapping[str, JitVerdict]) -> Problem | None:
+    """E7's red on `node` (None: nothing of its own is wrong there): its findings, and the
+    stale lock of another node's red it also waits on; a stale lock in a shared directory
+    stops the ranks of every node that shares it (`breaks`)."""
+    v = verdicts[node]
+    if not v.findings:
+        return None
+    return node_problem(
+        node, v.findings, "E7", tail=f"\n{node}: also {blocked_line(v)}" if v.blocked_by else "",
+        fixes=tuple(v.fixes), breaks=tuple(n for n, o in verdicts.items() if o.blocked_by == node))
+
+
+def blocked_line(v: JitVerdict) -> str:
+    """Why a node's E7 is blocked by another's red (the stale lock it waits on)."""
+    return f"blocked by {ids.JIT_OPS.of(v.blocked_by or '')}: {v.blocked_text}"
+
+
+def smoke_waits_on(facts: Mapping[str, JitFacts | None], order: Sequence[str],
                    node: str) -> str | None:
     """Why a DeepSpeed job on `node` would wait on a stale lock until its deadline (the smoke
     job's T1/T2 fail at once with it instead), or None; the text names E7's red id."""
@@ -286,26 +460,18 @@ def smoke_waits_on(facts: Mapping[str, Mapping[str, Any] | None], order: Sequenc
     return got[1] if got else None
 
 
-def stale_lock_owner(facts: Mapping[str, Mapping[str, Any] | None], order: Sequence[str],
+def stale_lock_owner(facts: Mapping[str, JitFacts | None], order: Sequence[str],
                      node: str) -> tuple[str, str] | None:
     """(the node whose E7 red holds the stale lock a DeepSpeed job on `node` would wait on, why),
     or None."""
     jit = facts.get(node)
-    if not jit:
+    if jit is None:
         return None
     verdict = judge_jit(facts, order).get(node)
-    mine = init_ops(jit)
+    mine = jit.init_ops()
     for owner, lock in verdict.stale if verdict else []:
-        if lock.get("op") in mine:
+        if lock.op in mine:
             return owner, (f"{node}: deepspeed.init_distributed would wait on the stale JIT "
-                           f"build lock {lock.get('path')} of {lock.get('op')} until the "
-                           f"deadline; not started: see {ids.JIT_OPS.of(owner)}")
+                           f"build lock {lock.path} of {lock.op} until the deadline; not "
+                           f"started: see {ids.JIT_OPS.of(owner)}")
     return None
-
-
-def _tool_text(t: Mapping[str, Any] | None) -> str:
-    if not t:
-        return "unknown"
-    if t.get("ok"):
-        return f"{t.get('path') or t.get('name')} ({t.get('version')})"
-    return f"{t.get('name')}: not usable ({t.get('error') or t.get('version') or 'not found'})"

@@ -22,8 +22,8 @@ DeepSpeed 0.19's runner (``deepspeed/launcher/runner.py`` ``main()``, with
    the line, so a failed ``cd`` does not stop the interpreter from starting elsewhere.
 
 The rehearsal (cluster_tests/measure/rehearsal.py) builds exactly that line with a small import
-check in place of ``-m deepspeed.launcher.launch ...``; tests/unit/test_judge_launch.py compares
-these functions with DeepSpeed's own code.
+check in place of ``-m deepspeed.launcher.launch ...``; tests/unit/test_judge_launchlegs.py
+compares these functions with DeepSpeed's own code.
 """
 
 from __future__ import annotations
@@ -37,6 +37,20 @@ from dataclasses import dataclass, field
 
 from cluster_tests.core import testids as ids
 from cluster_tests.judge.common import stacks as S
+from cluster_tests.judge.common.probes import (
+    FactsError,
+    Probe,
+    flag,
+    number,
+    obj,
+    opt_text,
+    text,
+    text_map,
+    texts,
+)
+from cluster_tests.judge.env.envvars import SCRIPT, EnvCause, Package, TmpdirFacts, Versions
+from cluster_tests.judge.env.jit import JitFacts
+from cluster_tests.judge.problem import Problem
 from cluster_tests.judge.ssh import sshfail
 
 #: DeepSpeed 0.19's constants (runner.py); the rehearsal reads the installed DeepSpeed's own
@@ -45,10 +59,6 @@ EXPORT_ENVS: tuple[str, ...] = ("MLFLOW", "PYTHON", "MV2", "UCX")
 EXCLUDE_ENVS: Mapping[str, tuple[str, ...]] = {"AISC_JOB_NAME": ("NCCL_IB_HCA", "UCX_NET_DEVICES")}
 DS_ENV_FILE = ".deepspeed_env"
 PDSH_MAX_FAN_OUT = 1024
-#: export_envs() of DeepSpeed's accelerators, by accelerator name (accelerator/*_accelerator.py)
-ACCELERATOR_EXPORTS: Mapping[str, tuple[str, ...]] = {
-    "cuda": ("NCCL",), "npu": ("ASCEND", "HCCL", "LD_LIBRARY", "PATH"), "cpu": (),
-}
 _NEEDS_QUOTES = re.compile(r"[^\w@%+=:,./-]")
 
 
@@ -69,6 +79,71 @@ class EnvFileCrash(ValueError):
             f"{path}:{lineno}: {line.rstrip(chr(10))!r} has no '=': deepspeed's runner does "
             f"`key, val = var.split('=', maxsplit=1)` and stops with ValueError: not enough values "
             f"to unpack")
+
+
+@dataclass(frozen=True)
+class LaunchFacts:
+    """What DeepSpeed's runner reads where it starts, as the launching interpreter reads it in
+    the launch directory (envprobe.py's LAUNCH_FACTS)."""
+
+    executable: str  # the launch's sys.executable: every rank runs it
+    cwd: str  # the launch directory as that process sees it (`os.path.abspath('.')`)
+    env: Mapping[str, str]
+    deepspeed: str | None = None  # its version
+    accelerator: str | None = None
+    export_envs: tuple[str, ...] = ()  # the accelerator's export_envs()
+    export_prefixes: tuple[str, ...] = ()  # runner.EXPORT_ENVS
+    exclude_envs: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    env_files: tuple[tuple[str, str], ...] = ()  # the .deepspeed_env files: (path, text)
+    error: str | None = None  # DeepSpeed's launcher did not import
+
+    @classmethod
+    def read(cls, raw: object) -> LaunchFacts:
+        d = obj(raw, "the launch's facts")
+        files = d.get("env_files")
+        excluded = obj(d.get("EXCLUDE_ENVS") or {}, "EXCLUDE_ENVS")
+        return cls(text(d.get("executable")), text(d.get("cwd")), text_map(d.get("env")),
+                   opt_text(d.get("deepspeed")), opt_text(d.get("accelerator")),
+                   texts(d.get("export_envs")), texts(d.get("EXPORT_ENVS")),
+                   {str(k): texts(v) for k, v in excluded.items()},
+                   tuple((text(f[0]), text(f[1])) for f in files
+                         if isinstance(f, list) and len(f) == 2)
+                   if isinstance(files, list) else (),
+                   opt_text(d.get("error")))
+
+    def rules(self) -> LaunchRules:
+        """The launching DeepSpeed's export rules (the constants above where it gave none)."""
+        return LaunchRules(export_prefixes=(self.export_prefixes or EXPORT_ENVS)
+                           + self.export_envs, exclude_envs=dict(self.exclude_envs))
+
+
+@dataclass(frozen=True)
+class LaunchPlan:
+    """How `deepspeed --hostfile` would start on the rank-0 node (envprobe.py's `launch`): the
+    `deepspeed` it runs, the interpreter that names, pdsh, and that interpreter's facts."""
+
+    launch_dir: str
+    launch_dir_ok: bool
+    path: str  # the non-interactive shell's PATH
+    deepspeed: str | None = None
+    pdsh: str | None = None
+    interpreter: str | None = None
+    shebang: str | None = None
+    facts: LaunchFacts | None = None
+    facts_error: str | None = None
+
+    @classmethod
+    def read(cls, raw: object) -> LaunchPlan:
+        d = obj(raw, "the launch plan")
+        facts = d.get("facts")
+        return cls(text(d.get("launch_dir")), flag(d.get("launch_dir_ok")), text(d.get("path")),
+                   opt_text(d.get("deepspeed")), opt_text(d.get("pdsh")),
+                   opt_text(d.get("interpreter")), opt_text(d.get("shebang")),
+                   LaunchFacts.read(facts) if facts is not None else None,
+                   opt_text(d.get("facts_error")))
+
+
+LAUNCH: Probe[LaunchPlan] = Probe(SCRIPT, "launch", LaunchPlan.read)
 
 
 def quote_value(value: str) -> str:
@@ -105,8 +180,8 @@ def launch_exports(
     for var in env:
         if any(var.startswith(p) for p in rules.export_prefixes) and var not in excluded:
             exports[var.strip()] = quote_value(env[var])
-    for path, text in env_files:
-        for n, line in enumerate(env_file_lines(text), 1):
+    for path, body in env_files:
+        for n, line in enumerate(env_file_lines(body), 1):
             if "=" not in line:
                 raise EnvFileCrash(path, n, line)
             key, val = line.split("=", 1)
@@ -231,26 +306,90 @@ _SSH_FAILURE = sshfail.PDSH_LEG_FAILED  # ssh's own words in a leg (one vocabula
 
 
 @dataclass(frozen=True)
+class Step:
+    """One step of the rehearsal's import check (node/rehearse.py), timed and caught."""
+
+    step: str
+    ok: bool
+    error: str | None = None
+    seconds: float | None = None
+
+    @classmethod
+    def read(cls, raw: object) -> Step:
+        d = obj(raw, "a rehearsal step")
+        seconds = d.get("seconds")
+        return cls(text(d.get("step")), flag(d.get("ok")), opt_text(d.get("error")),
+                   number(seconds) if seconds is not None else None)
+
+
+@dataclass(frozen=True)
+class LegReport:
+    """What the rehearsal's stand-in for the launch reported from one node (node/rehearse.py's
+    `CT_REHEARSAL:` line): where it ran, its import steps, what it imported from where, and
+    what E3 (`versions`), E6 (`tmpdir`) and E7 (`jit`) read of that same process."""
+
+    cwd: str
+    pwd: str | None = None  # the shell's PWD: the directory as `cd` wrote it
+    steps: tuple[Step, ...] = ()
+    packages: Mapping[str, Package] = field(default_factory=dict)
+    versions: Versions | None = None
+    jit: JitFacts | None = None
+    tmpdir: TmpdirFacts | None = None
+
+    @classmethod
+    def read(cls, raw: object) -> LegReport:
+        d = obj(raw, "the rehearsal's report")
+        steps, packages = d.get("steps"), obj(d.get("packages") or {}, "the packages")
+        versions, jit, tmpdir = d.get("versions"), d.get("jit"), d.get("tmpdir")
+        return cls(text(d.get("cwd")), opt_text(d.get("pwd")),
+                   tuple(Step.read(x) for x in steps) if isinstance(steps, list) else (),
+                   {str(k): Package.read(v) for k, v in packages.items()},
+                   Versions.read(versions) if isinstance(versions, Mapping) else None,
+                   JitFacts.read(jit) if jit is not None else None,
+                   TmpdirFacts.read(tmpdir) if tmpdir is not None else None)
+
+    @property
+    def failed(self) -> list[Step]:
+        return [s for s in self.steps if not s.ok]
+
+
+@dataclass(frozen=True)
 class Leg:
-    """How the rehearsal went on one node: "ok", "fail" (red, with `text` and `fix`) or "skip"
-    (not checked: `text` says why and which test has the cause)."""
+    """How the rehearsal went on one node: "ok", "fail" (red, with `text`, `fix` and `cause`)
+    or "skip" (not checked: `text` says why and which test has the cause)."""
 
     kind: str
     text: str = ""
     fix: str = ""
-    data: dict | None = None
+    data: LegReport | None = None
     #: a skip whose cause is another red's: that red's test id (the check is blocked by it)
     root: str = ""
+    cause: str = EnvCause.LAUNCH_FAILS  # an EnvCause; a ProbeError's own where it failed
+
+    @property
+    def cannot_import(self) -> bool:
+        """A failed leg whose launch interpreter could not run or import (not, say, one whose
+        launch directory is missing there)."""
+        return self.kind == "fail" and (self.data is None or bool(self.data.failed))
 
 
-def rehearsal_data(out: HostOutput) -> dict | None:
+def leg_problem(node: str, leg: Leg, ran: str, command: str) -> Problem:
+    """E5's red on `node`: its failed leg, what each node ran (`ran`: '' where the launch did
+    not start) and the `deepspeed` command line the rehearsal mirrors."""
+    return Problem((node,), leg.cause,
+                   leg.text + (f"\n  each node ran: {ran}" if ran else "")
+                   + f"\n  the launch rehearsed: {command}", fix=leg.fix, item="E5")
+
+
+def rehearsal_data(out: HostOutput) -> LegReport | None:
+    """The report a leg printed last (None: none, or one this version cannot read)."""
     import json
 
     for line in reversed(out.lines):
         if line.startswith(REHEARSAL_MARK):
             try:
-                return json.loads(line[len(REHEARSAL_MARK):])
-            except ValueError:
+                return LegReport.read(json.loads(line[len(REHEARSAL_MARK):]))
+            except (ValueError, FactsError):
                 return None
     return None
 
@@ -305,15 +444,13 @@ def _said(out: HostOutput, limit: int = 12) -> str:
 
 
 def _fix_for_import(error: str, node: str, site: str, python: str,
-                    packages: Mapping[str, Mapping[str, object]]) -> str:
+                    packages: Mapping[str, Package]) -> str:
     m = re.search(r"No module named '([^']+)'", error)
     top = m.group(1).split(".")[0] if m else None
-    stray = packages.get(top or "") or {}
-    file = stray.get("file")
-    if stray.get("imported") and (file is None or stray.get("version") is None
-                                  or stray.get("owned") is False):
-        where = (os.path.dirname(str(file)) if file
-                 else ", ".join(str(x) for x in stray.get("paths") or []))  # type: ignore[attr-defined]
+    stray = packages.get(top or "")
+    if stray is not None and stray.imported and (stray.file is None or stray.version is None
+                                                 or stray.owned is False):
+        where = os.path.dirname(stray.file) if stray.file else ", ".join(stray.paths)
         return (f"on {node}: remove or rename {where}: it shadows the installed {top} on the "
                 f"launch's sys.path (see {ids.VERSIONS.of(node)})")
     if m:
@@ -325,77 +462,158 @@ def _fix_for_import(error: str, node: str, site: str, python: str,
             f"{site}'s; {ids.VERSIONS.of(node)} shows what it imports from where)")
 
 
-def judge_leg(node: str, out: HostOutput, *, site: str, python: str, launch_dir: str,
-              deadline: float, replay: str, exports: Mapping[str, str] | None = None) -> Leg:
+@dataclass(frozen=True)
+class LegContext:
+    """What every leg of one rehearsal is judged against."""
+
+    site: str  # the rank-0 node, where the launch starts
+    python: str  # the launch's interpreter
+    launch_dir: str
+    deadline: float  # pdsh's deadline for a leg (s)
+    exports: Mapping[str, str] = field(default_factory=dict)  # what the launch exports
+
+
+def judge_leg(node: str, out: HostOutput, ctx: LegContext, replay: str) -> Leg:
     """The verdict on one node's pdsh leg of the rehearsal.  `replay` is a command the user can
     run to see the failure for themselves."""
     data = rehearsal_data(out)
-    where = f"{node} (pdsh from {site})"
     if data is None:
-        if out.timed_out:
-            step = last_step(out)
-            stack = stack_at_deadline(out)
-            return Leg("fail",
-                       f"{where}: the launch's step did not finish within {deadline:g} s"
-                       + (f" (stuck in `{step}`)" if step else " (the interpreter never started)")
-                       + "; every other rank would wait for this node in rendezvous.\n"
-                       + (f"  where it was, 5 s before: {stack}\n" if stack else "")
-                       + f"  it said:\n    {_said(out)}",
-                       f"on {node}: time `{python} -c 'import deepspeed'` in {launch_dir}: a hung "
-                       f"NFS mount or a slow ~/.bashrc (try: {replay})")
-        if ssh_failed(out):
-            return Leg("skip", f"{site} cannot reach {node} through pdsh's ssh: see "
-                       f"{ids.PDSH.of(site, node)}", root=ids.PDSH.of(site, node))
-        text = "\n".join(out.lines)
-        if (out.exit_code == 127 or f"{python}: No such file or directory" in text
-                or f"{python}: not found" in text):
-            return Leg("fail",
-                       f"{where}: the launch runs {python} there "
-                       f"(the interpreter of `deepspeed` on {site}), which does not exist on "
-                       f"{node}:\n    {_said(out)}",
-                       f"on {node}: install the same environment at the same path ({python}); "
-                       f"deepspeed starts every rank with the rank-0 node's interpreter path")
-        if out.exit_code == 126:
-            return Leg("fail", f"{where}: {python} cannot be executed there:\n    {_said(out)}",
-                       f"on {node}: chmod +x {python}, or reinstall that environment")
-        hint = ""
-        home = re.search(r"PYTHONHOME = '([^']*)'", text)
-        if home:
-            origin = (f"deepspeed exports it from {site}'s environment" if "PYTHONHOME" in
-                      (exports or {}) else f"not from {site}: the node's own ~/.bashrc sets it?")
-            hint = f" (PYTHONHOME is {home.group(1)!r} there; {origin})"
-        elif "init_fs_encoding" in text or "No module named 'encodings'" in text:
-            hint = (" (the interpreter cannot find its standard library: a PYTHONHOME or "
-                    "PYTHONPATH that the node's own ~/.bashrc sets?)")
-        return Leg("fail",
-                   f"{where}: {python} failed before it could import anything{hint}:\n"
-                   f"    {_said(out)}",
-                   f"on {node}: run `{replay}` and fix what it prints (look for PYTHON* exports in "
-                   f"~/.bashrc there)")
+        return _no_report(node, out, ctx, replay)
+    where = f"{node} (pdsh from {ctx.site})"
     problems: list[str] = []
     fixes: list[str] = []
     # the shell's PWD after `cd <dir>` is <dir> as written; getcwd() is the physical path
-    here = {os.path.normpath(p) for p in (data.get("pwd"), data.get("cwd")) if p}
-    if os.path.normpath(launch_dir) not in here:
-        said = [ln for ln in out.lines if "cd:" in ln or "cd " in ln]
+    here = {os.path.normpath(p) for p in (data.pwd, data.cwd) if p}
+    moved = os.path.normpath(ctx.launch_dir) not in here
+    if moved:
+        said = [ln for ln in out.lines if "cd:" in ln or "cd " in ln] or [
+            "the directory is missing"]
         problems.append(
-            f"`cd {launch_dir}` failed there ({said[0] if said else 'the directory is missing'}), "
-            f"so the launch starts its ranks in {data.get('cwd')}, where the training script is "
+            f"`cd {ctx.launch_dir}` failed there ({said[0]}), "
+            f"so the launch starts its ranks in {data.cwd}, where the training script is "
             f"not found")
-        fixes.append(f"on {node}: create or mount {launch_dir} there (the same path as on {site}), "
-                     f"or start deepspeed in a directory that every node has (--launch-dir)")
-    failed = [s for s in data.get("steps", []) if not s.get("ok")]
-    for s in failed:
-        problems.append(f"`{s['step']}` failed: {s.get('error')}")
-    if failed:
-        fixes.append(_fix_for_import(failed[0].get("error") or "", node, site, python,
-                                     data.get("packages") or {}))
+        fixes.append(f"on {node}: create or mount {ctx.launch_dir} there (the same path as on "
+                     f"{ctx.site}), or start deepspeed in a directory that every node has "
+                     f"(--launch-dir)")
+    problems += [f"`{s.step}` failed: {s.error}" for s in data.failed]
+    if data.failed:
+        fixes.append(_fix_for_import(data.failed[0].error or "", node, ctx.site, ctx.python,
+                                     data.packages))
     if not problems:
         return Leg("ok", data=data)
     return Leg("fail",
                f"{where}: the launch would fail there:\n  - " + "\n  - ".join(problems)
                + f"\n  replay: {replay}",
-               "; ".join(dict.fromkeys(fixes)), data=data)
+               "; ".join(dict.fromkeys(fixes)), data=data,
+               cause=EnvCause.LAUNCH_DIR_MISSING if moved else EnvCause.IMPORT_FAILS)
+
+
+def _no_report(node: str, out: HostOutput, ctx: LegContext, replay: str) -> Leg:
+    """The verdict on a leg that printed no report: it hung, ssh failed, or the interpreter
+    did not start or failed before its first import."""
+    where, python = f"{node} (pdsh from {ctx.site})", ctx.python
+    if out.timed_out:
+        step, stack = last_step(out), stack_at_deadline(out)
+        return Leg("fail",
+                   f"{where}: the launch's step did not finish within {ctx.deadline:g} s"
+                   + (f" (stuck in `{step}`)" if step else " (the interpreter never started)")
+                   + "; every other rank would wait for this node in rendezvous.\n"
+                   + (f"  where it was, 5 s before: {stack}\n" if stack else "")
+                   + f"  it said:\n    {_said(out)}",
+                   f"on {node}: time `{python} -c 'import deepspeed'` in {ctx.launch_dir}: a hung "
+                   f"NFS mount or a slow ~/.bashrc (try: {replay})", cause=EnvCause.LAUNCH_HANGS)
+    if ssh_failed(out):
+        return Leg("skip", f"{ctx.site} cannot reach {node} through pdsh's ssh: see "
+                   f"{ids.PDSH.of(ctx.site, node)}", root=ids.PDSH.of(ctx.site, node))
+    said = "\n".join(out.lines)
+    if (out.exit_code == 127 or f"{python}: No such file or directory" in said
+            or f"{python}: not found" in said):
+        return Leg("fail",
+                   f"{where}: the launch runs {python} there "
+                   f"(the interpreter of `deepspeed` on {ctx.site}), which does not exist on "
+                   f"{node}:\n    {_said(out)}",
+                   f"on {node}: install the same environment at the same path ({python}); "
+                   f"deepspeed starts every rank with the rank-0 node's interpreter path",
+                   cause=EnvCause.INTERPRETER_MISSING)
+    if out.exit_code == 126:
+        return Leg("fail", f"{where}: {python} cannot be executed there:\n    {_said(out)}",
+                   f"on {node}: chmod +x {python}, or reinstall that environment",
+                   cause=EnvCause.INTERPRETER_BROKEN)
+    return Leg("fail",
+               f"{where}: {python} failed before it could import anything"
+               f"{_startup_hint(said, ctx)}:\n    {_said(out)}",
+               f"on {node}: run `{replay}` and fix what it prints (look for PYTHON* exports in "
+               f"~/.bashrc there)", cause=EnvCause.INTERPRETER_BROKEN)
+
+
+def _startup_hint(said: str, ctx: LegContext) -> str:
+    """Why an interpreter may fail before its first import: a PYTHONHOME, or no stdlib."""
+    home = re.search(r"PYTHONHOME = '([^']*)'", said)
+    if home:
+        origin = (f"deepspeed exports it from {ctx.site}'s environment"
+                  if "PYTHONHOME" in ctx.exports else
+                  f"not from {ctx.site}: the node's own ~/.bashrc sets it?")
+        return f" (PYTHONHOME is {home.group(1)!r} there; {origin})"
+    if "init_fs_encoding" in said or "No module named 'encodings'" in said:
+        return (" (the interpreter cannot find its standard library: a PYTHONHOME or "
+                "PYTHONPATH that the node's own ~/.bashrc sets?)")
+    return ""
+
+
+# -- the launch cannot start on the rank-0 node ----------------------------------------------
+
+def judge_plan(site: str, plan: LaunchPlan) -> Leg | None:
+    """Why the launch cannot start on `site` (the rank-0 node) at all, as its Leg there ("skip"
+    where another check's red holds the cause), or None."""
+    where = f"{site} (rank 0, where `deepspeed --hostfile` starts)"
+    if not plan.deepspeed:
+        return Leg("skip", f"{where} has no `deepspeed`, neither on the PATH of a non-interactive "
+                           f"shell ({plan.path}) nor in an interactive one: see "
+                           f"{ids.REQUIRED_ENV.of(site)}", root=ids.REQUIRED_ENV.of(site))
+    if not plan.pdsh:
+        return Leg("skip", f"{where} has no pdsh: see {ids.PDSH_INSTALLED.of(site)}",
+                   root=ids.PDSH_INSTALLED.of(site))
+    if not plan.launch_dir_ok:
+        return Leg("fail", f"{where}: the launch directory {plan.launch_dir} does not exist "
+                           f"there.", "create it, or pass the directory you start deepspeed in "
+                                      "as --launch-dir", cause=EnvCause.LAUNCH_DIR_MISSING)
+    if not plan.interpreter:
+        return Leg("fail", f"{where}: cannot tell which interpreter {plan.deepspeed} runs (its "
+                           f"first line: {plan.shebang!r}).",
+                   f"on {site}: reinstall deepspeed (pip install --force-reinstall deepspeed)",
+                   cause=EnvCause.LAUNCH_CANNOT_START)
+    if plan.facts_error or plan.facts is None:
+        said = str(plan.facts_error).replace("\n", "\n    ")
+        return Leg("fail", f"{where}: {plan.interpreter} (the interpreter of {plan.deepspeed}) "
+                           f"cannot run DeepSpeed's launcher in {plan.launch_dir}:\n    {said}",
+                   f"on {site}: repair that environment (pip install deepspeed with "
+                   f"{plan.interpreter})", cause=EnvCause.LAUNCH_CANNOT_START)
+    facts = plan.facts
+    if facts.error:
+        return Leg("fail", f"{where}: DeepSpeed's launcher does not import with "
+                           f"{facts.executable} in {plan.launch_dir}:\n    "
+                           + facts.error.strip().splitlines()[-1],
+                   f"on {site}: repair that environment ({facts.executable} -m pip install "
+                   f"deepspeed), or remove what shadows it in {plan.launch_dir}",
+                   cause=EnvCause.IMPORT_FAILS)
+    return None
+
+
+def env_file_stops(site: str, exc: EnvFileCrash) -> Leg:
+    """The launch dies on `site` reading its `.deepspeed_env` (E2 names the line)."""
+    return Leg("fail", f"{site}: `deepspeed --hostfile` would stop on {site} before starting any "
+                       f"rank: {exc}",
+               f"on {site}: delete that line or write NAME=value (see "
+               f"{ids.DEEPSPEED_ENV.of(site)})", cause=EnvCause.ENV_FILE_BROKEN)
+
+
+def exports_break(site: str, bad: Sequence[str]) -> Leg:
+    """The exports the launch sends from `site` break every node's shell (`export_problems`)."""
+    return Leg("fail", f"{site}: the exports deepspeed sends to every node (from {site}'s "
+                       f"environment and .deepspeed_env) break every node's shell:\n  - "
+                       + "\n  - ".join(bad),
+               f"on {site}: correct those lines of .deepspeed_env (see "
+               f"{ids.DEEPSPEED_ENV.of(site)})", cause=EnvCause.EXPORTS_BREAK_SHELL)
 
 
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")

@@ -5,15 +5,18 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import subprocess
 import sys
 
+import envnode
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from cluster_tests.judge.env import launchlegs
+from cluster_tests.judge.env.envvars import EnvCause
 
 runner = pytest.importorskip("deepspeed.launcher.runner")
 multinode = pytest.importorskip("deepspeed.launcher.multinode_runner")
@@ -154,9 +157,8 @@ def test_labels_with_the_common_domain_stripped():
 
 def _leg(text: str, node="node3"):
     out = launchlegs.split_pdsh_output(text, ["node1", "node2", "node3"])[node]
-    return launchlegs.judge_leg(node, out, site="node1", python="/venv/bin/python",
-                                launch_dir="/root",
-                        deadline=60, replay="ssh node3 ...")
+    return launchlegs.judge_leg(node, out, launchlegs.LegContext("node1", "/venv/bin/python",
+                                                                 "/root", 60), "ssh node3 ...")
 
 
 def test_verdicts():
@@ -169,14 +171,17 @@ def test_verdicts():
                f"node3: CT_REHEARSAL:{json.dumps(moved)}\n")
     assert leg.kind == "fail" and "`cd /root` failed there" in leg.text
     assert leg.fix.startswith("on node3: create or mount /root")
+    assert leg.cause is EnvCause.LAUNCH_DIR_MISSING
     missing = _leg("node3: bash: line 1: /venv/bin/python: No such file or directory\n"
                    "pdsh@node1: node3: ssh exited with exit code 127\n")
     assert missing.kind == "fail" and "which does not exist on node3" in missing.text
+    assert missing.cause is EnvCause.INTERPRETER_MISSING
     ssh = _leg("node3: Host key verification failed.\n"
                "pdsh@node1: node3: ssh exited with exit code 255\n")
     assert ssh.kind == "skip" and "see test_pdsh[node1->node3]" in ssh.text
     hung = _leg("node3: CT_STEP:import torch\npdsh@node1: node3: command timeout\n")
     assert hung.kind == "fail" and "stuck in `import torch`" in hung.text
+    assert hung.cause is EnvCause.LAUNCH_HANGS
     stray = dict(ok, steps=[{"step": "import deepspeed.launcher.launch", "ok": False,
                              "error": "ModuleNotFoundError: No module named 'deepspeed.launcher'"}],
                  packages={"deepspeed": {"imported": True, "file": "/root/deepspeed/__init__.py",
@@ -233,11 +238,56 @@ def test_a_hung_leg_says_where_it_hung(tmp_path) -> None:
     out = launchlegs.HostOutput(lines=said.splitlines(),
                         pdsh_errors=["node2: command timeout (60 secs) expired"])
     assert out.timed_out
-    leg = launchlegs.judge_leg("node2", out, site="node1", python=sys.executable,
-                               launch_dir=str(tmp_path),
-                       deadline=60, replay="ssh node2 true")
+    ctx = launchlegs.LegContext("node1", sys.executable, str(tmp_path), 60)
+    leg = launchlegs.judge_leg("node2", out, ctx, "ssh node2 true")
     assert leg.kind == "fail"
     assert "(stuck in `import deepspeed.launcher.launch`)" in leg.text, leg.text
     assert "where it was, 5 s before: importing deepspeed, at __init__.py:2 <module>" in leg.text, \
         leg.text
     assert "File \"" not in leg.text.split("it said:")[1]  # the dump is not repeated raw
+
+
+# -- the launch on the rank-0 node: envprobe.py's `launch`, run here as a node runs it ---------
+
+def _plan(launch_dir, **params) -> launchlegs.LaunchPlan:
+    return launchlegs.LaunchPlan.read(envnode.envprobe(
+        "launch", launch_dir=str(launch_dir), import_timeout=120, **params))
+
+
+DEEPSPEED = os.path.join(os.path.dirname(sys.executable), "deepspeed")
+
+
+def test_a_launch_that_starts_and_what_it_exports(tmp_path):
+    (tmp_path / ".deepspeed_env").write_text("NCCL_DEBUG=INFO\n")
+    plan = _plan(tmp_path, deepspeed=DEEPSPEED)
+    assert plan.launch_dir_ok and plan.deepspeed == DEEPSPEED and plan.facts is not None
+    assert launchlegs.judge_plan("node1", plan) is None
+    facts = plan.facts
+    assert facts.error is None and facts.cwd == str(tmp_path) and facts.deepspeed
+    assert (str(tmp_path / ".deepspeed_env"), "NCCL_DEBUG=INFO\n") in facts.env_files
+    assert facts.rules().export_prefixes[:len(facts.export_prefixes)] == facts.export_prefixes
+    exports = launchlegs.launch_exports(facts.env, facts.cwd, facts.env_files, facts.rules())
+    assert exports["NCCL_DEBUG"] == "INFO"
+
+
+def test_a_launch_that_cannot_start(tmp_path):
+    plan = _plan(tmp_path / "gone", deepspeed=DEEPSPEED)
+    assert not plan.launch_dir_ok and plan.facts is None
+    leg = launchlegs.judge_plan("node1", plan)
+    assert leg is not None and leg.kind == "fail" and leg.cause is EnvCause.LAUNCH_DIR_MISSING
+    assert f"the launch directory {tmp_path / 'gone'} does not exist there" in leg.text
+    problem = launchlegs.leg_problem("node1", leg, "", "deepspeed --hostfile h train.py")
+    assert problem.item == "E5" and problem.cause is EnvCause.LAUNCH_DIR_MISSING
+    assert problem.message.endswith("\n  the launch rehearsed: deepspeed --hostfile h train.py")
+    assert problem.fix.startswith("create it, or pass the directory")
+    # a stray `deepspeed` directory in the launch directory shadows the installed one
+    (tmp_path / "deepspeed").mkdir()
+    (tmp_path / "deepspeed" / "__init__.py").write_text("")
+    leg = launchlegs.judge_plan("node1", _plan(tmp_path, deepspeed=DEEPSPEED))
+    assert leg is not None and leg.cause is EnvCause.IMPORT_FAILS
+    assert "DeepSpeed's launcher does not import with" in leg.text
+    assert leg.fix.endswith(f"or remove what shadows it in {tmp_path}")
+    # no `deepspeed` at all: E1's red holds the cause
+    nothing = dataclasses.replace(plan, deepspeed=None)
+    leg = launchlegs.judge_plan("node1", nothing)
+    assert leg is not None and leg.kind == "skip" and leg.root == "test_required_env[node1]"
