@@ -28,6 +28,7 @@ from cluster_tests.core import testids as ids
 from cluster_tests.core.memokey import LOGIN, MemoKey, base_key, login_key, probe_key
 from cluster_tests.core.nodetable import NodeTable
 from cluster_tests.core.settings import Settings
+from cluster_tests.core.sharedresults import SharedResults
 from cluster_tests.core.transport import (
     CommandResult,
     ConnectError,
@@ -37,7 +38,6 @@ from cluster_tests.core.transport import (
     ssh_g,
     wait_result,
 )
-from cluster_tests.core.workers import SharedResults
 from cluster_tests.judge.common.basefacts import BASE, BaseFacts
 from cluster_tests.judge.common.netfacts import is_ip
 from cluster_tests.judge.common.probes import FactsError, Probe
@@ -492,7 +492,7 @@ class Cluster:
     def _shared_probe(self, key: tuple[str, ...], node: str, section: str,
                       params: dict[str, Any], script: str) -> Any:
         """Under pytest-xdist: one worker process runs the probe, the others read its result
-        (core.workers.SharedResults); logins stay per process."""
+        (core.sharedresults); logins stay per process."""
         assert self.shared is not None
         data, error, read = self.shared.get(
             key, lambda: self._counted_probe(node, section, params, script), ProbeError)
