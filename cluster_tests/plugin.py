@@ -25,7 +25,7 @@ from typing import Any
 
 import pytest
 
-from cluster_tests.core import outcome, rootdir_fix, sections, slurmctl, workers
+from cluster_tests.core import outcome, reparse, sections, slurmctl, workers
 from cluster_tests.core import pairs as pairs_mod
 from cluster_tests.core import source as source_mod
 from cluster_tests.core import srun as srun_mod
@@ -82,11 +82,6 @@ class _JunitWriter:
     @pytest.hookimpl(trylast=True)  # after pytest's junitxml plugin made its writer
     def pytest_configure(self, config: pytest.Config) -> None:
         junit.install(config)
-
-
-@pytest.hookimpl(tryfirst=True)
-def pytest_load_initial_conftests(early_config: pytest.Config, args: list[str]) -> None:
-    rootdir_fix.repair(early_config, args)
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -340,7 +335,7 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         hostfile=str(s.hostfile) if s.hostfile else None,
         ssh=fixes_mod.ssh_prefix(s.ssh_config, s.ssh_user, s.timeout_connect,
                                  s.accept_new_host_keys),
-        command=" ".join(["pytest", *config.invocation_params.args]),
+        command=" ".join(["pytest", *reparse.as_typed(config)]),
         html_path=Path(s.html_report).expanduser() if s.html_report else None,
         invocation_dir=Path(config.invocation_params.dir), history=history,
         metrics_path=_under(config, after.metrics_textfile) if after.metrics_textfile else None,
@@ -386,7 +381,12 @@ def _slurm(cluster: Cluster, recorder: Recorder) -> files.AfterVerdict:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_cmdline_main(config: pytest.Config) -> int | None:
-    """--history-show (`cluster-tests history`): print the history's recent runs and exit."""
+    """`--hostfile PATH`: the session run again as `--hostfile=PATH` (core.reparse: pytest took
+    PATH for a test path when it looked for its rootdir and ini file).  --history-show
+    (`cluster-tests history`): print the history's recent runs and exit."""
+    again = reparse.run_again(config)
+    if again is not None:
+        return again
     if not getattr(config.option, "ct_history_show", None):
         return None
     settings = read_settings(config)
@@ -446,7 +446,7 @@ def _is_the_command(config: pytest.Config) -> bool:
     `cluster-tests ARGS` (cli.main), not one run inside another, nor an xdist worker."""
     from cluster_tests import cli
 
-    args = list(config.invocation_params.args)
+    args = reparse.as_typed(config)
     return not hasattr(config, "workerinput") and args in (
         sys.argv[1:], ["-p", cli.PLUGIN, *sys.argv[1:]])
 

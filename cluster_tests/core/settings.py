@@ -436,6 +436,8 @@ def _sections() -> Iterator[tuple[str | None, type]]:
 
 #: every option, run-wide first, then by section
 OPTIONS = [opt for _, cls in _sections() for _, opt in _fields(cls)]
+#: the flags that take a value (`--hostfile PATH`; not `--quick`)
+VALUE_FLAGS = frozenset(opt.flag for opt in OPTIONS if opt.type is not _flag)
 
 
 def add_options(parser: pytest.Parser, have_ssh_config_flag: bool) -> None:
