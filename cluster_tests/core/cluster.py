@@ -80,25 +80,10 @@ def needs_site(probes: Iterable[NodeProbe]) -> bool:
 
 #: One probe of a node as a command runs it: (script, section, parameters).
 NodeProbe = tuple[str, str, dict[str, Any]]
-#: A probe a check module asks of every node it touches (its `node_probes(settings)`): the
+#: A probe a check module asks of every node it touches (core.checkhooks): the
 #: section, typed, with the parameters its tests pass
 Declared = tuple[Probe[Any], dict[str, Any]]
 BASE_ONLY: tuple[Declared, ...] = ((BASE, {}),)
-
-
-def node_probes(settings: Settings, sections: Iterable[Any]) -> tuple[Declared, ...]:
-    """The per-node probes that the selected check modules (`sections`) ask of every node they
-    touch, for `Cluster.prefetch`: base first, then what each module declares in its
-    `node_probes(settings)`, with the parameters its tests pass (a mismatch only costs a second
-    command)."""
-    probes: list[Declared] = [(BASE, {})]
-    for module in sections:
-        declared: Callable[[Settings], list[Declared]] | None = getattr(
-            module, "node_probes", None)
-        for probe in declared(settings) if declared is not None else []:
-            if probe not in probes:
-                probes.append(probe)
-    return tuple(probes)
 
 
 def remote_script(name: str) -> bytes:
@@ -380,9 +365,10 @@ class Cluster:
 
     def prefetch(self, nodes: Iterable[str], declared: Sequence[Declared] = BASE_ONLY) -> None:
         """Start logins and probes of `nodes` in the background, in parallel: after its login,
-        all of a node's probes (see `node_probes`) at once, so that a node whose every command
-        is slow (a .bashrc waiting on a hung NFS home) costs that delay about once, not once per
-        section; and one probe that hangs (nvidia-smi on a wedged GPU) holds up no other."""
+        all of a node's probes (core.checkhooks.node_probes) at once, so that a node whose
+        every command is slow (a .bashrc waiting on a hung NFS home) costs that delay about
+        once, not once per section; and one probe that hangs (nvidia-smi on a wedged GPU)
+        holds up no other."""
         wanted = [n for n in dict.fromkeys(nodes) if n in self.pool.targets]
         for typed, _ in declared:
             self._readers.setdefault((typed.script, typed.section), typed.read)
@@ -397,18 +383,7 @@ class Cluster:
 
         done = [0]
         self.progress("probing nodes", 0, len(wanted))
-
-        # one command for the probes that share the default interpreter (node/bundle.py): one
-        # channel, shell and Python start-up per node instead of one per section.  Under xdist
-        # each probe stays a command of its own, for SharedResults' per-key hand-off.
-        # --transport srun: the probes it carries run as one job step on every node at once
-        by_srun = [p for p in probes if self.srun is not None and self.shared is None
-                   and srun_mod.via_srun(p[0], p[1]) and "python" not in p[2]]
-        by_ssh = [p for p in probes if p not in by_srun]
-        together = [p for p in by_ssh if "python" not in p[2]] if self.shared is None else []
-        alone = [p for p in by_ssh if p not in together] if len(together) > 1 else by_ssh
-        if len(together) < 2:
-            together = []
+        by_srun, together, alone = self._split_probes(probes)
 
         def warm(node: str) -> None:
             try:
@@ -440,6 +415,20 @@ class Cluster:
             self.pool.map(warm, wanted)
 
         threading.Thread(target=run, name="cluster-prefetch", daemon=True).start()
+
+    def _split_probes(self, probes: tuple[NodeProbe, ...]
+                      ) -> tuple[list[NodeProbe], list[NodeProbe], list[NodeProbe]]:
+        """(by srun, together, alone): one command for the probes that share the default
+        interpreter (node/bundle.py): one channel, shell and Python start-up per node instead of
+        one per section.  Under xdist each probe stays a command of its own, for SharedResults'
+        per-key hand-off.  --transport srun: the probes it carries run as one job step on every
+        node at once."""
+        by_srun = [p for p in probes if self.srun is not None and self.shared is None
+                   and srun_mod.via_srun(p[0], p[1]) and "python" not in p[2]]
+        by_ssh = [p for p in probes if p not in by_srun]
+        together = [p for p in by_ssh if "python" not in p[2]] if self.shared is None else []
+        alone = [p for p in by_ssh if p not in together] if len(together) > 1 else by_ssh
+        return by_srun, together if len(together) > 1 else [], alone
 
     def progress(self, phase: str, done: int, total: int) -> None:
         """Report progress of a long phase ("probing nodes", "bandwidth rounds", "training"...):

@@ -122,8 +122,8 @@ def test_hostfile_flag_and_its_value_run_as_the_equals_form(tmp_path: Path, wher
     equals, equals_reports = _run([f"--hostfile={hostfile}"], cwd, tmp_path / "equals")
     assert split == equals
     assert {**split_reports, "command": ""} == {**equals_reports, "command": ""}
-    assert split_reports["command"].startswith(f"# run: pytest -m hostfile -p no:cacheprovider "
-                                               f"--hostfile {hostfile} --junitxml=")
+    assert str(split_reports["command"]).startswith(
+        f"# run: pytest -m hostfile -p no:cacheprovider --hostfile {hostfile} --junitxml=")
     text = "\n".join(split)
     assert "cluster summary" in text and "verdict: causes and launch now" in text
     junit = split_reports["junit"]
