@@ -33,16 +33,16 @@ except ImportError:  # pragma: no cover - pytest always has it
     _junitxml = None  # type: ignore[assignment]
 
 try:
-    from _pytest.tmpdir import tmppath_result_key as _tmppath_result_key
+    from _pytest import tmpdir as _tmpdir
 except ImportError:  # pragma: no cover
-    _tmppath_result_key = None  # type: ignore[assignment]
+    _tmpdir = None  # type: ignore[assignment]
 
 #: pytest's JUnit writer class (None where pytest has no junitxml)
 LOG_XML: type | None = getattr(_junitxml, "LogXML", None)
 #: where pytest keeps its JUnit writer in `config.stash` (None where pytest has no junitxml)
-XML_KEY: pytest.StashKey[Any] | None = getattr(_junitxml, "xml_key", None)
+XML_KEY: pytest.StashKey[object] | None = getattr(_junitxml, "xml_key", None)
 #: where the tmpdir plugin leaves its per-phase results on an item
-TMPPATH_RESULT: pytest.StashKey[Any] | None = _tmppath_result_key
+TMPPATH_RESULT: pytest.StashKey[object] | None = getattr(_tmpdir, "tmppath_result_key", None)
 #: the ini options pytest's junitxml plugin builds its writer from, after the path and prefix
 #: (`_pytest.junitxml.pytest_configure`), in the order LogXML takes them
 JUNIT_INI = ("junit_suite_name", "junit_logging", "junit_duration_report", "junit_family",
