@@ -40,7 +40,9 @@ from cluster_tests.core import testids as ids
 from cluster_tests.core.cluster import CLUSTER_KEY, Cluster, Node
 from cluster_tests.core.interrupt import InterruptGuard
 from cluster_tests.core.settings import Settings, add_options, read_settings
+from cluster_tests.judge.healthyset import Healthy
 from cluster_tests.judge.hostfile import hostparse as hf
+from cluster_tests.judge.problem import Problem
 from cluster_tests.report import files, junit, recordprop
 from cluster_tests.report import fixes as fixes_mod
 from cluster_tests.report import history as history_mod
@@ -58,7 +60,7 @@ WRITTEN_KEY = pytest.StashKey[files.Written]()
 SESSION_KEY = pytest.StashKey[pytest.Session]()
 GUARD_KEY = pytest.StashKey[InterruptGuard]()
 # Lines that other sections (e.g. the bandwidth table) add to the terminal summary.
-SUMMARY_EXTRA_KEY = pytest.StashKey[list[Any]]()
+SUMMARY_EXTRA_KEY = pytest.StashKey[list[str]]()
 
 #: the check modules, cluster_tests/checks/<section>.py (core.sections), collected by this plugin
 CHECKS_DIR = Path(__file__).resolve().parent / "checks"
@@ -220,7 +222,7 @@ class _SummaryPlugin:
         cluster = _cluster(config)
         if cluster is None or not self.recorder.outcomes:
             return
-        got_extra: list[Any] = config.stash.get(SUMMARY_EXTRA_KEY, [])
+        got_extra: list[str] = config.stash.get(SUMMARY_EXTRA_KEY, [])
         extra = list(got_extra)
         from cluster_tests.measure.allreducerun import summary_lines as collective_lines
 
@@ -320,7 +322,7 @@ def _slurm(cluster: Cluster, recorder: Recorder) -> files.AfterVerdict:
     hostfile.healthy is decided."""
     after = cluster.settings.after
 
-    def act(healthy: Any, problems: list[Any]) -> tuple[list[str], dict[str, Any]]:
+    def act(healthy: Healthy, problems: list[Problem]) -> tuple[list[str], dict[str, Any]]:
         def outcome(test_id: str) -> str | None:
             got = recorder.outcomes.get(test_id)
             return got.outcome if got is not None else None
