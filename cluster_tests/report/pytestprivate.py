@@ -15,6 +15,9 @@ attribute on an item), each with why pytest offers no public way to do it.
   them go.  The terminal reporter's `stats` lists (the public `pytest.TerminalReporter`'s
   attribute) keep every passed setup/teardown report; there is no public way to drop one.
 
+(`pytest --hostfile PATH`, whose PATH pytest's first parse takes for a test path, needs none of
+pytest's private parts: core/reparse.py runs the session again through `pytest.main`.)
+
 Where pytest's private parts are not what this was written for (another pytest), each use is
 guarded: the JUnit writer stays pytest's own, the items keep what they held; the run behaves
 as with pytest alone.  tests/unit/test_pytestprivate.py fails when any of them changes, so
