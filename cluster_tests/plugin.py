@@ -13,37 +13,42 @@ import atexit
 import contextlib
 import dataclasses
 import fnmatch
-import gc
 import importlib.util
 import logging
 import os
 import sys
 import types
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from cluster_tests.core import outcome, rootdir_fix, sections, slurmctl, workers
+from cluster_tests.core import (
+    checkhooks,
+    gctune,
+    ordering,
+    outcome,
+    reparse,
+    sections,
+    slurmctl,
+    workers,
+)
 from cluster_tests.core import pairs as pairs_mod
 from cluster_tests.core import source as source_mod
 from cluster_tests.core import srun as srun_mod
 from cluster_tests.core import testids as ids
-from cluster_tests.core.cluster import CLUSTER_KEY, Cluster, Node, node_probes
+from cluster_tests.core.cluster import CLUSTER_KEY, Cluster, Node
 from cluster_tests.core.interrupt import InterruptGuard
 from cluster_tests.core.settings import Settings, add_options, read_settings
+from cluster_tests.judge.healthyset import Healthy
 from cluster_tests.judge.hostfile import hostparse as hf
-from cluster_tests.report import files, junit
+from cluster_tests.judge.problem import Problem
+from cluster_tests.report import files, junit, recordprop
 from cluster_tests.report import fixes as fixes_mod
 from cluster_tests.report import history as history_mod
-from cluster_tests.report.summary import Recorder, keyword_form, mask, progress_writer
-
-try:  # what the tmpdir plugin leaves on an item (private: absent from another pytest)
-    from _pytest.tmpdir import tmppath_result_key
-    TMPPATH_RESULT: pytest.StashKey[Any] | None = tmppath_result_key
-except ImportError:  # pragma: no cover
-    TMPPATH_RESULT = None
+from cluster_tests.report.masking import SecretMasker
+from cluster_tests.report.summary import Recorder, keyword_form, progress_writer
+from cluster_tests.report.trim import Trimmer
 
 SETTINGS_KEY = pytest.StashKey[Settings]()
 PARSE_KEY = pytest.StashKey[object]()
@@ -55,7 +60,7 @@ WRITTEN_KEY = pytest.StashKey[files.Written]()
 SESSION_KEY = pytest.StashKey[pytest.Session]()
 GUARD_KEY = pytest.StashKey[InterruptGuard]()
 # Lines that other sections (e.g. the bandwidth table) add to the terminal summary.
-SUMMARY_EXTRA_KEY = pytest.StashKey[list[Any]]()
+SUMMARY_EXTRA_KEY = pytest.StashKey[list[str]]()
 
 #: the check modules, cluster_tests/checks/<section>.py (core.sections), collected by this plugin
 CHECKS_DIR = Path(__file__).resolve().parent / "checks"
@@ -85,33 +90,16 @@ class _JunitWriter:
 
 
 @pytest.hookimpl(tryfirst=True)
-def pytest_load_initial_conftests(early_config: pytest.Config, args: list[str]) -> None:
-    rootdir_fix.repair(early_config, args)
-
-
-@pytest.hookimpl(tryfirst=True)
 def pytest_configure(config: pytest.Config) -> None:
     config.pluginmanager.register(_session_fixtures(config), "cluster_tests.fixtures")
-    for section in sections.SECTIONS:
-        config.addinivalue_line("markers", sections.marker_line(section))
-    if (
-        config.pluginmanager.has_plugin("timeout")
-        and getattr(config.option, "timeout", "unset") is None
-        and not os.environ.get("PYTEST_TIMEOUT")
-        and not config.getini("timeout")
-    ):
-        # A backstop: every remote action has its own deadline, but no check may hang a run.
-        config.option.timeout = 900
+    config.pluginmanager.register(recordprop.plugin(config), recordprop.NAME)
+    _pytest_options(config)
     settings = read_settings(config)
     if settings.quick:
         # --quick: a fast pre-flight (the collective and training checks are deselected)
         settings = dataclasses.replace(settings, timeout_connect=min(settings.timeout_connect, 5.0),
                                        timeout_command=min(settings.timeout_command, 30.0))
     config.stash[SETTINGS_KEY] = settings
-    if "->" in (getattr(config.option, "keyword", "") or ""):
-        # pytest's -k grammar has no '>': `-k "node1->node2"` matches the keyword that
-        # pytest_itemcollected gives every pair test (see report.keyword_form)
-        config.option.keyword = keyword_form(config.option.keyword)
     xml = getattr(config.option, "xmlpath", None)
     try:
         got = source_mod.node_list(settings, os.environ, Path(xml).parent if xml else
@@ -132,22 +120,8 @@ def pytest_configure(config: pytest.Config) -> None:
             raise pytest.UsageError(str(exc)) from None
     config.stash[SETTINGS_KEY] = settings
     config.stash[PARSE_KEY] = parse
-    nodes = [Node(h.name, h.slots, h.lineno) for h in parse.hosts]
-    config.stash[CLUSTER_KEY] = cluster = Cluster.create(settings, nodes)
-    # a second Ctrl-C must not cut short the cleanup of the nodes that the first one starts
-    config.stash[GUARD_KEY] = guard = InterruptGuard(bool(config.option.fulltrace))
-    if guard.install():
-        config.pluginmanager.register(guard, "cluster_tests_interrupt")
-    # --pairs: chosen once, before collection; the probes ask it which targets to reach
-    spec = pairs_mod.parse_spec(settings.pairs)
-    cluster.memo(pairs_mod.MEMO_KEY, lambda: pairs_mod.Selection.make(cluster.names, spec))
-    config.stash[RECORDER_KEY] = recorder = Recorder([n.name for n in nodes])
-    # Outcomes first: the summary plugin's makereport wrapper (registered after it, so around
-    # it) masks secrets in what Outcomes puts on the report, the Problem too
-    config.pluginmanager.register(outcome.Outcomes(config), "cluster_tests_outcomes")
-    config.pluginmanager.register(_SummaryPlugin(recorder, config), "cluster_tests_summary")
-    if config.pluginmanager.has_plugin("xdist"):
-        workers.XdistPlugin.setup(config, cluster)
+    _run_with(config, Cluster.create(settings, [Node(h.name, h.slots, h.lineno)
+                                                for h in parse.hosts]))
     if config.args_source == pytest.Config.ArgsSource.INVOCATION_DIR:
         # No test paths given and no ini file naming them (an installed suite, run from
         # anywhere): run the checklist, not whatever test files the current directory holds.
@@ -157,6 +131,47 @@ def pytest_configure(config: pytest.Config) -> None:
         reports = Path(config.invocation_params.dir) / "reports"
         reports.mkdir(exist_ok=True)
         config.option.xmlpath = str(reports / "junit.xml")
+
+
+def _pytest_options(config: pytest.Config) -> None:
+    """What the suite sets of pytest's own options: its markers, a timeout backstop, `-k`'s
+    spelling of pair ids."""
+    for section in sections.SECTIONS:
+        config.addinivalue_line("markers", sections.marker_line(section))
+    if (
+        config.pluginmanager.has_plugin("timeout")
+        and getattr(config.option, "timeout", "unset") is None
+        and not os.environ.get("PYTEST_TIMEOUT")
+        and not config.getini("timeout")
+    ):
+        # A backstop: every remote action has its own deadline, but no check may hang a run.
+        config.option.timeout = 900
+    if "->" in (getattr(config.option, "keyword", "") or ""):
+        # pytest's -k grammar has no '>': `-k "node1->node2"` matches the keyword that
+        # pytest_itemcollected gives every pair test (see report.keyword_form)
+        config.option.keyword = keyword_form(config.option.keyword)
+
+
+def _run_with(config: pytest.Config, cluster: Cluster) -> None:
+    """The session's cluster in place, with the plugins of a run that has one."""
+    config.stash[CLUSTER_KEY] = cluster
+    # a second Ctrl-C must not cut short the cleanup of the nodes that the first one starts
+    config.stash[GUARD_KEY] = guard = InterruptGuard(bool(config.option.fulltrace))
+    if guard.install():
+        config.pluginmanager.register(guard, "cluster_tests_interrupt")
+    # --pairs: chosen once, before collection; the probes ask it which targets to reach
+    spec = pairs_mod.parse_spec(cluster.settings.pairs)
+    cluster.memo(pairs_mod.MEMO_KEY, lambda: pairs_mod.Selection.make(cluster.names, spec))
+    config.stash[RECORDER_KEY] = recorder = Recorder(cluster.names)
+    # Outcomes first: the masker's makereport wrapper (registered after it, so around it)
+    # masks secrets in what Outcomes puts on the report, the Problem too
+    config.pluginmanager.register(outcome.Outcomes(config), "cluster_tests_outcomes")
+    config.pluginmanager.register(_SummaryPlugin(recorder), "cluster_tests_summary")
+    config.pluginmanager.register(SecretMasker(cluster.secrets, recorder), "cluster_tests_mask")
+    config.pluginmanager.register(Trimmer(config), "cluster_tests_trim")
+    config.pluginmanager.register(gctune.Freezer(), "cluster_tests_gc")
+    if config.pluginmanager.has_plugin("xdist"):
+        workers.XdistPlugin.setup(config, cluster)
 
 
 def _is_check_module(path: Path) -> bool:
@@ -193,85 +208,21 @@ def _add_site_checks(config: pytest.Config, settings: Settings) -> None:
             config.args.append(str(path))
 
 
-#: items between two freezes of what the session holds (`_SummaryPlugin.pytest_runtest_logfinish`)
-FREEZE_EVERY = 2000
-
-
 class _SummaryPlugin:
     """Feeds the run's reports to the Recorder and prints the cluster summary.  Registered per
     run (an object, not module state), only when there is a cluster to summarize."""
 
-    def __init__(self, recorder: Recorder, config: pytest.Config) -> None:
+    def __init__(self, recorder: Recorder) -> None:
         self.recorder = recorder
-        self.config = config
-        self.finished = 0
-
-    def pytest_runtest_logfinish(self) -> None:
-        """Every FREEZE_EVERY items: collect what the last ones left in cycles, then freeze
-        what is alive, as at the end of collection.  What the session keeps (reports, outcomes,
-        facts) then stays out of the cyclic collector's full passes, which otherwise walk all
-        of it again and again: 50 s of a 4096-node run."""
-        self.finished += 1
-        if self.finished % FREEZE_EVERY == 0:
-            gc.collect()
-            gc.freeze()
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         self.recorder.add(report)
-
-    @pytest.hookimpl(wrapper=True, tryfirst=True)
-    def pytest_runtest_protocol(self, item: pytest.Item, nextitem: pytest.Item | None):
-        """Once an item has run, what plugins left on it for its own run goes: pytest-timeout's
-        cancel closure, the tmpdir plugin's per-phase results (read by tmp_path's teardown, left
-        on every item that has none): 300 B an item, for the whole session."""
-        try:
-            return (yield)
-        finally:
-            item.__dict__.pop("cancel_timeout", None)
-            if TMPPATH_RESULT is not None and TMPPATH_RESULT in item.stash:
-                del item.stash[TMPPATH_RESULT]
-
-    @pytest.hookimpl(trylast=True, specname="pytest_runtest_logreport")
-    def pytest_runtest_logreport_let_go(self, report: pytest.TestReport) -> None:
-        """Once the terminal reporter has counted it, a passed setup or teardown with nothing
-        captured is let go: pytest keeps every one for the whole session (two per item, 380,000
-        at 4096 nodes), reads them only to print a failed test's captured teardown output, and
-        looks through all of them for each failed test (quadratic on a red cluster)."""
-        if report.when == "call" or not report.passed or report.sections:
-            # kept (pytest's stats, to the end): its copy of the item's keywords (300 B an item)
-            # is read only for the skipped summary's folding, which asks for these two
-            report.keywords = {k: 1 for k in ("skip", "pytestmark") if k in report.keywords}
-            return
-        reporter = self.config.pluginmanager.get_plugin("terminalreporter")
-        kept = reporter.stats.get("") if reporter is not None else None
-        if kept and kept[-1] is report:
-            kept.pop()
-
-    @pytest.hookimpl(wrapper=True)
-    def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo):
-        """Mask secret values in what every reporter (terminal, JUnit, JSON, HTML) will show."""
-        report = yield
-        cluster = _cluster(item.config)
-        if cluster is None:
-            return report
-        secrets = cluster.secrets()
-        self.recorder.secrets |= secrets
-        if not secrets:
-            return report
-        if report.longrepr is not None:
-            text = report.longreprtext
-            masked = mask(text, secrets)
-            if masked != text:
-                report.longrepr = masked
-        report.sections = [(title, mask(body, secrets)) for title, body in report.sections]
-        report.user_properties = [(k, mask(str(v), secrets)) for k, v in report.user_properties]
-        return report
 
     def pytest_terminal_summary(self, terminalreporter, config: pytest.Config) -> None:
         cluster = _cluster(config)
         if cluster is None or not self.recorder.outcomes:
             return
-        got_extra: list[Any] = config.stash.get(SUMMARY_EXTRA_KEY, [])
+        got_extra: list[str] = config.stash.get(SUMMARY_EXTRA_KEY, [])
         extra = list(got_extra)
         from cluster_tests.measure.allreducerun import summary_lines as collective_lines
 
@@ -340,7 +291,7 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         hostfile=str(s.hostfile) if s.hostfile else None,
         ssh=fixes_mod.ssh_prefix(s.ssh_config, s.ssh_user, s.timeout_connect,
                                  s.accept_new_host_keys),
-        command=" ".join(["pytest", *config.invocation_params.args]),
+        command=" ".join(["pytest", *reparse.as_typed(config)]),
         html_path=Path(s.html_report).expanduser() if s.html_report else None,
         invocation_dir=Path(config.invocation_params.dir), history=history,
         metrics_path=_under(config, after.metrics_textfile) if after.metrics_textfile else None,
@@ -371,7 +322,7 @@ def _slurm(cluster: Cluster, recorder: Recorder) -> files.AfterVerdict:
     hostfile.healthy is decided."""
     after = cluster.settings.after
 
-    def act(healthy: Any, problems: list[Any]) -> tuple[list[str], dict[str, Any]]:
+    def act(healthy: Healthy, problems: list[Problem]) -> tuple[list[str], dict[str, Any]]:
         def outcome(test_id: str) -> str | None:
             got = recorder.outcomes.get(test_id)
             return got.outcome if got is not None else None
@@ -386,7 +337,12 @@ def _slurm(cluster: Cluster, recorder: Recorder) -> files.AfterVerdict:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_cmdline_main(config: pytest.Config) -> int | None:
-    """--history-show (`cluster-tests history`): print the history's recent runs and exit."""
+    """`--hostfile PATH`: the session run again as `--hostfile=PATH` (core.reparse: pytest took
+    PATH for a test path when it looked for its rootdir and ini file).  --history-show
+    (`cluster-tests history`): print the history's recent runs and exit."""
+    again = reparse.run_again(config)
+    if again is not None:
+        return again
     if not getattr(config.option, "ct_history_show", None):
         return None
     settings = read_settings(config)
@@ -446,7 +402,7 @@ def _is_the_command(config: pytest.Config) -> bool:
     `cluster-tests ARGS` (cli.main), not one run inside another, nor an xdist worker."""
     from cluster_tests import cli
 
-    args = list(config.invocation_params.args)
+    args = reparse.as_typed(config)
     return not hasattr(config, "workerinput") and args in (
         sys.argv[1:], ["-p", cli.PLUGIN, *sys.argv[1:]])
 
@@ -529,49 +485,19 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         metafunc.parametrize("pdsh_leg", legs, ids=[f"{a}->{b}" for a, b in legs])
 
 
-def _params(item: pytest.Item) -> dict:
-    """The item's cluster parameters; an empty parameter set (a hostfile with no valid host)
-    leaves pytest's NOTSET in place of a node or pair, which is no parameter at all."""
-    params = getattr(getattr(item, "callspec", None), "params", {})
-    return {k: v for k, v in params.items() if isinstance(v, (str, tuple))}
-
-
-def _touched_nodes(item: pytest.Item) -> list[str]:
-    params = _params(item)
-    touched: list[str] = []
-    for one in ("node", "rank0_node"):
-        if one in params:
-            touched.append(params[one])
-    if "pair" in params:
-        touched.extend(n for n in params["pair"] if n != pairs_mod.ANY)
-    if "launch_site" in params and params["launch_site"] != ids.LAUNCHER:
-        touched.append(params["launch_site"])
-    for legs in ("pdsh_leg", "rendezvous_leg"):
-        if legs in params:
-            touched.extend(n for n in params[legs] if n != ids.LAUNCHER)
-    return touched
-
-
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     checks = [i for i in items if "cluster" in getattr(i, "fixturenames", ())]
-    if checks and _cluster(config) is None:
+    if not checks:
+        return
+    cluster = _cluster(config)
+    if cluster is None:
         raise pytest.UsageError(
             "no hostfile: pass --hostfile PATH (a DeepSpeed hostfile, 'host slots=N' per line), "
             "or set CLUSTER_TESTS_HOSTFILE; or --mpi-hostfile PATH, or run inside a Slurm "
             "allocation (SLURM_JOB_NODELIST) or a SkyPilot cluster (SKYPILOT_NODE_IPS)"
         )
-    # Run the checklist in its own order (core.sections: H, S, N, F, E, A, R, D, C, T), not
-    # alphabetically: the quick checks that explain later failures come first, the long phases last.
-    def section(item: pytest.Item) -> int:
-        marks = [sections.BY_MARKER[m.name] for m in item.iter_markers()
-                 if m.name in sections.BY_MARKER]
-        return marks[0].order if marks else len(sections.SECTIONS)
-
-    if checks:
-        position = {id(item): i for i, item in enumerate(items)}
-        is_check = {id(item) for item in checks}
-        items.sort(key=lambda i: (section(i) if id(i) in is_check else -1, position[id(i)]))
-    if checks and _the_cluster(config).settings.quick:
+    ordering.in_checklist_order(items, checks)
+    if cluster.settings.quick:
         slow = [i for i in checks
                 if i.get_closest_marker("collective") or i.get_closest_marker("training")]
         if slow:
@@ -580,17 +506,24 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             items[:] = [i for i in items if id(i) not in gone]
             checks = [i for i in checks if id(i) not in gone]
     for item in checks:
-        params = _params(item)
-        if not _the_cluster(config).nodes and item.name != ids.HOSTFILE_SYNTAX.name:
+        if not cluster.nodes and item.name != ids.HOSTFILE_SYNTAX.name:
             item.add_marker(pytest.mark.skip(
                 reason="the hostfile names no host DeepSpeed would launch on: see "
                        f"{ids.HOSTFILE_SYNTAX}"), append=False)
-        if "cluster_host" in getattr(item, "fixturenames", ()):
-            item.user_properties.append(("site_check", "testinfra"))
-        if "node" in params or "rank0_node" in params:
-            item.user_properties.append(("node", params.get("node") or params["rank0_node"]))
-        if "pair" in params:
-            item.user_properties.append(("pair", "->".join(params["pair"])))
+        _label(item)
+
+
+def _label(item: pytest.Item) -> None:
+    """The check's nodes as properties (JUnit, the summary): `node`, or `pair` as "a->b"."""
+    params = ordering.item_params(item)
+    if "cluster_host" in getattr(item, "fixturenames", ()):
+        item.user_properties.append(("site_check", "testinfra"))
+    node = params.get("node") or params.get("rank0_node")
+    if node:
+        item.user_properties.append(("node", node))
+    pair = params.get("pair")
+    if isinstance(pair, tuple):
+        item.user_properties.append(("pair", "->".join(pair)))
 
 
 @pytest.hookimpl(tryfirst=True)  # the order settled before xdist's workers report theirs
@@ -598,62 +531,27 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     cluster = _cluster(session.config)
     if cluster is None:
         return
-    _pdsh_legs_with_the_rehearsal(session.items, cluster.names[:1])
-    session.config.stash[outcome.SELECTED_KEY] = frozenset(item.name for item in session.items)
-    touched: list[str] = []
-    for item in session.items:
-        touched.extend(_touched_nodes(item))
+    items = session.items
+    ordering.pdsh_legs_with_the_rehearsal(items, cluster.names[:1])
+    session.config.stash[outcome.SELECTED_KEY] = frozenset(item.name for item in items)
+    touched = [n for item in items for n in ordering.touched_nodes(item)]
     # which sources each pair check will run from, so that a session-wide pair probe (S4's
     # ssh_pairs) can start every source at once instead of one source per test, in turn
-    sources: dict[str, list[str]] = {}
-    for item in session.items:
-        pair = _params(item).get("pair")
-        if pair is not None and pair[0] != pairs_mod.ANY:
-            sources.setdefault(getattr(item, "originalname", item.name), []).append(pair[0])
-    sources = {k: list(dict.fromkeys(v)) for k, v in sources.items()}
+    sources = ordering.pair_sources(items)
     cluster.memo(pairs_mod.SOURCES_KEY, lambda: sources)
     if not hasattr(session.config, "workerinput"):
         reporter = session.config.pluginmanager.get_plugin("terminalreporter")
         cluster.progress_sink = progress_writer(reporter, session.config.option.verbose)
-    modules = dict.fromkeys(getattr(item, "module", None) for item in session.items)
-    # what exists now (the items above all: 200,000 at 4096 nodes, a dozen objects each) lives
-    # until the session ends; the cyclic garbage collector need not walk it on every full pass
-    gc.freeze()
+    modules = ordering.selected_modules(items)
+    gctune.freeze_what_lives()  # the items above all, until the session ends
     if session.config.option.collectonly:
         return  # nothing runs: nothing to fetch or start on the nodes
-    cluster.prefetch(touched, node_probes(cluster.settings, [m for m in modules if m is not None]))
+    cluster.prefetch(touched, checkhooks.node_probes(cluster.settings, modules))
     # background phases a check module starts for its selected tests (the launch rehearsal, the
     # port matrix); not under pytest-xdist, where each worker would start its own
     if not hasattr(session.config, "workerinput"):
-        selected = frozenset(getattr(item, "originalname", item.name) for item in session.items)
-        for module in modules:
-            start = getattr(module, "session_start", None)
-            if start is not None:
-                start(cluster, selected)
-
-
-def _pdsh_legs_with_the_rehearsal(items: list[pytest.Item], rank0: list[str]) -> None:
-    """Where the session runs the launch rehearsal (a test that reads it is selected: each
-    check module's REHEARSAL_READERS), S5's legs from the rank-0 node are read from its pdsh
-    run (checks/ssh.py): they run right after the last of those readers, not in S's place,
-    where they would hold every check between S and E back until the rehearsal's imports
-    are done (those checks then ran one after another at its end, on one core)."""
-    modules = dict.fromkeys(getattr(item, "module", None) for item in items)
-    readers = frozenset().union(*(getattr(m, "REHEARSAL_READERS", frozenset())
-                                  for m in modules if m is not None))
-    last = max((i for i, item in enumerate(items)
-                if getattr(item, "originalname", None) in readers), default=None)
-    if last is None:
-        return
-    legs = [item for item in items[:last] if getattr(item, "originalname", None) == ids.PDSH.name
-            and _params(item).get("pdsh_leg", ("",))[0] in rank0]
-    if not legs:
-        return
-    moved = {id(item) for item in legs}
-    anchor = items[last]
-    kept = [item for item in items if id(item) not in moved]
-    at = next(i for i, item in enumerate(kept) if item is anchor) + 1
-    items[:] = kept[:at] + legs + kept[at:]
+        selected = frozenset(getattr(item, "originalname", item.name) for item in items)
+        checkhooks.start_phases(modules, cluster, selected)
 
 
 def pytest_itemcollected(item: pytest.Item) -> None:
@@ -665,9 +563,8 @@ def pytest_itemcollected(item: pytest.Item) -> None:
 def _session_fixtures(config: pytest.Config) -> types.ModuleType:
     """The session's own fixtures, closures over its config, in a plugin of their own (registered
     by pytest_configure).  Each time a test reaches a fixture that takes `request` (pytest's
-    `pytestconfig` and `record_property` do), pytest builds a new FixtureDef for it and reads a
-    signature (three times a test for `record_property`), where nearly every test of a
-    4096-node run takes `cluster`, and 31 checks `record_property`."""
+    `pytestconfig` does), pytest builds a new FixtureDef for it and reads a signature, where
+    nearly every test of a 4096-node run takes `cluster` (`record_property`: report/recordprop)."""
     holder = types.ModuleType("cluster_tests.fixtures")
 
     @pytest.fixture(scope="session", name="cluster")
@@ -689,26 +586,7 @@ def _session_fixtures(config: pytest.Config) -> types.ModuleType:
         verdict."""
         return config.stash[PARSE_KEY]  # type: ignore[return-value]
 
-    current: list[pytest.Item] = []  # the test being set up, for record_property
-
-    @pytest.hookimpl(tryfirst=True)
-    def pytest_runtest_setup(item: pytest.Item) -> None:
-        current[:] = [item]
-
-    @pytest.fixture(name="record_property")
-    def record_property() -> Callable[[str, object], None]:
-        """Add a property to the calling test (`record_property(name, value)`): it goes into
-        the test's report, JUnit and the cluster summary.  pytest's own fixture, without its
-        `request` (see above); the same warning where the JUnit family drops properties."""
-        item = current[0]
-        xml = config.stash.get(junit.xml_key, None) if junit.xml_key is not None else None
-        if xml is not None and xml.family not in ("xunit1", "legacy"):
-            item.warn(pytest.PytestWarning(
-                f"record_property is incompatible with junit_family '{xml.family}' "
-                f"(use 'legacy' or 'xunit1')"))
-        return lambda name, value: item.user_properties.append((name, value))
-
-    for fn in (cluster, settings, hostfile, record_property, pytest_runtest_setup):
+    for fn in (cluster, settings, hostfile):
         setattr(holder, fn.__name__, fn)
     return holder
 

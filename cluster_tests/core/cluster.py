@@ -12,7 +12,7 @@ import functools
 import json
 import os
 import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from enum import Enum
@@ -28,6 +28,7 @@ from cluster_tests.core import testids as ids
 from cluster_tests.core.memokey import LOGIN, MemoKey, base_key, login_key, probe_key
 from cluster_tests.core.nodetable import NodeTable
 from cluster_tests.core.settings import Settings
+from cluster_tests.core.sharedresults import SharedResults
 from cluster_tests.core.transport import (
     CommandResult,
     ConnectError,
@@ -37,7 +38,6 @@ from cluster_tests.core.transport import (
     ssh_g,
     wait_result,
 )
-from cluster_tests.core.workers import SharedResults
 from cluster_tests.judge.common.basefacts import BASE, BaseFacts
 from cluster_tests.judge.common.netfacts import is_ip
 from cluster_tests.judge.common.probes import FactsError, Probe
@@ -79,33 +79,18 @@ def needs_site(probes: Iterable[NodeProbe]) -> bool:
 
 
 #: One probe of a node as a command runs it: (script, section, parameters).
-NodeProbe = tuple[str, str, dict[str, Any]]
-#: A probe a check module asks of every node it touches (its `node_probes(settings)`): the
+NodeProbe = tuple[str, str, dict[str, object]]
+#: A probe a check module asks of every node it touches (core.checkhooks): the
 #: section, typed, with the parameters its tests pass
-Declared = tuple[Probe[Any], dict[str, Any]]
+Declared = tuple[Probe[Any], dict[str, object]]
 BASE_ONLY: tuple[Declared, ...] = ((BASE, {}),)
-
-
-def node_probes(settings: Settings, sections: Iterable[Any]) -> tuple[Declared, ...]:
-    """The per-node probes that the selected check modules (`sections`) ask of every node they
-    touch, for `Cluster.prefetch`: base first, then what each module declares in its
-    `node_probes(settings)`, with the parameters its tests pass (a mismatch only costs a second
-    command)."""
-    probes: list[Declared] = [(BASE, {})]
-    for module in sections:
-        declared: Callable[[Settings], list[Declared]] | None = getattr(
-            module, "node_probes", None)
-        for probe in declared(settings) if declared is not None else []:
-            if probe not in probes:
-                probes.append(probe)
-    return tuple(probes)
 
 
 def remote_script(name: str) -> bytes:
     return node.source(name)
 
 
-def _secret_values(env: Any) -> set[str]:
+def _secret_values(env: Mapping[str, str]) -> set[str]:
     return {v for k, v in env.items() if is_secret(k) and v and len(v) >= 3}
 
 
@@ -154,14 +139,14 @@ class Cluster:
     pool: Transport
     _memo: dict[tuple[str, ...], Future[Any]] = field(default_factory=dict)
     #: the memo's computed values (not its failures), read without the lock
-    _values: dict[tuple[str, ...], Any] = field(default_factory=dict)
+    _values: dict[tuple[str, ...], object] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     #: the memo's failed logins, read without raising them again
     _login_errors: dict[str, ConnectError] = field(default_factory=dict)
     _background: list[threading.Thread] = field(default_factory=list)
     #: (script, section) -> the reader of its answer (Probe.read), for the answers that arrive
     #: in a bundle of a node's probes
-    _readers: dict[tuple[str, str], Callable[[object], Any]] = field(default_factory=dict)
+    _readers: dict[tuple[str, str], Callable[[object], object]] = field(default_factory=dict)
     #: what this process did remotely: logins, probes run, probes read from the shared cache
     stats: dict[str, int] = field(default_factory=lambda: {"ssh_logins": 0, "probes_run": 0,
                                                            "probes_shared": 0})
@@ -251,7 +236,7 @@ class Cluster:
                 self._computed(key, fut, value)
         return wait_result(fut)
 
-    def _computed(self, key: MemoKey[Any], fut: Future[Any], value: Any) -> None:
+    def _computed(self, key: MemoKey[T], fut: Future[T], value: T) -> None:
         """A value is kept in `_values` alone; its Future (a lock and a condition each, 20,000
         per 1024 nodes) only hands it to whoever waits now.  A failure keeps its Future."""
         with self._lock:
@@ -270,7 +255,7 @@ class Cluster:
             return None
         return fut.result()
 
-    def _failed(self, key: MemoKey[Any]) -> bool:
+    def _failed(self, key: MemoKey[T]) -> bool:
         """Whether a memo entry is computed and failed (never computes or waits)."""
         with self._lock:
             fut = self._memo.get(key)
@@ -380,9 +365,10 @@ class Cluster:
 
     def prefetch(self, nodes: Iterable[str], declared: Sequence[Declared] = BASE_ONLY) -> None:
         """Start logins and probes of `nodes` in the background, in parallel: after its login,
-        all of a node's probes (see `node_probes`) at once, so that a node whose every command
-        is slow (a .bashrc waiting on a hung NFS home) costs that delay about once, not once per
-        section; and one probe that hangs (nvidia-smi on a wedged GPU) holds up no other."""
+        all of a node's probes (core.checkhooks.node_probes) at once, so that a node whose
+        every command is slow (a .bashrc waiting on a hung NFS home) costs that delay about
+        once, not once per section; and one probe that hangs (nvidia-smi on a wedged GPU)
+        holds up no other."""
         wanted = [n for n in dict.fromkeys(nodes) if n in self.pool.targets]
         for typed, _ in declared:
             self._readers.setdefault((typed.script, typed.section), typed.read)
@@ -397,18 +383,7 @@ class Cluster:
 
         done = [0]
         self.progress("probing nodes", 0, len(wanted))
-
-        # one command for the probes that share the default interpreter (node/bundle.py): one
-        # channel, shell and Python start-up per node instead of one per section.  Under xdist
-        # each probe stays a command of its own, for SharedResults' per-key hand-off.
-        # --transport srun: the probes it carries run as one job step on every node at once
-        by_srun = [p for p in probes if self.srun is not None and self.shared is None
-                   and srun_mod.via_srun(p[0], p[1]) and "python" not in p[2]]
-        by_ssh = [p for p in probes if p not in by_srun]
-        together = [p for p in by_ssh if "python" not in p[2]] if self.shared is None else []
-        alone = [p for p in by_ssh if p not in together] if len(together) > 1 else by_ssh
-        if len(together) < 2:
-            together = []
+        by_srun, together, alone = self._split_probes(probes)
 
         def warm(node: str) -> None:
             try:
@@ -440,6 +415,20 @@ class Cluster:
             self.pool.map(warm, wanted)
 
         threading.Thread(target=run, name="cluster-prefetch", daemon=True).start()
+
+    def _split_probes(self, probes: tuple[NodeProbe, ...]
+                      ) -> tuple[list[NodeProbe], list[NodeProbe], list[NodeProbe]]:
+        """(by srun, together, alone): one command for the probes that share the default
+        interpreter (node/bundle.py): one channel, shell and Python start-up per node instead of
+        one per section.  Under xdist each probe stays a command of its own, for SharedResults'
+        per-key hand-off.  --transport srun: the probes it carries run as one job step on every
+        node at once."""
+        by_srun = [p for p in probes if self.srun is not None and self.shared is None
+                   and srun_mod.via_srun(p[0], p[1]) and "python" not in p[2]]
+        by_ssh = [p for p in probes if p not in by_srun]
+        together = [p for p in by_ssh if "python" not in p[2]] if self.shared is None else []
+        alone = [p for p in by_ssh if p not in together] if len(together) > 1 else by_ssh
+        return by_srun, together if len(together) > 1 else [], alone
 
     def progress(self, phase: str, done: int, total: int) -> None:
         """Report progress of a long phase ("probing nodes", "bandwidth rounds", "training"...):
@@ -484,15 +473,16 @@ class Cluster:
         return self.memo(key, lambda: _read(node, section, reader, self._shared_probe(
             key, node, section, params, script)))
 
-    def _counted_probe(self, node: str, section: str, params: dict[str, Any], script: str) -> Any:
+    def _counted_probe(self, node: str, section: str, params: dict[str, object],
+                       script: str) -> object:
         with self._lock:
             self.stats["probes_run"] += 1
         return self._probe(node, section, params, script)
 
     def _shared_probe(self, key: tuple[str, ...], node: str, section: str,
-                      params: dict[str, Any], script: str) -> Any:
+                      params: dict[str, object], script: str) -> object:
         """Under pytest-xdist: one worker process runs the probe, the others read its result
-        (core.workers.SharedResults); logins stay per process."""
+        (core.sharedresults); logins stay per process."""
         assert self.shared is not None
         data, error, read = self.shared.get(
             key, lambda: self._counted_probe(node, section, params, script), ProbeError)
@@ -503,13 +493,13 @@ class Cluster:
             raise ProbeError(node, error)
         return data
 
-    def _probe(self, node: str, section: str, params: dict[str, Any], script: str) -> Any:
+    def _probe(self, node: str, section: str, params: dict[str, object], script: str) -> object:
         if self.srun is not None and srun_mod.via_srun(script, section) and "python" not in params:
             return self._probe_srun(node, section, params, script)
         if section == "base":
             params = {**self.base_params(node), **params}
-        python = params.get("python") or self.settings.remote_python  # the launch's, for E3
-        timeout = params.get("timeout", self.settings.timeout_command)
+        python = str(params.get("python") or self.settings.remote_python)  # the launch's, for E3
+        timeout = _timeout(params, self.settings.timeout_command)
         argv, stdin = probe_command(python, memokey.dumps({"sections": [section], **params}),
                                     remote_script(script), needs_site([(script, section, params)]))
         result = self.run(node, argv, stdin=stdin, timeout=timeout)
@@ -587,11 +577,12 @@ class Cluster:
         for n in busy:
             claims[n].finish(functools.partial(_srun_error, n, how, len(busy), step.seconds, tail))
 
-    def _probe_srun(self, node: str, section: str, params: dict[str, Any], script: str) -> Any:
+    def _probe_srun(self, node: str, section: str, params: dict[str, object],
+                    script: str) -> object:
         """One probe of one node as a job step (--transport srun), outside a prefetch."""
         assert self.srun is not None
         probe: list[NodeProbe] = [(script, section, params)]
-        got: dict[int, Any] = {}
+        got: dict[int, object] = {}
 
         def on_line(task: int, raw: bytes) -> None:
             answer = _bundle_answer(raw.decode("utf-8", "replace"))
@@ -618,7 +609,7 @@ class Cluster:
         return probe_command(self.settings.remote_python, args, _bundle_source(probes),
                              needs_site(probes))
 
-    def base_params(self, node: str) -> dict[str, Any]:
+    def base_params(self, node: str) -> dict[str, object]:
         """What a node's base probe is asked beyond its facts: the names it resolves (the
         hostfile's its checks need, pairs.names_to_resolve, and a --master_addr given as a name:
         every rank resolves it), and whether it reads every name through `ssh -G` (the rank-0
@@ -630,7 +621,7 @@ class Cluster:
         return {"names": names, "ssh_all": bool(self.nodes) and node == self.nodes[0].name}
 
     def _bundle_timeout(self, probes: Sequence[NodeProbe]) -> float:
-        return max(float(p.get("timeout", self.settings.timeout_command)) for _, _, p in probes)
+        return max(_timeout(p, self.settings.timeout_command) for _, _, p in probes)
 
     def base(self, node: str) -> BaseFacts:
         """The cheap facts of a node; fails the calling test briefly if the node is unreachable."""
@@ -690,6 +681,12 @@ class Cluster:
 CLUSTER_KEY = pytest.StashKey[Cluster]()
 
 
+def _timeout(params: dict[str, object], default: float) -> float:
+    """A probe's deadline: its `timeout` parameter, else the run's --timeout-command."""
+    given = params.get("timeout", default)
+    return float(given) if isinstance(given, (int, float, str)) else default
+
+
 def _as_is(data: object) -> Any:
     """The reader of a section not typed yet: its JSON, as it came."""
     return data
@@ -707,7 +704,7 @@ def _read(node: str, section: str, reader: Callable[[object], T], data: object) 
                          cause=ProbeCause.UNREADABLE) from None
 
 
-def _facts(node: str, section: str, data: Any, result: CommandResult | None) -> Any:
+def _facts(node: str, section: str, data: object, result: CommandResult | None) -> object:
     """A probe section's facts, or the ProbeError that the section reported instead."""
     if isinstance(data, dict) and set(data) == {"error"}:
         raise ProbeError(node, f"{node}: probe '{section}' failed: {data['error']}", result)
@@ -730,7 +727,7 @@ def _no_result(node: str, section: str, python: str, result: CommandResult) -> P
                       result, cause=ProbeCause.NO_RESULT)
 
 
-def _bundle_answer(line: str) -> tuple[int, Any] | None:
+def _bundle_answer(line: str) -> tuple[int, object] | None:
     """(index, facts) of a node/bundle.py line; None for any other line (a chatty .bashrc)."""
     if not line.startswith(BUNDLE_MARK):
         return None

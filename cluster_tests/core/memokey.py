@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 if TYPE_CHECKING:
@@ -25,7 +26,7 @@ class MemoKey(tuple, Generic[T]):
     def __new__(cls, *parts: str) -> MemoKey[T]:
         return super().__new__(cls, parts)
 
-    def __call__(self, *more: Any) -> MemoKey[T]:
+    def __call__(self, *more: str) -> MemoKey[T]:
         """This key narrowed by `more` (a node name, a path)."""
         return MemoKey(*self, *more)
 
@@ -43,14 +44,14 @@ class Encoded(str):
 
     digest: str
 
-    def __new__(cls, value: Any) -> Encoded:
+    def __new__(cls, value: object) -> Encoded:
         text = json.dumps(value, separators=(",", ":"))
         obj = super().__new__(cls, text)
         obj.digest = "sha256:" + hashlib.sha256(text.encode()).hexdigest()
         return obj
 
 
-def _marked(value: Any, found: list[Encoded]) -> Any:
+def _marked(value: object, found: list[Encoded]) -> object:
     if isinstance(value, Encoded):
         found.append(value)
         return f"\0ct-encoded-{len(found) - 1}\0"
@@ -61,7 +62,7 @@ def _marked(value: Any, found: list[Encoded]) -> Any:
     return value
 
 
-def dumps(value: Any) -> str:
+def dumps(value: object) -> str:
     """`json.dumps(value)`, with every `Encoded` in it written as the JSON it already is."""
     found: list[Encoded] = []
     text = json.dumps(_marked(value, found))
@@ -70,7 +71,7 @@ def dumps(value: Any) -> str:
     return text
 
 
-def probe_key(node: str, section: str, params: dict[str, Any] | None = None,
+def probe_key(node: str, section: str, params: Mapping[str, object] | None = None,
               script: str = "probe.py") -> MemoKey[Any]:
     """The key of `Cluster.probe(node, section, script=script, **params)`: the parameters as
     JSON, or their digest when long (the port matrix's `connect` names every peer: kept whole,

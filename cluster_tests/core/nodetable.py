@@ -18,7 +18,7 @@ columns its workers declared.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
@@ -89,7 +89,7 @@ def merge_layouts(a: Layout, b: Layout) -> Layout:
     return out
 
 
-def column_order(names: Any, lay: Layout) -> list[str]:
+def column_order(names: Iterable[str], lay: Layout) -> list[str]:
     """`names` in table order: by declared rank, then by name (undeclared ones last)."""
     return sorted(set(names), key=lambda n: (lay.get(n, (LAST, False))[0], n))
 

@@ -18,13 +18,15 @@ import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 
 from cluster_tests.core import pairs as pairs_mod
 from cluster_tests.judge.collective import collopts as copts
 from cluster_tests.judge.hostfile import launchargs as la
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -34,13 +36,13 @@ class Option:
     ini: str  # ini key
     env: str  # environment variable
     help: str
-    default: Any = None
-    type: Callable[[str], Any] = str
+    default: object = None
+    type: Callable[[str], object] = str
     #: the flag belongs to another plugin (testinfra's --ssh-config): only added when it is absent
     foreign: bool = False
 
 
-def option(flag: str, help: str, default: Any = None, type: Callable[[str], Any] = str, *,
+def option(flag: str, help: str, default: object = None, type: Callable[[str], Any] = str, *,
            dest: str | None = None, foreign: bool = False) -> Any:
     """A settings field that is an option of the suite (see the module docstring)."""
     name = flag.lstrip("-").replace("-", "_")
@@ -49,11 +51,11 @@ def option(flag: str, help: str, default: Any = None, type: Callable[[str], Any]
     return field(default=default, metadata={"option": opt})
 
 
-def _checked(convert: Callable[[str], Any], ok: Callable[[Any], bool], message: str
-             ) -> Callable[[str], Any]:
+def _checked(convert: Callable[[str], T], ok: Callable[[T], bool], message: str
+             ) -> Callable[[str], T]:
     """An option type: `convert`, then ValueError(message) unless `ok`."""
 
-    def parse(value: str) -> Any:
+    def parse(value: str) -> T:
         x = convert(value)
         if not ok(x):
             raise ValueError(message)
@@ -436,6 +438,8 @@ def _sections() -> Iterator[tuple[str | None, type]]:
 
 #: every option, run-wide first, then by section
 OPTIONS = [opt for _, cls in _sections() for _, opt in _fields(cls)]
+#: the flags that take a value (`--hostfile PATH`; not `--quick`)
+VALUE_FLAGS = frozenset(opt.flag for opt in OPTIONS if opt.type is not _flag)
 
 
 def add_options(parser: pytest.Parser, have_ssh_config_flag: bool) -> None:
@@ -455,7 +459,7 @@ def add_options(parser: pytest.Parser, have_ssh_config_flag: bool) -> None:
         parser.addini(opt.ini, opt.help, default=None)
 
 
-def _read(config: pytest.Config, opt: Option) -> tuple[Any, str]:
+def _read(config: pytest.Config, opt: Option) -> tuple[object, str]:
     cli = getattr(config.option, opt.dest, None)
     if cli not in (None, ""):
         return cli, opt.flag
@@ -471,7 +475,7 @@ def _read(config: pytest.Config, opt: Option) -> tuple[Any, str]:
     return opt.default, "default"
 
 
-def _parse(config: pytest.Config, opt: Option) -> tuple[Any, str]:
+def _parse(config: pytest.Config, opt: Option) -> tuple[object, str]:
     raw, source = _read(config, opt)
     if raw is None or source == "default" or opt.type is str:
         return raw, source

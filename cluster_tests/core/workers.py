@@ -1,7 +1,7 @@
 """What the pytest-xdist worker processes share: probe results, and what each did and learnt.
 
 The controller makes a directory for the run; under it, the first worker that needs a probe runs
-it and the others read its result (:class:`SharedResults`, which `Cluster.probe` uses when it is
+it and the others read its result (core.sharedresults, which `Cluster.probe` uses when it is
 set).  Each worker sends its node facts and counters back when it is done, and the controller,
 which alone writes the summary, JSON and HTML, merges them (:class:`XdistPlugin`,
 :func:`node_facts`, :func:`remote_counts`).  The checks are distributed by file (one section per
@@ -11,65 +11,34 @@ all-reduce, training) run once, not once per worker.
 
 from __future__ import annotations
 
-import fcntl
-import hashlib
-import json
-import os
 import shutil
 import tempfile
-import time
-from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import pytest
 
 from cluster_tests.core.nodetable import NodeTable
+from cluster_tests.core.sharedresults import SharedResults
 
 if TYPE_CHECKING:
     from cluster_tests.core.cluster import Cluster
 
-# What the xdist workers did and learnt (node facts, logins, probes), merged on the controller.
-WORKERS_KEY = pytest.StashKey[dict[str, Any]]()
+
+@dataclass
+class WorkersDid:
+    """What the xdist workers did and learnt, merged on the controller."""
+
+    #: their counters (Cluster.stats), summed
+    stats: dict[str, int] = field(default_factory=dict)
+    logged_in: set[str] = field(default_factory=set)
+    facts: NodeTable = field(default_factory=NodeTable)
+    #: how many workers reported
+    workers: int = 0
 
 
-class SharedResults:
-    """Results shared by the worker processes through a directory: the first process that asks
-    for a key computes it and writes the result (or its error) there, under a file lock; the
-    others wait for the lock and read it."""
-
-    def __init__(self, directory: Path) -> None:
-        self.directory = directory
-
-    def get(self, key: tuple[str, ...], compute: Callable[[], Any],
-            errors: type[Exception]) -> tuple[Any, str | None, bool]:
-        """(result, error text, whether it was read from another process): an exception of
-        `errors` that `compute` raises is shared as its text."""
-        name = hashlib.sha256(json.dumps(key).encode()).hexdigest()[:32]
-        path = self.directory / f"{name}.json"
-        read = False
-        with open(self.directory / f"{name}.lock", "w") as lock:
-            while True:  # short waits, so that Ctrl-C is not held up (see remote.wait_result)
-                try:
-                    fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    break
-                except BlockingIOError:
-                    time.sleep(0.05)
-            try:
-                if path.exists():
-                    stored = json.loads(path.read_text())
-                    read = True
-                else:
-                    try:
-                        stored = {"data": compute()}
-                    except errors as exc:
-                        stored = {"probe_error": str(exc)}
-                    tmp = path.with_suffix(f".{os.getpid()}.tmp")
-                    tmp.write_text(json.dumps(stored))
-                    os.replace(tmp, path)
-            finally:
-                fcntl.flock(lock, fcntl.LOCK_UN)
-        return stored.get("data"), stored.get("probe_error"), read
+WORKERS_KEY = pytest.StashKey[WorkersDid]()
 
 
 class XdistPlugin:
@@ -89,8 +58,7 @@ class XdistPlugin:
                 cluster.shared = SharedResults(Path(workerinput["ct_shared_dir"]))
         elif getattr(config.option, "dist", "no") in ("load", "worksteal", "loadgroup"):
             config.option.dist = "loadfile"
-        config.stash[WORKERS_KEY] = {"stats": {}, "logged_in": set(), "facts": NodeTable(),
-                                     "workers": 0}
+        config.stash[WORKERS_KEY] = WorkersDid()
         config.pluginmanager.register(cls(config, cluster), "cluster_tests_xdist")
 
     @pytest.hookimpl(optionalhook=True)
@@ -103,11 +71,11 @@ class XdistPlugin:
     def pytest_testnodedown(self, node, error) -> None:  # controller, once per worker
         got = getattr(node, "workeroutput", {}).get("ct_cluster") or {}
         merged = self.config.stash[WORKERS_KEY]
-        merged["workers"] += 1
+        merged.workers += 1
         for k, v in got.get("stats", {}).items():
-            merged["stats"][k] = merged["stats"].get(k, 0) + v
-        merged["logged_in"] |= set(got.get("logged_in", []))
-        merged["facts"].merge(got.get("facts", {}), {
+            merged.stats[k] = merged.stats.get(k, 0) + v
+        merged.logged_in |= set(got.get("logged_in", []))
+        merged.facts.merge(got.get("facts", {}), {
             k: (int(r), bool(v)) for k, (r, v) in got.get("columns", {}).items()})
 
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
@@ -125,7 +93,8 @@ class XdistPlugin:
 def node_facts(config: pytest.Config, cluster: Cluster | None) -> NodeTable:
     """Per-node facts learnt by this process and (under xdist) by every worker, with the layout
     of their columns (declared by the sections, in the workers too)."""
-    workers: NodeTable = config.stash.get(WORKERS_KEY, {}).get("facts", NodeTable())
+    did = config.stash.get(WORKERS_KEY, None)
+    workers = did.facts if did is not None else NodeTable()
     facts = NodeTable({n: dict(r) for n, r in workers.items()}, workers.layout)
     if cluster is not None:
         mine = cluster.node_table()
@@ -136,8 +105,7 @@ def node_facts(config: pytest.Config, cluster: Cluster | None) -> NodeTable:
 
 def remote_counts(config: pytest.Config, cluster: Cluster) -> dict[str, object]:
     """SSH logins and probes of this run, all processes together (for the JSON meta)."""
-    workers: dict[str, Any] = config.stash.get(
-        WORKERS_KEY, {"stats": {}, "logged_in": set(), "workers": 0})
-    stats = {k: v + workers["stats"].get(k, 0) for k, v in cluster.stats.items()}
-    return {**stats, "logged_in": sorted(cluster.logged_in | workers["logged_in"]),
-            "xdist_workers": workers["workers"]}
+    workers = config.stash.get(WORKERS_KEY, None) or WorkersDid()
+    stats = {k: v + workers.stats.get(k, 0) for k, v in cluster.stats.items()}
+    return {**stats, "logged_in": sorted(cluster.logged_in | workers.logged_in),
+            "xdist_workers": workers.workers}

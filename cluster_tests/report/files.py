@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from cluster_tests.core.nodetable import NodeTable
 from cluster_tests.judge.healthyset import Healthy
@@ -58,75 +58,100 @@ def write_all(json_path: Path, recorder: Recorder, facts: NodeTable, meta: dict[
               after_verdict: AfterVerdict | None = None) -> Written:
     """Write every report file of the run; `json_path` names the JSON summary, the others go
     beside it (the HTML report to `html_path` where given). A file that cannot be written is a
-    note, never an error of the run."""
+    note (`Written.notes`, which the summary shows), never an error of the run."""
     out = Written()
     finished = time.time()
     meta = {**meta, "finished": finished}
-    healthy_path = json_path.with_name(healthy_mod.FILE_NAME)
-    nodes = list(slots)
     found = healthy_mod.problems(recorder.outcomes.values())
-    rtt = recorder.latency_medians(nodes) if history is not None else None
-    result = healthy_mod.decide(recorder, nodes, world_multiple, found, rtt)
-    red = any(o.outcome in ("failed", "error") for o in recorder.outcomes.values())
-    try:
-        if red:
-            healthy_mod.write(healthy_path, result, dict(slots))
-        else:
-            healthy_path.unlink(missing_ok=True)  # a green run leaves no stale file behind
-    except OSError as exc:
-        out.notes.append(f"{healthy_path} not written: {exc}")
-    out.launch_lines = healthy_mod.launch_lines(
-        result, healthy_path, invocation_dir, hostfile) if red else []
-    extra: dict[str, Any] = {"healthy": healthy_mod.to_json(result, healthy_path if red else None)}
+    rtt = recorder.latency_medians(list(slots)) if history is not None else None
+    result = healthy_mod.decide(recorder, list(slots), world_multiple, found, rtt)
+    extra: dict[str, Any] = {"healthy": _healthy(out, json_path.with_name(healthy_mod.FILE_NAME),
+                                                 recorder, result, slots, invocation_dir,
+                                                 hostfile)}
     ran = bool(recorder.outcomes)  # --collect-only, or nothing selected: no verdict to act on
     if after_verdict is not None and ran:
-        try:
-            out.slurm_lines, slurm_json = after_verdict(result, found)
-        except Exception as exc:  # noqa: BLE001 - never the verdict's or the reports' end
-            out.slurm_lines, slurm_json = [f"Slurm: not done: {type(exc).__name__}: {exc}"], {
-                "error": str(exc)}
+        slurm_json = _after_verdict(out, after_verdict, result, found)
         if slurm_json:
             extra["slurm"] = slurm_json
     series: dict[str, Any] = {}
     if history is not None and ran:
-        began = time.monotonic()
-        rec = history_mod.run_record(
-            recorder, facts, started=recorder.started, finished=finished, slots=slots,
-            exitstatus=int(meta.get("exitstatus", 0)), source=str(meta.get("node_source", "")),
-            excluded=result.excluded, rtt_ms=rtt or {})
-        built = time.monotonic() - began
-        recorded = history_mod.record(history.path, rec, ratio=history.drop,
-                                      window=history.window)
-        recorded.seconds += built  # the whole step: the record built, written, read back
-        out.history_lines = recorded.lines()
-        out.history_path = recorded.path
-        series = recorded.series
-        extra["history"] = recorded.to_json()
-    try:
+        series, extra["history"] = _history(out, history, recorder, facts, meta, slots,
+                                            finished, result, rtt)
+    def write_json() -> Path:
         recorder.write_json(json_path, facts, meta, extra)
-        out.json_path = json_path
-    except OSError:
-        pass
+        return json_path
+
+    out.json_path = _attempt(out, f"JSON summary {json_path}", write_json)
     fixes_path = json_path.with_name(fixes_mod.SCRIPT_NAME)
-    try:
-        n_cmd, n_manual = fixes_mod.write(fixes_path, recorder.outcomes.values(), ssh, command)
-        out.fixes = (fixes_path, n_cmd, n_manual)
-    except OSError:
-        pass
+    counted = _attempt(out, f"fix script {fixes_path}", lambda: fixes_mod.write(
+        fixes_path, recorder.outcomes.values(), ssh, command))
+    if counted:
+        out.fixes = (fixes_path, *counted)
     from cluster_tests.report import html as html_report  # jinja2: only when a run ends
 
     html = html_path or json_path.with_name("cluster_report.html")
-    try:
-        out.html_path = html_report.write(html, recorder, facts, meta, history=series)
-    except OSError as exc:
-        out.notes.append(f"HTML report not written: {exc}")
+    out.html_path = _attempt(out, "HTML report", lambda: html_report.write(
+        html, recorder, facts, meta, history=series))
     if metrics_path is not None:
         from cluster_tests.report import metrics  # prometheus_client: only when asked
 
-        try:
-            out.metrics_path = metrics.write(metrics_path, recorder,
-                                             duration_s=round(finished - recorder.started, 3),
-                                             finished=finished)
-        except OSError as exc:
-            out.notes.append(f"metrics textfile {metrics_path} not written: {exc}")
+        out.metrics_path = _attempt(out, f"metrics textfile {metrics_path}", lambda: metrics.write(
+            metrics_path, recorder, duration_s=round(finished - recorder.started, 3),
+            finished=finished))
     return out
+
+
+T = TypeVar("T")
+
+
+def _attempt(out: Written, what: str, write: Callable[[], T]) -> T | None:
+    """`write()`'s result, or None and a note in `out` where the file could not be written."""
+    try:
+        return write()
+    except OSError as exc:
+        out.notes.append(f"{what} not written: {exc}")
+        return None
+
+
+def _healthy(out: Written, path: Path, recorder: Recorder, result: Healthy,
+             slots: Mapping[str, int], invocation_dir: Path, hostfile: str | None
+             ) -> dict[str, Any]:
+    """hostfile.healthy (only when something is red: a green run leaves no stale file behind)
+    and the launch lines that use it; its part of summary.json."""
+    red = any(o.outcome in ("failed", "error") for o in recorder.outcomes.values())
+    if red:
+        _attempt(out, str(path), lambda: healthy_mod.write(path, result, dict(slots)))
+    else:
+        _attempt(out, str(path), lambda: path.unlink(missing_ok=True))
+    if red:
+        out.launch_lines = healthy_mod.launch_lines(result, path, invocation_dir, hostfile)
+    return healthy_mod.to_json(result, path if red else None)
+
+
+def _after_verdict(out: Written, act: AfterVerdict, result: Healthy, found: list[Problem]
+                   ) -> dict[str, Any]:
+    """What the verdict does in Slurm: its lines in `out`, its part of summary.json."""
+    try:
+        out.slurm_lines, slurm_json = act(result, found)
+    except Exception as exc:  # noqa: BLE001 - never the verdict's or the reports' end
+        out.slurm_lines, slurm_json = [f"Slurm: not done: {type(exc).__name__}: {exc}"], {
+            "error": str(exc)}
+    return slurm_json
+
+
+def _history(out: Written, history: HistoryOptions, recorder: Recorder, facts: NodeTable,
+             meta: dict[str, Any], slots: Mapping[str, int], finished: float, result: Healthy,
+             rtt: dict[str, float] | None) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The run added to the history: its warnings in `out`; (the plot's series, summary.json's
+    part)."""
+    began = time.monotonic()
+    rec = history_mod.run_record(
+        recorder, facts, started=recorder.started, finished=finished, slots=slots,
+        exitstatus=int(meta.get("exitstatus", 0)), source=str(meta.get("node_source", "")),
+        excluded=result.excluded, rtt_ms=rtt or {})
+    built = time.monotonic() - began
+    recorded = history_mod.record(history.path, rec, ratio=history.drop, window=history.window)
+    recorded.seconds += built  # the whole step: the record built, written, read back
+    out.history_lines = recorded.lines()
+    out.history_path = recorded.path
+    return recorded.series, recorded.to_json()

@@ -14,11 +14,12 @@ from cluster_tests.judge import healthyset
 from cluster_tests.judge.healthyset import Healthy
 from cluster_tests.judge.problem import Problem
 from cluster_tests.report.fixes import problem_of
+from cluster_tests.report.summary import Outcome, Recorder
 
 FILE_NAME = "hostfile.healthy"
 
 
-def problems(outcomes: Iterable[Any]) -> list[Problem]:
+def problems(outcomes: Iterable[Outcome]) -> list[Problem]:
     """The Problems of the run's reds (each red's own, with its test id)."""
     out = []
     for o in outcomes:
@@ -28,7 +29,7 @@ def problems(outcomes: Iterable[Any]) -> list[Problem]:
     return out
 
 
-def slowness(recorder: Any, nodes: Iterable[str],
+def slowness(recorder: Recorder, nodes: Iterable[str],
              rtt: dict[str, float] | None = None) -> dict[str, float]:
     """A number per node, larger is slower, from the run's own measurements: C2's pair busbw
     (the inverse of the slowest pair a node is in), else F1's round-trip times (the node's
@@ -46,7 +47,7 @@ def slowness(recorder: Any, nodes: Iterable[str],
     return rtt if rtt is not None else recorder.latency_medians(nodes)
 
 
-def decide(recorder: Any, nodes: list[str], world_multiple: int = 1,
+def decide(recorder: Recorder, nodes: list[str], world_multiple: int = 1,
            found: list[Problem] | None = None, rtt: dict[str, float] | None = None) -> Healthy:
     """hostfile.healthy of the run (`found`: the run's :func:`problems`, where the caller has
     them; `rtt`: the nodes' median RTTs, likewise)."""

@@ -34,6 +34,7 @@ from cluster_tests.core import testids as ids
 from cluster_tests.judge import trend
 from cluster_tests.judge.collective.collopts import format_size
 from cluster_tests.judge.problem import BLOCKED_BY, PROPERTY
+from cluster_tests.report.summary import Recorder
 
 FILE_NAME = "history.sqlite"
 #: ``PRAGMA application_id`` of a history file ("ctHi"): a database without it is not ours
@@ -148,7 +149,7 @@ def _seconds(text: str) -> float | None:
     return None
 
 
-def run_record(recorder: Any, facts: Mapping[str, Mapping[str, str]], *, started: float,
+def run_record(recorder: Recorder, facts: Mapping[str, Mapping[str, str]], *, started: float,
                finished: float, slots: Mapping[str, int], exitstatus: int, source: str,
                excluded: Mapping[str, Sequence[str]], rtt_ms: Mapping[str, float]) -> RunRecord:
     """What the run records, from the Recorder (the tests' outcomes and properties), the node
@@ -170,7 +171,7 @@ def run_record(recorder: Any, facts: Mapping[str, Mapping[str, str]], *, started
     for o in recorder.by_function(ids.ALLREDUCE_PAIR.name):
         if o.pair:
             size = o.properties.get("size_bytes")
-            rec.c2[o.pair] = (int(size) if str(size or "").isdigit() else None, bw.get(o.pair),
+            rec.c2[o.pair] = (int(str(size)) if str(size or "").isdigit() else None, bw.get(o.pair),
                               o.outcome == "passed")
     return rec
 

@@ -71,12 +71,13 @@ class Heatmap:
 
 
 def _grid(names: list[str], keys: Iterable[tuple[str, str]],
-          fill: Callable[[str, str], tuple[str, str, str, str] | None], **kw: Any) -> Heatmap:
+          fill: Callable[[str, str], tuple[str, str, str, str] | None], *, id: str, title: str,
+          caption: str, legend: list[tuple[str, str]]) -> Heatmap:
     """A heatmap with a cell (a, b) = fill(a, b) = (color, text, title, class) for each pair of
     `keys` that fill has data for; the rest of the grid is one "not run" background, so that
     the page grows with the pairs checked (2N with --pairs ring), not with N x N."""
     index = {n: i for i, n in enumerate(names)}
-    hm = Heatmap(names=names, **kw)
+    hm = Heatmap(id, title, caption, names, legend=legend)
     for a, b in sorted({k for k in keys if k[0] in index and k[1] in index},
                        key=lambda k: (index[k[0]], index[k[1]])):
         got = fill(a, b)
@@ -100,7 +101,7 @@ def _mix(lo: str, hi: str, t: float) -> str:
     return "#" + "".join(f"{round(x + (y - x) * t):02x}" for x, y in zip(a, b, strict=False))
 
 
-def _names(rec: Recorder, pairs: Any) -> list[str]:
+def _names(rec: Recorder, pairs: Iterable[tuple[str, str]]) -> list[str]:
     used = {n for p in pairs for n in p}
     return [n for n in rec.nodes if n in used]
 
@@ -372,7 +373,7 @@ def history_plot(series: dict[str, Any]) -> Plot | None:
 
 # -- the page -----------------------------------------------------------------------------------
 
-def _failure(o: Outcome, blocks: int) -> dict[str, Any]:
+def _failure(o: Outcome, blocks: int) -> dict[str, object]:
     """A red, from the Problem it carries (its fix in words, and what fixes.sh runs for it)."""
     p = problem_of(o)
     where = (p.where if p is not None and p.nodes else
@@ -384,7 +385,7 @@ def _failure(o: Outcome, blocks: int) -> dict[str, Any]:
             "blocks": blocks, "stacks": _stack_groups(o)}
 
 
-def _stack_groups(o: Outcome) -> list[dict[str, Any]]:
+def _stack_groups(o: Outcome) -> list[dict[str, object]]:
     """The ranks' stacks at a deadline, by group (C1/C2, T1/T2's ``stack_groups`` property)."""
     groups = o.properties.get("stack_groups")
     if isinstance(groups, str):  # read back from a JUnit file: the property's repr

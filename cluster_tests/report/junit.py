@@ -10,8 +10,9 @@ finalizes it and appended to an anonymous spool file; the list keeps a small rec
 the spool, in pytest's order.
 
 Only LogXML's serialization moves: what goes into each element (properties, failures, captured
-output, durations) is pytest's own code.  Where pytest's LogXML lacks what this relies on (a
-future pytest), its own writer is left in place (`install`)."""
+output, durations) is pytest's own code.  pytest offers no public way to change how the file is
+written (report/pytestprivate.py says what this relies on); where its LogXML lacks it (a future
+pytest), its own writer is left in place (`install`)."""
 
 from __future__ import annotations
 
@@ -19,16 +20,17 @@ import os
 import platform
 import tempfile
 import xml.etree.ElementTree as ET
+from collections.abc import Callable
 from typing import IO, Any
 
 import pytest
 
-try:
-    from _pytest import junitxml as _junitxml
-except ImportError:  # pragma: no cover - pytest always has it
-    _junitxml = None  # type: ignore[assignment]
-#: where pytest keeps its LogXML (None where pytest has no junitxml)
-xml_key = getattr(_junitxml, "xml_key", None)
+from cluster_tests.report.pytestprivate import (
+    JUNIT_INI,
+    LOG_XML,
+    junit_writer,
+    replace_junit_writer,
+)
 
 #: marks where the test cases go inside the serialized <testsuite> element
 _CASES = "CT_JUNIT_CASES_GO_HERE"
@@ -69,7 +71,7 @@ class _NotPlain(Exception):
     """An element `_write` leaves to ElementTree."""
 
 
-def _write(elem: ET.Element, write: Any) -> None:
+def _write(elem: ET.Element, write: Callable[[str], object]) -> None:
     """ElementTree's _serialize_xml for a plain element (short empty elements), tail and all."""
     tag, text = elem.tag, elem.text
     if type(tag) is not str or "{" in tag or _escape_cdata is None or _escape_attrib is None:
@@ -92,17 +94,20 @@ def _write(elem: ET.Element, write: Any) -> None:
         write(_escape_cdata(elem.tail))
 
 
-def streaming_class() -> Any:
+def streaming_class() -> type | None:
     """The LogXML subclass, or None where pytest's LogXML is not what it was written for."""
-    if _junitxml is None or not all(hasattr(_junitxml.LogXML, n) for n in _METHODS):
+    if LOG_XML is None or not all(hasattr(LOG_XML, n) for n in _METHODS):
         return None
 
-    class StreamingLogXML(_junitxml.LogXML):
+    class StreamingLogXML(LOG_XML):  # type: ignore[valid-type,misc]
         _spool: IO[bytes] | None = None
-        #: a live reporter's place in node_reporters_ordered, until it is finalized
-        _index: dict[int, int]
 
-        def node_reporter(self, report: Any) -> Any:
+        def __init__(self, *args: object) -> None:
+            super().__init__(*args)
+            #: a live reporter's place in node_reporters_ordered, until it is finalized
+            self._index: dict[int, int] = {}
+
+        def node_reporter(self, report: pytest.TestReport) -> Any:
             n = len(self.node_reporters_ordered)
             reporter = super().node_reporter(report)
             if len(self.node_reporters_ordered) > n:  # created now, in the file's order
@@ -124,58 +129,65 @@ def streaming_class() -> Any:
             ordered[self._index.pop(id(reporter))] = _Spooled(start, len(data))
 
         def pytest_sessionfinish(self) -> None:
-            dirname = os.path.dirname(os.path.abspath(self.logfile))
-            os.makedirs(dirname, exist_ok=True)
-            duration = self.suite_start.elapsed()
-            numtests = (self.stats["passed"] + self.stats["failure"] + self.stats["skipped"]
-                        + self.stats["error"] - self.cnt_double_fail_tests)
-            suite_node = ET.Element(
-                "testsuite", name=self.suite_name, errors=str(self.stats["error"]),
-                failures=str(self.stats["failure"]), skipped=str(self.stats["skipped"]),
-                tests=str(numtests), time=f"{duration.seconds:.3f}",
-                timestamp=self.suite_start.as_utc().astimezone().isoformat(),
-                hostname=platform.node())
-            suite_node.text = _CASES
-            testsuites = ET.Element("testsuites")
-            testsuites.set("name", "pytest tests")
-            testsuites.append(suite_node)
-            head, _, tail = ET.tostring(testsuites, encoding="unicode").partition(_CASES)
-            spool = self._spool
-            with open(self.logfile, "w", encoding="utf-8") as logfile:
-                logfile.write('<?xml version="1.0" encoding="utf-8"?>')
-                logfile.write(head)
-                global_properties = self._get_global_properties_node()
-                if global_properties is not None:
-                    logfile.write(ET.tostring(global_properties, encoding="unicode"))
-                for entry in self.node_reporters_ordered:
-                    if isinstance(entry, _Spooled):
-                        assert spool is not None
-                        spool.seek(entry.start)
-                        logfile.write(spool.read(entry.length).decode("utf-8"))
-                    else:  # never finalized (a collection error, an internal error)
-                        logfile.write(ET.tostring(entry.to_xml(), encoding="unicode"))
-                logfile.write(tail)
-            if spool is not None:
-                spool.close()
+            _write_document(self, self._spool)
+            if self._spool is not None:
+                self._spool.close()
                 self._spool = None
 
     return StreamingLogXML
 
 
+def _write_document(xml: Any, spool: IO[bytes] | None) -> None:
+    """LogXML.pytest_sessionfinish's document, each test's text read back from the spool."""
+    os.makedirs(os.path.dirname(os.path.abspath(xml.logfile)), exist_ok=True)
+    head, tail = _suite_frame(xml)
+    with open(xml.logfile, "w", encoding="utf-8") as logfile:
+        logfile.write('<?xml version="1.0" encoding="utf-8"?>')
+        logfile.write(head)
+        global_properties = xml._get_global_properties_node()
+        if global_properties is not None:
+            logfile.write(ET.tostring(global_properties, encoding="unicode"))
+        for entry in xml.node_reporters_ordered:
+            if isinstance(entry, _Spooled):
+                assert spool is not None
+                spool.seek(entry.start)
+                logfile.write(spool.read(entry.length).decode("utf-8"))
+            else:  # never finalized (a collection error, an internal error)
+                logfile.write(ET.tostring(entry.to_xml(), encoding="unicode"))
+        logfile.write(tail)
+
+
+def _suite_frame(xml: Any) -> tuple[str, str]:
+    """The <testsuites><testsuite ...> text before the test cases, and after them."""
+    duration = xml.suite_start.elapsed()
+    stats = xml.stats
+    numtests = (stats["passed"] + stats["failure"] + stats["skipped"] + stats["error"]
+                - xml.cnt_double_fail_tests)
+    suite_node = ET.Element(
+        "testsuite", name=xml.suite_name, errors=str(stats["error"]),
+        failures=str(stats["failure"]), skipped=str(stats["skipped"]),
+        tests=str(numtests), time=f"{duration.seconds:.3f}",
+        timestamp=xml.suite_start.as_utc().astimezone().isoformat(),
+        hostname=platform.node())
+    suite_node.text = _CASES
+    testsuites = ET.Element("testsuites")
+    testsuites.set("name", "pytest tests")
+    testsuites.append(suite_node)
+    head, _, tail = ET.tostring(testsuites, encoding="unicode").partition(_CASES)
+    return head, tail
+
+
 def install(config: pytest.Config) -> bool:
-    """Put the streaming writer in place of pytest's LogXML, with its settings (after pytest's
-    junitxml plugin configured it, before the session starts).  False where nothing changed."""
-    if _junitxml is None:
-        return False
-    xml = config.stash.get(_junitxml.xml_key, None)
+    """Put the streaming writer in place of pytest's LogXML, built from the same settings (after
+    pytest's junitxml plugin configured its own, before the session starts).  False where
+    nothing changed."""
+    xml = junit_writer(config)
     cls = streaming_class()
-    if (xml is None or cls is None or type(xml) is not _junitxml.LogXML
-            or not all(hasattr(xml, n) for n in _ATTRS) or xml.node_reporters_ordered):
+    if (cls is None or type(xml) is not LOG_XML or not all(hasattr(xml, n) for n in _ATTRS)
+            or getattr(xml, "node_reporters_ordered", None)
+            or getattr(xml, "global_properties", None)):
         return False
-    new = cls.__new__(cls)
-    new.__dict__.update(xml.__dict__)
-    new._index = {}
-    config.pluginmanager.unregister(xml)
-    config.stash[_junitxml.xml_key] = new
-    config.pluginmanager.register(new)
+    new = cls(config.option.xmlpath, config.option.junitprefix,
+              *(config.getini(name) for name in JUNIT_INI))
+    replace_junit_writer(config, xml, new)
     return True

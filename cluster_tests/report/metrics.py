@@ -25,6 +25,7 @@ from typing import Any
 from cluster_tests.core import sections
 from cluster_tests.core import testids as ids
 from cluster_tests.judge.problem import BLOCKED_BY, PROPERTY, Problem
+from cluster_tests.report.summary import Outcome, Recorder
 
 PREFIX = "cluster_tests"
 GB = 1e9
@@ -35,7 +36,7 @@ def _section(module: str) -> str:
     return got.marker if got is not None else "site"
 
 
-def _cause(o: Any) -> str:
+def _cause(o: Outcome) -> str:
     if o.outcome in ("failed", "error"):
         raw = o.properties.get(PROPERTY)
         p = Problem.from_json(str(raw)) if raw else None
@@ -47,7 +48,7 @@ def _cause(o: Any) -> str:
 class _Run:
     """A prometheus_client collector of one finished run (the Recorder's outcomes and numbers)."""
 
-    def __init__(self, recorder: Any, duration_s: float, finished: float) -> None:
+    def __init__(self, recorder: Recorder, duration_s: float, finished: float) -> None:
         self.recorder = recorder
         self.duration_s = duration_s
         self.finished = finished
@@ -106,7 +107,7 @@ class _Run:
                                 "when the run ended (Unix time)", value=self.finished)
 
 
-def write(path: Path, recorder: Any, *, duration_s: float, finished: float) -> Path:
+def write(path: Path, recorder: Recorder, *, duration_s: float, finished: float) -> Path:
     """Write the textfile (atomically: a temporary file beside it, renamed over it)."""
     from prometheus_client import write_to_textfile  # only the runs that ask for it import it
 

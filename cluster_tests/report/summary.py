@@ -18,7 +18,7 @@ from array import array
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, TextIO
 
 from cluster_tests.core import nodetable
 from cluster_tests.core import testids as ids
@@ -497,7 +497,7 @@ class Recorder:
 EXPANDED = 4
 
 
-def _write_json(out: Any, value: Any, level: int) -> None:
+def _write_json(out: TextIO, value: object, level: int) -> None:
     """`value` as JSON to `out`, laid out as `json.dumps(indent=2)` does down to EXPANDED levels
     and each deeper value on one line, every line encoded by itself (json's C encoder: Python's
     indenting encoder builds the whole text of a 4096-node latency map in memory, slowly)."""
@@ -530,7 +530,7 @@ class _Parsed(dict[str, float]):
         return value
 
 
-def _test_json(o: Outcome) -> dict[str, Any]:
+def _test_json(o: Outcome) -> dict[str, object]:
     return {**asdict(o), "pair": "->".join(o.pair) if o.pair else None, "headline": o.headline}
 
 
@@ -547,8 +547,8 @@ def node_columns(facts: dict[str, dict[str, str]]) -> tuple[list[str], dict[str,
     return ["node"] + [k for k in keys if k not in same], same
 
 
-def _node_json(row: dict[str, str]) -> dict[str, Any]:
-    out: dict[str, Any] = dict(row)
+def _node_json(row: dict[str, str]) -> dict[str, object]:
+    out: dict[str, object] = dict(row)
     login = row.get("login", "")
     if login.endswith("s") and (num := _number(login[:-1])) is not None:
         del out["login"]
@@ -565,7 +565,7 @@ def _has_unit(key: str) -> bool:
     return key.endswith(_UNITS)
 
 
-def _number(value: Any) -> float | None:
+def _number(value: object) -> float | None:
     if isinstance(value, bool) or value is None:
         return None
     if isinstance(value, (int, float)):
@@ -626,7 +626,15 @@ class Progress:
         self.write(f"[cluster] {phase}: {done}/{total}{pct}" + (" done" if finished else ""))
 
 
-def progress_writer(terminalreporter: Any, verbose: int,
+class _Terminal(Protocol):
+    """What the progress lines need of pytest's terminal reporter."""
+
+    def ensure_newline(self) -> None: ...
+
+    def write_line(self, line: str) -> None: ...
+
+
+def progress_writer(terminalreporter: _Terminal | None, verbose: int,
                     isatty: bool | None = None) -> Progress | None:
     """The progress sink for a run: None with -q, or when neither verbose nor a tty."""
     if terminalreporter is None or verbose < 0:

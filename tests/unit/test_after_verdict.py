@@ -192,3 +192,24 @@ def test_a_run_where_nothing_ran_records_nothing_and_touches_no_slurm(tmp_path):
         history=files.HistoryOptions(tmp_path / "history.sqlite"), after_verdict=act)
     assert got.slurm_lines == [] and got.history_lines == []
     assert not (tmp_path / "history.sqlite").exists()
+
+
+def test_a_report_that_cannot_be_written_is_a_note_never_silence(tmp_path):
+    """The reports' directory cannot be written (a file stands where it should be: mode bits
+    would not stop root, which runs these tests): every report the run writes there is a note,
+    the JSON summary and the fix script included, and the run's verdict still stands."""
+    blocked = tmp_path / "reports"
+    blocked.write_text("not a directory\n")
+    got = files.write_all(
+        blocked / "summary.json", recorder(), {}, {"exitstatus": 1},  # type: ignore[arg-type]
+        slots={n: 1 for n in NODES}, world_multiple=1, hostfile=None, ssh=["ssh"],
+        command="pytest", html_path=None, invocation_dir=tmp_path,
+        metrics_path=blocked / "ct.prom")
+    assert (got.json_path, got.fixes, got.html_path, got.metrics_path) == (None,) * 4
+    said = {note.split(" not written: ")[0]: note for note in got.notes}
+    assert list(said) == [str(blocked / "hostfile.healthy"),
+                          f"JSON summary {blocked}/summary.json", f"fix script {blocked}/fixes.sh",
+                          "HTML report", f"metrics textfile {blocked}/ct.prom"]
+    assert all(note.endswith(f": '{blocked}'") for note in got.notes), got.notes  # the OSError
+    # the launch lines are still the verdict's (the nodes to launch on now)
+    assert any("node3" in line for line in got.launch_lines), got.launch_lines

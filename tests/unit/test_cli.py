@@ -3,13 +3,18 @@ them from any directory, the same as `pytest` from the repository (same ids)."""
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import subprocess
 import sys
+import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
 from paths import PACKAGE, REPO
+
+from cluster_tests.core import reparse
 
 HOSTFILE = REPO / "configs" / "hostfile"
 CLI = Path(sys.executable).parent / "cluster-tests"
@@ -63,7 +68,7 @@ def test_check_modules_are_not_test_files() -> None:
 def test_hostfile_outside_the_repo_keeps_its_rootdir(tmp_path: Path, equals_form: bool) -> None:
     """`pytest --hostfile /elsewhere/hostfile` from the repository: pytest finds its rootdir
     before our option is known and takes the hostfile for a test path (PITFALLS 3); without
-    core/rootdir_fix the rootdir would be the hostfile's folder, the ini lost (-ra, timeout,
+    core/reparse the rootdir would be the hostfile's folder, the ini lost (-ra, timeout,
     junit_family), the ids `hostfile.py::...` and the cache written beside the hostfile."""
     hostfile = tmp_path / "hostfile"
     hostfile.write_text(HOSTFILE.read_text())
@@ -78,3 +83,77 @@ def test_hostfile_outside_the_repo_keeps_its_rootdir(tmp_path: Path, equals_form
                           "-p", "no:cacheprovider", *form], check=False, cwd=REPO,
                          capture_output=True, text=True, timeout=120).stdout
     assert "cluster_tests/checks/hostfile.py::test_hostfile_syntax" in ids.splitlines(), ids
+
+
+def _run(form: list[str], cwd: Path, out: Path) -> tuple[list[str], dict[str, object]]:
+    """A real run of the hostfile checks on nodes that do not resolve (red at once, no network):
+    (its output, timings and report paths left out; what its reports say)."""
+    got = subprocess.run([sys.executable, "-m", "pytest", "-m", "hostfile", "-p",
+                          "no:cacheprovider", *form, f"--junitxml={out}/junit.xml",
+                          "--timeout-connect", "2"], check=False, cwd=cwd,
+                         capture_output=True, text=True, timeout=300)
+    assert got.returncode == 1, got.stdout + got.stderr
+    text = (got.stdout + got.stderr).replace(str(out), "OUT")
+    if out.is_relative_to(cwd):  # (the verdict names the fix script relative to cwd)
+        text = text.replace(str(out.relative_to(cwd)), "OUT")
+    lines = [re.sub(r" in [0-9.]+s( \(.*\))? =+$", "", line) for line in text.splitlines()
+             if not line.startswith(("platform ", "cachedir"))]
+    cases = ET.parse(out / "junit.xml").getroot().iter("testcase")
+    junit = {(c.get("classname"), c.get("name")): sorted(
+        (p.get("name"), p.get("value")) for p in c.iter("property")) for c in cases}
+    command = next(line for line in (out / "fixes.sh").read_text().splitlines()
+                   if line.startswith("# run: "))
+    summary = json.loads((out / "summary.json").read_text())
+    return lines, {"junit": junit, "command": command, "causes": summary["causes"]}
+
+
+@pytest.mark.parametrize("where", ["repo", "elsewhere"])
+def test_hostfile_flag_and_its_value_run_as_the_equals_form(tmp_path: Path, where: str) -> None:
+    """`pytest --hostfile /abs/path` behaves as `pytest --hostfile=/abs/path`, which pytest's
+    first parse cannot misread (core/reparse runs the session again in that form), from the
+    repository (its ini: -ra, junit_family xunit1, the timeout) and from elsewhere (no ini):
+    the same header, summary, short test summary, JUnit properties and reports; the fix script
+    names the command as typed."""
+    hostfile = tmp_path / "nodes" / "hostfile"
+    hostfile.parent.mkdir()
+    hostfile.write_text("ct-no-such-node-1.invalid slots=2\nct-no-such-node-2.invalid slots=2\n")
+    cwd = REPO if where == "repo" else tmp_path
+    split, split_reports = _run(["--hostfile", str(hostfile)], cwd, tmp_path / "split")
+    equals, equals_reports = _run([f"--hostfile={hostfile}"], cwd, tmp_path / "equals")
+    assert split == equals
+    assert {**split_reports, "command": ""} == {**equals_reports, "command": ""}
+    assert str(split_reports["command"]).startswith(
+        f"# run: pytest -m hostfile -p no:cacheprovider --hostfile {hostfile} --junitxml=")
+    text = "\n".join(split)
+    assert "cluster summary" in text and "verdict: causes and launch now" in text
+    junit = split_reports["junit"]
+    assert isinstance(junit, dict)
+    node_props = [dict(props) for (_, name), props in junit.items()
+                  if name.startswith("test_hostname_matches[")]
+    assert node_props and all(p.get("node") for p in node_props), junit
+    if where == "repo":
+        assert f"rootdir: {REPO}" in text and "configfile: pyproject.toml" in text
+        assert "timeout: 600.0s" in text  # the ini's
+        assert "SKIPPED [1]" in text  # -ra: the ini's addopts
+        assert "PytestWarning" not in text  # junit_family xunit1 keeps record_property's
+    else:
+        assert f"rootdir: {tmp_path}" in text and "configfile" not in text
+        assert "SKIPPED [1]" not in text  # pytest's default -r: fE
+
+
+@pytest.mark.parametrize(("typed", "joined"), [
+    (["--hostfile", "{d}/hostfile", "-m", "ssh"], ["--hostfile={d}/hostfile", "-m", "ssh"]),
+    (["--hostfile={d}/hostfile"], None),  # one token already
+    (["--hostfile", "{d}/absent"], None),  # pytest's first parse ignores a path that is not
+    (["--ssh-config", "ssh_config", "--quick", "hostfile"], ["--ssh-config=ssh_config",
+                                                            "--quick", "hostfile"]),
+    (["-k", "hostfile", "--", "--hostfile", "{d}/hostfile"], None),
+    (["--pairs", "ring", "--output-dir", "{d}"], ["--pairs", "ring", "--output-dir={d}"]),
+])
+def test_joined_takes_only_the_suites_options_with_a_path_for_a_value(
+        tmp_path: Path, typed: list[str], joined: list[str] | None) -> None:
+    (tmp_path / "hostfile").write_text("node1 slots=1\n")
+    (tmp_path / "ssh_config").write_text("")
+    fill = [a.replace("{d}", str(tmp_path)) for a in typed]
+    want = None if joined is None else [a.replace("{d}", str(tmp_path)) for a in joined]
+    assert reparse.joined(fill, tmp_path) == want

@@ -21,9 +21,9 @@ def pytest_configure(config):
 @pytest.hookimpl(trylast=True)
 def pytest_runtest_logfinish(nodeid, location):
     # what the writer holds once a test is done: no element, no reporter
-    from _pytest.junitxml import xml_key
     from cluster_tests.report.junit import _Spooled
-    xml = pytest_runtest_logfinish.config.stash[xml_key]
+    from cluster_tests.report.pytestprivate import junit_writer
+    xml = junit_writer(pytest_runtest_logfinish.config)
     held = [e for e in xml.node_reporters_ordered if not isinstance(e, _Spooled)]
     with open("held.txt", "a") as out:
         out.write("%d\\n" % len(held))

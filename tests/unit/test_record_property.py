@@ -1,4 +1,4 @@
-"""The plugin's own `record_property` (plugin._session_fixtures) in real pytest sessions: it is
+"""The suite's own `record_property` (report/recordprop.py) in real pytest sessions: it is
 the one tests get, it records what pytest's records (report, JUnit), for the right test, with
 pytest's warning where the JUnit family drops properties, and a test that takes it builds no
 FixtureDef for `request` (pytest's own builds three a test)."""
@@ -29,7 +29,7 @@ def test_rtt(node, record_property):
 
 def test_which_fixture(request):
     defs = request._fixturemanager.getfixturedefs("record_property", request.node)
-    assert defs[-1].func.__module__ == "cluster_tests.plugin"
+    assert defs[-1].func.__module__ == "cluster_tests.report.recordprop"
 
 def test_built_no_request_fixturedef():
     # (the direct parameter `node` builds its own, in pytest: not this fixture's)

@@ -1,7 +1,7 @@
-"""plugin._SummaryPlugin in a real pytest session (pytester): pytest's terminal reporter keeps
-every passed setup and teardown report for the whole session (two per item); the plugin lets go
-of those that captured nothing, and the counts, the summary line and a failed test's captured
-teardown output stay as pytest prints them."""
+"""report/trim.py in a real pytest session (pytester): pytest's terminal reporter keeps
+every passed setup and teardown report for the whole session (two per item); the Trimmer lets go
+of those that captured nothing, and of what plugins leave on a finished item; the counts, the
+summary line and a failed test's captured teardown output stay as pytest prints them."""
 
 from __future__ import annotations
 
@@ -9,11 +9,11 @@ pytest_plugins = ["pytester"]
 
 CONFTEST = """
 import pytest
-from cluster_tests.plugin import _SummaryPlugin
-from cluster_tests.report.summary import Recorder
+from cluster_tests.report.pytestprivate import TMPPATH_RESULT
+from cluster_tests.report.trim import Trimmer
 
 def pytest_configure(config):
-    config.pluginmanager.register(_SummaryPlugin(Recorder(nodes=[]), config), "ct_summary")
+    config.pluginmanager.register(Trimmer(config), "ct_trim")
 
 @pytest.hookimpl(trylast=True)
 def pytest_sessionfinish(session):
@@ -21,11 +21,10 @@ def pytest_sessionfinish(session):
     kept = [(r.nodeid.split("::")[-1], r.when) for r in stats.get("", [])]
     with open("kept.txt", "w") as out:
         out.write(repr(sorted(kept)))
-    from _pytest.tmpdir import tmppath_result_key
     left = {"keywords": sorted({k for rs in stats.values() for r in rs
                                 for k in getattr(r, "keywords", {})}),
             "cancel_timeout": [i.name for i in session.items if hasattr(i, "cancel_timeout")],
-            "tmppath": [i.name for i in session.items if tmppath_result_key in i.stash]}
+            "tmppath": [i.name for i in session.items if TMPPATH_RESULT in i.stash]}
     with open("left.txt", "w") as out:
         out.write(repr(left))
 """
