@@ -12,10 +12,10 @@ from cluster_tests.core.cluster import Cluster, Declared
 from cluster_tests.core.memokey import base_key
 from cluster_tests.core.nodetable import NodeColumn
 from cluster_tests.core.settings import Settings
+from cluster_tests.judge.accelerator.inventory import ACCELERATORS
 from cluster_tests.judge.common import fixcmd
 from cluster_tests.judge.common.basefacts import BaseFacts
 from cluster_tests.judge.common.netfacts import all_ips, is_ip, is_loopback, parse_interfaces
-from cluster_tests.judge.common.probes import untyped
 from cluster_tests.judge.hostfile import hostparse as hf
 from cluster_tests.judge.hostfile import masteraddr as ma
 from cluster_tests.judge.hostfile import resourcefilter as rf
@@ -28,7 +28,7 @@ pytestmark = pytest.mark.hostfile
 
 def node_probes(settings: Settings) -> list[Declared]:
     """The probes this section's tests ask of every node they touch (`Cluster.prefetch`)."""
-    return [(untyped("probe.py", "accelerators"), {})]
+    return [(ACCELERATORS, {})]
 
 
 class HostfileWarning(UserWarning):
