@@ -21,10 +21,11 @@ from cluster_tests.core.nodetable import NodeColumn
 from cluster_tests.core.settings import Settings
 from cluster_tests.judge.common.probes import untyped
 from cluster_tests.judge.health import dcgm, gpuhealth, rdma
+from cluster_tests.judge.health.rdma import FABRIC, FabricFacts
 from cluster_tests.judge.problem import Problem, listed_problem
 
-#: per node: its RDMA ports and where they were read from (rdma.ports_from_probe)
-PORTS: MemoKey[tuple[list[rdma.Port], str]] = MemoKey("health", "ports")
+#: per node: its RDMA ports and where they were read from
+PORTS: MemoKey[rdma.RdmaFacts] = MemoKey("health", "ports")
 #: per node: R8's verdict (None: no npu-smi there)
 NPU: MemoKey[gpuhealth.NpuVerdict | None] = MemoKey("health", "npu")
 
@@ -33,7 +34,7 @@ pytestmark = pytest.mark.health
 
 def node_probes(settings: Settings) -> list[Declared]:
     """The probes this section's tests ask of every node they touch (`Cluster.prefetch`)."""
-    return [(untyped("healthprobe.py", "fabric"), {}), (untyped("healthprobe.py", "accel"), {}),
+    return [(FABRIC, {}), (untyped("healthprobe.py", "accel"), {}),
             (untyped("healthprobe.py", "diag"), _diag_params(settings))]
 
 
@@ -45,7 +46,8 @@ def _diag_params(settings: Settings) -> dict[str, Any]:
 
 
 def _rdma_column(cluster: Cluster, node: str) -> str | None:
-    ports = (cluster.cached(PORTS(node)) or ([], ""))[0]
+    facts = cluster.cached(PORTS(node))
+    ports = facts.ports if facts is not None else ()
     return f"{sum(p.up for p in ports)}/{len(ports)} ports active" if ports else None
 
 
@@ -64,19 +66,26 @@ def _section(cluster: Cluster, node: str, section: str) -> dict[str, Any]:
         pytest.fail(str(exc), pytrace=False)
 
 
-def _ports(cluster: Cluster, node: str) -> tuple[list[rdma.Port], str]:
-    return cluster.memo(PORTS(node), lambda: rdma.ports_from_probe(
-        cluster.probe(node, "fabric", script="healthprobe.py")["rdma"]))
+def _fabric(cluster: Cluster, node: str, item: str) -> FabricFacts:
+    cluster.require(node)
+    try:
+        return cluster.probe(node, FABRIC)
+    except ProbeError as exc:
+        outcome.fail(exc.problem(item))
 
 
-def _peer_ports(cluster: Cluster, node: str) -> dict[str, list[rdma.Port]]:
+def _ports(cluster: Cluster, node: str) -> rdma.RdmaFacts:
+    return cluster.memo(PORTS(node), lambda: cluster.probe(node, FABRIC).rdma)
+
+
+def _peer_ports(cluster: Cluster, node: str) -> dict[str, tuple[rdma.Port, ...]]:
     """Every other reachable node's RDMA ports (their probes were started with this one's)."""
     out = {}
     for peer in cluster.names:
         if peer == node or cluster.login_error(peer) is not None:
             continue
         try:
-            out[peer] = _ports(cluster, peer)[0]
+            out[peer] = _ports(cluster, peer).ports
         except ProbeError:
             continue
     return out
@@ -89,16 +98,16 @@ def _ib_disabled(cluster: Cluster, node: str) -> str:
     return ""
 
 
-def _need_rdma(cluster: Cluster, node: str) -> tuple[list[rdma.Port], str]:
-    _section(cluster, node, "fabric")
-    ports, source = _ports(cluster, node)
-    if not ports:
+def _need_rdma(cluster: Cluster, node: str, item: str) -> rdma.RdmaFacts:
+    _fabric(cluster, node, item)
+    facts = _ports(cluster, node)
+    if not facts.ports:
         pytest.skip(f"{node}: no RDMA devices (/sys/class/infiniband is empty or absent, and no "
                     f"ibv_devinfo/ibstat lists any): NCCL/HCCL will use TCP sockets here")
     disabled = _ib_disabled(cluster, node)
     if disabled:
         pytest.skip(disabled)
-    return ports, source
+    return facts
 
 
 def _launch_env(cluster: Cluster, node: str, var: str) -> tuple[str | None, str]:
@@ -110,18 +119,18 @@ def _launch_env(cluster: Cluster, node: str, var: str) -> tuple[str | None, str]
     return (value if value.strip() else None), f"{node}'s non-interactive shell"
 
 
+def _fail(problem: Problem | None) -> None:
+    if problem is not None:
+        outcome.fail(problem)
+
+
 def test_rdma_ports(cluster: Cluster, node: str, record_property) -> None:
     """R1: the node's RDMA ports are active and as fast as the same ports on its peers."""
-    ports, source = _need_rdma(cluster, node)
-    record_property("rdma", rdma.rdma_summary(ports))
+    facts = _need_rdma(cluster, node, "R1")
+    record_property("rdma", rdma.rdma_summary(facts.ports))
     hca, _ = _launch_env(cluster, node, "NCCL_IB_HCA")
     spec = rdma.parse_hca_spec(hca) if hca else None
-    problems = rdma.compare_ports(node, ports, _peer_ports(cluster, node), spec)
-    if not any(p.up for p in ports):
-        problems.append("no RDMA port is active: " + ", ".join(p.describe() for p in ports))
-    if problems:
-        outcome.fail(listed_problem(node, f"RDMA ports (read from {source})",
-                                    list(dict.fromkeys(problems)), rdma.PORTS_FIX))
+    _fail(rdma.judge_ports(node, facts, _peer_ports(cluster, node), spec))
 
 
 def test_ib_hca(cluster: Cluster, node: str, record_property) -> None:
@@ -129,27 +138,19 @@ def test_ib_hca(cluster: Cluster, node: str, record_property) -> None:
     value, where = _launch_env(cluster, node, "NCCL_IB_HCA")
     if value is None:
         record_property("NCCL_IB_HCA", "unset")
-        _need_rdma(cluster, node)
+        _need_rdma(cluster, node, "R2")
         return  # NCCL uses every active port
-    ports, _ = _need_rdma(cluster, node)
+    ports = _need_rdma(cluster, node, "R2").ports
     spec = rdma.parse_hca_spec(value)
     chosen, problems = rdma.judge_hca(spec, ports)
     record_property("NCCL_IB_HCA", f"{value} -> {', '.join(p.name for p in chosen) or 'nothing'}")
-    if problems:
-        active = [p.name for p in ports if p.up]
-        pytest.fail(
-            f"{node}: NCCL_IB_HCA={value} (from {where}; {spec.describe()}) "
-            + "; ".join(problems) + ".\n"
-            f"  RDMA ports on {node}: {', '.join(p.describe() for p in ports)}\n"
-            f"  fix: export NCCL_IB_HCA={'=' + ','.join(active) if active else '<device>:<port>'}"
-            f" (where it is set: {where}), or unset it to let NCCL use every active port",
-            pytrace=False)
+    _fail(rdma.hca_problem(node, value, where, spec, ports, problems))
 
 
 def test_ib_gid_index(cluster: Cluster, node: str, record_property) -> None:
     """R3: for RoCE, NCCL_IB_GID_INDEX exists on every active RoCE port, with the same RoCE
     version as on the other nodes."""
-    ports, _ = _need_rdma(cluster, node)
+    ports = _need_rdma(cluster, node, "R3").ports
     if not any(p.roce and p.up for p in ports):
         pytest.skip(f"{node}: no active RoCE port (InfiniBand needs no GID index)")
     value, where = _launch_env(cluster, node, "NCCL_IB_GID_INDEX")
@@ -159,96 +160,39 @@ def test_ib_gid_index(cluster: Cluster, node: str, record_property) -> None:
     try:
         index = int(value.strip())
     except ValueError:
-        pytest.fail(f"{node}: NCCL_IB_GID_INDEX={value!r} (from {where}) is not a number",
-                    pytrace=False)
-    types, problems = rdma.judge_gid_index(index, ports)
+        outcome.fail(rdma.gid_index_not_a_number(node, value, where))
+    types, _ = rdma.judge_gid_index(index, ports)
     record_property("NCCL_IB_GID_INDEX", f"{index}: " + (", ".join(
         f"{k} {v}" for k, v in types.items()) or "none"))
-    mine = set(types.values())
-    for peer, peer_ports in _peer_ports(cluster, node).items():
-        theirs = set(rdma.judge_gid_index(index, peer_ports)[0].values())
-        if mine and theirs and mine != theirs:
-            problems.append(f"GID index {index} is {'/'.join(sorted(mine))} here but "
-                            f"{'/'.join(sorted(theirs))} on {peer}: the two ends of a RoCE "
-                            f"connection must speak the same version")
-    if problems:
-        pytest.fail(f"{node}: NCCL_IB_GID_INDEX={index} (from {where}):\n  "
-                    + "\n  ".join(problems)
-                    + "\n  fix: pick an index set to RoCE v2 on every node (show_gids, or "
-                      "/sys/class/infiniband/<dev>/ports/<n>/gid_attrs/types/*), the same "
-                      "everywhere, and export it (or unset it on NCCL >= 2.21)",
-                    pytrace=False)
+    _fail(rdma.gid_index_problem(node, index, where, ports, _peer_ports(cluster, node)))
 
 
 def test_memlock(cluster: Cluster, node: str, record_property) -> None:
     """R4: max locked memory (ulimit -l) in pdsh's shell is unlimited where RDMA devices exist."""
-    data = _section(cluster, node, "fabric")
-    lim = data["limits"]
-    soft, hard = lim["memlock_soft_kb"], lim["memlock_hard_kb"]
-    record_property("memlock", f"{rdma.fmt_kb(soft)} (hard {rdma.fmt_kb(hard)})")
-    ports, _ = _ports(cluster, node)
+    lim = _fabric(cluster, node, "R4").limits
+    record_property("memlock", f"{rdma.fmt_kb(lim.memlock_soft_kb)} "
+                               f"(hard {rdma.fmt_kb(lim.memlock_hard_kb)})")
+    ports = _ports(cluster, node).ports
     minimum = cluster.settings.health.min_memlock_kb or rdma.UNLIMITED
-    wrong = rdma.judge_memlock(soft, hard, bool(ports) and not _ib_disabled(cluster, node), minimum)
-    if wrong is None:
-        return
-    origin = rdma.memlock_origin(lim, minimum)
-    raise_soft = hard == rdma.UNLIMITED or (minimum != rdma.UNLIMITED and hard >= minimum)
-    pytest.fail(
-        f"{node}: {wrong} ({len(ports)} RDMA port(s) here); memory registration "
-        f"(ibv_reg_mr) fails or NCCL falls back to sockets.\n"
-        + ("  set by:\n    " + "\n    ".join(origin) + "\n" if origin else "")
-        + f"  fix, on {node}: "
-        + "".join(f"remove or raise `{o}`; " for o in origin if "ulimit" in o)
-        + ("`ulimit -l unlimited` in ~/.bashrc above any early return (the hard limit allows "
-           "it), or " if raise_soft else "")
-        + "'* soft memlock unlimited' and '* hard memlock unlimited' in "
-          "/etc/security/limits.d/90-rdma.conf (sshd with UsePAM yes), LimitMEMLOCK=infinity "
-          "for sshd (systemctl edit ssh), or run the container with --ulimit memlock=-1",
-        pytrace=False)
+    _fail(rdma.memlock_problem(node, lim, len(ports),
+                               bool(ports) and not _ib_disabled(cluster, node), minimum))
 
 
 def test_open_files(cluster: Cluster, node: str, record_property) -> None:
     """R5: open files (ulimit -n) in pdsh's shell are enough for the job's sockets."""
-    lim = _section(cluster, node, "fabric")["limits"]
-    soft = lim["nofile_soft"]
-    record_property("nofile", f"{soft} (hard {lim['nofile_hard']})")
+    lim = _fabric(cluster, node, "R5").limits
+    record_property("nofile", f"{lim.nofile_soft} (hard {lim.nofile_hard})")
     world = sum(n.slots for n in cluster.nodes)
-    wrong = rdma.judge_nofile(soft, world, node == cluster.rank0.name)
-    if wrong:
-        need = rdma.nofile_needed(world, node == cluster.rank0.name)
-        set_by = [f"{p}:{i}: {t}" for p, i, t in lim.get("rc_ulimit_lines") or [] if "-n" in t] + \
-            [f"{p}:{i}: {t}" for p, i, t in lim.get("limits_conf_lines") or [] if "nofile" in t]
-        where = "  set by:\n    " + "\n    ".join(set_by) + "\n" if set_by else ""
-        pytest.fail(
-            f"{node}: {wrong}.\n" + where
-            + f"  fix, on {node}: '* soft nofile {max(need, 65536)}' in /etc/security/limits.d/"
-              f"90-nofile.conf (and a hard limit at least that), LimitNOFILE= for sshd, or the "
-              f"container's --ulimit nofile={max(need, 65536)}:{max(need, 65536)}",
-            pytrace=False)
+    _fail(rdma.nofile_problem(node, lim, world, node == cluster.rank0.name))
 
 
 def test_dev_shm(cluster: Cluster, node: str, record_property) -> None:
     """R6: /dev/shm has room for the node's local ranks (slots x --shm-per-rank-mb)."""
-    shm = _section(cluster, node, "fabric")["shm"]
-    slots = cluster.node(node).slots
-    per_rank = cluster.settings.health.shm_per_rank_mb
-    record_property("dev_shm", f"{rdma.fmt_bytes(shm.get('avail_bytes'))} free of "
-                               f"{rdma.fmt_bytes(shm.get('total_bytes'))}")
-    wrong = rdma.judge_shm(shm, slots, per_rank)
-    if wrong:
-        need = rdma.shm_needed_bytes(slots, per_rank)
-        gib = max(1, -(-need // (1 << 30)))
-        mount = shm.get("mount") or ""
-        pytest.fail(
-            f"{node}: {wrong}. NCCL's SHM transport then fails with 'No space left on device' "
-            f"(posix_fallocate / failed to extend /dev/shm/nccl-*), DeepSpeed's CPU all-reduce "
-            f"and dataloader workers with a bus error.\n"
-            + (f"  mounted as: {mount}\n" if mount else "")
-            + f"  fix, on {node}: a container: --shm-size={gib}g (docker), an emptyDir with "
-              f"medium: Memory on /dev/shm (Kubernetes); a host: mount -o remount,size={gib}G "
-              f"/dev/shm (and its size= in /etc/fstab); and remove stale segments of killed jobs "
-              f"(ls -la /dev/shm)",
-            pytrace=False)
+    shm = _fabric(cluster, node, "R6").shm
+    record_property("dev_shm", f"{rdma.fmt_bytes(shm.avail_bytes)} free of "
+                               f"{rdma.fmt_bytes(shm.total_bytes)}")
+    _fail(rdma.shm_problem(node, shm, cluster.node(node).slots,
+                           cluster.settings.health.shm_per_rank_mb))
 
 
 def _no_accelerator(cluster: Cluster, node: str) -> str:
