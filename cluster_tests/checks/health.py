@@ -6,10 +6,8 @@ port or a GID is only wrong because the peers differ."""
 from __future__ import annotations
 
 import os
-import re
 import warnings
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Iterable
 
 import pytest
 
@@ -19,10 +17,11 @@ from cluster_tests.core.cluster import Cluster, Declared, ProbeError
 from cluster_tests.core.memokey import MemoKey
 from cluster_tests.core.nodetable import NodeColumn
 from cluster_tests.core.settings import Settings
-from cluster_tests.judge.common.probes import untyped
 from cluster_tests.judge.health import dcgm, gpuhealth, rdma
+from cluster_tests.judge.health.dcgm import DIAG
+from cluster_tests.judge.health.gpuhealth import ACCEL, AccelFacts
 from cluster_tests.judge.health.rdma import FABRIC, FabricFacts
-from cluster_tests.judge.problem import Problem, listed_problem
+from cluster_tests.judge.problem import Problem
 
 #: per node: its RDMA ports and where they were read from
 PORTS: MemoKey[rdma.RdmaFacts] = MemoKey("health", "ports")
@@ -34,11 +33,10 @@ pytestmark = pytest.mark.health
 
 def node_probes(settings: Settings) -> list[Declared]:
     """The probes this section's tests ask of every node they touch (`Cluster.prefetch`)."""
-    return [(FABRIC, {}), (untyped("healthprobe.py", "accel"), {}),
-            (untyped("healthprobe.py", "diag"), _diag_params(settings))]
+    return [(FABRIC, {}), (ACCEL, {}), (DIAG, _diag_params(settings))]
 
 
-def _diag_params(settings: Settings) -> dict[str, Any]:
+def _diag_params(settings: Settings) -> dict[str, float]:
     """R9's probe: DCGM's level and deadline (the ssh command's own timeout a little longer)."""
     level = settings.health.dcgm_level
     deadline = dcgm.DEADLINE_S[level]
@@ -56,14 +54,6 @@ nodetable.declare(NodeColumn("rdma", _rdma_column))
 
 class HealthWarning(UserWarning):
     """Works, but worth a look (persistence mode off, an application Xid in the kernel log)."""
-
-
-def _section(cluster: Cluster, node: str, section: str) -> dict[str, Any]:
-    cluster.require(node)
-    try:
-        return cluster.probe(node, section, script="healthprobe.py")
-    except ProbeError as exc:
-        pytest.fail(str(exc), pytrace=False)
 
 
 def _fabric(cluster: Cluster, node: str, item: str) -> FabricFacts:
@@ -202,76 +192,44 @@ def _no_accelerator(cluster: Cluster, node: str) -> str:
     return ""
 
 
-def _accel_facts(cluster: Cluster, node: str, key: str, what: str) -> dict[str, Any]:
-    """The node's `accel` probe, or a skip when the node has no accelerator or not this kind
-    (`key` absent): "no {what} not on the non-interactive PATH)"."""
-    cpu = _no_accelerator(cluster, node)
-    if cpu:
-        pytest.skip(cpu)
-    raw = _section(cluster, node, "accel")
-    if key not in raw:
-        pytest.skip(f"{node}: no {what} not on the non-interactive PATH)")
-    return raw
+def _accel(cluster: Cluster, node: str, item: str) -> AccelFacts:
+    cluster.require(node)
+    try:
+        return cluster.probe(node, ACCEL)
+    except ProbeError as exc:
+        outcome.fail(exc.problem(item))
+
+
+def _warn(node: str, notes: Iterable[str]) -> None:
+    for note in notes:
+        warnings.warn(HealthWarning(f"{node}: {note}"), stacklevel=1)
 
 
 def test_gpu_health(cluster: Cluster, node: str, record_property) -> None:
     """R7: every NVIDIA GPU is healthy beyond being listed: ECC, row remapping, throttling,
     PCIe width, NVLink, fabric manager, Xid errors (per device, with index and bus id)."""
-    raw = _accel_facts(cluster, node, "nvidia_smi_q", "NVIDIA GPU (nvidia-smi")
-    problems, notes, count = gpuhealth.judge_nvidia(raw)
-    record_property("gpu_health", f"{count} GPU(s), {len(problems)} problem(s)")
-    for note in notes:
-        warnings.warn(HealthWarning(f"{node}: {note}"), stacklevel=1)
-    if problems:
-        pytest.fail(f"{node}: GPU health:\n  " + "\n  ".join(problems)
-                    + f"\n  fix, on {node}: " + "; ".join(_gpu_fixes(node, problems)),
-                    pytrace=False)
-
-
-def _gpu_fixes(node: str, problems: list[str]) -> list[str]:
-    """The fixes that the problems found call for (each once), naming the GPUs."""
-    def gpus(*words: str) -> str:
-        idx = sorted({m.group(1) for p in problems if any(w in p for w in words)
-                      for m in [re.match(r"GPU (\d+) ", p)] if m}, key=int)
-        return ",".join(idx) or "<index>"
-    text = "\n".join(problems)
-    fixes = []
-    if any(w in text for w in ("pending", "Reset Required", "Xid 79", "fallen off")):
-        i = gpus("pending", "Reset Required", "Xid")
-        fixes.append(f"reset GPU {i} with nothing running on it (nvidia-smi -r -i {i}) or "
-                     f"reboot the node; meanwhile leave it out (--exclude {node}:{i})")
-    if any(w in text for w in ("uncorrectable ECC", "row remapping failed", "PCIe link width",
-                               "NVLink down", "Xid")):
-        fixes.append(f"drain {node}: errors that come back after a reset, a failed remap, a "
-                     f"narrow PCIe link, a down NVLink or hardware Xids mean RMA "
-                     f"(nvidia-bug-report.sh for the vendor)")
-    if "clocks held down" in text:
-        fixes.append("check cooling and power (nvidia-smi -q -d PERFORMANCE,TEMPERATURE,POWER)")
-    if "fabric manager" in text or "fabric state" in text:
-        fixes.append("systemctl enable --now nvidia-fabricmanager (its version must match "
-                     "the driver's)")
-    return fixes or [f"see nvidia-smi -q on {node}"]
+    cpu = _no_accelerator(cluster, node)
+    if cpu:
+        pytest.skip(cpu)
+    facts = _accel(cluster, node, "R7").nvidia
+    if facts is None:
+        pytest.skip(f"{node}: no NVIDIA GPU (nvidia-smi not on the non-interactive PATH)")
+    verdict = gpuhealth.judge_nvidia(facts)
+    record_property("gpu_health", f"{verdict.count} GPU(s), {len(verdict.issues)} problem(s)")
+    _warn(node, verdict.notes)
+    _fail(gpuhealth.gpu_health_problem(node, verdict))
 
 
 def _npu_verdict(cluster: Cluster, node: str) -> gpuhealth.NpuVerdict | None:
     """judge_npu of the node's `accel` probe, once per node (None: no npu-smi there)."""
     def compute() -> gpuhealth.NpuVerdict | None:
-        raw = cluster.probe(node, "accel", script="healthprobe.py")
-        return gpuhealth.judge_npu(raw) if "npu_smi_info_l" in raw else None
+        facts = cluster.probe(node, ACCEL).ascend
+        return gpuhealth.judge_npu(facts) if facts is not None else None
     return cluster.memo(NPU(node), compute)
 
 
-def test_npu_health(cluster: Cluster, node: str, record_property) -> None:
-    """R8: every Ascend NPU's health, RoCE port link (its net health is R9's) and device IP
-    (set, one per NPU, no clash across nodes), and the TLS switch the same on every node."""
-    raw = _accel_facts(cluster, node, "npu_smi_info_l", "Ascend NPU (npu-smi")
-    verdict = _npu_verdict(cluster, node)
-    assert verdict is not None  # npu-smi is there: _accel_facts skipped otherwise
-    problems, notes, ips, tls = verdict
-    problems, notes = list(problems), list(notes)  # the memo's lists stay as they are
-    record_property("npu_device_ips", ", ".join(f"{d}={ip}" for d, ip in ips.items()) or "none")
-    if raw.get("hccn") == {}:
-        notes.append("hccn_tool not found: RoCE ports and device IPs not checked")
+def _peer_npus(cluster: Cluster, node: str) -> dict[str, gpuhealth.NpuVerdict]:
+    out = {}
     for peer in cluster.names:
         if peer == node or cluster.login_error(peer) is not None:
             continue
@@ -279,19 +237,28 @@ def test_npu_health(cluster: Cluster, node: str, record_property) -> None:
             other = _npu_verdict(cluster, peer)
         except ProbeError:
             continue
-        if other is None:
-            continue
-        _, _, peer_ips, peer_tls = other
-        clash = sorted(set(ips.values()) & set(peer_ips.values()))
-        if clash:
-            problems.append(f"device IP(s) {', '.join(clash)} also on {peer}")
-        if tls is not None and peer_tls is not None and tls != peer_tls:
-            problems.append(f"TLS switch {tls} here but {peer_tls} on {peer} (HCCL links "
-                            f"between them fail to establish)")
-    for note in notes:
-        warnings.warn(HealthWarning(f"{node}: {note}"), stacklevel=1)
-    if problems:
-        outcome.fail(listed_problem(node, "NPU health", problems, gpuhealth.NPU_FIX))
+        if other is not None:
+            out[peer] = other
+    return out
+
+
+def test_npu_health(cluster: Cluster, node: str, record_property) -> None:
+    """R8: every Ascend NPU's health, RoCE port link (its net health is R9's) and device IP
+    (set, one per NPU, no clash across nodes), and the TLS switch the same on every node."""
+    cpu = _no_accelerator(cluster, node)
+    if cpu:
+        pytest.skip(cpu)
+    facts = _accel(cluster, node, "R8").ascend
+    if facts is None:
+        pytest.skip(f"{node}: no Ascend NPU (npu-smi not on the non-interactive PATH)")
+    verdict = _npu_verdict(cluster, node)
+    assert verdict is not None  # npu-smi is there: skipped above otherwise
+    record_property("npu_device_ips",
+                    ", ".join(f"{d}={ip}" for d, ip in verdict.ips.items()) or "none")
+    problem = gpuhealth.npu_health_problem(node, verdict, _peer_npus(cluster, node))
+    if not facts.hccn:
+        _warn(node, ["hccn_tool not found: RoCE ports and device IPs not checked"])
+    _fail(problem)
 
 
 def test_accel_diag(cluster: Cluster, node: str, record_property) -> None:
@@ -299,72 +266,59 @@ def test_accel_diag(cluster: Cluster, node: str, record_property) -> None:
     where dcgmi is on the non-interactive PATH, per GPU and test; on Ascend nodes each NPU's RoCE
     port's net health probe (`hccn_tool -i N -net_health -g`)."""
     cluster.require(node)
-    facts = cluster.base(node).which
+    which = cluster.base(node).which
     params = _diag_params(cluster.settings)
     try:
-        diag = cluster.probe(node, "diag", script="healthprobe.py", **params)
+        diag = cluster.probe(node, DIAG, **params)
     except ProbeError as exc:
-        pytest.fail(str(exc), pytrace=False)
-    if diag.get("dcgmi"):
-        _judge_dcgm(cluster, node, diag, facts, params, record_property)
+        outcome.fail(exc.problem("R9"))
+    if diag.dcgmi:
+        _judge_dcgm(cluster, node, diag, params, record_property)
         return
-    if facts.get("npu-smi"):
-        raw = _section(cluster, node, "accel")
-        if raw.get("hccn"):
-            statuses = gpuhealth.net_health(raw)
-            record_property("npu_net_health", ", ".join(
-                f"{d}={s}" for d, s in sorted(statuses.items(), key=lambda kv: int(kv[0])))
-                or "none read")
-            problem, notes = dcgm.net_health_verdict(node, statuses)
-            for note in notes:
-                warnings.warn(HealthWarning(f"{node}: {note}"), stacklevel=1)
-            if problem is not None:
-                outcome.fail(problem)
-            return
-        pytest.skip(f"{node}: Ascend NPUs but hccn_tool not on the non-interactive PATH: the "
-                    f"RoCE ports' net health not probed")
-    if facts.get("nvidia-smi"):
+    if which.get("npu-smi"):
+        _npu_net_health(cluster, node, record_property)
+        return
+    if which.get("nvidia-smi"):
         pytest.skip(f"{node}: dcgmi not on the non-interactive PATH: DCGM's diagnostic not run "
                     f"(R7 read the GPUs' health passively)")
     pytest.skip(f"{node}: CPU only (no dcgmi, nvidia-smi or npu-smi on the non-interactive PATH)")
 
 
-def _judge_dcgm(cluster: Cluster, node: str, diag: dict[str, Any], facts: Mapping[str, str | None],
-                params: dict[str, Any], record_property) -> None:
-    argv = " ".join(diag.get("argv") or ["dcgmi", "diag"])
-    res = diag.get("dcgmi_diag") or {}
-    if res.get("rc") == 124 and not str(res.get("out") or "").strip():
-        outcome.fail(Problem(
-            (node,), "DCGM diagnostic timed out",
-            f"{node}: `{argv}` did not finish in {params['deadline']:.0f} s (level "
-            f"{params['dcgm_level']} takes far less): a GPU or DCGM's host engine is hung\n"
-            f"  fix, on {node}: nvidia-smi (does it answer?), the kernel log (dmesg | grep "
-            f"NVRM), systemctl status nvidia-dcgm; reset the GPU or reboot",
-            fix="nvidia-smi (does it answer?), the kernel log (dmesg | grep NVRM), systemctl "
-                "status nvidia-dcgm; reset the GPU or reboot",
-            item="R9", launch="node"))
-    run, why = dcgm.dcgm_output(diag)
+def _npu_net_health(cluster: Cluster, node: str, record_property) -> None:
+    """R9 on an Ascend node: each NPU's RoCE port's net health."""
+    facts = _accel(cluster, node, "R9").ascend
+    if facts is None or not facts.hccn:
+        pytest.skip(f"{node}: Ascend NPUs but hccn_tool not on the non-interactive PATH: the "
+                    f"RoCE ports' net health not probed")
+    statuses = gpuhealth.net_health(facts)
+    record_property("npu_net_health", ", ".join(
+        f"{d}={s}" for d, s in sorted(statuses.items(), key=lambda kv: int(kv[0])))
+        or "none read")
+    problem, notes = dcgm.net_health_verdict(node, statuses)
+    _warn(node, notes)
+    _fail(problem)
+
+
+def _judge_dcgm(cluster: Cluster, node: str, diag: dcgm.DiagFacts, params: dict[str, float],
+                record_property) -> None:
+    if diag.timed_out:
+        outcome.fail(dcgm.timed_out(node, diag.argv, params["deadline"],
+                                    int(params["dcgm_level"])))
+    run = diag.run
     if run is None:
-        text = (f"{node}: `{argv}` gave no result ({why}): DCGM's diagnostic not run (its "
-                f"host engine, nv-hostengine, must be running: systemctl start nvidia-dcgm)")
-        warnings.warn(HealthWarning(text), stacklevel=1)
-        pytest.skip(text)
-    bus_ids: dict[int, str] = {}
-    if facts.get("nvidia-smi"):
-        q = (_section(cluster, node, "accel").get("nvidia_smi_q") or {})
-        if q.get("rc") == 0:
-            bus_ids = {g["_index"]: g["_bus_id"]
-                       for g in gpuhealth.parse_nvidia_smi_q(q.get("out", ""))}
+        said = (f"{node}: `{diag.argv}` gave no result ({diag.why}): DCGM's diagnostic not run "
+                f"(its host engine, nv-hostengine, must be running: systemctl start nvidia-dcgm)")
+        warnings.warn(HealthWarning(said), stacklevel=1)
+        pytest.skip(said)
+    gpus = _accel(cluster, node, "R9").nvidia if cluster.base(node).which.get("nvidia-smi") \
+        else None
+    bus_ids = {g.index: g.bus_id for g in gpus.gpus} if gpus is not None else {}
     failed = sum(t.failed for t in run.tests)
-    record_property("dcgm", f"{argv}: DCGM {run.version or '?'}, {len(run.tests)} test(s), "
+    record_property("dcgm", f"{diag.argv}: DCGM {run.version or '?'}, {len(run.tests)} test(s), "
                             f"{failed} failed")
-    if any("system not yet initialized" in text
-           for t in run.tests if t.failed for _, text in t.messages):
+    if gpus is not None and dcgm.needs_fabric_manager(run):
         # CUDA cannot start without the fabric manager on an NVSwitch system: R7 holds that cause
-        fabric = [p for p in gpuhealth.judge_nvidia(_section(cluster, node, "accel"))[0]
-                  if "fabric" in p.lower()]
+        fabric = gpuhealth.judge_nvidia(gpus).fabric()
         if fabric:
-            outcome.block(ids.GPU_HEALTH.of(node), f"{node}: {fabric[0]}")
-    problem = dcgm.verdict(node, run, bus_ids, argv)
-    if problem is not None:
-        outcome.fail(problem)
+            outcome.block(ids.GPU_HEALTH.of(node), f"{node}: {fabric[0].line}")
+    _fail(dcgm.verdict(node, run, bus_ids, diag.argv))
