@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import warnings
 from collections.abc import Iterable
+from typing import TypeVar
 
 import pytest
 
@@ -17,6 +18,7 @@ from cluster_tests.core.cluster import Cluster, Declared, ProbeError
 from cluster_tests.core.memokey import MemoKey
 from cluster_tests.core.nodetable import NodeColumn
 from cluster_tests.core.settings import Settings
+from cluster_tests.judge.common.probes import Probe
 from cluster_tests.judge.health import dcgm, gpuhealth, rdma
 from cluster_tests.judge.health.dcgm import DIAG
 from cluster_tests.judge.health.gpuhealth import ACCEL, AccelFacts
@@ -29,6 +31,8 @@ PORTS: MemoKey[rdma.RdmaFacts] = MemoKey("health", "ports")
 NPU: MemoKey[gpuhealth.NpuVerdict | None] = MemoKey("health", "npu")
 
 pytestmark = pytest.mark.health
+
+T = TypeVar("T")
 
 
 def node_probes(settings: Settings) -> list[Declared]:
@@ -56,12 +60,17 @@ class HealthWarning(UserWarning):
     """Works, but worth a look (persistence mode off, an application Xid in the kernel log)."""
 
 
-def _fabric(cluster: Cluster, node: str, item: str) -> FabricFacts:
+def _facts(cluster: Cluster, node: str, probe: Probe[T], item: str) -> T:
+    """The node's answer to `probe`, or the red of check `item` that needed it."""
     cluster.require(node)
     try:
-        return cluster.probe(node, FABRIC)
+        return cluster.probe(node, probe)
     except ProbeError as exc:
         outcome.fail(exc.problem(item))
+
+
+def _fabric(cluster: Cluster, node: str, item: str) -> FabricFacts:
+    return _facts(cluster, node, FABRIC, item)
 
 
 def _ports(cluster: Cluster, node: str) -> rdma.RdmaFacts:
@@ -185,19 +194,13 @@ def test_dev_shm(cluster: Cluster, node: str, record_property) -> None:
                            cluster.settings.health.shm_per_rank_mb))
 
 
-def _no_accelerator(cluster: Cluster, node: str) -> str:
-    facts = cluster.base(node).which
-    if not facts.get("nvidia-smi") and not facts.get("npu-smi"):
-        return f"{node}: CPU only (neither nvidia-smi nor npu-smi on the non-interactive PATH)"
-    return ""
-
-
 def _accel(cluster: Cluster, node: str, item: str) -> AccelFacts:
-    cluster.require(node)
-    try:
-        return cluster.probe(node, ACCEL)
-    except ProbeError as exc:
-        outcome.fail(exc.problem(item))
+    """The node's `accel` facts (a skip on a CPU-only node)."""
+    which = cluster.base(node).which
+    if not which.get("nvidia-smi") and not which.get("npu-smi"):
+        pytest.skip(f"{node}: CPU only (neither nvidia-smi nor npu-smi on the non-interactive "
+                    f"PATH)")
+    return _facts(cluster, node, ACCEL, item)
 
 
 def _warn(node: str, notes: Iterable[str]) -> None:
@@ -208,9 +211,6 @@ def _warn(node: str, notes: Iterable[str]) -> None:
 def test_gpu_health(cluster: Cluster, node: str, record_property) -> None:
     """R7: every NVIDIA GPU is healthy beyond being listed: ECC, row remapping, throttling,
     PCIe width, NVLink, fabric manager, Xid errors (per device, with index and bus id)."""
-    cpu = _no_accelerator(cluster, node)
-    if cpu:
-        pytest.skip(cpu)
     facts = _accel(cluster, node, "R7").nvidia
     if facts is None:
         pytest.skip(f"{node}: no NVIDIA GPU (nvidia-smi not on the non-interactive PATH)")
@@ -245,9 +245,6 @@ def _peer_npus(cluster: Cluster, node: str) -> dict[str, gpuhealth.NpuVerdict]:
 def test_npu_health(cluster: Cluster, node: str, record_property) -> None:
     """R8: every Ascend NPU's health, RoCE port link (its net health is R9's) and device IP
     (set, one per NPU, no clash across nodes), and the TLS switch the same on every node."""
-    cpu = _no_accelerator(cluster, node)
-    if cpu:
-        pytest.skip(cpu)
     facts = _accel(cluster, node, "R8").ascend
     if facts is None:
         pytest.skip(f"{node}: no Ascend NPU (npu-smi not on the non-interactive PATH)")
