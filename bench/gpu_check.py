@@ -120,26 +120,25 @@ def _script_module(name: str):
 def check_a1_h4() -> list[Row]:
     from cluster_tests.judge.accelerator import inventory
 
-    raw = _script_module("probe.py").section_accelerators({})
-    inv = inventory.from_probe(raw)
+    inv = inventory.Inventory.read(_script_module("probe.py").section_accelerators({}))
     rows = []
-    dev = _script_module("envprobe.py").section_devices({"npu": False})
-    ok_devices = [d for d in dev.get("devices", []) if d.get("ok")]
-    problems = list(inv.problems) + ([dev["error"]] if dev.get("error") else [])
+    dev = inventory.DeviceFacts.read(_script_module("envprobe.py").section_devices({"npu": False}))
+    ok_devices = [d for d in dev.devices if d.ok]
+    problems = [f.describe() for f in inv.failures] + ([dev.error] if dev.error else [])
     if inv.kind != "nvidia":
         problems.append(f"A1 saw {inv.describe()}")
-    if dev.get("count", 0) < inv.count:
-        problems.append(f"torch sees {dev.get('count')} of {inv.count} GPUs")
-    if len(ok_devices) < dev.get("count", 0):
-        problems.append(f"allocation failed on {dev.get('count', 0) - len(ok_devices)} device(s)")
+    if dev.count < inv.count:
+        problems.append(f"torch sees {dev.count} of {inv.count} GPUs")
+    if len(ok_devices) < dev.count:
+        problems.append(f"allocation failed on {dev.count - len(ok_devices)} device(s)")
     rows.append(Row("A1 nvidia-smi + torch", "FAIL" if problems else "ok",
                     "; ".join(problems) or f"{inv.describe()} ({', '.join(inv.names)}); torch "
-                    f"{dev.get('torch')} allocates on {len(ok_devices)}"))
+                    f"{dev.torch} allocates on {len(ok_devices)}"))
     # H4 (test_slots_fit_accelerators) compares the hostfile's slots with A1's count: that
     # count must be what torch (and so DeepSpeed's launch) can use
-    same = inv.count >= 1 and inv.count == dev.get("count", -1)
+    same = inv.count >= 1 and inv.count == dev.count
     rows.append(Row("H4 slots vs GPUs", "ok" if same else "FAIL",
-                    f"A1 counts {inv.count}, torch {dev.get('count')}: slots<={inv.count} "
+                    f"A1 counts {inv.count}, torch {dev.count}: slots<={inv.count} "
                     f"green, slots={inv.count + 1} red"))
     return rows
 

@@ -148,9 +148,8 @@ def _socket_fallbacks(cluster: Cluster, run: R.RemoteRun, record_property) -> li
                 env.get("NCCL_NET", "").strip().lower() == "socket":
             continue  # sockets on purpose
         try:
-            ports = rdma.ports_from_probe(
-                cluster.probe(host, "fabric", script="healthprobe.py")["rdma"])[0]
-        except (ProbeError, KeyError):
+            ports = cluster.probe(host, rdma.FABRIC).rdma.ports
+        except ProbeError:
             continue
         if any(p.up for p in ports):
             rdma_nodes[host] = ", ".join(p.name for p in ports if p.up)

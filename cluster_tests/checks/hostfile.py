@@ -14,8 +14,8 @@ from cluster_tests.core.cluster import Cluster, Declared
 from cluster_tests.core.memokey import base_key
 from cluster_tests.core.nodetable import NodeColumn
 from cluster_tests.core.settings import Settings
+from cluster_tests.judge.accelerator.inventory import ACCELERATORS
 from cluster_tests.judge.common.basefacts import BaseFacts
-from cluster_tests.judge.common.probes import untyped
 from cluster_tests.judge.hostfile import hostfit
 from cluster_tests.judge.hostfile import hostparse as hf
 from cluster_tests.judge.hostfile import masteraddr as ma
@@ -28,7 +28,7 @@ pytestmark = pytest.mark.hostfile
 
 def node_probes(settings: Settings) -> list[Declared]:
     """The probes this section's tests ask of every node they touch (`Cluster.prefetch`)."""
-    return [(untyped("probe.py", "accelerators"), {})]
+    return [(ACCELERATORS, {})]
 
 
 class HostfileWarning(UserWarning):

@@ -191,8 +191,13 @@ def section_accel(params):
             out["fabric_manager"] = _fabric_manager()
         dmesg = run(["dmesg"], timeout=10) if shutil.which("dmesg") else None
         if dmesg is not None:
-            lines = [ln for ln in dmesg["out"].splitlines()
-                     if "NVRM: Xid" in ln or "fallen off the bus" in ln]
+            every = dmesg["out"].splitlines()
+            # "The NVIDIA GPU <bus>" names the GPU that the line or two after says "has fallen
+            # off the bus": kept with them
+            lines = [ln for i, ln in enumerate(every)
+                     if "NVRM: Xid" in ln or "fallen off the bus" in ln
+                     or ("NVRM: The NVIDIA GPU" in ln
+                         and any("fallen off the bus" in x for x in every[i + 1:i + 3]))]
             out["dmesg"] = {"rc": dmesg["rc"], "err": dmesg["err"][-500:], "lines": lines[-200:]}
     if shutil.which("npu-smi"):
         listing = run(["npu-smi", "info", "-l"], timeout=20)

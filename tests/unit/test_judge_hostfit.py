@@ -104,7 +104,7 @@ def test_an_ssh_alias_elsewhere_or_a_name_placed_nowhere_is_red() -> None:
 def test_slots_beyond_the_accelerators_are_red() -> None:
     raw = probenode.probe("accelerators")
     assert isinstance(raw, dict)
-    inv = inventory.from_probe(raw)  # this machine: CPUs only
+    inv = inventory.Inventory.read(raw)  # this machine: CPUs only
     assert inv.kind == "cpu" and inv.count >= 1
     assert hostfit.judge_slots("node3", inv.count, inv.count, inv.describe(), 3) is None
     p = hostfit.judge_slots("node3", inv.count + 7, inv.count, inv.describe(), 3)

@@ -362,18 +362,26 @@ def parse_npu_smi_info(text: str) -> NpuSmiInfo:
                 info.processes.append(process)
             continue
         if current is None:
-            if len(cells) > 1 and _BUS_ID.match(cells[1]):
-                info.warnings.append(f"line {number}: chip row without its NPU row")
-                continue
-            raw = _map_row(npu_header, cells)
-            if _int(raw.get("npu")) is None:
-                info.warnings.append(f"line {number}: NPU row without an id: {stripped[:80]!r}")
-                continue
-            current = _npu_from(raw)
-            info.npus.append(current)
+            current = _npu_row(info, number, stripped, cells, npu_header)
         else:
             current.chips.append(_chip_from(_map_row(chip_header, cells)))
     return info
+
+
+def _npu_row(info: NpuSmiInfo, number: int, stripped: str, cells: list[str],
+             header: list[list[str]]) -> Npu | None:
+    """An NPU row of `npu-smi info`'s device table, added to `info` (None: not one, said in
+    its warnings)."""
+    if len(cells) > 1 and _BUS_ID.match(cells[1]):
+        info.warnings.append(f"line {number}: chip row without its NPU row")
+        return None
+    raw = _map_row(header, cells)
+    if _int(raw.get("npu")) is None:
+        info.warnings.append(f"line {number}: NPU row without an id: {stripped[:80]!r}")
+        return None
+    npu = _npu_from(raw)
+    info.npus.append(npu)
+    return npu
 
 
 # --------------------------------------------------------------------------------------------

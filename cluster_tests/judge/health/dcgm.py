@@ -26,8 +26,10 @@ import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from enum import Enum
 
+from cluster_tests.judge.accelerator.inventory import command
+from cluster_tests.judge.common.probes import Probe, obj, opt_text, texts
 from cluster_tests.judge.problem import Fix, Problem
 
 #: DCGM's run level -> how long the probe waits for it, seconds (DCGM's documented durations:
@@ -38,8 +40,20 @@ CELL = 45  # the width of a piece of a wrapped message in dcgmi's table
 CUT_AT = (511, 1023)  # the lengths at which dcgmi cuts a message (seen in the captures)
 MESSAGE_KINDS = ("Error", "Warning", "Info")
 
+#: R9's fix where dcgmi ran past its deadline with nothing printed
+HUNG_FIX = ("nvidia-smi (does it answer?), the kernel log (dmesg | grep NVRM), systemctl status "
+            "nvidia-dcgm; reset the GPU or reboot")
 
-@dataclass
+
+class DiagCause(str, Enum):
+    """What R9 finds (Problem.cause)."""
+
+    FAILED = "DCGM diagnostic failed"
+    TIMED_OUT = "DCGM diagnostic timed out"
+    NET_HEALTH = "NPU net health failed"
+
+
+@dataclass(frozen=True)
 class DiagTest:
     """One test of a DCGM diagnostic run: its verdict, per-GPU verdicts where printed, and its
     messages as (kind, text) with kind Error / Warning / Info."""
@@ -48,18 +62,18 @@ class DiagTest:
     name: str
     status: str  # "Pass", "Fail", "Skip", "Warn" (the first word DCGM printed)
     scope: str = ""  # what follows " - " ("All", or the GPUs it names)
-    gpus: dict[int, str] = field(default_factory=dict)
-    messages: list[tuple[str, str]] = field(default_factory=list)
+    gpus: Mapping[int, str] = field(default_factory=dict)
+    messages: tuple[tuple[str, str], ...] = ()
 
     @property
     def failed(self) -> bool:
         return self.status == "Fail" or "Fail" in self.gpus.values()
 
 
-@dataclass
+@dataclass(frozen=True)
 class DiagRun:
-    metadata: dict[str, str] = field(default_factory=dict)
-    tests: list[DiagTest] = field(default_factory=list)
+    metadata: Mapping[str, str] = field(default_factory=dict)
+    tests: tuple[DiagTest, ...] = ()
 
     @property
     def version(self) -> str:
@@ -68,6 +82,22 @@ class DiagRun:
     @property
     def driver(self) -> str:
         return self.metadata.get("Driver Version Detected", "")
+
+
+@dataclass
+class _Draft:
+    """A test while its rows are read."""
+
+    category: str
+    name: str
+    status: str
+    scope: str = ""
+    gpus: dict[int, str] = field(default_factory=dict)
+    messages: list[tuple[str, str]] = field(default_factory=list)
+
+    def done(self) -> DiagTest:
+        return DiagTest(self.category, self.name, self.status, self.scope, dict(self.gpus),
+                        tuple(self.messages))
 
 
 # -- the table ---------------------------------------------------------------------------------
@@ -84,9 +114,10 @@ _GPU_ROW = re.compile(r"^GPU(\d+):\s*(Pass|Fail|Skip|Warn\w*)$")
 
 
 def parse_diag_table(text: str) -> DiagRun:
-    run = DiagRun()
+    metadata: dict[str, str] = {}
+    tests: list[_Draft] = []
     category = ""
-    test: DiagTest | None = None
+    test: _Draft | None = None
     open_msg: list[str] | None = None  # the pieces of the message being continued
     pending: list[tuple[str, list[str]]] = []
 
@@ -114,7 +145,7 @@ def parse_diag_table(text: str) -> DiagRun:
             continue
         if category == "Metadata":
             if name:
-                run.metadata[name] = value
+                metadata[name] = value
             continue
         if not name:
             gpu = _GPU_ROW.match(value)
@@ -130,10 +161,10 @@ def parse_diag_table(text: str) -> DiagRun:
             continue
         close()
         status, _, scope = value.partition(" - ")
-        test = DiagTest(category, name, status.split()[0] if status else "", scope.strip())
-        run.tests.append(test)
+        test = _Draft(category, name, status.split()[0] if status else "", scope.strip())
+        tests.append(test)
     close()
-    return run
+    return DiagRun(metadata, tuple(t.done() for t in tests))
 
 
 # -- the JSON (DCGM 4.x, -j) -------------------------------------------------------------------
@@ -145,13 +176,13 @@ _CATEGORIES, _SUMMARY = "_".join(("test", "categories")), "_".join(("test", "sum
 
 def parse_diag_json(text: str) -> DiagRun:
     data = json.loads(text)
-    run = DiagRun(metadata={k: str(v) for k, v in (data.get("metadata") or {}).items()})
+    tests: list[DiagTest] = []
     body = data.get("DCGM Diagnostic") or data.get("DCGM GPU Diagnostic") or {}
     for cat in body.get(_CATEGORIES) or []:
         for t in cat.get("tests") or []:
             summary = t.get(_SUMMARY) or {}
-            test = DiagTest(str(cat.get("category", "")), str(t.get("name", "")),
-                            str(summary.get("status", "")))
+            test = _Draft(str(cat.get("category", "")), str(t.get("name", "")),
+                          str(summary.get("status", "")))
             seen = set()
             for res in t.get("results") or []:
                 if res.get("entity_group", "GPU") != "GPU" or "entity_id" not in res:
@@ -168,8 +199,8 @@ def parse_diag_json(text: str) -> DiagRun:
                     test.messages.append(("Warning", msg))
             if not test.status and test.gpus:
                 test.status = "Fail" if "Fail" in test.gpus.values() else "Pass"
-            run.tests.append(test)
-    return run
+            tests.append(test.done())
+    return DiagRun({k: str(v) for k, v in (data.get("metadata") or {}).items()}, tuple(tests))
 
 
 def parse_diag(text: str) -> DiagRun:
@@ -332,15 +363,50 @@ def judge_net_health(status_by_dev: Mapping[str, str]
     return problems, notes, fixes
 
 
-def dcgm_output(raw: Mapping[str, Any]) -> tuple[DiagRun | None, str]:
-    """(the parsed run or None, why not) from the `diag` probe's `dcgmi` result."""
-    res = raw.get("dcgmi_diag") or {}
-    out = str(res.get("out") or "")
-    run = parse_diag(out) if out.strip() else None
-    if run is not None and run.tests:
-        return run, ""
-    tail = (out.strip() or str(res.get("err") or "").strip())[-400:]
-    return None, f"exit {res.get('rc')}: {tail or 'no output'}"
+@dataclass(frozen=True)
+class DiagFacts:
+    """node/healthprobe.py's `diag`: where dcgmi is (None: not on the PATH), the command run,
+    and its parsed run (None: it gave no result, `why`; `timed_out`: past its deadline with
+    nothing printed)."""
+
+    dcgmi: str | None
+    argv: str = "dcgmi diag"
+    run: DiagRun | None = None
+    why: str = ""
+    timed_out: bool = False
+
+    @classmethod
+    def read(cls, raw: object) -> DiagFacts:
+        d = obj(raw, "diag")
+        tool = opt_text(d.get("dcgmi"))
+        res = command(d.get("dcgmi_diag"), "dcgmi_diag")
+        if tool is None or res is None:
+            return cls(tool)
+        argv = " ".join(texts(d.get("argv"))) or "dcgmi diag"
+        run = parse_diag(res.out) if res.out.strip() else None
+        if run is not None and run.tests:
+            return cls(tool, argv, run)
+        tail = (res.out.strip() or res.err.strip())[-400:]
+        return cls(tool, argv, None, f"exit {res.rc}: {tail or 'no output'}",
+                   res.rc == 124 and not res.out.strip())
+
+
+DIAG = Probe("healthprobe.py", "diag", DiagFacts.read)
+
+
+def timed_out(node: str, argv: str, deadline: float, level: int) -> Problem:
+    """R9's red where `argv` ran past `deadline` seconds with nothing printed."""
+    return Problem((node,), DiagCause.TIMED_OUT,
+                   f"{node}: `{argv}` did not finish in {deadline:.0f} s (level {level} takes far "
+                   f"less): a GPU or DCGM's host engine is hung",
+                   fix=f"on {node}: {HUNG_FIX}", item="R9", launch="node")
+
+
+def needs_fabric_manager(run: DiagRun) -> bool:
+    """Whether a failed test says CUDA could not start ('system not yet initialized': on an
+    NVSwitch system, no fabric manager; R7 holds that cause)."""
+    return any("system not yet initialized" in text
+               for t in run.tests if t.failed for _, text in t.messages)
 
 
 def verdict(node: str, run: DiagRun, bus_ids: Mapping[int, str], argv: str) -> Problem | None:
@@ -371,12 +437,11 @@ def verdict(node: str, run: DiagRun, bus_ids: Mapping[int, str], argv: str) -> P
         f"; meanwhile leave {'the node' if whole else 'the GPUs'} out ({leave_out})"
         if gpus else "")
     return Problem(
-        (node,), "DCGM diagnostic failed",
+        (node,), DiagCause.FAILED,
         head + "\n  " + "\n  ".join(describe(run, fails, bus_ids))
         + "".join(f"\n  ({name}: dcgmi cut DCGM's message short; GPUs it did not reach may "
-                  f"have failed too)" for name in cut)
-        + f"\n  fix, on {node}: {fix}",
-        fix=fix, item="R9", launch="node", fixes=fixes,
+                  f"have failed too)" for name in cut),
+        fix=f"on {node}: {fix}", item="R9", launch="node", fixes=fixes,
         facts={"dcgm_version": run.version, "failed_tests": tests, "gpus": gpus})
 
 
@@ -388,8 +453,8 @@ def net_health_verdict(node: str, status_by_dev: Mapping[str, str]
         return None, notes
     devs = [p.split(":")[0].split()[1] for p in problems]
     return Problem(
-        (node,), "NPU net health failed",
+        (node,), DiagCause.NET_HEALTH,
         f"{node}: NPU RoCE net health (hccn_tool -i N -net_health -g) failed on device "
-        f"{','.join(devs)}:\n  " + "\n  ".join(problems)
-        + f"\n  fix, on {node}: " + "; ".join(fixes),
-        fix="; ".join(fixes), item="R9", launch="node", facts={"devices": devs}), notes
+        f"{','.join(devs)}:\n  " + "\n  ".join(problems),
+        fix=f"on {node}: " + "; ".join(fixes), item="R9", launch="node",
+        facts={"devices": devs}), notes

@@ -23,15 +23,31 @@ Sources of the rules:
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
-from typing import Any
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from enum import Enum
+
+from cluster_tests.judge.common.probes import (
+    FactsError,
+    Probe,
+    flag,
+    integer,
+    obj,
+    opt_int,
+    text,
+)
+from cluster_tests.judge.problem import Problem
 
 #: R1's fix, on the node whose ports are down or slower than its peers'
 PORTS_FIX = ("check the cable, the switch port and the subnet manager (ibstat; ibportstate / "
              "mlxlink -d <dev> -p <port>; for RoCE the netdev: ip link, ethtool); NCCL skips an "
              "inactive port, so this node's ranks get fewer rails than the others (or sockets) "
              "until it is active")
+
+#: R3's fix
+GID_FIX = ("pick an index set to RoCE v2 on every node (show_gids, or "
+           "/sys/class/infiniband/<dev>/ports/<n>/gid_attrs/types/*), the same everywhere, and "
+           "export it (or unset it on NCCL >= 2.21)")
 
 #: /dev/shm a local rank needs, MiB (see the module docstring; --shm-per-rank-mb)
 SHM_PER_RANK_MB = 128
@@ -45,7 +61,18 @@ PHYS_STATES = {1: "Sleep", 2: "Polling", 3: "Disabled", 4: "PortConfigurationTra
                5: "LinkUp", 6: "LinkErrorRecovery", 7: "Phy Test"}
 
 
-@dataclass
+class RdmaCause(str, Enum):
+    """What can be wrong with the fabric and the limits the launch meets (Problem.cause)."""
+
+    PORTS = "RDMA ports down or slow"
+    HCA = "NCCL_IB_HCA selects no usable port"
+    GID_INDEX = "NCCL_IB_GID_INDEX wrong"
+    MEMLOCK = "locked memory limit too low"
+    NOFILE = "open files limit too low"
+    SHM = "/dev/shm too small"
+
+
+@dataclass(frozen=True)
 class Port:
     device: str
     port: int
@@ -109,29 +136,43 @@ def _rate(text: str | None) -> tuple[float | None, str]:
     return (float(m.group(1)) if m else None), t
 
 
-def ports_from_sysfs(tree: Mapping[str, Any]) -> list[Port]:
+def _gids(files: Mapping[str, object]) -> dict[int, tuple[str, str, str]]:
+    gids, types, ndevs = (obj(files.get(k) or {}, k) for k in ("gids", "gid_types", "gid_ndevs"))
+    return {int(idx): (text(gid), text(types.get(idx)), text(ndevs.get(idx)))
+            for idx, gid in gids.items() if str(idx).isdigit()}
+
+
+def ports_from_sysfs(tree: Mapping[str, object]) -> list[Port]:
     """The probe's `rdma.sysfs` dict ({device: {"ports": {n: {file: text}}}}) as ports."""
     ports = []
     for dev in sorted(tree):
-        for num, files in sorted((tree[dev].get("ports") or {}).items(), key=lambda kv: int(kv[0])):
-            rate, rate_text = _rate(files.get("rate"))
-            gids = {}
-            for idx, gid in (files.get("gids") or {}).items():
-                gids[int(idx)] = (gid, (files.get("gid_types") or {}).get(idx, ""),
-                                  (files.get("gid_ndevs") or {}).get(idx, ""))
-            ports.append(Port(dev, int(num), _state_name(files.get("state"), PORT_STATES),
-                              _state_name(files.get("phys_state"), PHYS_STATES),
-                              (files.get("link_layer") or "").strip(), rate, rate_text, gids))
+        nums = obj(obj(tree[dev], dev).get("ports") or {}, f"{dev} ports")
+        for num, raw in sorted(nums.items(), key=lambda kv: int(kv[0])):
+            files = obj(raw, f"{dev}:{num}")
+            rate, rate_text = _rate(text(files.get("rate")))
+            ports.append(Port(dev, int(num), _state_name(text(files.get("state")), PORT_STATES),
+                              _state_name(text(files.get("phys_state")), PHYS_STATES),
+                              text(files.get("link_layer")).strip(), rate, rate_text,
+                              _gids(files)))
     return ports
+
+
+def _port(dev: str, num: int, source: str, fields: Mapping[str, str]) -> Port:
+    rate, rate_text = _rate(fields.get("rate"))
+    if rate is not None:
+        rate_text = f"{fields['rate']} Gb/sec"
+    return Port(dev, num, _state_name(fields.get("state"), PORT_STATES),
+                _state_name(fields.get("phys_state"), PHYS_STATES),
+                fields.get("link_layer", ""), rate, rate_text, source=source)
 
 
 def _parse_port_blocks(text: str, device: str, port: str, source: str,
                        fields: dict[str, str]) -> list[Port]:
     """`ibstat` and `ibv_devinfo` print the same shape: a device line, then per port a port line
     and `key: value` lines; `fields` maps their keys to state / phys_state / link_layer / rate."""
-    ports: list[Port] = []
+    found: list[tuple[str, int, dict[str, str]]] = []
     dev = None
-    cur: Port | None = None
+    cur: dict[str, str] | None = None
     for raw in text.splitlines():
         line = raw.strip()
         m = re.match(device, line)
@@ -140,24 +181,16 @@ def _parse_port_blocks(text: str, device: str, port: str, source: str,
             continue
         m = re.match(port, line)
         if m and dev:
-            cur = Port(dev, int(m.group(1)), "", source=source)
-            ports.append(cur)
+            cur = {}
+            found.append((dev, int(m.group(1)), cur))
             continue
         if cur is None or ":" not in line:
             continue
         key, _, value = line.partition(":")
-        field = fields.get(key.strip())
-        value = value.strip()
-        if field == "state":
-            cur.state = _state_name(value, PORT_STATES)
-        elif field == "phys_state":
-            cur.phys_state = _state_name(value, PHYS_STATES)
-        elif field == "rate":
-            cur.rate_gbps, cur.rate_text = _rate(value)
-            cur.rate_text = f"{value} Gb/sec" if cur.rate_gbps is not None else value
-        elif field == "link_layer":
-            cur.link_layer = value
-    return ports
+        name = fields.get(key.strip())
+        if name:
+            cur[name] = value.strip()
+    return [_port(d, n, source, f) for d, n, f in found]
 
 
 def parse_ibstat(text: str) -> list[Port]:
@@ -189,28 +222,37 @@ def parse_show_gids(text: str) -> dict[tuple[str, int], dict[int, tuple[str, str
     return out
 
 
-def ports_from_probe(rdma: Mapping[str, Any]) -> tuple[list[Port], str]:
-    """The node's ports and where they were read from ('sysfs', 'ibstat', 'ibv_devinfo' or '')."""
-    ports = ports_from_sysfs(rdma.get("sysfs") or {})
-    if ports:
-        shown = rdma.get("show_gids") or {}
-        table = parse_show_gids(shown.get("out", "")) if shown.get("rc") == 0 else {}
-        for p in ports:
-            if not p.gids and (p.device, p.port) in table:
-                p.gids = table[(p.device, p.port)]
-        return ports, f"{rdma.get('sysfs_root', '/sys')}/class/infiniband"
-    for tool, parse in (("ibv_devinfo", parse_ibv_devinfo), ("ibstat", parse_ibstat)):
-        res = (rdma.get("tools") or {}).get(tool)
-        if res and res.get("rc") == 0:
-            ports = parse(res.get("out", ""))
-            if ports:
-                return ports, tool
-    return [], ""
+@dataclass(frozen=True)
+class RdmaFacts:
+    """A node's RDMA ports and where they were read from ("/sys/class/infiniband",
+    "ibv_devinfo", "ibstat"; "": none found)."""
+
+    ports: tuple[Port, ...]
+    source: str
+
+    @classmethod
+    def read(cls, raw: object) -> RdmaFacts:
+        d = obj(raw, "rdma")
+        ports = ports_from_sysfs(obj(d.get("sysfs") or {}, "sysfs"))
+        if ports:
+            shown = obj(d.get("show_gids") or {}, "show_gids")
+            table = parse_show_gids(text(shown.get("out"))) if shown.get("rc") == 0 else {}
+            ports = [p if p.gids or (p.device, p.port) not in table else
+                     replace(p, gids=table[(p.device, p.port)]) for p in ports]
+            return cls(tuple(ports), f"{text(d.get('sysfs_root'), '/sys')}/class/infiniband")
+        tools = obj(d.get("tools") or {}, "tools")
+        for tool, parse in (("ibv_devinfo", parse_ibv_devinfo), ("ibstat", parse_ibstat)):
+            res = obj(tools.get(tool) or {}, tool)
+            if res.get("rc") == 0:
+                ports = parse(text(res.get("out")))
+                if ports:
+                    return cls(tuple(ports), tool)
+        return cls((), "")
 
 
 # -- peer comparison ------------------------------------------------------------------------------
 
-def compare_ports(node: str, mine: list[Port], peers: Mapping[str, list[Port]],
+def compare_ports(node: str, mine: Sequence[Port], peers: Mapping[str, Sequence[Port]],
                   spec: HcaSpec | None = None) -> list[str]:
     """Problems of `node`'s ports against the other nodes': a port that is down here while
     some peer has the same device:port up, and an active port slower than the same port on a
@@ -287,7 +329,7 @@ def parse_hca_spec(value: str) -> HcaSpec:
     return HcaSpec(value, tuple(entries), exclude, exact)
 
 
-def judge_hca(spec: HcaSpec, ports: list[Port]) -> tuple[list[Port], list[str]]:
+def judge_hca(spec: HcaSpec, ports: Sequence[Port]) -> tuple[list[Port], list[str]]:
     """(the active ports NCCL will use, problems).  Every entry of an include list must name
     an existing port that is active; the selection must leave at least one active port."""
     chosen = [p for p in ports if spec.matches(p)]
@@ -321,7 +363,7 @@ def gid_at(port: Port, index: int) -> tuple[str, str] | None:
     return gid, entry[1]
 
 
-def judge_gid_index(index: int, ports: list[Port]) -> tuple[dict[str, str], list[str]]:
+def judge_gid_index(index: int, ports: Sequence[Port]) -> tuple[dict[str, str], list[str]]:
     """({port: RoCE type} of the active RoCE ports at `index`, problems on this node)."""
     types, problems = {}, []
     for p in ports:
@@ -364,23 +406,115 @@ def parse_ulimit_a(text: str) -> dict[str, int]:
     return out
 
 
-def memlock_origin(limits: Mapping[str, Any], min_kb: int = UNLIMITED) -> list[str]:
-    """Where a low locked-memory limit comes from, from the probe's `limits` data: a `ulimit`
-    line in the shell's rc files, a limits.conf/limits.d entry, or the limit sshd (and so
-    systemd's LimitMEMLOCK or the container runtime) started with."""
-    where = []
-    for path, lineno, line in limits.get("rc_ulimit_lines") or []:
-        if re.search(r"ulimit\s+(-\w*\s+)*-\w*l", line):
-            where.append(f"{path}:{lineno}: {line.strip()}")
-    for path, lineno, line in limits.get("limits_conf_lines") or []:
-        if "memlock" in line:
-            where.append(f"{path}:{lineno}: {line.strip()}")
-    for proc in limits.get("ancestors") or []:
-        soft = proc.get("memlock_soft_kb")
-        if proc.get("comm") in ("sshd", "systemd", "init", "containerd-shim", "dockerd") and \
-                soft not in (None, UNLIMITED) and (min_kb == UNLIMITED or soft < min_kb):
-            where.append(f"{proc['comm']} (pid {proc['pid']}) already runs with max locked memory "
-                         f"{fmt_kb(proc['memlock_soft_kb'])}: systemd's LimitMEMLOCK for the "
+@dataclass(frozen=True)
+class RcLine:
+    """A line of a file that sets a limit (an rc file's `ulimit`, a limits.conf entry)."""
+
+    path: str
+    lineno: int
+    line: str
+
+    def describe(self) -> str:
+        return f"{self.path}:{self.lineno}: {self.line.strip()}"
+
+    @classmethod
+    def read_all(cls, raw: object) -> tuple[RcLine, ...]:
+        out = []
+        for row in raw if isinstance(raw, list) else []:
+            if not isinstance(row, list) or len(row) != 3:
+                raise FactsError(f"a limit's line: expected [path, lineno, line], got {row!r}")
+            out.append(cls(text(row[0]), integer(row[1]), text(row[2])))
+        return tuple(out)
+
+
+@dataclass(frozen=True)
+class Ancestor:
+    """A process above the probe (its shell, sshd, ...) and the locked memory it runs with."""
+
+    pid: int
+    comm: str
+    memlock_soft_kb: int | None
+    memlock_hard_kb: int | None
+
+
+@dataclass(frozen=True)
+class Limits:
+    """The limits of pdsh's non-interactive shell (KB for locked memory; UNLIMITED: -1), and
+    what may set them."""
+
+    memlock_soft_kb: int | None
+    memlock_hard_kb: int | None
+    nofile_soft: int | None
+    nofile_hard: int | None
+    rc_ulimit_lines: tuple[RcLine, ...] = ()
+    limits_conf_lines: tuple[RcLine, ...] = ()
+    ancestors: tuple[Ancestor, ...] = ()
+
+    @classmethod
+    def read(cls, raw: object) -> Limits:
+        d = obj(raw, "limits")
+        procs = d.get("ancestors")
+        return cls(opt_int(d.get("memlock_soft_kb")), opt_int(d.get("memlock_hard_kb")),
+                   opt_int(d.get("nofile_soft")), opt_int(d.get("nofile_hard")),
+                   RcLine.read_all(d.get("rc_ulimit_lines")),
+                   RcLine.read_all(d.get("limits_conf_lines")),
+                   tuple(Ancestor(integer(a.get("pid")), text(a.get("comm")),
+                                  opt_int(a.get("memlock_soft_kb")),
+                                  opt_int(a.get("memlock_hard_kb")))
+                         for a in (obj(x, "ancestor")
+                                   for x in (procs if isinstance(procs, list) else []))))
+
+
+@dataclass(frozen=True)
+class Shm:
+    """/dev/shm as the node's shell sees it (statvfs; `mount`: its line of /proc/self/mounts)."""
+
+    exists: bool
+    total_bytes: int | None = None
+    avail_bytes: int | None = None
+    mount: str = ""
+
+    @classmethod
+    def read(cls, raw: object) -> Shm:
+        d = obj(raw, "shm")
+        return cls(flag(d.get("exists")), opt_int(d.get("total_bytes")),
+                   opt_int(d.get("avail_bytes")), text(d.get("mount")))
+
+
+@dataclass(frozen=True)
+class FabricFacts:
+    """node/healthprobe.py's `fabric`: R1-R6's facts."""
+
+    rdma: RdmaFacts
+    limits: Limits
+    shm: Shm
+
+    @classmethod
+    def read(cls, raw: object) -> FabricFacts:
+        d = obj(raw, "fabric")
+        return cls(RdmaFacts.read(d.get("rdma")), Limits.read(d.get("limits")),
+                   Shm.read(d.get("shm")))
+
+
+FABRIC = Probe("healthprobe.py", "fabric", FabricFacts.read)
+
+
+_SETS_MEMLOCK = re.compile(r"ulimit\s+(-\w*\s+)*-\w*l")
+
+
+def memlock_origin(limits: Limits, min_kb: int = UNLIMITED) -> list[str]:
+    """Where a low locked-memory limit comes from: a `ulimit` line in the shell's rc files, a
+    limits.conf/limits.d entry, or the limit sshd (and so systemd's LimitMEMLOCK or the
+    container runtime) started with."""
+    where = [ln.describe() for ln in limits.rc_ulimit_lines
+             if _SETS_MEMLOCK.search(ln.line)]
+    where += [ln.describe() for ln in limits.limits_conf_lines if "memlock" in ln.line]
+    for proc in limits.ancestors:
+        soft = proc.memlock_soft_kb
+        if proc.comm in ("sshd", "systemd", "init", "containerd-shim", "dockerd") and \
+                soft is not None and soft != UNLIMITED and (min_kb == UNLIMITED or soft < min_kb):
+            where.append(f"{proc.comm} (pid {proc.pid}) already runs with max locked memory "
+                         f"{fmt_kb(soft)}: systemd's LimitMEMLOCK for the "
                          f"service, or the container's --ulimit memlock")
             break
     return where
@@ -430,15 +564,14 @@ def fmt_bytes(n: float | None) -> str:
     return f"{int(n)} B"
 
 
-def judge_shm(shm: Mapping[str, Any], slots: int,
-              per_rank_mb: float = SHM_PER_RANK_MB) -> str | None:
+def judge_shm(shm: Shm, slots: int, per_rank_mb: float = SHM_PER_RANK_MB) -> str | None:
     """/dev/shm must have room for the node's local ranks (free space, not only size: stale
     segments of a killed job count against it)."""
-    if not shm.get("exists"):
+    if not shm.exists:
         return ("/dev/shm does not exist "
                 "(NCCL's SHM transport and DeepSpeed's shm all-reduce need it)")
     need = shm_needed_bytes(slots, per_rank_mb)
-    total, avail = shm.get("total_bytes"), shm.get("avail_bytes")
+    total, avail = shm.total_bytes, shm.avail_bytes
     if avail is None or avail >= need:
         return None
     return (f"/dev/shm has {fmt_bytes(avail)} free of {fmt_bytes(total)}, below the "
@@ -453,3 +586,127 @@ def rdma_summary(ports: Iterable[Port]) -> str:
     up = sum(p.up for p in ports)
     return f"{len(ports)} port{'s' if len(ports) != 1 else ''}, {up} active: " + \
         ", ".join(p.describe() for p in ports)
+
+
+# -- the reds ------------------------------------------------------------------------------------
+
+def judge_ports(node: str, facts: RdmaFacts, peers: Mapping[str, Sequence[Port]],
+                spec: HcaSpec | None = None) -> Problem | None:
+    """R1: the node's ports against its peers' (`compare_ports`), and at least one active."""
+    problems = compare_ports(node, facts.ports, peers, spec)
+    none_up = not any(p.up for p in facts.ports)
+    if none_up:
+        problems.append("no RDMA port is active: " + ", ".join(p.describe() for p in facts.ports))
+    if not problems:
+        return None
+    down = [p.name for p in facts.ports if not p.up
+            and (none_up or any(x.startswith(p.describe()) for x in problems))]
+    return Problem((node,), RdmaCause.PORTS,
+                   f"{node}: RDMA ports (read from {facts.source}):\n  "
+                   + "\n  ".join(dict.fromkeys(problems)),
+                   fix=f"on {node}: {PORTS_FIX}", item="R1", facts={"ports_down": down})
+
+
+def hca_problem(node: str, value: str, where: str, spec: HcaSpec, ports: Sequence[Port],
+                problems: Sequence[str]) -> Problem | None:
+    """R2: NCCL_IB_HCA=`value` (set in `where`) and what `judge_hca` found wrong with it."""
+    if not problems:
+        return None
+    active = [p.name for p in ports if p.up]
+    return Problem(
+        (node,), RdmaCause.HCA,
+        f"{node}: NCCL_IB_HCA={value} (from {where}; {spec.describe()}) "
+        + "; ".join(problems) + ".\n"
+        f"  RDMA ports on {node}: {', '.join(p.describe() for p in ports)}",
+        fix=f"export NCCL_IB_HCA={'=' + ','.join(active) if active else '<device>:<port>'}"
+            f" (where it is set: {where}), or unset it to let NCCL use every active port",
+        item="R2")
+
+
+def gid_index_problem(node: str, index: int, where: str, ports: Sequence[Port],
+                      peers: Mapping[str, Sequence[Port]]) -> Problem | None:
+    """R3: NCCL_IB_GID_INDEX=`index` is set on every active RoCE port here, with the same RoCE
+    version as at that index on the peers (both ends of a connection speak one version)."""
+    types, problems = judge_gid_index(index, ports)
+    mine = set(types.values())
+    for peer, peer_ports in peers.items():
+        theirs = set(judge_gid_index(index, peer_ports)[0].values())
+        if mine and theirs and mine != theirs:
+            problems.append(f"GID index {index} is {'/'.join(sorted(mine))} here but "
+                            f"{'/'.join(sorted(theirs))} on {peer}: the two ends of a RoCE "
+                            f"connection must speak the same version")
+    if not problems:
+        return None
+    return Problem((node,), RdmaCause.GID_INDEX,
+                   f"{node}: NCCL_IB_GID_INDEX={index} (from {where}):\n  "
+                   + "\n  ".join(problems), fix=GID_FIX, item="R3")
+
+
+def gid_index_not_a_number(node: str, value: str, where: str) -> Problem:
+    return Problem((node,), RdmaCause.GID_INDEX,
+                   f"{node}: NCCL_IB_GID_INDEX={value!r} (from {where}) is not a number",
+                   item="R3")
+
+
+def _memlock_fix(node: str, limits: Limits, minimum: int) -> str:
+    hard = limits.memlock_hard_kb
+    rc_lines = [ln.describe() for ln in limits.rc_ulimit_lines if _SETS_MEMLOCK.search(ln.line)]
+    raise_soft = hard == UNLIMITED or (minimum != UNLIMITED and hard is not None
+                                       and hard >= minimum)
+    return (f"on {node}: "
+            + "".join(f"remove or raise `{o}`; " for o in rc_lines)
+            + ("`ulimit -l unlimited` in ~/.bashrc above any early return (the hard limit "
+               "allows it), or " if raise_soft else "")
+            + "'* soft memlock unlimited' and '* hard memlock unlimited' in "
+              "/etc/security/limits.d/90-rdma.conf (sshd with UsePAM yes), LimitMEMLOCK=infinity "
+              "for sshd (systemctl edit ssh), or run the container with --ulimit memlock=-1")
+
+
+def memlock_problem(node: str, limits: Limits, nports: int, uses_rdma: bool,
+                    minimum: int = UNLIMITED) -> Problem | None:
+    """R4: locked memory in pdsh's shell, where the launch uses RDMA (`nports` ports here)."""
+    wrong = judge_memlock(limits.memlock_soft_kb, limits.memlock_hard_kb, uses_rdma, minimum)
+    if wrong is None:
+        return None
+    origin = memlock_origin(limits, minimum)
+    return Problem(
+        (node,), RdmaCause.MEMLOCK,
+        f"{node}: {wrong} ({nports} RDMA port(s) here); memory registration "
+        f"(ibv_reg_mr) fails or NCCL falls back to sockets."
+        + ("\n  set by:\n    " + "\n    ".join(origin) if origin else ""),
+        fix=_memlock_fix(node, limits, minimum), item="R4")
+
+
+def nofile_problem(node: str, limits: Limits, world: int, is_rank0: bool) -> Problem | None:
+    """R5: open files in pdsh's shell, enough for the job's sockets."""
+    wrong = judge_nofile(limits.nofile_soft, world, is_rank0)
+    if not wrong:
+        return None
+    need = max(nofile_needed(world, is_rank0), 65536)
+    set_by = [ln.describe() for ln in limits.rc_ulimit_lines if "-n" in ln.line] + \
+        [ln.describe() for ln in limits.limits_conf_lines if "nofile" in ln.line]
+    return Problem(
+        (node,), RdmaCause.NOFILE,
+        f"{node}: {wrong}." + ("\n  set by:\n    " + "\n    ".join(set_by) if set_by else ""),
+        fix=f"on {node}: '* soft nofile {need}' in /etc/security/limits.d/90-nofile.conf (and a "
+            f"hard limit at least that), LimitNOFILE= for sshd, or the container's --ulimit "
+            f"nofile={need}:{need}", item="R5")
+
+
+def shm_problem(node: str, shm: Shm, slots: int,
+                per_rank_mb: float = SHM_PER_RANK_MB) -> Problem | None:
+    """R6: /dev/shm has room for the node's `slots` local ranks."""
+    wrong = judge_shm(shm, slots, per_rank_mb)
+    if not wrong:
+        return None
+    gib = max(1, -(-shm_needed_bytes(slots, per_rank_mb) // (1 << 30)))
+    return Problem(
+        (node,), RdmaCause.SHM,
+        f"{node}: {wrong}. NCCL's SHM transport then fails with 'No space left on device' "
+        f"(posix_fallocate / failed to extend /dev/shm/nccl-*), DeepSpeed's CPU all-reduce "
+        f"and dataloader workers with a bus error."
+        + (f"\n  mounted as: {shm.mount}" if shm.mount else ""),
+        fix=f"on {node}: a container: --shm-size={gib}g (docker), an emptyDir with medium: "
+            f"Memory on /dev/shm (Kubernetes); a host: mount -o remount,size={gib}G /dev/shm "
+            f"(and its size= in /etc/fstab); and remove stale segments of killed jobs "
+            f"(ls -la /dev/shm)", item="R6")

@@ -1,6 +1,7 @@
-"""R9: `dcgmi diag` parsing and judgement on REAL captures (tests/data/samples/dcgmi, sources in
-SOURCES.md: DCGM 2.x-era, 3.x and 4.x tables, a 4.x JSON), the Ascend net health verdict on the
-real hccn_tool captures, and the node-side `diag` section running a dcgmi found on PATH."""
+"""judge/health/dcgm.py: R9's `dcgmi diag` parsing and judgement on REAL captures
+(tests/data/samples/dcgmi, sources in SOURCES.md: DCGM 2.x-era, 3.x and 4.x tables, a 4.x JSON),
+the Ascend net health verdict on the real hccn_tool captures, and the node-side `diag` section
+(node/healthprobe.py) running a dcgmi found on PATH, read into DiagFacts."""
 
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ def run_of(name: str) -> dcgm.DiagRun:
 
 
 def _bus_ids() -> dict[int, str]:
-    return {g["_index"]: g["_bus_id"]
+    return {g.index: g.bus_id
             for g in gpuhealth.parse_nvidia_smi_q((SAMPLES / H100_Q).read_text())}
 
 
@@ -56,11 +57,11 @@ def test_table_4x_per_gpu_rows() -> None:
     pcie = run.tests[2]
     assert pcie.status == "Fail" and pcie.gpus == {i: "Pass" for i in range(8)}
     # the wrapped Warning cell joins back into DCGM's own message, exactly
-    assert pcie.messages == [("Warning", (
+    assert pcie.messages == (("Warning", (
         "There was an internal error during the test: 'Output of child process (11167) "
         "couldn't be parsed: '* Line 1, Column 1   Syntax error: value, object or array "
         "expected. '' Check DCGM and system logs for errors. Reset GPU. Restart DCGM. Rerun "
-        "diagnostics."))]
+        "diagnostics.")),)
 
 
 def test_r1_persistence_failure_per_gpu_with_bus_id() -> None:
@@ -94,7 +95,7 @@ def test_named_gpus_alone_are_left_out() -> None:
     run = run_of("dcgmi-diag-r2-json-fail-software-gb10.json.txt")
     problem = dcgm.verdict("node1", run, {0: "00000000:01:00.0", 1: "00000000:02:00.0"},
                            "dcgmi diag -r 2")
-    assert problem is not None and "leave the GPUs out (--exclude node1:0)" in problem.message
+    assert problem is not None and "leave the GPUs out (--exclude node1:0)" in problem.fix
     assert "GPU 0 (00000000:01:00.0): software (Deployment) Fail: Persistence Mode:" in \
         problem.message
     assert [f.commands for f in problem.fixes] == [("nvidia-smi -pm 1",)]
@@ -112,8 +113,9 @@ def test_r3_memory_fail_all_names_each_gpu_and_the_cause() -> None:
     problem = dcgm.verdict("node2", run, _bus_ids(), "dcgmi diag -r 3")
     assert problem is not None
     assert "GPU Memory (Hardware) Fail - All: GPU 0 Error using CUDA API cuInit" in problem.message
-    assert "nvidia-fabricmanager" in problem.message  # what 'system not yet initialized' means
-    assert "leave the node out (--exclude node2)" in problem.message  # Fail - All
+    assert "nvidia-fabricmanager" in problem.fix  # what 'system not yet initialized' means
+    assert "leave the node out (--exclude node2)" in problem.fix  # Fail - All
+    assert dcgm.needs_fabric_manager(run) and problem.cause is dcgm.DiagCause.FAILED
 
 
 def test_4x_internal_error_is_the_test_not_a_gpu() -> None:
@@ -128,7 +130,8 @@ def test_4x_internal_error_is_the_test_not_a_gpu() -> None:
     problem = dcgm.verdict("node1", run, {}, "dcgmi diag -r 1")
     assert problem is not None
     assert "the test as a whole (no GPU named): pcie (Integration) Fail" in problem.message
-    assert "systemctl restart nvidia-dcgm" in problem.message and "--exclude" not in problem.message
+    assert "systemctl restart nvidia-dcgm" in problem.fix and "--exclude" not in problem.text()
+    assert not dcgm.needs_fabric_manager(run)
 
 
 def test_json_4x_entity_results() -> None:
@@ -144,11 +147,6 @@ def test_json_4x_entity_results() -> None:
                                  "-pm 1 \" as root."]
 
 
-def test_dcgm_output_without_a_table() -> None:
-    run, why = dcgm.dcgm_output({"dcgmi_diag": {"rc": 127, "out": "", "err": "dcgmi: not found"}})
-    assert run is None and why == "exit 127: dcgmi: not found"
-
-
 # -- Ascend ------------------------------------------------------------------------------------
 
 def test_net_health_socket_failed_is_specific() -> None:
@@ -162,7 +160,9 @@ def test_net_health_socket_failed_is_specific() -> None:
                                       "-g) failed on device 3")
     assert ("device 3: net health status Socket failed: the port could not open the socket it "
             "probes with") in problem.message
-    assert "hccn_tool -i 3 -ip -g" in problem.message and "-cfg recovery" in problem.message
+    assert problem.cause is dcgm.DiagCause.NET_HEALTH and problem.facts == {"devices": ["3"]}
+    assert problem.fix.startswith("on node2: device 3: hccn_tool -i 3 -ip -g")
+    assert "-cfg recovery" in problem.text()
     assert notes == ["device 1: net health status Init: no detection address, so the port's "
                      "health is not probed (hccn_tool -i 1 -netdetect -s address <an address "
                      "in its network>)"]
@@ -182,7 +182,8 @@ def test_probe_runs_dcgmi_at_the_level_with_a_deadline(tmp_path: Path, monkeypat
     sample = DCGMI / "dcgmi-diag-r1-fail-persistence-h200-8gpu.txt"
     fake = tmp_path / "dcgmi"
     fake.write_text(f'#!/bin/sh\necho "$@" > {shlex.quote(str(tmp_path / "argv"))}\n'
-                    f'[ "$3" = 2 ] && exec sleep 30\ncat {shlex.quote(str(sample))}\nexit 226\n')
+                    f'[ "$3" = 2 ] && exec sleep 30\n[ "$3" = 3 ] && exit 1\n'
+                    f'cat {shlex.quote(str(sample))}\nexit 226\n')
     fake.chmod(0o755)
     monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
     mod = _probe_module()
@@ -190,7 +191,20 @@ def test_probe_runs_dcgmi_at_the_level_with_a_deadline(tmp_path: Path, monkeypat
     assert out["dcgmi"] == str(fake) and out["argv"] == ["dcgmi", "diag", "-r", "1"]
     assert (tmp_path / "argv").read_text().split() == ["diag", "-r", "1"]
     assert out["dcgmi_diag"]["rc"] == 226 and out["dcgmi_diag"]["out"] == sample.read_text()
+    facts = dcgm.DiagFacts.read(out)
+    assert (facts.dcgmi, facts.argv, facts.why, facts.timed_out) == (
+        str(fake), "dcgmi diag -r 1", "", False)
+    assert facts.run is not None and facts.run == run_of(sample.name)
     slow = mod.section_diag({"dcgm_level": 2, "deadline": 0.5})
     assert slow["dcgmi_diag"]["rc"] == 124
+    facts = dcgm.DiagFacts.read(slow)
+    assert facts.run is None and facts.timed_out and facts.why == "exit 124: timed out after 0.5s"
+    p = dcgm.timed_out("node1", facts.argv, 0.5, 2)
+    assert p.cause is dcgm.DiagCause.TIMED_OUT and p.message == (
+        "node1: `dcgmi diag -r 2` did not finish in 0 s (level 2 takes far less): a GPU or DCGM's "
+        "host engine is hung")
+    silent = dcgm.DiagFacts.read(mod.section_diag({"dcgm_level": 3, "deadline": 20}))
+    assert silent.run is None and not silent.timed_out and silent.why == "exit 1: no output"
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))
     assert mod.section_diag({"dcgm_level": 1}) == {"dcgmi": None}
+    assert dcgm.DiagFacts.read({"dcgmi": None}).dcgmi is None
