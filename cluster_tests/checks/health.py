@@ -37,10 +37,11 @@ T = TypeVar("T")
 
 def node_probes(settings: Settings) -> list[Declared]:
     """The probes this section's tests ask of every node they touch (`Cluster.prefetch`)."""
-    return [(FABRIC, {}), (ACCEL, {}), (DIAG, _diag_params(settings))]
+    diag: dict[str, object] = {**_diag_params(settings)}
+    return [(FABRIC, {}), (ACCEL, {}), (DIAG, diag)]
 
 
-def _diag_params(settings: Settings) -> dict[str, object]:
+def _diag_params(settings: Settings) -> dict[str, float]:
     """R9's probe: DCGM's level and deadline (the ssh command's own timeout a little longer)."""
     level = settings.health.dcgm_level
     deadline = dcgm.DEADLINE_S[level]
