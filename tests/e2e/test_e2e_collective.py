@@ -422,6 +422,7 @@ def test_network_hint_uses_the_port_matrix_when_the_session_has_one() -> None:
     from cluster_tests.core.cluster import Cluster
     from cluster_tests.core.settings import Settings
     from cluster_tests.core.transport import Pool
+    from cluster_tests.judge.common import facts
     from cluster_tests.judge.network.portjudge import PortMatrix
     from cluster_tests.measure.ports import PORT_MATRIX
 
@@ -429,10 +430,12 @@ def test_network_hint_uses_the_port_matrix_when_the_session_has_one() -> None:
         "node1": {"node3": {"ports": {"40001": {"status": "timed out"},
                                       "40002": {"status": "ok"}}}},
         "node2": {"node1": {"ports": {"40003": {"status": "ok"}}}}})
+    matrix.reached = {node: facts.reach_row(row) for node, row in matrix.results.items()}
     cluster = Cluster(Settings(), [], Pool({}))  # a session that reaches no node: the memo only
-    assert "run `pytest -m network`" in R.network_hint(cluster, ["node3"])
+    assert "run `pytest -m network`" in C.network_words(R.ports_seen(cluster, ["node3"]),
+                                                        ["node3"])
     cluster.memo(PORT_MATRIX, lambda: matrix)
-    assert R.network_hint(cluster, ["node3"]) == (
+    assert C.network_words(R.ports_seen(cluster, ["node3"]), ["node3"]) == (
         "the network checks (F) of this session found closed ports: node1->node3 port 40001: "
         "timed out")
 

@@ -3,7 +3,7 @@
 
 Real runs use the deepspeed launcher on this machine, on CPU (DS_ACCELERATOR=cpu, gloo), with
 2 local ranks. Run:
-.venv/bin/python -m pytest tests/unit/test_judge_training.py -p no:cacheprovider -q
+.venv/bin/python -m pytest tests/unit/test_judge_traindiag.py -p no:cacheprovider -q
 """
 
 from __future__ import annotations
@@ -52,8 +52,8 @@ def test_real_two_rank_cpu_run_learns_and_agrees() -> None:
     assert sorted(res.ranks) == [0, 1]
     for rr in res.ranks.values():
         assert rr.done and rr.started
-        assert rr.start["backend"] == "gloo"
-        assert rr.start["world_size"] == 2
+        assert rr.start.backend == "gloo"
+        assert rr.start.world_size == 2
         assert rr.last_loss is not None and rr.first_loss is not None
         assert rr.last_loss < rr.first_loss * 0.75
         assert len(rr.losses) == 10
@@ -256,7 +256,7 @@ node1: bash: line 1: deepspeed: command not found
 
 def test_diagnose_pdsh_ssh_failures_name_the_node() -> None:
     diags = tdiag.diagnose(SSH_FAILS, hosts=HOSTS)
-    by = {(d.kind, d.node): d for d in diags}
+    by: dict[tuple[str, str | None], tdiag.Diagnosis] = {(d.kind, d.node): d for d in diags}
     assert ("ssh-publickey", "node3") in by
     assert "publickey" in by[("ssh-publickey", "node3")].cause
     assert "authorized_keys" in by[("ssh-publickey", "node3")].hint
@@ -371,7 +371,7 @@ def test_diagnose_ranks_never_started_are_located_by_rank_mapping() -> None:
         ]
     )
     diags = tdiag.diagnose(text, expected_ranks=4, hosts=["node1", "node2"])
-    by = {(d.kind, d.node): d for d in diags}
+    by: dict[tuple[str, str | None], tdiag.Diagnosis] = {(d.kind, d.node): d for d in diags}
     assert ("ssh-publickey", "node2") in by
     assert ("rank-not-started", "node2") in by
     assert "[2, 3]" in by[("rank-not-started", "node2")].cause

@@ -10,6 +10,7 @@ from paths import load_script
 
 from cluster_tests.core.settings import Settings, TrainingSettings
 from cluster_tests.judge.training import trainargv as targv
+from cluster_tests.judge.training import traindiag as tdiag
 from cluster_tests.judge.training import trainexplain as tx
 from cluster_tests.judge.training import trainresult as tres
 from cluster_tests.measure import trainruns as trr
@@ -85,8 +86,9 @@ def test_the_launch_is_not_ok_and_explains_the_accelerator() -> None:
     assert launch.ok
     launch.accel_problems = ["node2: rank 0 trained on cpu (gloo), but node2 has 8 GPUs; x"]
     assert not launch.ok
-    assert "  node2: rank 0 trained on cpu (gloo), but node2 has 8 GPUs; x" in tx.explain(launch,
-                                                                                          cfg)
+    red = tx.launch_failed(launch, cfg)
+    assert "  node2: rank 0 trained on cpu (gloo), but node2 has 8 GPUs; x" in red.text()
+    assert red.cause == tdiag.TrainCause.WRONG_ACCELERATOR and red.nodes == ("node2",)
     assert tx.short_cause(launch).startswith("node2: rank 0 trained on cpu")
 
 
