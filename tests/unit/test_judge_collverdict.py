@@ -303,3 +303,73 @@ def test_stopped_by_prediction_names_the_budget() -> None:
     assert "budget 2.5 s per size, its share of --collective-budget 30 s" in text
     plain = C.Stopped(size_bytes=16 << 20, op_seconds=3.41, size_seconds=10.0, skipped=())
     assert "took 3.41 s (budget 10 s per size, --collective-size-seconds)" in plain.describe()
+
+
+# --- the reds (Problem) of a run ---------------------------------------------------------------
+
+
+def _two_node_run(events: dict[int, list[dict[str, Any]]],
+                  exit_codes: dict[int, int | None]) -> C.RemoteRun:
+    ranks = rk.assign_ranks({"node1": 1, "node2": 1})
+    return C.RemoteRun(report=C.collect(events, ranks, exit_codes), nodes=["node1", "node2"],
+                       master="node1", master_addr="10.0.0.1", port=29500,
+                       options=rk.WorkerOptions())
+
+
+def test_a_run_that_never_joined_is_red_on_the_node_that_could_not_join() -> None:
+    run = _two_node_run({0: [{"event": "start", "backend": "gloo"},
+                             {"event": "missing_ranks", "missing": [1], "master": "node1:29500",
+                              "timeout_s": 5.0}], 1: []}, {0: C.EXIT_MISSING, 1: None})
+    red = C.run_failed(run, "all-reduce over 2 ranks", C.PortsSeen(False), item="C1")
+    assert red.cause == C.CollectiveCause.MISSING and red.item == "C1"
+    assert red.nodes == ("node2",)
+    assert red.message.startswith("all-reduce over 2 ranks: rank 1 (node2 local 0) never joined "
+                                  "the rendezvous at node1:29500 within 5 s")
+    assert red.fix.startswith("let node2 reach node1 at 10.0.0.1:29500 over TCP")
+    # C2: the pair is where the red is, whatever ranks failed; F3's closed ports are shown
+    seen = C.PortsSeen(True, (C.ClosedPort("node2", "node1", 29500, "timed out"),))
+    red = C.run_failed(run, "node1<->node2", seen, item="C2", where=("node1", "node2"),
+                       after=["  node2 is in 2 of 2 failing pairs"])
+    assert red.nodes == ("node1", "node2") and red.message.endswith("failing pairs")
+    assert ("  network: the network checks (F) of this session found closed ports: "
+            "node2->node1 port 29500: timed out") in red.message
+
+
+def test_blocked_ports_down_nodes_and_leftovers_are_reds_of_their_own() -> None:
+    blocked = [C.BlockedPair("node1", "node3", ((40001, "timed out"), (40002, "timed out")),
+                             "test_high_ports[node1->node3]")]
+    red = C.ports_blocked("all-reduce over every rank of node1, node3", blocked, item="C1")
+    assert red.nodes == ("node3",) and red.cause == C.CollectiveCause.PORTS_BLOCKED
+    assert ("not run: the network checks found that node3 takes no connection from node1 "
+            "(40001 timed out, 40002 timed out; see test_high_ports[node1->node3])") in red.message
+    assert red.fix == "open the ports (see those tests' fixes), then rerun `-m collective`"
+    down = C.node_down("node2", item="C2", where=("node1", "node2"))
+    assert down.message == "node2 unreachable: see test_login[node2]"
+    run = _two_node_run({0: [{"event": "done"}], 1: [{"event": "done"}]}, {0: 0, 1: 0})
+    assert C.leftover([run], item="C1") is None
+    run.unconfirmed = {"node2": {1: 4242}}
+    left = C.leftover([run], item="C1")
+    assert left is not None and left.nodes == ("node2",)
+    assert left.message.endswith("node2: kill 4242")
+
+
+def test_wrong_backend_socket_fallback_and_low_busbw_are_reds() -> None:
+    ranks = rk.assign_ranks({"node1": 1, "node2": 1})
+    events: dict[int, list[dict[str, Any]]] = {
+        r.rank: [{"event": "start", "backend": "gloo" if r.host == "node2" else "nccl"},
+                 {"event": "done"}] for r in ranks}
+    report = C.collect(events, ranks, {0: 0, 1: 0})
+    gpus = {"node1": ("nvidia", "8 GPUs"), "node2": ("nvidia", "8 GPUs")}
+    red = C.wrong_backend(report, gpus, "all-reduce over 2 ranks", item="C1")
+    assert red is not None and red.cause == C.CollectiveCause.WRONG_BACKEND
+    assert red.nodes == ("node1", "node2")  # the ranks disagree: every node they ran on
+    assert "rank 1 (node2 local 0) ran on gloo, but node2 has 8 GPUs" in red.message
+    assert C.wrong_backend(report, {}, "x", item="C1") is not None  # they disagree anyway
+    assert C.socket_fallback({}) is None
+    fell = C.socket_fallback({"node2": "node2: NCCL used sockets (NET/Socket) ..."})
+    assert fell is not None and fell.nodes == ("node2",) and fell.item == "C1"
+    assert C.busbw_problem(report, C.BusbwVerdict(True, True, "fine")) is None
+    low = C.busbw_problem(report, C.BusbwVerdict(False, True, "busbw 1.0 GB/s < 2.0"))
+    assert low is not None and low.cause == C.CollectiveCause.BUSBW_LOW
+    bad = C.baseline_unreadable("/x.json", "No such file")
+    assert bad.message == "--busbw-baseline /x.json: cannot read it: No such file"

@@ -162,3 +162,19 @@ def test_tcp_peers_reads_a_real_connection_of_this_process() -> None:
     finally:
         for s in (client, conn, server):
             s.close()
+
+
+def test_the_red_says_where_the_ranks_were_and_which_node_to_look_at_first() -> None:
+    g = S.group(dumps("stacks_gloo_connect_vs_rendezvous.json"), HOSTS, ranks=[0, 1, 2])
+    lines = S.where_lines(g, S.StuckConnects([], None), HOSTS, g.differ, "every dump in d")
+    assert lines[0] == "  where the ranks were when the deadline passed (every dump in d):"
+    assert lines[1].startswith("    ranks 0,1 (node1) in rendezvous")
+    assert lines[-1] == ("    node3 differs: its ranks are not where the others are: look there "
+                         "first")
+    # the stacks alone single out no node: the one in every missing connection is named
+    stuck = S.stuck_connects(HANG_SOCKETS, HANG_HOSTS, HANG_OWNERS, ["node1", "node2", "node3"],
+                             29500)
+    lines = S.where_lines(g, stuck, HANG_HOSTS, [], "could not write the dumps: disk full")
+    assert lines[-1] == ("    node3 is in every connection the ranks were missing: a firewall "
+                         "on it, or its link, drops them: look there first")
+    assert "    rank 0 (node1): no connection with node3" in lines

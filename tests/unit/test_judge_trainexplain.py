@@ -127,3 +127,15 @@ def test_jobs_build_where_the_launch_exports_the_jit_directories() -> None:
                                  ("TORCH_EXTENSIONS_DIR", "/scratch/ext dir"), ("CXX", "g++-12")]
     memo.clear()
     assert runs._env_pairs() == [("DS_ACCELERATOR", "cpu")]
+
+
+def test_refused_options_and_filters_are_reds_without_a_node() -> None:
+    bad = tx.options_refused("--training-steps must be at least 2, got 1")
+    assert bad.nodes == () and bad.item == "T1" and bad.cause == tdiag.TrainCause.BAD_OPTIONS
+    assert bad.text() == "--training-steps must be at least 2, got 1"
+    refused = tx.filter_refused("node9 is not in the hostfile")
+    assert refused.item == "T2" and refused.cause == tdiag.TrainCause.FILTER_REFUSED
+    assert refused.text() == (
+        "DeepSpeed will refuse the launch's resource filter: node9 is not in the hostfile\n"
+        "  fix: make --launch-include/--launch-exclude name only hostfile hosts and existing "
+        "slot indices")
