@@ -315,6 +315,7 @@ def check_t1(deadline_s: float, out: Path) -> Row:
                    f"deepspeed not importable ({type(exc).__name__}: {exc}); carry it: "
                    f"bench/gpu_check.sh --wheels DIR (see bench/README.md)")
     from cluster_tests.judge.training import traindiag as tdiag
+    from cluster_tests.judge.training import trainresult as tres
     from fixtures import localtrain as local
 
     # `python -m deepspeed.launcher.runner`: the carried wheels are on PYTHONPATH, not PATH
@@ -324,10 +325,10 @@ def check_t1(deadline_s: float, out: Path) -> Row:
                                                launch_grace=min(60.0, deadline_s / 2))
     (out / "T1.log").write_text(text)
     rank0 = result.ranks.get(0)
-    start = rank0.start if rank0 is not None else {}
-    on = (f"accelerator {start.get('accelerator')}, {start.get('precision')}, "
-          f"{start.get('optimizer')}, bound device {start.get('bound_device')}")
-    if result.ok and start.get("accelerator") == "cuda":
+    start = rank0.start if rank0 is not None else tres.RankStart()
+    on = (f"accelerator {start.accelerator}, {start.precision}, "
+          f"{start.optimizer}, bound device {start.bound_device}")
+    if result.ok and start.accelerator == "cuda":
         r0 = result.ranks[0]
         return Row("T1 deepspeed on the GPU", "ok",
                    f"{on}; loss {r0.first_loss:.3g} -> {r0.last_loss:.3g}, "

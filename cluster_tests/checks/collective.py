@@ -10,21 +10,22 @@ of a pair sits on alternating sides, so that every node serves one: a node that 
 high ports but accepts the replies to its own connections passes C1 with gloo when it happens
 to connect out only (PITFALLS 9), and fails the pair in which it serves. C1, and a pair, that
 the session's F3 port matrix already shows blocked (a node takes no connection from another on
-any tested port) fail at once, citing those F3 tests, instead of waiting out a rendezvous
+any tested port) are blocked at once by those F3 tests, instead of waiting out a rendezvous
 deadline (once per C2 round).
 
-What is timed, and the units: see ``node/allreduce.py`` (the table's ``# timed:`` line).
+Runs: measure/allreducerun.py; verdicts: judge/collective/ (collverdict: a run's red;
+confirmation: a slow pair's). What is timed, and the units: see ``node/allreduce.py`` (the
+table's ``# timed:`` line).
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
-import os
-import statistics
 import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -32,15 +33,18 @@ from cluster_tests.core import outcome
 from cluster_tests.core import testids as ids
 from cluster_tests.core.cluster import Cluster
 from cluster_tests.core.memokey import MemoKey
-from cluster_tests.judge.collective import collopts as copts
 from cluster_tests.judge.collective import collverdict as C
 from cluster_tests.judge.collective import confirmation
 from cluster_tests.judge.collective import pairbw as pb
+from cluster_tests.judge.collective.collverdict import RemoteRun
 from cluster_tests.measure import allreducerun as R
+from cluster_tests.measure.stackdump import RecordProperty
 
-CLUSTER_RUN: MemoKey[Any] = MemoKey("collective", "cluster")
-PAIR_RUNS: MemoKey[Any] = MemoKey("collective", "pairs")
-CONFIRM_RUNS: MemoKey[Any] = MemoKey("collective", "confirm")
+Pair = tuple[str, str]
+CLUSTER_RUN: MemoKey[RemoteRun] = MemoKey("collective", "cluster")
+PAIR_RUNS: MemoKey[R.PairRuns] = MemoKey("collective", "pairs")
+CONFIRM_RUNS: MemoKey[tuple[dict[Pair, confirmation.Retry], R.PairRuns]] = MemoKey(
+    "collective", "confirm")
 
 pytestmark = pytest.mark.collective
 
@@ -57,41 +61,56 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 
 @pytest.fixture(scope="session")
-def allreduce_run(cluster: Cluster, pytestconfig: pytest.Config) -> R.RemoteRun:
-    """C1's run, once per session; kept in config.stash for the terminal summary."""
-    run = cluster.memo(CLUSTER_RUN, lambda: R.run_cluster(cluster))
-    R.stash(pytestconfig)["cluster"] = run
+def allreduce_run(cluster: Cluster, pytestconfig: pytest.Config) -> RemoteRun | R.PortsBlocked:
+    """C1's run, once per session (or why it was not run: the F3 port matrix shows its ports
+    blocked); kept in config.stash for the terminal summary."""
+    try:
+        run = cluster.memo(CLUSTER_RUN, lambda: R.run_cluster(cluster))
+    except R.PortsBlocked as exc:
+        return exc
+    R.stash(pytestconfig).cluster = run
     path = cluster.settings.collective.busbw_record
     if path and run.report.rows:
         Path(path).expanduser().write_text(json.dumps(R.record(run), indent=2) + "\n")
     return run
 
 
+@dataclass(frozen=True)
+class PairRuns:
+    """C2's runs, the slow pairs among them, and the confirmation pass's verdicts and runs."""
+
+    runs: R.PairRuns
+    slow: pb.SlowPairs
+    confirm: confirmation.Confirmation
+    reruns: R.PairRuns
+
+
 @pytest.fixture(scope="session")
-def pair_runs(cluster: Cluster, pytestconfig: pytest.Config) -> dict:
+def pair_runs(cluster: Cluster, pytestconfig: pytest.Config) -> PairRuns:
     """C2's runs (every pair, circle rounds), once per session, the slow-pair analysis, and
     the confirmation pass that measures the slow pairs again before any is blamed."""
     runs = cluster.memo(PAIR_RUNS, lambda: R.run_pairs(cluster))
     # a pair whose sweep stopped before the largest size (too slow for its share of
     # --collective-budget) is slow whatever the others measured: compared apart
     measured = {p: r.report.rows[-1].busbw_GBps for p, r in runs.items()
-                if isinstance(r, R.RemoteRun) and r.report.ok and r.report.rows
+                if isinstance(r, RemoteRun) and r.report.ok and r.report.rows
                 and r.report.stopped is None}
     ratio = cluster.settings.collective.pair_slow_ratio
     slow = pb.flag_slow_pairs(measured, ratio=ratio, reference="upper_median")
     stopped = [p for p, r in runs.items()
-               if isinstance(r, R.RemoteRun) and r.report.stopped is not None]
+               if isinstance(r, RemoteRun) and r.report.stopped is not None]
     bad = [p for p, _ in slow.slow] + stopped
     plan = confirmation.plan(bad, {p: bw for p, bw in measured.items() if p not in dict(slow.slow)},
-                            cluster.names)
+                             cluster.names)
     retries, reruns = cluster.memo(CONFIRM_RUNS, lambda: R.confirm(
         cluster, plan, slow.threshold_GBps, _announcer(pytestconfig)))
     confirmed = confirmation.judge(plan, retries, bad, cluster.names)
-    R.stash(pytestconfig).update(pairs=runs, slow=slow, confirm=confirmed, reruns=reruns)
-    return {"runs": runs, "slow": slow, "confirm": confirmed, "reruns": reruns}
+    store = R.stash(pytestconfig)
+    store.pairs, store.slow, store.confirm, store.reruns = runs, slow, confirmed, reruns
+    return PairRuns(runs, slow, confirmed, reruns)
 
 
-def _announcer(config: pytest.Config):
+def _announcer(config: pytest.Config) -> Callable[[str], None] | None:
     """Where the confirmation pass says what it measures again (the terminal, as it starts)."""
     reporter = config.pluginmanager.get_plugin("terminalreporter")
     capman = config.pluginmanager.get_plugin("capturemanager")
@@ -106,7 +125,7 @@ def _announcer(config: pytest.Config):
     return write
 
 
-def _record(record_property, run: R.RemoteRun) -> None:
+def _record(record_property: RecordProperty, run: RemoteRun) -> None:
     rep = run.report
     record_property("backend", rep.backend or "?")
     record_property("world_size", rep.world_size)
@@ -121,43 +140,8 @@ def _record(record_property, run: R.RemoteRun) -> None:
         record_property("size_bytes", rep.rows[-1].size_bytes)
 
 
-def _leftover_fail(run: R.RemoteRun) -> None:
-    left = R.leftovers(run)
-    if left:
-        pytest.fail(f"all-reduce workers may still run (their node did not confirm the kill): "
-                    f"{left}", pytrace=False)
-
-
-def _socket_fallbacks(cluster: Cluster, run: R.RemoteRun, record_property) -> list[str]:
-    """C1: the transports NCCL chose on each node (the workers' NCCL_DEBUG=INFO, parsed by
-    nccllog) go to the properties; nodes with active RDMA ports (section R's probe) whose
-    ranks ended on TCP sockets are returned, with NCCL's reason."""
-    from cluster_tests.core.cluster import ProbeError
-    from cluster_tests.judge.collective import nccllog
-    from cluster_tests.judge.health import rdma
-
-    nodes = nccllog.by_node(run.report.transport_lines, run.report.ranks)
-    rdma_nodes = {}
-    for host, t in nodes.items():
-        record_property(f"transport@{host}", t.describe())
-        if not t.on_sockets:
-            continue
-        env = {**cluster.base(host).env, **{k: v for k, v in os.environ.items()
-                                             if k.startswith("NCCL_")}}
-        if env.get("NCCL_IB_DISABLE", "0").strip() not in ("", "0") or \
-                env.get("NCCL_NET", "").strip().lower() == "socket":
-            continue  # sockets on purpose
-        try:
-            ports = cluster.probe(host, rdma.FABRIC).rdma.ports
-        except ProbeError:
-            continue
-        if any(p.up for p in ports):
-            rdma_nodes[host] = ", ".join(p.name for p in ports if p.up)
-    return nccllog.socket_fallbacks(nodes, rdma_nodes)
-
-
-def _stacks(config: pytest.Config, cluster: Cluster, run: R.RemoteRun, label: str,
-            record_property) -> str:
+def _stacks(config: pytest.Config, cluster: Cluster, run: RemoteRun, label: str,
+            record_property: RecordProperty) -> list[str]:
     """Where every rank was when a deadline passed (their dumps), for the red."""
     from cluster_tests.measure import stackdump
 
@@ -168,32 +152,7 @@ def _stacks(config: pytest.Config, cluster: Cluster, run: R.RemoteRun, label: st
                           run.nodes, run.port)
 
 
-def test_allreduce(allreduce_run: R.RemoteRun, cluster: Cluster, record_property,
-                   pytestconfig: pytest.Config) -> None:
-    """C1 + C3: every rank of every node joins, inits and completes the sweep within its stage
-    deadlines, with no wrong element; the table goes to the properties and the summary.  A
-    node with active RDMA ports whose NCCL ranks used TCP sockets fails it (10-50x slower)."""
-    run = allreduce_run
-    _record(record_property, run)
-    fallbacks = _socket_fallbacks(cluster, run, record_property)
-    if not run.report.ok:
-        _block_by_ifname(cluster, run)
-        pytest.fail(R.explain(cluster, run, f"all-reduce over {run.report.world_size} ranks on "
-                              f"{', '.join(run.nodes)}")
-                    + _stacks(pytestconfig, cluster, run, "allreduce", record_property),
-                    pytrace=False)
-    if fallbacks:
-        pytest.fail("all-reduce went over TCP sockets where RDMA is there:\n  "
-                    + "\n  ".join(fallbacks)
-                    + f"\n  fix: unset NCCL_IB_DISABLE / NCCL_NET=Socket; see {ids.IB_HCA} and "
-                      f"{ids.MEMLOCK} of those nodes; install rdma-core (libibverbs) where the "
-                      "ranks run; a container needs --device=/dev/infiniband and "
-                      "--cap-add=IPC_LOCK", pytrace=False)
-    _leftover_fail(run)
-    _accelerator_fail(cluster, run, f"all-reduce over {run.report.world_size} ranks")
-
-
-def _block_by_ifname(cluster: Cluster, run: R.RemoteRun) -> None:
+def _block_by_ifname(cluster: Cluster, run: RemoteRun) -> None:
     """A failed run whose backend's *_SOCKET_IFNAME selects no usable interface on a node: F5's
     red there is the cause (the ranks cannot even create their device), not this one."""
     from cluster_tests.measure import ifaces
@@ -209,115 +168,133 @@ def _block_by_ifname(cluster: Cluster, run: R.RemoteRun) -> None:
                                                   f"on {node}")
 
 
-def _accelerator_fail(cluster: Cluster, run: R.RemoteRun, what: str) -> None:
-    """Red when a rank ran a backend other than its node's accelerators call for (issue 17)."""
-    problems = R.accelerator_problems(cluster, run)
-    if problems:
-        pytest.fail(f"{what}: not the launch's backend:\n  " + "\n  ".join(problems) + "\n"
-                    + R.ACCELERATOR_FIX, pytrace=False)
+def _after_run(cluster: Cluster, runs: list[RemoteRun], what: str, item: str,
+               where: tuple[str, ...] | None = None) -> None:
+    """Red when a node did not confirm that its workers are gone, or when a rank ran a backend
+    other than its node's accelerators call for (issue 17)."""
+    problem = C.leftover(runs, item=item, where=where) or C.wrong_backend(
+        runs[0].report, R.accelerators(cluster, runs[0]), what, item=item, where=where)
+    if problem is not None:
+        outcome.fail(problem)
 
 
-def test_allreduce_busbw(allreduce_run: R.RemoteRun, cluster: Cluster, record_property) -> None:
+def _ports_blocked(cluster: Cluster, exc: R.PortsBlocked) -> None:
+    """Blocked by the F red that found the run's ports blocked (returns where it is not run)."""
+    if exc.blocked:
+        outcome.block(*R.ports_root(cluster, exc.blocked[0]))
+
+
+def test_allreduce(allreduce_run: RemoteRun | R.PortsBlocked, cluster: Cluster,
+                   record_property: RecordProperty, pytestconfig: pytest.Config) -> None:
+    """C1 + C3: every rank of every node joins, inits and completes the sweep within its stage
+    deadlines, with no wrong element; the table goes to the properties and the summary.  A
+    node with active RDMA ports whose NCCL ranks used TCP sockets fails it (10-50x slower)."""
+    run = allreduce_run
+    if isinstance(run, R.PortsBlocked):
+        _ports_blocked(cluster, run)
+        outcome.fail(C.ports_blocked(f"all-reduce over every rank of {', '.join(cluster.names)}",
+                                     run.blocked, item="C1"))
+    _record(record_property, run)
+    for host, t in R.transports(run).items():
+        record_property(f"transport@{host}", t.describe())
+    fallback = C.socket_fallback(R.socket_fallbacks(cluster, run))
+    what = f"all-reduce over {run.report.world_size} ranks"
+    if not run.report.ok:
+        _block_by_ifname(cluster, run)
+        outcome.fail(C.run_failed(
+            run, f"{what} on {', '.join(run.nodes)}", R.ports_seen(cluster, run.nodes),
+            item="C1", after=_stacks(pytestconfig, cluster, run, "allreduce", record_property)))
+    if fallback is not None:
+        outcome.fail(fallback)
+    _after_run(cluster, [run], what, "C1")
+
+
+def test_allreduce_busbw(allreduce_run: RemoteRun | R.PortsBlocked, cluster: Cluster,
+                         record_property: RecordProperty) -> None:
     """C1: busbw at the largest size against --min-busbw and/or --busbw-baseline."""
+    if isinstance(allreduce_run, R.PortsBlocked):
+        _ports_blocked(cluster, allreduce_run)
+        pytest.skip(f"no bandwidth to judge: {ids.ALLREDUCE} was not run")
     rep = allreduce_run.report
     if not rep.ok:
         pytest.skip(f"no bandwidth to judge: {ids.ALLREDUCE} failed ({rep.verdict})")
-    if R.accelerator_problems(cluster, allreduce_run):
+    if C.backend_problems(rep, R.accelerators(cluster, allreduce_run)):
         pytest.skip("no bandwidth to judge: the ranks did not run the launch's backend "
                     f"(see {ids.ALLREDUCE})")
-    baseline_path = cluster.settings.collective.busbw_baseline
+    c = cluster.settings.collective
     baseline = None
-    if baseline_path:
+    if c.busbw_baseline:
         try:
-            baseline = json.loads(Path(baseline_path).expanduser().read_text())
+            baseline = R.load_baseline(c.busbw_baseline)
         except (OSError, ValueError) as exc:
-            pytest.fail(f"--busbw-baseline {baseline_path}: cannot read it: {exc}\n  fix: write "
-                        f"one with --busbw-record {baseline_path} on a healthy run", pytrace=False)
-    verdict = C.judge_busbw(rep.rows, cluster.settings.collective.min_busbw, baseline,
-                            cluster.settings.collective.busbw_tolerance, rep.stopped)
+            outcome.fail(C.baseline_unreadable(c.busbw_baseline, str(exc)))
+    verdict = C.judge_busbw(rep.rows, c.min_busbw, baseline, c.busbw_tolerance, rep.stopped)
     record_property("busbw_verdict", verdict.message)
     if not verdict.judged:
         pytest.skip(verdict.message)
-    if not verdict.ok:
-        pytest.fail(f"all-reduce over {rep.world_size} ranks ({rep.backend}): {verdict.message}\n"
-                    f"  fix: run `-k {ids.ALLREDUCE_PAIR}` to find the slow node or link; check "
-                    f"the NIC speed and that {rep.backend} uses the fast interface "
-                    f"(NCCL_SOCKET_IFNAME/GLOO_SOCKET_IFNAME)", pytrace=False)
+    problem = C.busbw_problem(rep, verdict)
+    if problem is not None:
+        outcome.fail(problem)
 
 
-def test_allreduce_pair(pair_runs: dict, node_pair: tuple[str, str], cluster: Cluster,
-                        record_property, pytestconfig: pytest.Config) -> None:
-    """C2: all-reduce between two nodes completes, and its busbw is not far below the typical
-    good pair's; a node common to the slow (or failing) pairs is named."""
-    a, b = node_pair
-    run = pair_runs["runs"].get(node_pair)
+def _pair_run(cluster: Cluster, runs: PairRuns, pair: Pair) -> RemoteRun:
+    """The pair's run; red (or blocked) where it could not be run."""
+    run = runs.runs.get(pair)
+    if isinstance(run, RemoteRun):
+        return run
     if isinstance(run, R.NodeDown):
         cluster.require(run.node)
-        pytest.fail(str(run), pytrace=False)
+        outcome.fail(C.node_down(run.node, item="C2", where=pair))
     if isinstance(run, R.PortsBlocked):
-        if run.pairs:
-            outcome.block(*R.ports_root(cluster, run.pairs[0]))
-        pytest.fail(f"{pb.pair_id(node_pair)}: {run}", pytrace=False)
-    if isinstance(run, BaseException):
-        pytest.fail(f"{pb.pair_id(node_pair)}: could not run: {run}", pytrace=False)
+        _ports_blocked(cluster, run)
+        outcome.fail(C.ports_blocked(pb.pair_id(pair), run.blocked, item="C2", where=pair))
+    outcome.fail(C.not_run(pb.pair_id(pair), str(run), item="C2", where=pair))
+
+
+def _pair_failed(cluster: Cluster, runs: PairRuns, pair: Pair, run: RemoteRun,
+                 record_property: RecordProperty, config: pytest.Config) -> None:
+    """C2's red of a pair whose run did not pass, with the node the failing pairs share."""
+    _block_by_ifname(cluster, run)
+    failing = [p for p, r in runs.runs.items() if not (isinstance(r, RemoteRun) and r.report.ok)]
+    stacks = _stacks(config, cluster, run, f"allreduce_pair-{pair[0]}-{pair[1]}",
+                     record_property)
+    outcome.fail(C.run_failed(run, pb.pair_id(pair), R.ports_seen(cluster, run.nodes),
+                              item="C2", where=pair,
+                              after=[*pb.common_node_words(failing, "failing"), *stacks]))
+
+
+def test_allreduce_pair(pair_runs: PairRuns, node_pair: Pair, cluster: Cluster,
+                        record_property: RecordProperty, pytestconfig: pytest.Config) -> None:
+    """C2: all-reduce between two nodes completes, and its busbw is not far below the typical
+    good pair's; a node common to the slow (or failing) pairs is named."""
+    run = _pair_run(cluster, pair_runs, node_pair)
     _record(record_property, run)
     if not run.report.ok:
-        _block_by_ifname(cluster, run)
-        failing = [p for p, r in pair_runs["runs"].items()
-                   if not (isinstance(r, R.RemoteRun) and r.report.ok)]
-        pytest.fail(R.explain(cluster, run, pb.pair_id(node_pair))
-                    + _common_node(failing, "failing")
-                    + _stacks(pytestconfig, cluster, run, f"allreduce_pair-{a}-{b}",
-                              record_property),
-                    pytrace=False)
-    _leftover_fail(run)
-    _accelerator_fail(cluster, run, pb.pair_id(node_pair))
-    slow = pair_runs["slow"]
-    confirmed: confirmation.Confirmation = pair_runs["confirm"]
+        _pair_failed(cluster, pair_runs, node_pair, run, record_property, pytestconfig)
+    _after_run(cluster, [run], pb.pair_id(node_pair), "C2", node_pair)
+    confirmed = pair_runs.confirm
     verdict = confirmed.verdicts.get(node_pair)
     if verdict is None:
         return  # neither slow nor stopped
     _record_confirmation(record_property, confirmed, node_pair)
-    for rerun in pair_runs["reruns"].values():
-        if isinstance(rerun, R.RemoteRun):
-            _leftover_fail(rerun)
-    if run.report.stopped is not None:
-        row = run.report.rows[-1] if run.report.rows else None
-        got = (f"busbw {row.busbw_GBps:.4f} GB/s at {copts.format_size(row.size_bytes)}B; "
-               if row else "")
-        first = (f"{pb.pair_id(node_pair)}: too slow for its share of the budget: {got}"
-                 f"{run.report.stopped.describe()}"
-                 + (f"; the typical good pair: {slow.reference_GBps:.3f} GB/s"
-                    if slow.reference_GBps else ""))
-    else:
-        mine = dict(slow.slow)[node_pair]
-        row = run.report.rows[-1]
-        others = [bw for p, bw in slow.slow if p != node_pair]
-        first = (
-            f"{pb.pair_id(node_pair)}: busbw {mine:.3f} GB/s at "
-            f"{copts.format_size(row.size_bytes)}B, "
-            f"below {slow.threshold_GBps:.3f} GB/s = {slow.threshold_GBps / slow.reference_GBps:g}"
-            f" x the typical good pair ({slow.reference_GBps:.3f} GB/s, median of the better half"
-            f" of {len(pair_runs['runs'])} pairs)"
-            + (f"; median of the other slow pairs {statistics.median(others):.3f} GB/s"
-               if others else ""))
-    if not verdict.red:
-        warnings.warn(CollectiveWarning(f"flaky: {first}; {verdict.note}: not a red, but a "
-                                        "link to watch (run `-m collective` again)"),
-                      stacklevel=1)
+    reruns = [r for r in pair_runs.reruns.values() if isinstance(r, RemoteRun)]
+    leftover = C.leftover(reruns, item="C2", where=node_pair)
+    if leftover is not None:
+        outcome.fail(leftover)
+    first = confirmation.slow_words(node_pair, run.report, pair_runs.slow, len(pair_runs.runs))
+    problem = confirmation.slow_pair(node_pair, run.report, first, confirmed, verdict)
+    if problem is None:
+        warnings.warn(CollectiveWarning(confirmation.flaky_words(first, verdict)), stacklevel=1)
         return
-    pytest.fail(first + _blame(confirmed, node_pair, verdict)
-                + f"\n  fix: compare `ethtool <iface>` speeds and `tc qdisc show` on {a} and {b}; "
-                  f"iperf3 -s on {a}, iperf3 -c {a} on {b}",
-                pytrace=False)
+    outcome.fail(problem)
 
 
 class CollectiveWarning(UserWarning):
     """C2: a pair slow once and fine when measured again (flaky: a warning, not a red)."""
 
 
-def _record_confirmation(record_property, confirmed: confirmation.Confirmation,
-                         pair: tuple[str, str]) -> None:
+def _record_confirmation(record_property: RecordProperty, confirmed: confirmation.Confirmation,
+                         pair: Pair) -> None:
     """The confirmation's numbers on the slow pair's test (JUnit properties, the JSON report)."""
     verdict = confirmed.verdicts[pair]
     record_property("confirm", verdict.state)
@@ -330,34 +307,3 @@ def _record_confirmation(record_property, confirmed: confirmation.Confirmation,
             other = r.pair[1] if r.pair[0] == s else r.pair[0]
             record_property(f"confirm_busbw_GBps@{other}",
                             round(r.busbw_GBps, 6) if r.busbw_GBps is not None else "")
-
-
-def _blame(confirmed: confirmation.Confirmation, pair: tuple[str, str],
-           verdict: confirmation.PairVerdict) -> str:
-    """What the confirmation pass says of a red slow pair: the suspect, confirmed against two
-    fast nodes; or the pair's own retry (and why the node it shares was not named)."""
-    bad = sorted(confirmed.verdicts)
-    s = confirmed.plan.suspect
-    counts = f"{s} is in {sum(s in p for p in bad)} of {len(bad)} slow pairs" if s else ""
-    if confirmed.confirmed and confirmed.confirmed in pair:
-        return f"\n  {counts}; {confirmed.suspect_line()}"
-    text = f"\n  {verdict.note}"
-    if s and s in pair:
-        return text + f"\n  {counts}; {confirmed.suspect_line()}"
-    reds = [p for p, v in confirmed.verdicts.items() if v.red]
-    if len(reds) >= 2 and pb.suspect_node(reds)[0] is None:
-        text += f"\n  {len(reds)} slow pair(s) with no node in common: suspect the link(s)"
-    return text
-
-
-def _common_node(pairs: list[tuple[str, str]], kind: str, suspect: str | None = None) -> str:
-    """'; node3 is in 2 of 2 failing pairs: suspect node3' or a link when no node is common."""
-    if len(pairs) < 2:
-        return ""
-    common, counts = pb.suspect_node(pairs)
-    if suspect is None:
-        suspect = common
-    if suspect is None:
-        return f"\n  {len(pairs)} {kind} pair(s) with no node in common: suspect the link(s)"
-    return (f"\n  {suspect} is in {counts.get(suspect, 0)} of {len(pairs)} {kind} pairs: "
-            f"suspect {suspect} (its NIC, link, firewall or load)")

@@ -9,6 +9,7 @@ T2 needs every node to pass T1 first. When T1 was deselected (``-k multi_node``)
 the T1 jobs as its prerequisite (once per session, all nodes at once) and is skipped, naming the
 node and the cause, when one of them fails: a node that cannot train alone only makes the
 multi-node launch hang in rendezvous, and its own T1 message says why more clearly.
+A failed launch's red is judge/training/trainexplain.py's (its causes: traindiag.TrainCause).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from cluster_tests.judge.hostfile import resourcefilter as rf
 from cluster_tests.judge.ssh import sshfail
 from cluster_tests.judge.training import trainexplain as tx
 from cluster_tests.measure import trainruns as trr
+from cluster_tests.measure.stackdump import RecordProperty
 
 pytestmark = pytest.mark.training
 
@@ -41,7 +43,7 @@ def training(cluster: Cluster, request: pytest.FixtureRequest):
     try:
         config = trr.config_from_settings(cluster.settings)
     except trr.ConfigError as exc:
-        pytest.fail(str(exc), pytrace=False)
+        outcome.fail(tx.options_refused(str(exc)))
     runs = trr.TrainingRuns(cluster, config, _log_dir(request.config))
     wanted: list[str] = []
     for item in request.session.items:
@@ -58,7 +60,7 @@ def training(cluster: Cluster, request: pytest.FixtureRequest):
     runs.close()
 
 
-def _record(record_property, launch: trr.Launch) -> None:
+def _record(record_property: RecordProperty, launch: trr.Launch) -> None:
     record_property("seconds", f"{launch.seconds:.1f}")
     record_property("ranks", launch.expected_ranks)
     if launch.result is not None:
@@ -70,7 +72,7 @@ def _record(record_property, launch: trr.Launch) -> None:
 
 
 def test_train_single_node(
-    cluster: Cluster, node: str, training: trr.TrainingRuns, record_property,
+    cluster: Cluster, node: str, training: trr.TrainingRuns, record_property: RecordProperty,
     pytestconfig: pytest.Config,
 ) -> None:
     """T1: the job trains on this node alone, on all its slots, within the deadline; loss falls."""
@@ -83,19 +85,18 @@ def test_train_single_node(
     launch = training.single_node(node)
     _record(record_property, launch)
     if not launch.ok:
-        pytest.fail(tx.explain(launch, training.config)
-                    + _stacks(pytestconfig, launch, f"train_single_node-{node}", record_property),
-                    pytrace=False)
+        outcome.fail(tx.launch_failed(launch, training.config, _stacks(
+            pytestconfig, launch, f"train_single_node-{node}", record_property)))
 
 
-def test_train_multi_node(cluster: Cluster, training: trr.TrainingRuns, record_property,
-                          pytestconfig: pytest.Config) -> None:
+def test_train_multi_node(cluster: Cluster, training: trr.TrainingRuns,
+                          record_property: RecordProperty, pytestconfig: pytest.Config) -> None:
     """T2: the job through `deepspeed --hostfile` from the rank-0 node (pdsh, ssh, all nodes):
     every rank reports, the loss falls, all ranks end with identical weights."""
     try:
         active = training.active()
     except rf.ResourceFilterError as exc:
-        pytest.fail(f"DeepSpeed will refuse the launch's resource filter: {exc}", pytrace=False)
+        outcome.fail(tx.filter_refused(str(exc)))
     if len(active) < 2:
         pytest.skip(f"only {', '.join(active) or 'no node'} to launch on: T1 covers a single node")
     training.prefetch_single_nodes(active)
@@ -120,17 +121,17 @@ def test_train_multi_node(cluster: Cluster, training: trr.TrainingRuns, record_p
     record_property("rank0", launch.node)
     record_property("launch_command", launch.line)
     if not launch.ok:
-        pytest.fail(tx.explain(launch, training.config)
-                    + _stacks(pytestconfig, launch, "train_multi_node", record_property),
-                    pytrace=False)
+        outcome.fail(tx.launch_failed(launch, training.config, _stacks(
+            pytestconfig, launch, "train_multi_node", record_property)))
 
 
-def _stacks(config: pytest.Config, launch: trr.Launch, label: str, record_property) -> str:
+def _stacks(config: pytest.Config, launch: trr.Launch, label: str,
+            record_property: RecordProperty) -> list[str]:
     """Where every rank was when its watchdog's deadline passed (each dumps its own stacks)."""
     from cluster_tests.measure import stackdump
 
     result = launch.result
     if result is None or not result.stacks:
-        return ""
+        return []
     return stackdump.tell(config, label, result.stacks, {}, result.hosts(),
                           list(range(result.expected)), record_property)

@@ -37,7 +37,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from pathlib import Path
 
 import pytest
 
@@ -49,18 +49,35 @@ from cluster_tests.core.transport import Feed, quote_argv
 from cluster_tests.judge.collective import collopts as copts
 from cluster_tests.judge.collective import colltable as ctab
 from cluster_tests.judge.collective import collverdict as C
-from cluster_tests.judge.collective import confirmation
+from cluster_tests.judge.collective import confirmation, nccllog
 from cluster_tests.judge.collective import pairbw as pb
 from cluster_tests.judge.collective import rankplan as rk
+from cluster_tests.judge.collective.collverdict import Event, RemoteRun
 from cluster_tests.judge.common import stacks as S
 from cluster_tests.judge.common.basefacts import BASE
-from cluster_tests.judge.network import portjudge as nc
+from cluster_tests.judge.common.probes import integer, number, text
 from cluster_tests.judge.ssh import sshnames
 from cluster_tests.measure import ports
 from cluster_tests.measure.ports import PORT_MATRIX, firewall_root
 
+Pair = tuple[str, str]
+#: C2's runs, keyed in hostfile order: a run, or why it was not run (NodeDown, PortsBlocked...)
+PairRuns = dict[Pair, "RemoteRun | BaseException"]
+
+
+@dataclass
+class Results:
+    """What the collective checks measured this session, for the terminal summary."""
+
+    cluster: RemoteRun | None = None
+    pairs: PairRuns = field(default_factory=dict)
+    slow: pb.SlowPairs | None = None
+    confirm: confirmation.Confirmation | None = None
+    reruns: PairRuns = field(default_factory=dict)
+
+
 #: Where the collective results live for the terminal summary (see cluster_tests/plugin.py).
-RESULTS_KEY = pytest.StashKey[dict[str, Any]]()
+RESULTS_KEY = pytest.StashKey[Results]()
 
 #: Must equal node/allreduce.py's BOOTSTRAP (tests check it).
 BOOTSTRAP = ("import sys;n=int(sys.stdin.buffer.readline());s=sys.stdin.buffer.read(n);"
@@ -86,12 +103,15 @@ HCCL_INIT_FLOOR_S = 135.0
 
 # --- one node's channel ----------------------------------------------------------------------
 
+#: What a node's channel puts in the run's inbox: (node, an event; None when the channel ended)
+Inbox = queue.Queue[tuple[str, Event | None]]
+
 
 class _NodeChannel:
     """The supervisor on one node: its channel, its events, its stderr tail."""
 
-    def __init__(self, cluster: Cluster, node: str, spec: dict[str, Any], timeout_s: int,
-                 inbox: queue.Queue) -> None:
+    def __init__(self, cluster: Cluster, node: str, spec: Mapping[str, object], exports: str,
+                 timeout_s: int, inbox: Inbox) -> None:
         self.node = node
         self.stderr: collections.deque[str] = collections.deque(maxlen=30)
         self.text: collections.deque[str] = collections.deque(maxlen=30)  # non-JSON stdout
@@ -102,7 +122,6 @@ class _NodeChannel:
         python = cluster.settings.remote_python
         conn = cluster.pool.connection(node)
         # the session's run tag (if the remote layer has one) marks the supervisor as ours
-        exports = str(spec.pop("exports_word", "") or "")
         spec = {**spec, "tag": getattr(conn, "tag", None)}
         # the launch's own exports first, as the node's shell runs them in the real launch;
         # the transport adds `timeout -k 5 T` around it
@@ -168,8 +187,9 @@ class _NodeChannel:
             return
         if not isinstance(event, dict):
             return
-        if event.get("event") == "workers":
-            self.pids = {int(r): int(p) for r, p in event.get("pids", {}).items()}
+        pids = event.get("pids")
+        if event.get("event") == "workers" and isinstance(pids, dict):
+            self.pids = {int(r): integer(p) for r, p in pids.items() if str(r).isdigit()}
         elif event.get("event") == "reaped":
             self.reaped.set()
         self._inbox.put((self.node, event))
@@ -195,35 +215,6 @@ class _NodeChannel:
 
 
 # --- one run ---------------------------------------------------------------------------------
-
-
-@dataclass
-class RemoteRun:
-    """One all-reduce run over some nodes: the report plus what the channels said."""
-
-    report: C.CollectiveReport
-    nodes: list[str]
-    master: str
-    master_addr: str
-    port: int
-    options: rk.WorkerOptions
-    seconds: float = 0.0
-    stderr: dict[str, list[str]] = field(default_factory=dict)
-    channel_exit: dict[str, int | None] = field(default_factory=dict)
-    unconfirmed: dict[str, dict[int, int]] = field(default_factory=dict)  # node -> rank -> pid
-    start_errors: dict[str, str] = field(default_factory=dict)
-    python: str = "python3"
-    stacks: dict[int, str] = field(default_factory=dict)  # rank -> faulthandler dump(s)
-    native: dict[int, str] = field(default_factory=dict)  # rank -> py-spy dump --native
-    natives_due: set[int] = field(default_factory=set)  # ranks whose py-spy frames are to come
-    # rank -> its TCP connections when its stack was taken: {"syn_sent": ['ip:port'],
-    # "established": [[local port, 'ip:port']]} (node/allreduce.py tcp_peers)
-    sockets: dict[int, dict[str, list[Any]]] = field(default_factory=dict)
-    stacks_dir: str = ""  # where they were written (the report's output dir), if anywhere
-
-    @property
-    def where(self) -> str:
-        return f"{self.master_addr}:{self.port}"
 
 
 def forwarded_env(environ: Mapping[str, str]) -> dict[str, str]:
@@ -271,6 +262,178 @@ def launch_layout(cluster: Cluster, nodes: Sequence[str] | None = None
     return [(h, ids) for h, ids in layout if wanted is None or h in wanted]
 
 
+class _Run:
+    """The launcher's side of one run: a channel per node, the events they relay into one
+    inbox, and the run's deadline (shortened to a grace once a rank or a channel fails; the
+    stacks of the ranks still running asked for before anything is stopped)."""
+
+    def __init__(self, cluster: Cluster, run: RemoteRun, ranks: Sequence[rk.Rank],
+                 startup_s: float, grace_s: float) -> None:
+        self.cluster, self.run, self.ranks = cluster, run, list(ranks)
+        o = run.options
+        self.start = time.monotonic()
+        self.startup_s, self.grace_s = startup_s, grace_s
+        self.stages = o.connect_timeout + o.init_timeout + o.op_timeout
+        self.deadline = self.start + startup_s + self.stages + 5.0
+        self.shortened = False  # a rank failed: the others only get the grace
+        self.asked_at: float | None = None  # when the stacks were asked for
+        self.inbox: Inbox = queue.Queue()
+        self.channels: dict[str, _NodeChannel] = {}
+        self.open_channels = 0
+        self.events: dict[int, list[Event]] = {r.rank: [] for r in ranks}
+        self.exit_codes: dict[int, int | None] = {}
+
+    def remote_timeout(self) -> int:
+        """The node's own `timeout` around its supervisor: every stage and the start-up, and on
+        HCCL the init deadline's floor."""
+        o = self.run.options
+        hccl_extra = (max(0.0, HCCL_INIT_FLOOR_S - o.init_timeout)
+                      if o.backend in ("auto", "hccl") else 0.0)
+        return int(self.startup_s + self.stages + hccl_extra + 15.0)
+
+    def _grace(self, shorten: bool = True) -> None:
+        self.deadline = min(self.deadline, time.monotonic() + self.grace_s)
+        self.shortened = self.shortened or shorten
+
+    def open(self, specs: Mapping[str, Mapping[str, object]], exports: str) -> None:
+        """A supervisor per node (a node that cannot start one is a start error)."""
+        for node, spec in specs.items():
+            try:
+                self.channels[node] = _NodeChannel(self.cluster, node, spec, exports,
+                                                   self.remote_timeout(), self.inbox)
+            except Exception as exc:  # noqa: BLE001 - ConnectError, paramiko, socket errors
+                self.run.start_errors[node] = f"{type(exc).__name__}: {exc}"
+                self._grace(shorten=False)
+        self.open_channels = len(self.channels)
+
+    def _ask_stacks(self) -> None:
+        for ch in self.channels.values():
+            ch.dump()
+        self.asked_at = time.monotonic()
+
+    def _waiting_for_stacks(self) -> bool:
+        """The stacks asked for, of ranks still running, are not all in yet (nor the native
+        frames a supervisor said would follow)."""
+        run = self.run
+        return (self.asked_at is not None and time.monotonic() < self.asked_at + STACKS_WAIT_S
+                and any((r.rank not in run.stacks and r.rank not in self.exit_codes
+                         or r.rank in run.natives_due)
+                        and r.host in self.channels and not self.channels[r.host].ended.is_set()
+                        for r in self.ranks))
+
+    def _rank_event(self, event: Event) -> None:
+        """An event of one of the run's ranks."""
+        rank = integer(event.get("rank"))
+        self.events[rank].append(event)
+        kind = event.get("event")
+        if kind == "error":
+            if event.get("timeout") and self.asked_at is None:
+                # a stage deadline passed: every rank still running says where it is before
+                # the grace ends and the others are killed
+                self._ask_stacks()
+            self._grace()
+        elif kind == "start" and not self.shortened and isinstance(
+                event.get("init_timeout_s"), (int, float)):
+            # HCCL: the worker's init deadline outlasts HCCL_CONNECT_TIMEOUT
+            longer = number(event.get("init_timeout_s")) - self.run.options.init_timeout
+            self.deadline = max(self.deadline,
+                                self.start + self.startup_s + self.stages + longer + 5.0)
+
+    def _on(self, node: str, event: Event | None) -> None:
+        """One item of the inbox."""
+        if event is None:  # a channel ended
+            self.open_channels -= 1
+            self._grace()
+            return
+        kind = event.get("event")
+        rank = event.get("rank")
+        if kind == "exit":
+            code = event.get("code")
+            self.exit_codes[integer(event.get("exit_rank"))] = code if isinstance(code, int) \
+                else None
+            if code != C.EXIT_OK:
+                self._grace()
+        elif kind == "stack":
+            _keep_stack(self.run, event)
+        elif kind in ("workers", "reaped"):
+            return
+        elif isinstance(rank, int) and rank in self.events:
+            self._rank_event(event)
+        elif kind == "error":  # the supervisor itself
+            self.run.start_errors[node] = str(event.get("message"))
+            self._grace(shorten=False)
+
+    def pump(self) -> None:
+        """Until every channel has ended, or the deadline has passed and the stacks asked for
+        are in; then, with ranks still running, their stacks first."""
+        while self.open_channels and (time.monotonic() < self.deadline
+                                      or self._waiting_for_stacks()):
+            try:
+                self._on(*self.inbox.get(timeout=0.2))
+            except queue.Empty:
+                continue
+        if self.open_channels and self.asked_at is None and self.channels:
+            # our own deadline passed with ranks still running: their stacks first
+            self._ask_stacks()
+            while self._waiting_for_stacks():
+                try:
+                    self._stack_only(*self.inbox.get(timeout=0.2))
+                except queue.Empty:
+                    continue
+
+    def _stack_only(self, node: str, event: Event | None) -> None:
+        if event is not None and event.get("event") == "stack":
+            _keep_stack(self.run, event)
+
+    def stop(self) -> None:
+        """Every supervisor told to stop, and whether it confirmed that its workers are gone;
+        then the stacks relayed while the channels closed."""
+        run = self.run
+        stopped = self.cluster.pool.map(lambda ch: ch.stop(), self.channels.values())
+        confirmed = dict(zip(self.channels, stopped, strict=False))
+        for node, ch in self.channels.items():
+            run.stderr[node] = list(ch.stderr) + list(ch.text)
+            run.channel_exit[node] = ch.exit_status
+            if confirmed.get(node) is not True:
+                run.unconfirmed[node] = dict(ch.pids)
+        while True:
+            try:
+                self._stack_only(*self.inbox.get_nowait())
+            except queue.Empty:
+                break
+
+    def fold(self) -> None:
+        """The report of the run, from every rank's events."""
+        run = self.run
+        run.report = C.collect(self.events, self.ranks, self.exit_codes)
+        for rank, evs in self.events.items():  # a rank at its own watchdog says whom it waits on
+            for ev in evs:
+                if ev.get("event") == "error" and isinstance(ev.get("sockets"), dict):
+                    run.sockets[rank] = S.Sockets.read(ev.get("sockets"))
+        budget = run.options.budget_s
+        if run.report.stopped is not None and budget is not None:
+            said = run.report.stopped.describe()
+            run.report.stopped = dataclasses.replace(run.report.stopped, budget_s=budget)
+            run.report.message = run.report.message.replace(said, run.report.stopped.describe())
+        for ch in self.channels.values():
+            run.report.pids.update(ch.pids)
+        run.seconds = time.monotonic() - self.start
+
+
+def _specs(ranks: Sequence[rk.Rank], run: RemoteRun, env: Mapping[str, str],
+           visible: Mapping[str, str] | None) -> dict[str, dict[str, object]]:
+    """Each node's supervisor spec: the environment, and each of its ranks' worker argv."""
+    by_node: dict[str, list[rk.Rank]] = {}
+    for r in ranks:
+        by_node.setdefault(r.host, []).append(r)
+    return {node: {"env": dict(env), "workers": [
+        {"rank": r.rank,
+         "argv": rk.worker_argv("", "", r, len(ranks), run.master_addr, run.port, run.options,
+                                visible_devices=(visible or {}).get(node, ""),
+                                local_size=len(node_ranks) if visible else 0)[2:]}
+        for r in node_ranks]} for node, node_ranks in by_node.items()}
+
+
 def run_allreduce(cluster: Cluster, ranks: Sequence[rk.Rank], *, master_addr: str, port: int,
                   options: rk.WorkerOptions, env: Mapping[str, str] | None = None,
                   exports_word: str = "",
@@ -282,128 +445,17 @@ def run_allreduce(cluster: Cluster, ranks: Sequence[rk.Rank], *, master_addr: st
     closed in ``finally``), and each one confirms that its workers are dead; nodes that do not
     confirm within a few seconds are listed in ``unconfirmed`` with the worker pids.
     """
-    start = time.monotonic()
-    by_node: dict[str, list[rk.Rank]] = {}
-    for r in ranks:
-        by_node.setdefault(r.host, []).append(r)
-    world = len(ranks)
-    stages = options.connect_timeout + options.init_timeout + options.op_timeout
-    deadline = start + startup_s + stages + 5.0
-    shortened = False  # a rank failed: the others only get the grace
-    dumped = False  # the supervisors were asked for their workers' stacks
-    hccl_extra = (max(0.0, HCCL_INIT_FLOOR_S - options.init_timeout)
-                  if options.backend in ("auto", "hccl") else 0.0)
-    remote_timeout = int(startup_s + stages + hccl_extra + 15.0)
-    inbox: queue.Queue = queue.Queue()
-    channels: dict[str, _NodeChannel] = {}
-    events: dict[int, list[dict]] = {r.rank: [] for r in ranks}
-    exit_codes: dict[int, int | None] = {}
-    run = RemoteRun(report=C.CollectiveReport(world, list(ranks)), nodes=list(by_node),
-                    master=ranks[0].host, master_addr=master_addr, port=port, options=options,
+    run = RemoteRun(report=C.CollectiveReport(len(ranks), list(ranks)),
+                    nodes=list(dict.fromkeys(r.host for r in ranks)), master=ranks[0].host,
+                    master_addr=master_addr, port=port, options=options,
                     python=cluster.settings.remote_python)
+    one = _Run(cluster, run, ranks, startup_s, grace_s)
     try:
-        for node, node_ranks in by_node.items():
-            spec = {"env": dict(env or {}), "exports_word": exports_word, "workers": [
-                {"rank": r.rank,
-                 "argv": rk.worker_argv("", "", r, world, master_addr, port, options,
-                                       visible_devices=(visible or {}).get(node, ""),
-                                       local_size=len(node_ranks) if visible else 0)[2:]}
-                for r in node_ranks]}
-            try:
-                channels[node] = _NodeChannel(cluster, node, spec, remote_timeout, inbox)
-            except Exception as exc:  # noqa: BLE001 - ConnectError, paramiko, socket errors
-                run.start_errors[node] = f"{type(exc).__name__}: {exc}"
-                deadline = min(deadline, time.monotonic() + grace_s)
-        open_channels = len(channels)
-        asked_at: float | None = None  # when the stacks were asked for
-
-        def waiting_for_stacks() -> bool:
-            """The stacks asked for, of ranks still running, are not all in yet (nor the
-            native frames a supervisor said would follow)."""
-            return (asked_at is not None and time.monotonic() < asked_at + STACKS_WAIT_S
-                    and any((r.rank not in run.stacks and r.rank not in exit_codes
-                             or r.rank in run.natives_due)
-                            and r.host in channels and not channels[r.host].ended.is_set()
-                            for r in ranks))
-
-        while open_channels and (time.monotonic() < deadline or waiting_for_stacks()):
-            try:
-                node, event = inbox.get(timeout=0.2)
-            except queue.Empty:
-                continue
-            if event is None:
-                open_channels -= 1
-                deadline = min(deadline, time.monotonic() + grace_s)
-                shortened = True
-                continue
-            kind = event.get("event")
-            if kind == "exit":
-                code = event.get("code")
-                exit_codes[int(event["exit_rank"])] = code
-                if code != C.EXIT_OK:
-                    deadline = min(deadline, time.monotonic() + grace_s)
-                    shortened = True
-            elif kind in ("workers", "reaped"):
-                continue
-            elif kind == "stack":
-                _keep_stack(run, event)
-                continue
-            elif isinstance(event.get("rank"), int) and event["rank"] in events:
-                events[event["rank"]].append(event)
-                if kind == "error":
-                    if event.get("timeout") and not dumped:
-                        # a stage deadline passed: every rank still running says where it is
-                        # before the grace ends and the others are killed
-                        dumped = _ask_stacks(channels)
-                        asked_at = time.monotonic()
-                    deadline = min(deadline, time.monotonic() + grace_s)
-                    shortened = True
-                elif (kind == "start" and not shortened
-                      and isinstance(event.get("init_timeout_s"), (int, float))):
-                    # HCCL: the worker's init deadline outlasts HCCL_CONNECT_TIMEOUT
-                    longer = float(event["init_timeout_s"]) - options.init_timeout
-                    deadline = max(deadline, start + startup_s + stages + longer + 5.0)
-            elif kind == "error":  # the supervisor itself
-                run.start_errors[node] = str(event.get("message"))
-                deadline = min(deadline, time.monotonic() + grace_s)
-        if open_channels and not dumped and channels:
-            # our own deadline passed with ranks still running: their stacks first
-            dumped = _ask_stacks(channels)
-            asked_at = time.monotonic()
-            while waiting_for_stacks():
-                try:
-                    node, event = inbox.get(timeout=0.2)
-                except queue.Empty:
-                    continue
-                if event is not None and event.get("event") == "stack":
-                    _keep_stack(run, event)
+        one.open(_specs(ranks, run, env or {}, visible), exports_word)
+        one.pump()
     finally:
-        stopped = cluster.pool.map(lambda ch: ch.stop(), channels.values())
-        confirmed = dict(zip(channels, stopped, strict=False))
-        for node, ch in channels.items():
-            run.stderr[node] = list(ch.stderr) + list(ch.text)
-            run.channel_exit[node] = ch.exit_status
-            if confirmed.get(node) is not True:
-                run.unconfirmed[node] = dict(ch.pids)
-    while True:  # stacks relayed while the channels closed
-        try:
-            node, event = inbox.get_nowait()
-        except queue.Empty:
-            break
-        if event is not None and event.get("event") == "stack":
-            _keep_stack(run, event)
-    run.report = C.collect(events, ranks, exit_codes)
-    for rank, evs in events.items():  # a rank at its own watchdog says whom it still waits on
-        for ev in evs:
-            if ev.get("event") == "error" and isinstance(ev.get("sockets"), dict):
-                run.sockets[rank] = _sockets(ev["sockets"])
-    if run.report.stopped is not None and options.budget_s is not None:
-        said = run.report.stopped.describe()
-        run.report.stopped = dataclasses.replace(run.report.stopped, budget_s=options.budget_s)
-        run.report.message = run.report.message.replace(said, run.report.stopped.describe())
-    for ch in channels.values():
-        run.report.pids.update(ch.pids)
-    run.seconds = time.monotonic() - start
+        one.stop()
+    one.fold()
     return run
 
 
@@ -422,33 +474,20 @@ def address_owners(cluster: Cluster, nodes: Sequence[str]) -> dict[str, str]:
     return out
 
 
-def _ask_stacks(channels: Mapping[str, _NodeChannel]) -> bool:
-    for ch in channels.values():
-        ch.dump()
-    return True
-
-
-def _keep_stack(run: RemoteRun, event: Mapping[str, Any]) -> None:
+def _keep_stack(run: RemoteRun, event: Event) -> None:
     rank = event.get("stack_rank")
     if not isinstance(rank, int):
         return
     if event.get("text"):
-        run.stacks[rank] = run.stacks.get(rank, "") + str(event["text"])
+        run.stacks[rank] = run.stacks.get(rank, "") + text(event.get("text"))
     if event.get("native"):
-        run.native[rank] = run.native.get(rank, "") + str(event["native"])
+        run.native[rank] = run.native.get(rank, "") + text(event.get("native"))
     if event.get("native_pending"):
         run.natives_due.add(rank)
     if event.get("native_done"):
         run.natives_due.discard(rank)
-    if isinstance(event.get("sockets"), dict) and event["sockets"]:
-        run.sockets[rank] = _sockets(event["sockets"])
-
-
-def _sockets(raw: Mapping[str, Any]) -> dict[str, list[Any]]:
-    """A worker's tcp_peers: syn_sent ['ip:port'], established [[local port, 'ip:port']]."""
-    est = [[int(e[0]), str(e[1])] for e in raw.get("established") or []
-           if isinstance(e, (list, tuple)) and len(e) == 2 and str(e[0]).isdigit()]
-    return {"syn_sent": [str(e) for e in raw.get("syn_sent") or []], "established": est}
+    if isinstance(event.get("sockets"), dict) and event.get("sockets"):
+        run.sockets[rank] = S.Sockets.read(event.get("sockets"))
 
 
 # --- what to run -----------------------------------------------------------------------------
@@ -521,14 +560,13 @@ def master_address(cluster: Cluster, master: str, viewers: Sequence[str]) -> str
 
 
 def run_cluster(cluster: Cluster) -> RemoteRun:
-    """C1: one rank per slot on every node, rendezvous on the rank-0 node."""
+    """C1: one rank per slot on every node, rendezvous on the rank-0 node (PortsBlocked: not
+    run, the network checks found ports between them blocked)."""
     for node in cluster.names:
         cluster.require(node)
-    why = blocked_by_f3(cluster, cluster.names)
-    if why:
-        outcome.block(*ports_root(cluster, f3_blocked_pairs(cluster, cluster.names)[0]))
-        pytest.fail(f"all-reduce over every rank of {', '.join(cluster.names)}: {why}",
-                    pytrace=False)
+    blocked = f3_blocked(cluster, cluster.names)
+    if blocked:
+        raise PortsBlocked(blocked)
     layout = launch_layout(cluster)
     ranks = rk.assign_ranks([(host, len(ids)) for host, ids in layout])
     backend = cluster.settings.collective.backend
@@ -554,7 +592,7 @@ def pair_master(names: Sequence[str], a: str, b: str) -> tuple[str, str]:
     return (b, a) if (names.index(a) + names.index(b)) % 2 else (a, b)
 
 
-def run_pairs(cluster: Cluster) -> dict[tuple[str, str], RemoteRun | BaseException]:
+def run_pairs(cluster: Cluster) -> PairRuns:
     """C2: every unordered pair of nodes (or those of --pairs), every launch slot of both nodes
     (:func:`launch_layout`: one rail per GPU on multi-rail nodes), at the largest size only;
     pairs are scheduled in circle rounds of disjoint pairs, each round's pairs at once, with the
@@ -563,8 +601,7 @@ def run_pairs(cluster: Cluster) -> dict[tuple[str, str], RemoteRun | BaseExcepti
     return _run_rounds(cluster, pairs_mod.node_pair_rounds(cluster))
 
 
-def _run_rounds(cluster: Cluster, rounds: Sequence[Sequence[tuple[str, str]]]
-                ) -> dict[tuple[str, str], RemoteRun | BaseException]:
+def _run_rounds(cluster: Cluster, rounds: Sequence[Sequence[Pair]]) -> PairRuns:
     """Each round's pairs at once (a round's pairs are disjoint), the rounds one after the
     other; results keyed in hostfile order, as C2's tests are (a round may name b first)."""
     backend = cluster.settings.collective.backend
@@ -573,17 +610,17 @@ def _run_rounds(cluster: Cluster, rounds: Sequence[Sequence[tuple[str, str]]]
     env = worker_env(_launcher_env())
     exports_word = launch_exports_word(cluster)
     slots = dict(launch_layout(cluster))
-    results: dict[tuple[str, str], RemoteRun | BaseException] = {}
+    results: PairRuns = {}
     order = {name: i for i, name in enumerate(cluster.names)}
     for round_pairs in rounds:
-        def one(item: tuple[int, tuple[str, str]]) -> RemoteRun:
+        def one(item: tuple[int, Pair]) -> RemoteRun:
             i, (a, b) = item
             for node in (a, b):
                 if cluster.login_error(node) is not None:
                     raise NodeDown(node)
-            why = blocked_by_f3(cluster, [a, b])
-            if why:
-                raise PortsBlocked(why, f3_blocked_pairs(cluster, [a, b]))
+            blocked = f3_blocked(cluster, [a, b])
+            if blocked:
+                raise PortsBlocked(blocked)
             master, other = pair_master(cluster.names, a, b)
             ids = {n: slots.get(n) or [0] for n in (master, other)}
             ranks = rk.assign_ranks([(master, len(ids[master])), (other, len(ids[other]))])
@@ -601,8 +638,7 @@ def _run_rounds(cluster: Cluster, rounds: Sequence[Sequence[tuple[str, str]]]
 
 def confirm(cluster: Cluster, plan: confirmation.Plan, threshold: float,
             announce: Callable[[str], None] | None = None
-            ) -> tuple[dict[tuple[str, str], confirmation.Retry],
-                       dict[tuple[str, str], RemoteRun | BaseException]]:
+            ) -> tuple[dict[Pair, confirmation.Retry], PairRuns]:
     """C2's confirmation pass (judge/collective/confirmation.py): after ``--confirm-pause``
     seconds, the plan's pairs measured again in rounds of disjoint pairs, each with C2's options
     and share of the budget; each run read as a :class:`confirmation.Retry` against C2's
@@ -635,47 +671,34 @@ class PortsBlocked(Exception):
     another on any tested port: an all-reduce between them can only wait out its rendezvous
     deadline (once for C1, and once per C2 round: up to N-1 rounds for one firewalled node)."""
 
-    def __init__(self, why: str, pairs: Sequence[tuple[str, str]] = ()) -> None:
-        super().__init__(why)
-        self.pairs = list(pairs)
+    def __init__(self, blocked: Sequence[C.BlockedPair]) -> None:
+        super().__init__("; ".join(f"{b.target} takes no connection from {b.source}"
+                                   for b in blocked))
+        self.blocked = list(blocked)
 
 
-def blocked_by_f3(cluster: Cluster, nodes: Sequence[str]) -> str | None:
-    """Why an all-reduce over `nodes` is not worth running, when this session's port matrix (if
-    F3 ran) shows an ordered pair of them blocked on every tested port; else None."""
+def f3_blocked(cluster: Cluster, nodes: Sequence[str]) -> list[C.BlockedPair]:
+    """The ordered pairs of `nodes` that this session's port matrix (if F3 ran) shows blocked
+    on every tested port, in hostfile order (only a pair some port failed can be: the
+    matrix keeps those apart)."""
     matrix = cluster.cached(PORT_MATRIX)
-    blocked = f3_blocked_pairs(cluster, nodes)
-    if matrix is None or not blocked:
-        return None
-    shown = "; ".join(
-        f"{dst} takes no connection from {src} ("
-        + ", ".join(f"{p} {s}" for p, s in nc.failed_ports(matrix.reach(src, dst)).items())
-        + f"; see {ports.pair_item(cluster, ids.HIGH_PORTS, src, dst)})"
-        for src, dst in blocked[:4])
-    more = f" (+{len(blocked) - 4} more)" if len(blocked) > 4 else ""
-    return (f"not run: the network checks found that {shown}{more}: an all-reduce could only "
-            f"wait out its rendezvous deadline (--collective-connect-timeout).\n  fix: open the "
-            f"ports (see those tests' fixes), then rerun `-m collective`")
+    if matrix is None:
+        return []
+    found = [(a, b, r) for a in nodes for b in nodes
+             if a != b and (r := matrix.reach(a, b)) is not None and r.blocked]
+    return [C.BlockedPair(a, b, tuple((t.port or 0, t.words) for t in r.failed),
+                          ports.pair_item(cluster, ids.HIGH_PORTS, a, b)) for a, b, r in found]
 
 
-def ports_root(cluster: Cluster, pair: tuple[str, str]) -> tuple[str, str]:
+def ports_root(cluster: Cluster, pair: C.BlockedPair) -> tuple[str, str]:
     """(the red that holds a blocked pair's cause, why): the F4 red of the node whose own
     firewall drops it, else the pair's F3 red."""
-    src, dst = pair
+    src, dst = pair.source, pair.target
     why = f"{dst} takes no connection from {src} on high ports: an all-reduce could only hang"
     node = firewall_root(cluster, src, dst)
     if node is not None and outcome.selected(ids.FIREWALL_RULES.of(node)):
         return ids.FIREWALL_RULES.of(node), f"{node}'s own firewall drops {src} -> {dst}: {why}"
-    return ports.pair_item(cluster, ids.HIGH_PORTS, src, dst), why
-
-
-def f3_blocked_pairs(cluster: Cluster, nodes: Sequence[str]) -> list[tuple[str, str]]:
-    """The ordered pairs of `nodes` that this session's port matrix (if F3 ran) shows blocked
-    on every tested port."""
-    matrix = cluster.cached(PORT_MATRIX)
-    if matrix is None:
-        return []
-    return [(a, b) for a in nodes for b in nodes if a != b and nc.blocked(matrix.reach(a, b))]
+    return pair.check, why
 
 
 class NodeDown(Exception):
@@ -684,166 +707,64 @@ class NodeDown(Exception):
         super().__init__(f"{node} unreachable: see {ids.LOGIN.of(node)}")
 
 
-# --- explaining a failure --------------------------------------------------------------------
+# --- what a failure is read against ----------------------------------------------------------
 
 
-def involved_nodes(run: RemoteRun) -> list[str]:
-    """Nodes of the ranks that never joined, hung, failed or stayed silent, in hostfile order."""
-    rep = run.report
-    if rep.missing:
-        bad = set(rep.missing) | {r for r, (stage, _) in rep.failed.items() if stage == "connect"}
-    elif rep.verdict == "hang":
-        bad = set(rep.stuck) | set(rep.silent) | set(rep.unfinished)
-    else:
-        bad = set(rep.failed) | set(rep.silent) | set(rep.unfinished)
-    hosts = {r.host for r in rep.ranks if r.rank in bad} | set(run.start_errors)
-    return [n for n in run.nodes if n in hosts]
-
-
-def network_hint(cluster: Cluster, nodes: Sequence[str]) -> str:
-    """What the F checks found about ``nodes`` this session, else how to find out."""
+def ports_seen(cluster: Cluster, nodes: Sequence[str]) -> C.PortsSeen:
+    """What the F checks found this session of the high ports into and out of ``nodes``."""
     matrix = cluster.cached(PORT_MATRIX)
-    findings = nc.closed_ports(matrix, nodes) if matrix is not None else []
-    if findings:
-        more = f" (+{len(findings) - 4} more)" if len(findings) > 4 else ""
-        return ("the network checks (F) of this session found closed ports: "
-                + "; ".join(findings[:4]) + more)
-    if matrix is not None:
-        return ("the network checks (F) of this session found every probed port open for "
-                f"{', '.join(nodes)}")
-    return ("no network checks ran in this session: run `pytest -m network` to test every port "
-            "between the nodes in each direction")
+    if matrix is None:
+        return C.PortsSeen(False)
+    wanted = set(nodes)
+    return C.PortsSeen(True, tuple(
+        C.ClosedPort(src, dst, t.port or 0, t.words)
+        for src, row in matrix.results.items() for dst, r in row.items()
+        if src != dst and {src, dst} & wanted for t in r.failed))
 
 
-def _own_store_unreachable(run: RemoteRun) -> bool:
-    """Rank 0 could not connect to the store it created on its own node: it said so, or, its
-    own words not in before the others were stopped, its stack was still in our connect step
-    once a peer's connect had failed.  Creating the store and connecting to it on the node's
-    own address takes milliseconds, unless a firewall on that node drops the connection; so
-    which of the two connect deadlines speaks first no longer decides the fix."""
-    rep = run.report
-    if rep.failed.get(0, ("", ""))[0] == "connect":
-        return True
-    if 0 in rep.failed or not any(stage == "connect" for stage, _ in rep.failed.values()):
-        return False
-    thread = S.main_thread(S.parse(run.stacks.get(0, "")))
-    return thread is not None and any(
-        f.func == "connect" and f.file.rsplit("/", 1)[-1] == "allreduce.py" for f in thread.frames)
+def transports(run: RemoteRun) -> dict[str, nccllog.Transports]:
+    """The transports NCCL chose on each node of the run (its ranks' NCCL_DEBUG=INFO lines)."""
+    return nccllog.by_node(run.report.transport_lines, run.report.ranks)
 
 
-def _fix(run: RemoteRun, nodes: Sequence[str]) -> str:
-    rep = run.report
-    who = ", ".join(n for n in nodes if n != run.master) or ", ".join(nodes) or "the nodes"
-    if any(stage == "device" for stage, _ in rep.failed.values()):
-        bad = {x.host for x in rep.ranks if rep.failed.get(x.rank, ("",))[0] == "device"}
-        where = ", ".join(n for n in run.nodes if n in bad) or "the nodes"
-        return (f"the accelerator did not come up on {where} (not a network problem): check "
-                f"`nvidia-smi` / `npu-smi info` there for a device in error or held by another "
-                f"process, and the driver's log (dmesg); see {ids.ACCELERATORS}")
-    if any(stage == "setup" for stage, _ in rep.failed.values()):
-        return (f"on {', '.join(nodes) or 'the nodes'}: make the accelerator usable from the "
-                f"remote Python in a non-interactive shell (the rank errors above say what is "
-                f"missing), or pass --backend explicitly")
-    if _own_store_unreachable(run):
-        return (f"{run.master} cannot reach its own rendezvous store at {run.where} (rank 0 "
-                f"listens, then connects to it like every rank): a firewall on {run.master} "
-                f"drops connections to port {run.port}: check `iptables -S INPUT` / "
-                f"`nft list ruleset` on {run.master}")
-    if rep.verdict == "missing" or any(s == "connect" for s, _ in rep.failed.values()):
-        return (f"let {who} reach {run.master} at {run.where} over TCP, replies included (a DROP "
-                f"of high ports in a node's INPUT chain also drops the replies to that node's own "
-                f"connections): check `iptables -S INPUT` / `nft list ruleset` on {who} and "
-                f"{run.master}")
-    if rep.verdict == "hang" and rep.stuck_stage == "init" and rep.backend == "hccl":
-        return (f"HCCL links the NPUs through their own RoCE NICs (not the host interface) and "
-                f"listens on ports 60000-60015 of every node (HCCL_IF_BASE_PORT moves them): "
-                f"open those ports between the NPU NICs of {who} and {run.master}, and check "
-                f"each NIC with `hccn_tool -i <id> -net_health -g`, `hccn_tool -i <id> -link -g` "
-                f"and `hccn_tool -i <id> -ip -g` (see {ids.ASCEND_ENV.module} "
-                f"{ids.ASCEND_ENV.item}); HCCL_IF_IP / "
-                f"HCCL_SOCKET_IFNAME choose the host interface of its rendezvous")
-    if rep.verdict == "hang" and rep.stuck_stage == "init":
-        return (f"communicator init opens its own connections between every pair of nodes on "
-                f"ephemeral high ports, on the interface the hostname resolves to: open high "
-                f"ports both ways on {who}, or set GLOO_SOCKET_IFNAME/NCCL_SOCKET_IFNAME to the "
-                f"cluster interface; `-k {ids.ALLREDUCE_PAIR}` names the node whose pairs hang")
-    if any(run.channel_exit.get(n) == 127 for n in nodes):
-        return (f"the remote Python '{run.python}' was not found on "
-                f"{who} by a non-interactive ssh shell: pass --remote-python /path/to/python, or "
-                f"put it on PATH in ~/.bashrc above any early 'return'")
-    if rep.verdict == "hang":
-        return (f"a rank on {who} stalled mid-transfer: run `-k {ids.ALLREDUCE_PAIR}` to find the "
-                "slow node or link")
-    return f"read the rank errors above; on {who}: {run.options.backend} backend, torch install"
+def socket_fallbacks(cluster: Cluster, run: RemoteRun) -> dict[str, str]:
+    """Nodes with active RDMA ports (section R's probe) whose ranks ended on TCP sockets, with
+    NCCL's reason (nccllog.socket_fallbacks); not where sockets were chosen on purpose
+    (NCCL_IB_DISABLE, NCCL_NET=Socket in the node's or the launcher's environment)."""
+    import os
+
+    rdma_nodes = {}
+    for host, t in transports(run).items():
+        if not t.on_sockets:
+            continue
+        env = {**cluster.base(host).env, **{k: v for k, v in os.environ.items()
+                                             if k.startswith("NCCL_")}}
+        if env.get("NCCL_IB_DISABLE", "0").strip() not in ("", "0") or \
+                env.get("NCCL_NET", "").strip().lower() == "socket":
+            continue  # sockets on purpose
+        up = rdma_ports_up(cluster, host)
+        if up:
+            rdma_nodes[host] = ", ".join(up)
+    return nccllog.socket_fallbacks(transports(run), rdma_nodes)
 
 
-def explain(cluster: Cluster, run: RemoteRun, what: str) -> str:
-    """The failure message of a run: verdict, the ranks by host and local rank, evidence,
-    deadlines, network findings and a fix."""
-    rep = run.report
-    nodes = involved_nodes(run)
-    o = run.options
-    if rep.verdict == "failed" and rep.failed:
-        stages = sorted({stage for stage, _ in rep.failed.values()})
-        head = (f"{rk.describe_ranks(rep.failed, rep.ranks)} failed in stage "
-                f"{', '.join(stages)} (details below)")
-    else:
-        head = rep.message or rep.verdict
-    lines = [f"{what}: {head}"]
-    for r, (stage, msg) in sorted(rep.failed.items()):
-        if rep.missing and stage == "rendezvous":
-            continue  # the waiting side of "never joined": the first line says it
-        rank = next(x for x in rep.ranks if x.rank == r)
-        lines.append(f"  rank {r} ({rank.host} local {rank.local_rank}) [{stage}]: {msg}")
-    if rep.unfinished and rep.verdict != "hang":
-        lines.append(f"  never finished: {rk.describe_ranks(rep.unfinished, rep.ranks)}")
-    for node, err in run.start_errors.items():
-        lines.append(f"  {node}: could not start the workers: {err}")
-    for node in nodes or run.nodes:
-        said = fabric_lines(run.stderr.get(node, []))
-        if said:
-            lines.append(f"  {node} NCCL/HCCL said: " + " | ".join(said))
-    for node in nodes:
-        status = run.channel_exit.get(node)
-        tail = [ln for ln in run.stderr.get(node, []) if ln][-4:]
-        if tail and (status not in (0, None) or set(rep.silent) & {
-                r.rank for r in rep.ranks if r.host == node}):
-            lines.append(f"  {node} (exit {status}) said: " + " | ".join(tail))
-    if rep.missing:
-        lines.append(f"  rendezvous server: {run.master} ({run.where}); {', '.join(nodes)} could "
-                     f"not join it: {run.master} drops connections to port {run.port}, or "
-                     f"{', '.join(nodes)} cannot connect out or get the replies back")
-    init = rep.init_timeout_s if rep.init_timeout_s else o.init_timeout
-    lines.append(f"  deadlines: connect/rendezvous {o.connect_timeout:g} s, init "
-                 f"{init:g} s, collective {o.op_timeout:g} s; master {run.where}")
-    lines.append(f"  network: {network_hint(cluster, nodes or run.nodes)}")
-    lines.append(f"  fix: {_fix(run, nodes)}")
-    return "\n".join(lines)
+def rdma_ports_up(cluster: Cluster, node: str) -> list[str]:
+    """The node's active RDMA ports (section R's fabric probe; [] where it cannot be read)."""
+    from cluster_tests.core.cluster import ProbeError
+    from cluster_tests.judge.health import rdma
+
+    try:
+        ports = cluster.probe(node, rdma.FABRIC).rdma.ports
+    except ProbeError:
+        return []
+    return [p.name for p in ports if p.up]
 
 
-_FABRIC_LINE = ("NCCL WARN", "NCCL ERROR", "HCCL", "EI00", "EJ00", "ProcessGroupNCCL")
-
-
-def fabric_lines(stderr: Sequence[str], limit: int = 4) -> list[str]:
-    """The communication library's own warnings and errors in a node's worker stderr (NCCL
-    WARN lines, HCCL/CANN error codes), whatever the supervisor's exit status: the last
-    ``limit`` distinct ones. (The NCCL_DEBUG=INFO log and its parser are separate.)"""
-    seen: list[str] = []
-    for line in stderr:
-        text = line.strip()
-        if text and any(mark in text for mark in _FABRIC_LINE) and text not in seen:
-            if "NCCL INFO" in text:
-                continue
-            seen.append(text[:300])
-    return seen[-limit:]
-
-
-def accelerator_problems(cluster: Cluster, run: RemoteRun) -> list[str]:
-    """Ranks whose backend does not match their node's accelerators as A1 lists them (nvidia ->
-    nccl, ascend -> hccl, none -> gloo), and ranks that disagree on the backend. Only for an
-    automatic choice: an explicit --backend is the user's."""
+def accelerators(cluster: Cluster, run: RemoteRun) -> dict[str, tuple[str, str]]:
+    """The run's nodes as A1 lists their accelerators: node -> (kind, description), for an
+    automatic choice of backend only (an explicit --backend is the user's: {})."""
     if run.options.backend != "auto":
-        return C.backend_problems(run.report, {})
+        return {}
     from cluster_tests.measure import accel
 
     kinds: dict[str, tuple[str, str]] = {}
@@ -853,25 +774,13 @@ def accelerator_problems(cluster: Cluster, run: RemoteRun) -> list[str]:
         except Exception:  # noqa: BLE001, S112 - A1 says why; the worker's own check still ran
             continue
         kinds[node] = (inv.kind, inv.describe())
-    return C.backend_problems(run.report, kinds)
-
-
-ACCELERATOR_FIX = ("  fix: on those nodes make the remote Python see the accelerators in a "
-            "non-interactive shell (`ssh <node> python3 -c 'import torch; print(torch.cuda."
-            "is_available())'`; on Ascend, CANN's set_env.sh sourced in ~/.bashrc above any early "
-            "return, and torch_npu installed), or pass --backend explicitly")
-
-
-def leftovers(run: RemoteRun) -> str:
-    """'' when every node confirmed its workers are gone, else what to kill where."""
-    return "; ".join(f"{node}: kill {' '.join(map(str, pids.values())) or '(pids unknown)'}"
-                     for node, pids in run.unconfirmed.items())
+    return kinds
 
 
 # --- baselines and the summary ---------------------------------------------------------------
 
 
-def record(run: RemoteRun) -> dict[str, Any]:
+def record(run: RemoteRun) -> dict[str, object]:
     """This run as a baseline document (``--busbw-record``, read back by ``--busbw-baseline``)."""
     rep = run.report
     return {
@@ -882,33 +791,39 @@ def record(run: RemoteRun) -> dict[str, Any]:
     }
 
 
-def stash(config: pytest.Config) -> dict[str, Any]:
+def load_baseline(path: str) -> dict[str, object]:
+    """A baseline document written by ``--busbw-record`` (OSError, ValueError: unreadable)."""
+    got = json.loads(Path(path).expanduser().read_text())
+    if not isinstance(got, dict):
+        raise ValueError(f"expected a JSON object, got {type(got).__name__}")
+    return got
+
+
+def stash(config: pytest.Config) -> Results:
     store = config.stash.get(RESULTS_KEY, None)
     if store is None:
-        store = config.stash[RESULTS_KEY] = {}
+        store = config.stash[RESULTS_KEY] = Results()
     return store
 
 
 def summary_lines(config: pytest.Config) -> list[str]:
     """The C tables for the terminal summary ([] when no collective check ran)."""
-    store = config.stash.get(RESULTS_KEY, None) or {}
+    store = config.stash.get(RESULTS_KEY, None) or Results()
     lines: list[str] = []
-    run = store.get("cluster")
-    if isinstance(run, RemoteRun):
+    run = store.cluster
+    if run is not None:
         lines += [f"C1: all-reduce over every rank ({', '.join(run.nodes)}), master {run.where}",
                   ctab.format_table(run.report)]
-    pairs = store.get("pairs")
-    if pairs:
+    if store.pairs:
         if lines:
             lines.append("")
-        slow = store.get("slow")
-        confirmed = store.get("confirm")
+        slow, confirmed = store.slow, store.confirm
         if slow is not None and confirmed is not None and not confirmed.plan.empty:
             # the table names a suspect only once the confirmation pass has confirmed it
             slow = dataclasses.replace(slow, suspect=confirmed.confirmed)
         lines.append(ctab.format_pairs_table(
-            {p: r.report for p, r in pairs.items() if isinstance(r, RemoteRun)},
-            {p: str(r) for p, r in pairs.items() if not isinstance(r, RemoteRun)}, slow))
+            {p: r.report for p, r in store.pairs.items() if isinstance(r, RemoteRun)},
+            {p: str(r) for p, r in store.pairs.items() if not isinstance(r, RemoteRun)}, slow))
         if confirmed is not None and slow is not None:
             lines += confirmation.table_lines(confirmed, slow.threshold_GBps)
     return lines

@@ -1,18 +1,20 @@
 """Where every rank was when a deadline passed: the dumps written into the run's report
-directory and told in the red (the parsing and grouping is judge/common/stacks.py; the dumps come
-from the workers' faulthandler, see node/allreduce.py)."""
+directory and told in the red (the parsing, grouping and words are judge/common/stacks.py; the
+dumps come from the workers' faulthandler, see node/allreduce.py)."""
 
 from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from cluster_tests.judge.common import stacks as S
+
+#: pytest's record_property fixture
+RecordProperty = Callable[[str, object], None]
 
 
 def report_dir(config: pytest.Config) -> Path:
@@ -40,17 +42,17 @@ def safe_name(label: str) -> str:
 
 def tell(config: pytest.Config, label: str, stacks: Mapping[int, str],
          native: Mapping[int, str], hosts: Mapping[int, str], ranks: Sequence[int],
-         record_property: Any = None,
-         sockets: Mapping[int, Mapping[str, Sequence[Any]]] | None = None,
+         record_property: RecordProperty | None = None,
+         sockets: Mapping[int, S.Sockets] | None = None,
          owners: Mapping[str, str] | None = None, nodes: Sequence[str] = (),
-         store_port: int | None = None) -> str:
-    """The red's lines on where the ranks were ('' with no dump), the dumps written under
+         store_port: int | None = None) -> list[str]:
+    """The red's lines on where the ranks were ([] with no dump), the dumps written under
     <report dir>/stacks/<label>/, and the groups in the ``stack_groups`` property (the HTML
     report folds them). ``sockets`` (rank -> its TCP connections, ``owners`` naming the
     addresses' nodes, ``nodes`` the run's): when the stacks single out no node, the node in
     every missing connection is the one that differs (judge/common/stacks.py stuck_connects)."""
     if not stacks and not native:
-        return ""
+        return []
     g = S.group(stacks, hosts, ranks)
     stuck = S.stuck_connects(sockets or {}, hosts, owners or {}, nodes, store_port)
     by_stacks = list(g.differ)
@@ -60,21 +62,10 @@ def tell(config: pytest.Config, label: str, stacks: Mapping[int, str],
         folder = write(report_dir(config) / "stacks" / safe_name(label), stacks, native, hosts)
         for rank, socks in (sockets or {}).items():
             (folder / f"rank{rank}-{hosts.get(rank, 'unknown')}.sockets.json").write_text(
-                json.dumps(socks, indent=1) + "\n")
+                json.dumps(socks.as_json(), indent=1) + "\n")
         saved = f"every dump in {folder}"
     except OSError as exc:
         saved = f"could not write the dumps: {exc}"
-    lines = [f"  where the ranks were when the deadline passed ({saved}):"]
-    lines += [f"    {line}" for line in g.lines(hosts)]
-    lines += [f"    {line}" for line in stuck.lines]
-    if by_stacks:
-        verb = "differs" if len(by_stacks) == 1 else "differ"
-        lines.append(f"    {', '.join(by_stacks)} {verb}: its ranks are not where the others "
-                     f"are: look there first")
-    if stuck.suspect and (not by_stacks or by_stacks == [stuck.suspect]):
-        lines.append(f"    {stuck.suspect} is in every connection the ranks were missing: a "
-                     f"firewall on it, or its link, drops them"
-                     + ("" if by_stacks else ": look there first"))
     if record_property is not None:
         record_property("stack_groups", [
             {"label": f"{S.describe(grp.ranks, hosts)} {grp.where}", "where": grp.where,
@@ -85,4 +76,4 @@ def tell(config: pytest.Config, label: str, stacks: Mapping[int, str],
             for grp in g.groups])
         if g.differ:
             record_property("stack_differ", ",".join(g.differ))
-    return "\n" + "\n".join(lines)
+    return S.where_lines(g, stuck, hosts, by_stacks, saved)

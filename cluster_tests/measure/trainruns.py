@@ -54,8 +54,8 @@ REMOVE_KILLED_SEGMENTS = (
 JIT_ENV = ("TORCH_EXTENSIONS_DIR", "TRITON_CACHE_DIR", "TRITON_HOME", "CXX")
 #: Diagnoses that do not stop a launch that is still running (they are normal mid-run, or
 #: warnings that precede the real error).
-_NOT_FATAL = frozenset({"rank-not-started", "rank-not-done", "hostfile-missing",
-                        "rendezvous-timeout"})
+_NOT_FATAL = frozenset({tdiag.TrainCause.RANK_NOT_STARTED, tdiag.TrainCause.RANK_NOT_DONE,
+                        tdiag.TrainCause.HOSTFILE_MISSING, tdiag.TrainCause.RENDEZVOUS_TIMEOUT})
 #: Launcher arguments the suite sets itself.
 _OWN_LAUNCHER_ARGS = frozenset(
     {"-H", "--hostfile", "-i", "--include", "-e", "--exclude", "--master_addr", "--master_port",

@@ -433,8 +433,6 @@ def sweep(torch: object, dist: object, args: argparse.Namespace, backend: str,
     """Run every size; return the number of wrong elements over all ranks and sizes."""
     dtype = getattr(torch, args.dtype)
     elsize = torch.tensor([], dtype=dtype).element_size()  # type: ignore[attr-defined]
-    world = args.world_size
-    factor = busbw_factor(world)
     wrong_all = 0
     measured_any = False
     sizes = cap_sizes(torch, dist, args, backend, device)
@@ -475,39 +473,51 @@ def sweep(torch: object, dist: object, args: argparse.Namespace, backend: str,
                     f"(--size-seconds {args.size_seconds:g}, {left:.1f} s left)")
             del buf
             break
-        warmup, iters = plan
-        for _ in range(warmup):
-            dist.all_reduce(buf)  # type: ignore[attr-defined]
-        sync(torch, backend)
-        seconds = timed_loop(torch, dist, backend, buf, iters)
+        time_s, wrongs = measure_size(torch, dist, args, backend, device, buf, count, nbytes,
+                                      index, plan)
         measured_any = True
-        wrong = count_nonzero(torch, buf)  # zeros summed stay zeros
-        seed = pattern_seed(nbytes, index)
-        fill_pattern(torch, buf, args.rank, world, seed, args.dtype)
-        dist.all_reduce(buf)  # type: ignore[attr-defined]  # the checked call, in place
-        sync(torch, backend)
-        wrong += count_wrong(torch, buf, world, seed, args.dtype)
-        stats = torch.tensor([seconds], dtype=torch.float32, device=device)  # type: ignore
-        dist.all_reduce(stats, op=dist.ReduceOp.MAX)  # type: ignore[attr-defined]
-        total = torch.tensor([seconds], dtype=torch.float32, device=device)  # type: ignore
-        dist.all_reduce(total)  # type: ignore[attr-defined]
-        wrongs = torch.tensor([wrong], dtype=torch.int64, device=device)  # type: ignore
-        dist.all_reduce(wrongs)  # type: ignore[attr-defined]
-        time_s = float(stats.item())
         last = (nbytes, time_s)
-        time_us = time_s * 1e6
-        algbw = nbytes / time_s / 1e9 if time_s > 0 else 0.0
-        busbw = algbw * factor
-        wrong_all += int(wrongs.item())
-        emit("result", size_bytes=nbytes, count=count, dtype=args.dtype, time_us=time_us,
-             algbw_GBps=algbw, busbw_GBps=busbw, wrong=wrong, wrong_all_ranks=int(wrongs.item()),
-             local_time_us=seconds * 1e6, avg_time_us=float(total.item()) / world * 1e6,
-             iters=iters, warmup=warmup + 2)
-        if args.rank == 0:
-            say(f"{nbytes:12d} {count:12d} {args.dtype:>8} {time_us:10.2f} {algbw:10.3f} "
-                f"{busbw:10.3f} {int(wrongs.item()):7d}")
+        wrong_all += wrongs
         del buf
     return wrong_all
+
+
+def measure_size(torch: object, dist: object, args: argparse.Namespace, backend: str,
+                 device: str, buf: object, count: int, nbytes: int, index: int,
+                 plan: "tuple[int, int]") -> "tuple[float, int]":
+    """One size of the sweep as planned (warm-up calls, timed calls): its time, then the
+    checked call on the pattern; its ``result`` event (and rank 0's table row). Returns
+    (seconds per op of the slowest rank, wrong elements over all ranks)."""
+    world = args.world_size
+    warmup, iters = plan
+    for _ in range(warmup):
+        dist.all_reduce(buf)  # type: ignore[attr-defined]
+    sync(torch, backend)
+    seconds = timed_loop(torch, dist, backend, buf, iters)
+    wrong = count_nonzero(torch, buf)  # zeros summed stay zeros
+    seed = pattern_seed(nbytes, index)
+    fill_pattern(torch, buf, args.rank, world, seed, args.dtype)
+    dist.all_reduce(buf)  # type: ignore[attr-defined]  # the checked call, in place
+    sync(torch, backend)
+    wrong += count_wrong(torch, buf, world, seed, args.dtype)
+    stats = torch.tensor([seconds], dtype=torch.float32, device=device)  # type: ignore
+    dist.all_reduce(stats, op=dist.ReduceOp.MAX)  # type: ignore[attr-defined]
+    total = torch.tensor([seconds], dtype=torch.float32, device=device)  # type: ignore
+    dist.all_reduce(total)  # type: ignore[attr-defined]
+    wrongs = torch.tensor([wrong], dtype=torch.int64, device=device)  # type: ignore
+    dist.all_reduce(wrongs)  # type: ignore[attr-defined]
+    time_s = float(stats.item())
+    time_us = time_s * 1e6
+    algbw = nbytes / time_s / 1e9 if time_s > 0 else 0.0
+    busbw = algbw * busbw_factor(world)
+    emit("result", size_bytes=nbytes, count=count, dtype=args.dtype, time_us=time_us,
+         algbw_GBps=algbw, busbw_GBps=busbw, wrong=wrong, wrong_all_ranks=int(wrongs.item()),
+         local_time_us=seconds * 1e6, avg_time_us=float(total.item()) / world * 1e6,
+         iters=iters, warmup=warmup + 2)
+    if args.rank == 0:
+        say(f"{nbytes:12d} {count:12d} {args.dtype:>8} {time_us:10.2f} {algbw:10.3f} "
+            f"{busbw:10.3f} {int(wrongs.item()):7d}")
+    return time_s, int(wrongs.item())
 
 
 # NCCL_DEBUG=INFO goes to a file of this rank's; after init its transport lines are sent as a
@@ -540,6 +550,30 @@ def _emit_transport(path: "str | None") -> None:
     except OSError:
         lines = []
     emit("transport", lines=lines[-400:])
+
+
+def init_group(torch: object, dist: object, args: argparse.Namespace, backend: str,
+               device: str, store: object, init_s: float, nccl_log: "str | None") -> None:
+    """Stage init: the process group on the store, and a first all_reduce of ones; its
+    transport lines sent either way, then ``init_ok``."""
+    t_init = time.monotonic()
+    try:
+        extra = device_id_kwargs(torch, dist, backend, device, args.world_size)
+        dist.init_process_group(  # type: ignore[attr-defined]
+            backend, store=store, rank=args.rank, world_size=args.world_size,
+            timeout=datetime.timedelta(seconds=init_s + args.op_timeout), **extra)
+        probe = torch.ones(1, device=device)  # type: ignore[attr-defined]
+        dist.all_reduce(probe)  # type: ignore[attr-defined]
+        sync(torch, backend)
+        if probe.item() != args.world_size:
+            fail("init", f"first all_reduce of ones gave {probe.item()}, "
+                 f"expected {args.world_size}")
+    except Exception as exc:  # noqa: BLE001 - report the stage, whatever broke
+        _emit_transport(nccl_log)
+        fail("init", f"{type(exc).__name__}: {exc}")
+    _emit_transport(nccl_log)
+    emit("init_ok", backend=backend, seconds=round(time.monotonic() - t_init, 3),
+         device_id=str(extra.get("device_id", "")))
 
 
 def main(argv: list) -> int:
@@ -579,25 +613,8 @@ def main(argv: list) -> int:
         fail("rendezvous", f"store error during rendezvous: {exc}")
 
     watchdog.arm("init", init_s)
-    t_init = time.monotonic()
-    try:
-        extra = device_id_kwargs(torch, dist, backend, device, args.world_size)
-        dist.init_process_group(
-            backend, store=store, rank=args.rank, world_size=args.world_size,
-            timeout=datetime.timedelta(seconds=init_s + args.op_timeout), **extra)
-        probe = torch.ones(1, device=device)
-        dist.all_reduce(probe)
-        sync(torch, backend)
-        if probe.item() != args.world_size:
-            fail("init", f"first all_reduce of ones gave {probe.item()}, "
-                 f"expected {args.world_size}")
-    except Exception as exc:  # noqa: BLE001 - report the stage, whatever broke
-        _emit_transport(nccl_log)
-        fail("init", f"{type(exc).__name__}: {exc}")
+    init_group(torch, dist, args, backend, device, store, init_s, nccl_log)
     watchdog.disarm()
-    _emit_transport(nccl_log)
-    emit("init_ok", backend=backend, seconds=round(time.monotonic() - t_init, 3),
-         device_id=str(extra.get("device_id", "")))
 
     watchdog.arm("collective", args.op_timeout)
     t_sweep = time.monotonic()

@@ -50,7 +50,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 # The same as judge/training/trainresult.py's (this script runs alone on the nodes and cannot import
-# it; tests/unit/test_trainresult.py keeps them equal).
+# it; tests/unit/test_judge_trainresult.py keeps them equal).
 TAG = "CT_SMOKE"
 EXIT_DEADLINE = 3
 EXIT_ERROR = 4

@@ -432,9 +432,10 @@ def test_network_hint_uses_the_port_matrix_when_the_session_has_one() -> None:
         "node2": {"node1": Reach.read("node1", {"addr": "10.0.0.1", "ports": {
             "40003": {"status": "ok"}}})}})
     cluster = Cluster(Settings(), [], Pool({}))  # a session that reaches no node: the memo only
-    assert "run `pytest -m network`" in R.network_hint(cluster, ["node3"])
+    assert "run `pytest -m network`" in C.network_words(R.ports_seen(cluster, ["node3"]),
+                                                        ["node3"])
     cluster.memo(PORT_MATRIX, lambda: matrix)
-    assert R.network_hint(cluster, ["node3"]) == (
+    assert C.network_words(R.ports_seen(cluster, ["node3"]), ["node3"]) == (
         "the network checks (F) of this session found closed ports: node1->node3 port 40001: "
         "timed out")
 

@@ -83,7 +83,7 @@ def test_t2_message_names_the_pair_and_keeps_consequences_short():
     roots, rest = tdiag.root_causes(launch.diagnoses)
     assert [d.kind for d in roots] == ["ssh-publickey"]
     assert "ssh-exit" in {d.kind for d in rest}  # the same node's ssh failure, said once
-    msg = tx.explain(launch, cfg)
+    msg = tx.launch_failed(launch, cfg).text()
     assert "node1 -> node3: ssh key login refused" in msg
     assert "test_ssh_trust[node1->node3]" in msg and "stopped after 4.0 s" in msg
     assert tx.short_cause(launch).startswith("ssh key login refused")

@@ -104,9 +104,9 @@ def test_c1_table_names_each_nodes_transport_and_the_fallback():
     assert "# transport node2: net Socket; intra-node P2P/CUMEM" in table
     nodes = nccllog.by_node(report.transport_lines, report.ranks)
     # node2 has active RDMA ports (as section R read them): red, with NCCL's own reason
-    assert nccllog.socket_fallbacks(nodes, {"node2": "mlx5_0:1"}) == [
-        "node2: NCCL used sockets (NET/Socket) although the node has active RDMA ports "
-        "(mlx5_0:1); NCCL said: NET/IB : No device found."]
+    assert nccllog.socket_fallbacks(nodes, {"node2": "mlx5_0:1"}) == {
+        "node2": "node2: NCCL used sockets (NET/Socket) although the node has active RDMA ports "
+        "(mlx5_0:1); NCCL said: NET/IB : No device found."}
     # a node without RDMA devices may use sockets; IB nodes are never a fallback
-    assert nccllog.socket_fallbacks(nodes, {"node1": "mlx5_0:1"}) == []
-    assert nccllog.socket_fallbacks(nodes, {}) == []
+    assert nccllog.socket_fallbacks(nodes, {"node1": "mlx5_0:1"}) == {}
+    assert nccllog.socket_fallbacks(nodes, {}) == {}

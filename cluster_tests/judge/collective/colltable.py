@@ -44,9 +44,9 @@ def format_table(report: CollectiveReport) -> str:
     if report.stopped is not None:
         lines.append(f"# {report.stopped.describe()}")
     if report.capped:
-        skipped = ", ".join(format_size(int(x)) + "B" for x in report.capped.get("skipped", []))
+        skipped = ", ".join(format_size(x) + "B" for x in report.capped.skipped)
         lines.append(f"# not run for lack of memory: {skipped} (largest buffer every rank can "
-                     f"hold: {report.capped.get('cap_bytes')} B; {report.capped.get('where')})")
+                     f"hold: {report.capped.cap_bytes} B; {report.capped.where})")
     from cluster_tests.judge.collective import nccllog
 
     lines += nccllog.table_lines(report.transport_lines, report.ranks)

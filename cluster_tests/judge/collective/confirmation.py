@@ -19,11 +19,15 @@ Pure: the retries are run by ``measure.allreduce.confirm``; this module plans an
 
 from __future__ import annotations
 
+import statistics
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from cluster_tests.judge.collective.pairbw import suspect_node
+from cluster_tests.judge.collective.collopts import format_size
+from cluster_tests.judge.collective.collverdict import CollectiveCause, CollectiveReport
+from cluster_tests.judge.collective.pairbw import SlowPairs, pair_id, suspect_node
+from cluster_tests.judge.problem import Problem
 
 Pair = tuple[str, str]
 
@@ -210,3 +214,64 @@ def table_lines(c: Confirmation, threshold: float) -> list[str]:
     for pair in c.plan.skipped:
         lines.append(f"#{pair[0] + '<->' + pair[1]:>27}  not measured again (cap {RETRY_CAP})")
     return lines
+
+
+# --- the verdict of one slow pair -------------------------------------------------------------
+
+
+def slow_words(pair: Pair, report: CollectiveReport, slow: SlowPairs, n_pairs: int) -> str:
+    """What C2 measured of a slow pair (or one stopped for its share of the budget), against
+    the typical good pair of its `n_pairs`: the first line of its red or of its warning."""
+    if report.stopped is not None:
+        row = report.rows[-1] if report.rows else None
+        got = (f"busbw {row.busbw_GBps:.4f} GB/s at {format_size(row.size_bytes)}B; "
+               if row else "")
+        return (f"{pair_id(pair)}: too slow for its share of the budget: {got}"
+                f"{report.stopped.describe()}"
+                + (f"; the typical good pair: {slow.reference_GBps:.3f} GB/s"
+                   if slow.reference_GBps else ""))
+    mine = dict(slow.slow)[pair]
+    row = report.rows[-1]
+    others = [bw for p, bw in slow.slow if p != pair]
+    return (f"{pair_id(pair)}: busbw {mine:.3f} GB/s at {format_size(row.size_bytes)}B, "
+            f"below {slow.threshold_GBps:.3f} GB/s = {slow.threshold_GBps / slow.reference_GBps:g}"
+            f" x the typical good pair ({slow.reference_GBps:.3f} GB/s, median of the better half"
+            f" of {n_pairs} pairs)"
+            + (f"; median of the other slow pairs {statistics.median(others):.3f} GB/s"
+               if others else ""))
+
+
+def flaky_words(first: str, verdict: PairVerdict) -> str:
+    """The warning of a pair slow once and fine when measured again (not a red)."""
+    return (f"flaky: {first}; {verdict.note}: not a red, but a link to watch (run "
+            "`-m collective` again)")
+
+
+def blame(c: Confirmation, pair: Pair, verdict: PairVerdict) -> list[str]:
+    """What the confirmation pass says of a red slow pair: the suspect, confirmed against two
+    fast nodes; or the pair's own retry (and why the node it shares was not named)."""
+    bad = sorted(c.verdicts)
+    s = c.plan.suspect
+    counts = f"{s} is in {sum(s in p for p in bad)} of {len(bad)} slow pairs" if s else ""
+    if c.confirmed and c.confirmed in pair:
+        return [f"  {counts}; {c.suspect_line()}"]
+    lines = [f"  {verdict.note}"]
+    if s and s in pair:
+        return [*lines, f"  {counts}; {c.suspect_line()}"]
+    reds = [p for p, v in c.verdicts.items() if v.red]
+    if len(reds) >= 2 and suspect_node(reds)[0] is None:
+        lines.append(f"  {len(reds)} slow pair(s) with no node in common: suspect the link(s)")
+    return lines
+
+
+def slow_pair(pair: Pair, report: CollectiveReport, first: str, c: Confirmation,
+              verdict: PairVerdict) -> Problem | None:
+    """C2's red of a slow pair after the confirmation pass (None: flaky, a warning only)."""
+    if not verdict.red:
+        return None
+    a, b = pair
+    return Problem(
+        pair, CollectiveCause.PAIR_TOO_SLOW if report.stopped is not None
+        else CollectiveCause.SLOW_PAIR, "\n".join([first, *blame(c, pair, verdict)]),
+        fix=f"compare `ethtool <iface>` speeds and `tc qdisc show` on {a} and {b}; "
+            f"iperf3 -s on {a}, iperf3 -c {a} on {b}", item="C2")

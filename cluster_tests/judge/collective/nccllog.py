@@ -21,7 +21,8 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+
+from cluster_tests.judge.collective.rankplan import Rank
 
 _PREFIX = re.compile(r"^(?:\[\d+\]\s+)?(?:(?P<host>[^\s:\[]+):(?P<pid>\d+):(?P<tid>\d+)\s+)?"
                      r"\[(?P<dev>\d+)\]\s+(?P<rest>.*)$")
@@ -117,9 +118,8 @@ def socket_fallback_reason(t: Transports) -> str:
 # -- C1: per node, from the workers' `transport` events -------------------------------------------
 
 def by_node(lines_by_rank: Mapping[int, Sequence[str]],
-            ranks: Sequence[Any]) -> dict[str, Transports]:
-    """{host: what its ranks chose}, the lines of all its ranks together (`ranks`: objects
-    with `.rank` and `.host`, ranks.Rank), in hostfile order."""
+            ranks: Sequence[Rank]) -> dict[str, Transports]:
+    """{host: what its ranks chose}, the lines of all its ranks together, in hostfile order."""
     host_of = {r.rank: r.host for r in ranks}
     grouped: dict[str, list[str]] = {}
     for r in ranks:
@@ -128,18 +128,20 @@ def by_node(lines_by_rank: Mapping[int, Sequence[str]],
     return {host: parse(lines) for host, lines in grouped.items()}
 
 
-def table_lines(lines_by_rank: Mapping[int, Sequence[str]], ranks: Sequence[Any]) -> list[str]:
+def table_lines(lines_by_rank: Mapping[int, Sequence[str]], ranks: Sequence[Rank]) -> list[str]:
     """`# transport node1: net IB (mlx5_0:1/IB); intra-node P2P/IPC` per node, for C1's table."""
     return [f"# transport {host}: {t.describe()}"
             for host, t in by_node(lines_by_rank, ranks).items()]
 
 
-def socket_fallbacks(nodes: Mapping[str, Transports], rdma_nodes: Mapping[str, str]) -> list[str]:
+def socket_fallbacks(nodes: Mapping[str, Transports],
+                     rdma_nodes: Mapping[str, str]) -> dict[str, str]:
     """Nodes that have active RDMA ports (`rdma_nodes`: node -> its ports, described) but
-    whose ranks' network traffic went over TCP sockets, with NCCL's reason."""
-    out = []
+    whose ranks' network traffic went over TCP sockets: node -> what NCCL did and said."""
+    out = {}
     for host, t in nodes.items():
         if host in rdma_nodes and t.on_sockets and t.net_transports | ({t.network} - {""}):
-            out.append(f"{host}: NCCL used sockets (NET/Socket) although the node has active RDMA "
-                       f"ports ({rdma_nodes[host]}); NCCL said: {socket_fallback_reason(t)}")
+            out[host] = (f"{host}: NCCL used sockets (NET/Socket) although the node has active "
+                         f"RDMA ports ({rdma_nodes[host]}); NCCL said: "
+                         f"{socket_fallback_reason(t)}")
     return out

@@ -110,3 +110,15 @@ def pair_sizes(sizes: Sequence[int]) -> list[int]:
     top = max(sizes)
     smaller = [s for s in sizes if s <= top // 16]
     return [max(smaller), top] if smaller else [top]
+
+
+def common_node_words(pairs: Sequence[tuple[str, str]], kind: str) -> list[str]:
+    """['  node3 is in 2 of 2 failing pairs: suspect node3 (...)'], or the links when no node is
+    common to the `kind` pairs; [] for fewer than two."""
+    if len(pairs) < 2:
+        return []
+    suspect, counts = suspect_node(pairs)
+    if suspect is None:
+        return [f"  {len(pairs)} {kind} pair(s) with no node in common: suspect the link(s)"]
+    return [f"  {suspect} is in {counts.get(suspect, 0)} of {len(pairs)} {kind} pairs: "
+            f"suspect {suspect} (its NIC, link, firewall or load)"]

@@ -22,7 +22,6 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 _HEAD = re.compile(r"^(?:Current thread|Thread) (0x[0-9a-fA-F]+) \(most recent call first\):"
                    r"|^Stack \(most recent call first\):")
@@ -177,6 +176,31 @@ def group(stacks: Mapping[int, str], hosts: Mapping[int, str],
 
 
 @dataclass(frozen=True)
+class Sockets:
+    """A rank's TCP connections when its stack was taken (node/allreduce.py tcp_peers): the
+    connects still in SYN_SENT ('ip:port'), and the established ones (local port, 'ip:port')."""
+
+    syn_sent: tuple[str, ...] = ()
+    established: tuple[tuple[int, str], ...] = ()
+
+    @classmethod
+    def read(cls, raw: object) -> Sockets:
+        """The worker's JSON ({"syn_sent": [...], "established": [[port, 'ip:port']]}); what is
+        not of that shape is left out."""
+        d = raw if isinstance(raw, Mapping) else {}
+        syn, est = d.get("syn_sent"), d.get("established")
+        return cls(
+            tuple(str(e) for e in syn) if isinstance(syn, list) else (),
+            tuple((int(e[0]), str(e[1])) for e in est if isinstance(e, (list, tuple))
+                  and len(e) == 2 and str(e[0]).isdigit()) if isinstance(est, list) else ())
+
+    def as_json(self) -> dict[str, list[object]]:
+        """The worker's own form (the dump's rank<R>-<node>.sockets.json)."""
+        return {"syn_sent": list(self.syn_sent),
+                "established": [[port, peer] for port, peer in self.established]}
+
+
+@dataclass(frozen=True)
 class StuckConnects:
     """The peers each rank had no connection with when its stack was taken (and the connects
     it still waited on: sockets in SYN_SENT): what the stacks of a full-mesh connect cannot
@@ -187,15 +211,14 @@ class StuckConnects:
     suspect: str | None  # the node in every missing (rank's node, peer node) pair, if one is
 
 
-def stuck_connects(sockets: Mapping[int, Mapping[str, Sequence[Any]]],
+def stuck_connects(sockets: Mapping[int, Sockets],
                    hosts: Mapping[int, str], owners: Mapping[str, str], nodes: Sequence[str],
                    store_port: int | None = None) -> StuckConnects:
-    """``sockets``: rank -> {"syn_sent": ['ip:port'], "established": [[local port, 'ip:port']]}
-    (node/allreduce.py tcp_peers); ``owners``: address -> node; ``nodes``: the run's nodes. A
-    rank misses every other node of the run it has no open connection with (the rendezvous
-    store's port does not count: every rank has that one). The suspect is the node common to
-    every (rank's node, missing node) pair, when there are two pairs or more: with one, either
-    end may hold the cause."""
+    """``sockets``: rank -> its connections (node/allreduce.py tcp_peers); ``owners``: address
+    -> node; ``nodes``: the run's nodes. A rank misses every other node of the run it has no
+    open connection with (the rendezvous store's port does not count: every rank has that
+    one). The suspect is the node common to every (rank's node, missing node) pair, when there
+    are two pairs or more: with one, either end may hold the cause."""
     lines: list[str] = []
     pairs: set[tuple[str, str]] = set()
 
@@ -206,12 +229,12 @@ def stuck_connects(sockets: Mapping[int, Mapping[str, Sequence[Any]]],
     for rank in sorted(sockets):
         src = hosts.get(rank, "?")
         have = {src}
-        for local, endpoint in sockets[rank].get("established") or []:
+        for local, endpoint in sockets[rank].established:
             node, port = owner(endpoint)
             if store_port not in (port, local):  # the store's server side counts neither
                 have.add(node)
         missing = [n for n in nodes if n not in have]
-        waiting = [f"{owner(e)[0]} ({e})" for e in sockets[rank].get("syn_sent") or []]
+        waiting = [f"{owner(e)[0]} ({e})" for e in sockets[rank].syn_sent]
         if not missing and not waiting:
             continue
         pairs.update((src, n) for n in missing)
@@ -227,3 +250,23 @@ def stuck_connects(sockets: Mapping[int, Mapping[str, Sequence[Any]]],
         if len(common) == 1:
             suspect = next(iter(common))
     return StuckConnects(lines, suspect)
+
+
+def where_lines(g: Grouped, stuck: StuckConnects, hosts: Mapping[int, str],
+                by_stacks: Sequence[str], saved: str) -> list[str]:
+    """A red's lines on where the ranks were when the deadline passed: the groups, the
+    connections they missed, and the node to look at first. ``by_stacks``: the nodes the stacks
+    alone single out (``g.differ`` before the connections were asked); ``saved``: where the
+    dumps went (or why they could not)."""
+    lines = [f"  where the ranks were when the deadline passed ({saved}):"]
+    lines += [f"    {line}" for line in g.lines(hosts)]
+    lines += [f"    {line}" for line in stuck.lines]
+    if by_stacks:
+        verb = "differs" if len(by_stacks) == 1 else "differ"
+        lines.append(f"    {', '.join(by_stacks)} {verb}: its ranks are not where the others "
+                     f"are: look there first")
+    if stuck.suspect and (not by_stacks or list(by_stacks) == [stuck.suspect]):
+        lines.append(f"    {stuck.suspect} is in every connection the ranks were missing: a "
+                     f"firewall on it, or its link, drops them"
+                     + ("" if by_stacks else ": look there first"))
+    return lines

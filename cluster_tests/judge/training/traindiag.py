@@ -10,11 +10,10 @@ splits the causes from their consequences (ranks that waited for a node whose la
 
 from __future__ import annotations
 
-import json
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from enum import Enum
 
 from cluster_tests.judge.ssh import sshfail
 from cluster_tests.judge.ssh.sshfail import Cause
@@ -23,8 +22,50 @@ from cluster_tests.judge.training.trainresult import TAG, SmokeResult, parse_out
 #: Written into the log by whoever kills a launch at its deadline (a rule below reads it).
 LAUNCH_TIMEOUT_MARK = "CT_LAUNCH_TIMEOUT"
 
-__all__ = ["CONSEQUENCE_KINDS", "LAUNCH_TIMEOUT_MARK", "SSH_KINDS", "Diagnosis", "diagnose",
-           "root_causes"]
+__all__ = ["CONSEQUENCE_KINDS", "LAUNCH_TIMEOUT_MARK", "SSH_KINDS", "Diagnosis", "TrainCause",
+           "diagnose", "root_causes"]
+
+
+class TrainCause(str, Enum):
+    """What a T1/T2 red is (Problem.cause): the kinds of the diagnoses read from a launch's log
+    (the ssh legs' are judge/ssh/sshfail.py's, tested to be these), then a launch's other ends."""
+
+    SSH_PUBLICKEY = "ssh-publickey"
+    SSH_HOSTKEY = "ssh-hostkey"
+    SSH_RESOLVE = "ssh-resolve"
+    SSH_REFUSED = "ssh-refused"
+    SSH_TIMEOUT = "ssh-timeout"
+    SSH_EXIT = "ssh-exit"
+    LAUNCHER_SSH_CHECK = "launcher-ssh-check"
+    NO_DEEPSPEED = "no-deepspeed"
+    NO_TORCH = "no-torch"
+    NO_MODULE = "no-module"
+    COMMAND_NOT_FOUND = "command-not-found"
+    CD_FAILED = "cd-failed"
+    PORT_IN_USE = "port-in-use"
+    MASTER_UNREACHABLE = "master-unreachable"
+    RENDEZVOUS_TIMEOUT = "rendezvous-timeout"
+    DIST_REFUSED = "dist-refused"
+    HOSTFILE_MISSING = "hostfile-missing"
+    HOSTFILE_BAD = "hostfile-bad"
+    RESOURCE_POOL = "resource-pool"
+    PDSH_MISSING = "pdsh-missing"
+    MASTER_ADDR = "master-addr"
+    LAUNCH_TIMEOUT = "launch-timeout"
+    DEADLINE = "deadline"
+    JOB_ERROR = "job-error"
+    RANK_NOT_DONE = "rank-not-done"
+    RANK_NOT_STARTED = "rank-not-started"
+    # not read from the log
+    SETUP_FAILED = "setup-failed"  # the job could not be put in place, or started
+    RESULT = "bad-result"  # the job's own report: ranks missing, loss flat, weights differ
+    WRONG_ACCELERATOR = "wrong-accelerator"  # ranks trained on another accelerator
+    LAUNCH_FAILED = "launch-failed"  # the launcher's exit status, nothing else said
+    BAD_OPTIONS = "bad-options"  # the training options cannot be used
+    FILTER_REFUSED = "resource-filter-refused"  # DeepSpeed would refuse --include/--exclude
+
+    def __str__(self) -> str:
+        return str(self.value)
 
 
 _PDSH_PREFIX = re.compile(r"^(?P<host>[A-Za-z0-9_.\-\[\]:]+?): (?P<rest>.*)$")
@@ -77,7 +118,7 @@ class Diagnosis:
     cause: str
     evidence: list[str]
     hint: str
-    kind: str = "other"
+    kind: TrainCause
 
     def __str__(self) -> str:
         where = self.node or "(launcher/unknown node)"
@@ -87,7 +128,7 @@ class Diagnosis:
 
 @dataclass(frozen=True)
 class _Rule:
-    kind: str
+    kind: TrainCause
     pattern: re.Pattern[str]
     cause: str
     hint: str
@@ -100,7 +141,7 @@ def _r(p: str) -> re.Pattern[str]:
 
 
 def _from_words(w: sshfail.LegWords) -> _Rule:
-    return _Rule(w.kind, _r(w.pattern), w.says, w.fix, w.host_group, w.cause)
+    return _Rule(TrainCause(w.kind), _r(w.pattern), w.says, w.fix, w.host_group, w.cause)
 
 
 # Order matters only for the order of the resulting diagnoses; every rule is tried on every line.
@@ -108,7 +149,7 @@ def _from_words(w: sshfail.LegWords) -> _Rule:
 _RULES: list[_Rule] = [
     *(_from_words(w) for w in sshfail.PDSH_LEG),
     _Rule(
-        "no-deepspeed",
+        TrainCause.NO_DEEPSPEED,
         _r(r"No module named '?deepspeed'?"),
         "deepspeed is not importable by the python the launcher runs there",
         "install the same deepspeed (and torch) on that node into the interpreter at the "
@@ -116,38 +157,38 @@ _RULES: list[_Rule] = [
         "with its own PYTHONPATH)",
     ),
     _Rule(
-        "no-torch",
+        TrainCause.NO_TORCH,
         _r(r"No module named '?torch'?"),
         "torch is not importable by the python the launcher runs there",
         "install the same torch into that interpreter on that node",
     ),
     _Rule(
-        "no-module",
+        TrainCause.NO_MODULE,
         _r(r"ModuleNotFoundError: No module named '(?!deepspeed'|torch')(?P<m>[^']+)'"),
         "a Python module is missing there",
         "install the missing module into that node's interpreter",
     ),
     _Rule(
-        "command-not-found",
+        TrainCause.COMMAND_NOT_FOUND,
         _r(r"(?P<cmd>\S+): command not found|(?P<path>/\S*python\S*): No such file or directory"),
         "a command or the interpreter path does not exist there (non-interactive shell PATH)",
         "install it on that node at the same path, or fix PATH for non-interactive shells "
         "(exports above the early return in ~/.bashrc, or .deepspeed_env)",
     ),
     _Rule(
-        "cd-failed",
+        TrainCause.CD_FAILED,
         _r(r"cd: (?P<dir>\S+): No such file or directory"),
         "the launch directory does not exist there (deepspeed runs `cd <cwd>` on every node)",
         "create the same working directory on every node (or launch from a shared path)",
     ),
     _Rule(
-        "port-in-use",
+        TrainCause.PORT_IN_USE,
         _r(r"EADDRINUSE|address already in use"),
         "the master port is already in use on the rank-0 node",
         "pick a free --master_port or stop the process that holds it (ss -ltnp)",
     ),
     _Rule(
-        "master-unreachable",
+        TrainCause.MASTER_UNREACHABLE,
         _r(
             r"trying to connect to \((?P<m>[^,()\s]+), (?P<p>\d+)\)|"
             r"failed to connect/validate to host (?P<m2>[^\s:]+):(?P<p2>\d+)"
@@ -158,7 +199,7 @@ _RULES: list[_Rule] = [
         "and of the master (it must accept the port), and that the master name resolves here",
     ),
     _Rule(
-        "rendezvous-timeout",
+        TrainCause.RENDEZVOUS_TIMEOUT,
         _r(
             r"Timed out after \d+ seconds waiting for clients|DistStoreError|"
             r"client socket has timed out|Socket Timeout|connect\(\) timed out|"
@@ -172,7 +213,7 @@ _RULES: list[_Rule] = [
         "(GLOO/NCCL_SOCKET_IFNAME on the right interface)",
     ),
     _Rule(
-        "dist-refused",
+        TrainCause.DIST_REFUSED,
         _r(
             r"(pair\.cc|gloo|c10d|TCPStore|DistNetworkError).*Connection refused|"
             r"Connection refused.*(gloo|c10d|TCPStore)|"
@@ -184,19 +225,19 @@ _RULES: list[_Rule] = [
         "died, its own error is above",
     ),
     _Rule(
-        "hostfile-missing",
+        TrainCause.HOSTFILE_MISSING,
         _r(r"Unable to find hostfile"),
         "the deepspeed launcher found no hostfile and ran on local resources only",
         "pass --hostfile with the path to the cluster's hostfile",
     ),
     _Rule(
-        "hostfile-bad",
+        TrainCause.HOSTFILE_BAD,
         _r(r"Hostfile contains|Hostfile is empty or not formatted correctly|Bad hostfile text"),
         "the deepspeed launcher rejected the hostfile",
         "fix the hostfile: one `<host> slots=<n>` per line, no duplicate hosts",
     ),
     _Rule(
-        "resource-pool",
+        TrainCause.RESOURCE_POOL,
         _r(
             r"not found in hostfile|No slot '\S+' specified on host|"
             r"no GPU resources available|Num nodes is >1 but no extra nodes|"
@@ -209,19 +250,19 @@ _RULES: list[_Rule] = [
     ),
     _from_words(sshfail.RUNNER_CHECK),
     _Rule(
-        "pdsh-missing",
+        TrainCause.PDSH_MISSING,
         _r(r"launcher 'pdsh' not installed|pdsh: command not found"),
         "pdsh is not installed on the launching node",
         "apt-get install pdsh (and export PDSH_RCMD_TYPE=ssh)",
     ),
     _Rule(
-        "master-addr",
+        TrainCause.MASTER_ADDR,
         _r(r"Unable to detect suitable master address"),
         "the launcher could not find the master address (hostname -I on the first host)",
         "pass --master_addr <rank-0 node address>",
     ),
     _Rule(
-        "launch-timeout",
+        TrainCause.LAUNCH_TIMEOUT,
         _r(re.escape(LAUNCH_TIMEOUT_MARK)),
         "the whole launch exceeded its deadline and was killed",
         "see the other diagnoses for the node that held it up; raise the deadline only if "
@@ -236,19 +277,10 @@ _MAX_EVIDENCE = 4
 
 #: Diagnoses that are usually the consequence of a root cause found elsewhere in the same log
 #: (ranks waiting for a node whose launch failed, a rank's own error after a peer died...).
-CONSEQUENCE_KINDS = frozenset(
-    {
-        "rank-not-started",
-        "rank-not-done",
-        "rendezvous-timeout",
-        "dist-refused",
-        "deadline",
-        "launch-timeout",
-        "job-error",
-        "ssh-exit",
-        "hostfile-missing",
-    }
-)
+CONSEQUENCE_KINDS = frozenset({
+    TrainCause.RANK_NOT_STARTED, TrainCause.RANK_NOT_DONE, TrainCause.RENDEZVOUS_TIMEOUT,
+    TrainCause.DIST_REFUSED, TrainCause.DEADLINE, TrainCause.LAUNCH_TIMEOUT, TrainCause.JOB_ERROR,
+    TrainCause.SSH_EXIT, TrainCause.HOSTFILE_MISSING})
 
 
 def root_causes(diags: Sequence[Diagnosis]) -> tuple[list[Diagnosis], list[Diagnosis]]:
@@ -258,12 +290,13 @@ def root_causes(diags: Sequence[Diagnosis]) -> tuple[list[Diagnosis], list[Diagn
     best there is). ``ssh-exit`` with code 255 (ssh itself failed) counts as a root cause when
     nothing else names an ssh failure on that node.
     """
-    ssh_nodes = {d.node for d in diags if d.kind.startswith("ssh-") and d.kind != "ssh-exit"}
+    ssh_nodes = {d.node for d in diags
+                 if d.kind.startswith("ssh-") and d.kind != TrainCause.SSH_EXIT}
     roots: list[Diagnosis] = []
     rest: list[Diagnosis] = []
     for d in diags:
         is_root = d.kind not in CONSEQUENCE_KINDS or (
-            d.kind == "ssh-exit" and "exit code 255" in d.cause and d.node not in ssh_nodes
+            d.kind == TrainCause.SSH_EXIT and "exit code 255" in d.cause and d.node not in ssh_nodes
         )
         (roots if is_root else rest).append(d)
     if not roots:
@@ -273,7 +306,7 @@ def root_causes(diags: Sequence[Diagnosis]) -> tuple[list[Diagnosis], list[Diagn
 
 #: One cause found, before it is merged with the same cause on the same node:
 #: (kind, node, cause, fix hint, the log line or event that shows it).
-Finding = tuple[str, "str | None", str, str, str]
+Finding = tuple[TrainCause, "str | None", str, str, str]
 
 
 def _shape_ssh_exit(cause: str, hint: str, m: re.Match[str], node: str | None
@@ -293,13 +326,14 @@ def _shape_master_unreachable(cause: str, hint: str, m: re.Match[str], node: str
 
 
 #: log rules whose cause and fix are completed from what the line says
-_SHAPES = {"ssh-exit": _shape_ssh_exit, "master-unreachable": _shape_master_unreachable}
+_SHAPES = {TrainCause.SSH_EXIT: _shape_ssh_exit,
+           TrainCause.MASTER_UNREACHABLE: _shape_master_unreachable}
 #: log rules whose line names another host than the failing node (the master), so that the
 #: node is not looked for in the line
-_NAMES_ANOTHER_HOST = {"master-unreachable"}
+_NAMES_ANOTHER_HOST = {TrainCause.MASTER_UNREACHABLE}
 #: log rules that mean something only with several nodes (single-node runs pass a missing
 #: hostfile on purpose)
-_MULTI_NODE_ONLY = {"hostfile-missing"}
+_MULTI_NODE_ONLY = {TrainCause.HOSTFILE_MISSING}
 
 
 def _log_findings(text: str, known: set[str]) -> list[Finding]:
@@ -343,24 +377,24 @@ def _job_errors(res: SmokeResult) -> list[Finding]:
     out: list[Finding] = []
     for r, rr in sorted(res.ranks.items()):
         for e in rr.errors:
-            node = rr.host or e.get("host")
-            if e.get("kind") == "deadline":
+            node = rr.host or e.host
+            if e.kind == "deadline":
                 out.append((
-                    "deadline",
+                    TrainCause.DEADLINE,
                     node,
-                    f"the job's deadline was exceeded there (rank {r} in phase {e.get('phase')})",
+                    f"the job's deadline was exceeded there (rank {r} in phase {e.phase})",
                     "a rank that stops in dist-init waits for ranks that never joined (see "
                     "other diagnoses); otherwise raise the deadline (the job's --deadline, the "
                     "suite's --training-deadline) if the node is just slow",
-                    _event_line(e),
+                    e.line(),
                 ))
             else:
                 out.append((
-                    "job-error",
+                    TrainCause.JOB_ERROR,
                     node,
-                    f"the job raised {e.get('kind')} there: {e.get('message')}",
+                    f"the job raised {e.kind} there: {e.message}",
                     "see the traceback in the log for that rank",
-                    _event_line(e),
+                    e.line(),
                 ))
     return out
 
@@ -371,7 +405,7 @@ def _ranks_not_done(res: SmokeResult) -> list[Finding]:
         return []
     started_not_done = [r for r in res.missing_ranks if r in res.ranks and res.ranks[r].started]
     return [(
-        "rank-not-done",
+        TrainCause.RANK_NOT_DONE,
         res.ranks[r].host or res.rank_hosts.get(r),
         f"rank {r} started but never reported done (killed, crashed or hung)",
         "look at that node's lines above; a hang in training means a peer died or the "
@@ -389,7 +423,7 @@ def _ranks_not_started(res: SmokeResult) -> list[Finding]:
     for r in never:
         by_node.setdefault(res.rank_hosts.get(r), []).append(r)
     return [(
-        "rank-not-started",
+        TrainCause.RANK_NOT_STARTED,
         node,
         f"ranks {rs} never started (never passed torch.distributed init)",
         "that node's launch failed or it cannot reach the master: see its lines",
@@ -414,7 +448,7 @@ def diagnose(
     The same cause on the same node is one Diagnosis, with up to _MAX_EVIDENCE lines.
     """
     known = set(hosts or ())
-    found: dict[tuple[str, str | None], Diagnosis] = {}
+    found: dict[tuple[TrainCause, str | None], Diagnosis] = {}
     res = parse_output(text, expected_ranks=expected_ranks)
     findings = _log_findings(text, known)
     for source in _JOB_SOURCES:
@@ -450,8 +484,3 @@ def _host_in_line(line: str, known: set[str]) -> str | None:
         if re.search(r"(?<![\w.\-])" + re.escape(h) + r"(?![\w\-]|\.\w)", line):
             return h
     return None
-
-
-def _event_line(e: Mapping[str, Any]) -> str:
-    short = {k: v for k, v in e.items() if k != "traceback"}
-    return f"{TAG} {json.dumps(short, sort_keys=True)}"

@@ -1,18 +1,22 @@
 """T1/T2: what a training launch came to (:class:`Launch`, filled by measure/trainruns.py) and
-its failure message: where, the root causes with their log lines and fixes, the consequences,
-ranks on the wrong accelerator, and where the full log is. Pure: a Launch in, text out."""
+its red (:func:`launch_failed`): where, the root causes with their log lines and fixes, the
+consequences, ranks on the wrong accelerator, and where the full log is. Pure: a Launch in, a
+Problem out."""
 
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
 from cluster_tests.core import testids as ids
+from cluster_tests.judge.problem import Problem
 from cluster_tests.judge.ssh import sshfail
 from cluster_tests.judge.training import traindiag as tdiag
 from cluster_tests.judge.training import trainresult as tres
+from cluster_tests.judge.training.traindiag import TrainCause
 
 #: the line each node's launch shell prints first (node, interpreter), found again in the log
 LAUNCH_MARK = "CT_LAUNCH"
@@ -37,7 +41,7 @@ class Launch:
     exit_status: int | None = None
     seconds: float = 0.0
     timed_out: bool = False
-    stopped: str | None = None  # the diagnosis kind that made us stop it early
+    stopped: str | None = None  # the diagnosis kind that made us stop it early, or "cancelled"
     setup_error: str | None = None
     result: tres.SmokeResult | None = None
     #: T2: the `deepspeed` command line as launched (the user's --launch-args resolved)
@@ -80,9 +84,9 @@ def accelerator_problems(
     forwarded = forwarded or {}
     by_key: dict[tuple[str, str, str], list[int]] = {}
     for r, rr in sorted(result.ranks.items()):
-        start = rr.start or {}
-        host = rr.host or start.get("host")
-        got = start.get("accelerator")
+        start = rr.start
+        host = rr.host or start.host
+        got = start.accelerator
         if not host or not got or host not in inventories:
             continue
         kind, what = inventories[host]
@@ -92,8 +96,8 @@ def accelerator_problems(
         if forwarded.get("DS_ACCELERATOR"):
             why = (f"DS_ACCELERATOR={forwarded['DS_ACCELERATOR']} was passed on from pytest's "
                    f"environment: unset it where pytest runs")
-        elif start.get("ds_accelerator_env"):
-            why = (f"DS_ACCELERATOR={start['ds_accelerator_env']} is set for the ranks on "
+        elif start.ds_accelerator_env:
+            why = (f"DS_ACCELERATOR={start.ds_accelerator_env} is set for the ranks on "
                    f"{host} (~/.bashrc or ~/.deepspeed_env): remove it")
         elif want == "cuda":
             why = ("DeepSpeed fell back to its CPU accelerator: torch.cuda is not usable from the "
@@ -103,7 +107,7 @@ def accelerator_problems(
             why = ("DeepSpeed did not find torch_npu: CANN's set_env.sh is probably sourced only "
                    "in interactive shells (put it in ~/.bashrc above any early return), or "
                    "torch_npu is not installed in the remote Python")
-        by_key.setdefault((host, f"{got} ({start.get('backend')})", f"{what}; {why}"), []).append(r)
+        by_key.setdefault((host, f"{got} ({start.backend})", f"{what}; {why}"), []).append(r)
     return [
         f"{host}: rank{'s' if len(ranks) > 1 else ''} {','.join(map(str, ranks))} trained on "
         f"{got}, but {host} has {why}"
@@ -129,7 +133,13 @@ def _python_line(text: str) -> str | None:
     return None
 
 
-def _explain_diag(d: tdiag.Diagnosis, launch: Launch, multi: bool) -> str:
+#: causes whose evidence on a single node begins with the interpreter the launch ran there
+_PYTHON_KINDS = (TrainCause.NO_DEEPSPEED, TrainCause.NO_TORCH, TrainCause.NO_MODULE,
+                 TrainCause.COMMAND_NOT_FOUND)
+
+
+def _explain_diag(d: tdiag.Diagnosis, launch: Launch, multi: bool) -> tuple[str, str]:
+    """(a root cause's lines: where, what, its log lines; its fix)."""
     node = d.node or launch.node
     head = f"{node}: {d.cause}"
     hint = d.hint
@@ -141,17 +151,16 @@ def _explain_diag(d: tdiag.Diagnosis, launch: Launch, multi: bool) -> str:
             hint = sshfail.pair_fix(words.cause, src, node)
         hint += f"; see {ids.SSH_TRUST.of(src, node)}"
     evidence = list(d.evidence)
-    if d.kind in ("no-deepspeed", "no-torch", "no-module", "command-not-found") and not multi:
+    if d.kind in _PYTHON_KINDS and not multi:
         line = _python_line(launch.text)
         if line:
             evidence.insert(0, line)
     ev = "".join(f"\n    {e[:300]}" for e in evidence)
-    return f"  {head}{ev}\n  fix: {hint}"
+    return f"  {head}{ev}", hint
 
 
-def explain(launch: Launch, config: Describes) -> str:
-    """The failure message of a launch: where, the causes with their log lines, the fix, the
-    consequences in one line, and where the full log is."""
+def _headline(launch: Launch, config: Describes) -> str:
+    """What ran where, and how it ended."""
     multi = launch.name == "T2"
     if multi:
         what = (
@@ -175,29 +184,86 @@ def explain(launch: Launch, config: Describes) -> str:
         how = f"killed at its deadline after {launch.seconds:.1f} s"
     else:
         how = f"exit status {launch.exit_status} after {launch.seconds:.1f} s"
-    parts = [f"{what}, {how}:"]
+    return f"{what}, {how}:"
+
+
+def _consequences(rest: Sequence[tdiag.Diagnosis], launch: Launch, multi: bool) -> list[str]:
+    """The consequences of the root causes, in one line."""
+    if not rest:
+        return []
+    by_cause: dict[str, list[str]] = {}
+    for d in rest:
+        nodes = by_cause.setdefault(d.cause, [])
+        where = d.node or ("" if multi else launch.node)
+        if where and where not in nodes:
+            nodes.append(where)
+    then = "; ".join(
+        f"{cause} ({', '.join(nodes)})" if nodes else cause
+        for cause, nodes in list(by_cause.items())[:4]
+    )
+    return [f"  then: {then}"]
+
+
+def explain(launch: Launch, config: Describes) -> tuple[list[str], list[str]]:
+    """A failed launch's lines (where, the causes with their log lines, the consequences in
+    one line, where the full log is) and the fix of each root cause, in their order."""
+    multi = launch.name == "T2"
+    lines = [_headline(launch, config)]
     roots, rest = tdiag.root_causes(launch.diagnoses)
+    fixes: list[str] = []
     for d in roots[:6]:
-        parts.append(_explain_diag(d, launch, multi))
-    if rest:
-        by_cause: dict[str, list[str]] = {}
-        for d in rest:
-            nodes = by_cause.setdefault(d.cause, [])
-            where = d.node or ("" if multi else launch.node)
-            if where and where not in nodes:
-                nodes.append(where)
-        then = "; ".join(
-            f"{cause} ({', '.join(nodes)})" if nodes else cause
-            for cause, nodes in list(by_cause.items())[:4]
-        )
-        parts.append(f"  then: {then}")
+        said, fix = _explain_diag(d, launch, multi)
+        lines.append(said)
+        if len(roots) > 1 and not fix.startswith("on "):
+            fix = f"on {d.node or launch.node}: {fix}"
+        fixes.append(fix)
+    lines += _consequences(rest, launch, multi)
     if not roots and launch.result is not None and not launch.setup_error:
-        parts += [f"  {p}" for p in launch.result.problems()]
-    parts += [f"  {p}" for p in launch.accel_problems]
+        lines += [f"  {p}" for p in launch.result.problems()]
+    lines += [f"  {p}" for p in launch.accel_problems]
     if launch.line:
-        parts.append(f"  launched as: {launch.line}")
-    parts.append(f"  full log: {_rel(launch.log_path)}")
-    return "\n".join(parts)
+        lines.append(f"  launched as: {launch.line}")
+    lines.append(f"  full log: {_rel(launch.log_path)}")
+    return lines, list(dict.fromkeys(fixes))
+
+
+def cause(launch: Launch) -> TrainCause:
+    """The cause of a failed launch: its first root cause (as :func:`short_cause` says it)."""
+    if launch.setup_error:
+        return TrainCause.SETUP_FAILED
+    roots, _ = tdiag.root_causes(launch.diagnoses)
+    if roots:
+        return roots[0].kind
+    if launch.result is not None and launch.result.problems():
+        return TrainCause.RESULT
+    if launch.accel_problems:
+        return TrainCause.WRONG_ACCELERATOR
+    return TrainCause.LAUNCH_FAILED
+
+
+def launch_failed(launch: Launch, config: Describes, after: Sequence[str] = ()) -> Problem:
+    """The red of a launch that did not pass (T1 on its node, or T2): :func:`explain`'s lines,
+    then `after` (where the ranks were at their deadline), and the root causes' fixes."""
+    lines, fixes = explain(launch, config)
+    multi = launch.name == "T2"
+    roots, _ = tdiag.root_causes(launch.diagnoses)
+    where = (tuple(dict.fromkeys(d.node for d in roots if d.node)) if multi
+             else (launch.node,))
+    return Problem(where, cause(launch), "\n".join([*lines, *after]), fix="; ".join(fixes),
+                   item="T2" if multi else "T1")
+
+
+def options_refused(error: str) -> Problem:
+    """The red of training options the checks cannot use (ConfigError: which, and why)."""
+    return Problem((), TrainCause.BAD_OPTIONS, error, item="T1")
+
+
+def filter_refused(error: str) -> Problem:
+    """T2's red when DeepSpeed would refuse the launch's --include/--exclude."""
+    return Problem((), TrainCause.FILTER_REFUSED,
+                   f"DeepSpeed will refuse the launch's resource filter: {error}",
+                   fix="make --launch-include/--launch-exclude name only hostfile hosts and "
+                       "existing slot indices", item="T2")
 
 
 def short_cause(launch: Launch) -> str:

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+
+from cluster_tests.judge.common.probes import opt_int, opt_text, text
 
 TAG = "CT_SMOKE"
 EXIT_DEADLINE = 3
@@ -23,11 +24,63 @@ DEFAULT_MIN_DROP = 0.25
 __all__ = [
     "DEFAULT_MIN_DROP",
     "TAG",
+    "JobError",
     "LaunchInfo",
     "RankResult",
+    "RankStart",
     "SmokeResult",
     "parse_output",
 ]
+
+
+@dataclass(frozen=True)
+class RankStart:
+    """A rank's ``start`` event: where it runs, on what, set up how."""
+
+    host: str | None = None
+    world_size: int | None = None
+    local_rank: int | None = None
+    backend: str | None = None
+    device: str | None = None
+    accelerator: str | None = None  # DeepSpeed's accelerator: cuda, npu, cpu
+    #: DS_ACCELERATOR as the rank saw it (None: not set)
+    ds_accelerator_env: str | None = None
+    precision: str | None = None
+    optimizer: str | None = None
+    bound_device: str | None = None
+
+    @classmethod
+    def read(cls, ev: Mapping[str, object]) -> RankStart:
+        return cls(opt_text(ev.get("host")), opt_int(ev.get("world_size")),
+                   opt_int(ev.get("local_rank")), opt_text(ev.get("backend")),
+                   opt_text(ev.get("device")), opt_text(ev.get("accelerator")),
+                   opt_text(ev.get("ds_accelerator_env")), opt_text(ev.get("precision")),
+                   opt_text(ev.get("optimizer")), opt_text(ev.get("bound_device")))
+
+
+@dataclass(frozen=True)
+class JobError:
+    """A rank's ``error`` event: its deadline (kind "deadline"), or the exception it raised."""
+
+    rank: int
+    kind: str | None
+    phase: str | None = None
+    message: str | None = None
+    host: str | None = None
+    traceback: str = ""
+
+    @classmethod
+    def read(cls, rank: int, ev: Mapping[str, object]) -> JobError:
+        return cls(rank, opt_text(ev.get("kind")), opt_text(ev.get("phase")),
+                   opt_text(ev.get("message")), opt_text(ev.get("host")),
+                   text(ev.get("traceback")))
+
+    def line(self) -> str:
+        """The event as the job printed it, without its traceback (a diagnosis's evidence)."""
+        said = {"event": "error", "host": self.host, "kind": self.kind,
+                "message": self.message, "phase": self.phase, "rank": self.rank}
+        shown = {k: v for k, v in said.items() if v is not None}
+        return f"{TAG} {json.dumps(shown, sort_keys=True)}"
 
 
 @dataclass
@@ -41,8 +94,8 @@ class RankResult:
     last_loss: float | None = None
     losses: list[float] = field(default_factory=list)
     weights_sha256: str | None = None
-    errors: list[dict[str, Any]] = field(default_factory=list)
-    start: dict[str, Any] = field(default_factory=dict)
+    errors: list[JobError] = field(default_factory=list)
+    start: RankStart = RankStart()
 
     def loss_fell(self, min_drop: float = DEFAULT_MIN_DROP) -> bool:
         """last < first * (1 - min_drop)."""
@@ -65,7 +118,8 @@ class SmokeResult:
     ranks: dict[int, RankResult]
     expected_ranks: int | None
     world_size: int | None
-    events: list[dict[str, Any]]
+    #: each rank's own stacks (all threads), dumped by its watchdog at the deadline
+    stacks: dict[int, str] = field(default_factory=dict)
     rank_hosts: dict[int, str] = field(default_factory=dict)  # from the launcher's rank mapping
     min_drop: float = DEFAULT_MIN_DROP
     launch: LaunchInfo | None = None
@@ -77,13 +131,6 @@ class SmokeResult:
         if self.world_size is not None:
             return self.world_size
         return len(self.ranks)
-
-    @property
-    def stacks(self) -> dict[int, str]:
-        """Each rank's own stacks (all threads), dumped by its watchdog at the deadline."""
-        return {ev["rank"]: str(ev.get("text") or "") for ev in self.events
-                if ev.get("event") == "stack" and isinstance(ev.get("rank"), int)
-                and ev["rank"] >= 0 and ev.get("text")}
 
     def hosts(self) -> dict[int, str]:
         """Rank -> host: the rank's own word (its events, its pdsh prefix), else the launcher's
@@ -145,7 +192,7 @@ class SmokeResult:
             out.append(f"ranks ended with different weights: {groups}")
         for r, rr in sorted(self.ranks.items()):
             for e in rr.errors:
-                out.append(f"rank {r} error {e.get('kind')}: {e.get('message')}")
+                out.append(f"rank {r} error {e.kind}: {e.message}")
         if self.launch is not None and self.launch.returncode != 0:
             how = "timed out and was killed" if self.launch.timed_out else "failed"
             out.append(f"launcher {how} (exit code {self.launch.returncode})")
@@ -174,8 +221,8 @@ _MAPPING_RE = re.compile(r"global_rank_mapping=defaultdict\(<class 'list'>, (\{.
 _MAPPING_ITEM_RE = re.compile(r"'([^']+)': \[([\d, ]*)\]")
 
 
-def _iter_events(text: str) -> list[tuple[str | None, dict[str, Any]]]:
-    out: list[tuple[str | None, dict[str, Any]]] = []
+def _iter_events(text: str) -> list[tuple[str | None, Mapping[str, object]]]:
+    out: list[tuple[str | None, Mapping[str, object]]] = []
     dec = json.JSONDecoder()
     for line in text.splitlines():
         m = _TAG_RE.search(line)
@@ -216,46 +263,48 @@ def parse_output(
     (last < first * (1 - min_drop)); all final-weight hashes are identical.
     """
     ranks: dict[int, RankResult] = {}
-    events: list[dict[str, Any]] = []
+    stacks: dict[int, str] = {}
     world: int | None = None
     for host, ev in _iter_events(text):
-        events.append(ev)
         r = ev.get("rank")
-        if not isinstance(r, int):
+        if not isinstance(r, int) or r < 0:
             continue
-        rr = ranks.setdefault(r, RankResult(rank=r)) if r >= 0 else None
-        kind = ev.get("event")
-        if rr is not None and host and not rr.host:
+        rr = ranks.setdefault(r, RankResult(rank=r))
+        if host and not rr.host:
             rr.host = host
-        if kind == "start" and rr is not None:
+        if ev.get("event") == "start":
             rr.started = True
-            rr.start = ev
-            rr.local_rank = ev.get("local_rank")
-            if not rr.host:
-                rr.host = ev.get("host")
-            if isinstance(ev.get("world_size"), int):
-                world = max(world or 0, ev["world_size"])
-        elif kind == "step" and rr is not None and isinstance(ev.get("loss"), (int, float)):
-            rr.losses.append(float(ev["loss"]))
-            if rr.first_loss is None:
-                rr.first_loss = float(ev["loss"])
-            rr.last_loss = float(ev["loss"])
-        elif kind == "done" and rr is not None:
-            rr.done = True
-            rr.first_loss = _as_float(ev.get("first_loss"), rr.first_loss)
-            rr.last_loss = _as_float(ev.get("last_loss"), rr.last_loss)
-            rr.weights_sha256 = ev.get("weights_sha256")
-        elif kind == "error" and rr is not None:
-            rr.errors.append(ev)
-    return SmokeResult(
-        ranks=ranks,
-        expected_ranks=expected_ranks,
-        world_size=world,
-        events=events,
-        rank_hosts=_rank_hosts(text),
-        min_drop=min_drop,
-    )
+            rr.start = RankStart.read(ev)
+            rr.local_rank = rr.start.local_rank
+            rr.host = rr.host or rr.start.host
+            if rr.start.world_size is not None:
+                world = max(world or 0, rr.start.world_size)
+        elif ev.get("event") == "stack" and ev.get("text"):
+            stacks[r] = str(ev.get("text"))
+        else:
+            _ended(rr, ev)
+    return SmokeResult(ranks=ranks, expected_ranks=expected_ranks, world_size=world,
+                       stacks=stacks, rank_hosts=_rank_hosts(text), min_drop=min_drop)
 
 
-def _as_float(value: Any, default: float | None) -> float | None:
+def _ended(rr: RankResult, ev: Mapping[str, object]) -> None:
+    """A rank's `step`, `done` or `error` event."""
+    kind, loss = ev.get("event"), _as_float(ev.get("loss"), None)
+    if kind == "step" and loss is not None:
+        rr.losses.append(loss)
+        if rr.first_loss is None:
+            rr.first_loss = loss
+        rr.last_loss = loss
+    elif kind == "done":
+        rr.done = True
+        rr.first_loss = _as_float(ev.get("first_loss"), rr.first_loss)
+        rr.last_loss = _as_float(ev.get("last_loss"), rr.last_loss)
+        rr.weights_sha256 = opt_text(ev.get("weights_sha256"))
+    elif kind == "error":
+        rr.errors.append(JobError.read(rr.rank, ev))
+
+
+def _as_float(value: object, default: float | None) -> float | None:
+    if isinstance(value, bool):
+        return default
     return float(value) if isinstance(value, (int, float)) else default

@@ -117,3 +117,43 @@ def test_the_table_lists_every_retry_and_the_outcome() -> None:
     assert "# suspect node: node2 (confirmed:" in text
     empty = confirmation.plan([], {("node1", "node3"): 1.0}, THREE)
     assert confirmation.table_lines(confirmation.judge(empty, {}, [], THREE), 0.5) == []
+
+
+def _pair_report(pair: tuple[str, str], time_us: float) -> confirmation.CollectiveReport:
+    """The report of a pair's run that measured 1 MiB in `time_us` (the worker's events)."""
+    from cluster_tests.judge.collective import collverdict as C
+    from cluster_tests.judge.collective import rankplan as rk
+
+    ranks = rk.assign_ranks({pair[0]: 1, pair[1]: 1})
+    row = {"event": "result", "size_bytes": 1 << 20, "count": 1 << 18, "dtype": "float32",
+           "time_us": time_us, "wrong": 0}
+    return C.collect({r.rank: [{"event": "start", "backend": "gloo"}, row, {"event": "done"}]
+                      for r in ranks}, ranks)
+
+
+def test_a_slow_pair_confirmed_is_one_red_on_the_pair_and_a_flaky_one_none() -> None:
+    from cluster_tests.judge.collective import collverdict as C
+    from cluster_tests.judge.collective import pairbw as pb
+
+    measured = {("node1", "node2"): 0.01, ("node2", "node3"): 0.01, ("node1", "node3"): 1.0}
+    slow = pb.flag_slow_pairs(measured, ratio=0.5, reference="upper_median")
+    bad = [p for p, _ in slow.slow]
+    plan = confirmation.plan(bad, {("node1", "node3"): 1.0}, THREE)
+    c = confirmation.judge(plan, {p: retry(p, 0.01) for p in plan.pairs}, bad, THREE)
+    pair = ("node1", "node2")
+    report = _pair_report(pair, 100_000.0)
+    first = confirmation.slow_words(pair, report, slow, len(measured))
+    # three nodes: the better half's median is that of 0.01 and 1.0
+    assert first == ("node1<->node2: busbw 0.010 GB/s at 1MB, below 0.253 GB/s = 0.5 x the "
+                     "typical good pair (0.505 GB/s, median of the better half of 3 pairs); "
+                     "median of the other slow pairs 0.010 GB/s")
+    red = confirmation.slow_pair(pair, report, first, c, c.verdicts[pair])
+    assert red is not None
+    assert red.nodes == pair and red.cause == C.CollectiveCause.SLOW_PAIR and red.item == "C2"
+    assert "node2 is in 2 of 2 slow pairs; confirmed: measured again, node2 is slow" in red.message
+    assert red.fix.startswith("compare `ethtool <iface>` speeds and `tc qdisc show` on node1 "
+                              "and node2")
+    # measured again and fine: a warning, not a red
+    fine = confirmation.judge(plan, {p: retry(p, 0.9) for p in plan.pairs}, bad, THREE)
+    assert confirmation.slow_pair(pair, report, first, fine, fine.verdicts[pair]) is None
+    assert confirmation.flaky_words(first, fine.verdicts[pair]).startswith(f"flaky: {first}; ")

@@ -10,6 +10,7 @@ from paths import load_script
 
 from cluster_tests.core.settings import Settings, TrainingSettings
 from cluster_tests.judge.training import trainargv as targv
+from cluster_tests.judge.training import traindiag as tdiag
 from cluster_tests.judge.training import trainexplain as tx
 from cluster_tests.judge.training import trainresult as tres
 from cluster_tests.measure import trainruns as trr
@@ -85,8 +86,9 @@ def test_the_launch_is_not_ok_and_explains_the_accelerator() -> None:
     assert launch.ok
     launch.accel_problems = ["node2: rank 0 trained on cpu (gloo), but node2 has 8 GPUs; x"]
     assert not launch.ok
-    assert "  node2: rank 0 trained on cpu (gloo), but node2 has 8 GPUs; x" in tx.explain(launch,
-                                                                                          cfg)
+    red = tx.launch_failed(launch, cfg)
+    assert "  node2: rank 0 trained on cpu (gloo), but node2 has 8 GPUs; x" in red.text()
+    assert red.cause == tdiag.TrainCause.WRONG_ACCELERATOR and red.nodes == ("node2",)
     assert tx.short_cause(launch).startswith("node2: rank 0 trained on cpu")
 
 
@@ -125,3 +127,15 @@ def test_jobs_build_where_the_launch_exports_the_jit_directories() -> None:
                                  ("TORCH_EXTENSIONS_DIR", "/scratch/ext dir"), ("CXX", "g++-12")]
     memo.clear()
     assert runs._env_pairs() == [("DS_ACCELERATOR", "cpu")]
+
+
+def test_refused_options_and_filters_are_reds_without_a_node() -> None:
+    bad = tx.options_refused("--training-steps must be at least 2, got 1")
+    assert bad.nodes == () and bad.item == "T1" and bad.cause == tdiag.TrainCause.BAD_OPTIONS
+    assert bad.text() == "--training-steps must be at least 2, got 1"
+    refused = tx.filter_refused("node9 is not in the hostfile")
+    assert refused.item == "T2" and refused.cause == tdiag.TrainCause.FILTER_REFUSED
+    assert refused.text() == (
+        "DeepSpeed will refuse the launch's resource filter: node9 is not in the hostfile\n"
+        "  fix: make --launch-include/--launch-exclude name only hostfile hosts and existing "
+        "slot indices")

@@ -50,18 +50,20 @@ def test_t2_ssh_leg_fixes_name_the_rank0_node() -> None:
     launch.diagnoses = tdiag.diagnose("node2: u@node2: Permission denied (publickey).\n"
                                       "node2: Host key verification failed.\n",
                                       hosts=["node1", "node2"])
-    msg = tx.explain(launch, cfg)
+    red = tx.launch_failed(launch, cfg)
+    assert red.nodes == ("node2",) and red.cause == tdiag.TrainCause.SSH_PUBLICKEY
     assert ("  node1 -> node2: ssh key login refused (publickey): the launcher's key is not "
             "accepted there (pdsh's ssh leg from the rank-0 node)\n"
-            "    node2: u@node2: Permission denied (publickey).\n"
-            "  fix: on node2: append node1's public key (node1:~/.ssh/id_*.pub) to "
-            "~/.ssh/authorized_keys (ssh-copy-id node2, run on node1); modes: chmod 700 "
-            "~/.ssh; chmod 600 ~/.ssh/authorized_keys; see test_ssh_trust[node1->node2]") in msg
-    assert ("  fix: node1 does not know node2's host key: read node2's fingerprint out of band "
-            "(on node2's console: ssh-keygen -lf /etc/ssh/ssh_host_ed25519_key.pub); then on "
-            "node1: ssh node2 true, and answer yes only if the fingerprint it shows is that one "
-            "(ssh then writes the key to ~/.ssh/known_hosts); never ssh-keyscan, which trusts "
-            "whoever answers; see test_ssh_trust[node1->node2]") in msg
+            "    node2: u@node2: Permission denied (publickey).\n") in red.message
+    # each root cause's fix, in their order: the key, then the host key read out of band
+    assert red.fix.startswith(
+        "on node2: append node1's public key (node1:~/.ssh/id_*.pub) to "
+        "~/.ssh/authorized_keys (ssh-copy-id node2, run on node1); modes: chmod 700 "
+        "~/.ssh; chmod 600 ~/.ssh/authorized_keys; see test_ssh_trust[node1->node2]; ")
+    assert ("node1 does not know node2's host key: read node2's fingerprint out of band "
+            "(on node2's console: ssh-keygen -lf /etc/ssh/ssh_host_ed25519_key.pub)") in red.fix
+    assert red.fix.endswith("; see test_ssh_trust[node1->node2]")
+    assert "\n  fix: on node2: append node1's public key" in red.text()
 
 
 def test_a_ranks_own_stack_dump_is_read_with_its_host() -> None:

@@ -85,13 +85,14 @@ def test_garbage_is_no_stack() -> None:
 # on the simulated cluster (node3's firewall drops inbound high ports but the store's 29500):
 # tests/e2e/test_e2e_collective.py test_communicator_init_hang_fails_at_its_deadline, run
 # 2026-12-05, rank<R>-<node>.sockets.json of its report directory.
-HANG_SOCKETS: dict[int, dict[str, list[Any]]] = {
+HANG_JSON: dict[int, dict[str, list[Any]]] = {
     0: {"syn_sent": [], "established": [[39525, "10.3.66.2:41544"], [29500, "10.3.66.2:54112"],
                                         [29500, "10.3.66.3:60564"], [46712, "10.3.66.1:29500"],
                                         [29500, "10.3.66.1:46712"]]},
     1: {"syn_sent": [], "established": [[41544, "10.3.66.1:39525"], [54112, "10.3.66.1:29500"]]},
     2: {"syn_sent": ["10.3.66.1:39525"], "established": [[60564, "10.3.66.1:29500"]]},
 }
+HANG_SOCKETS = {rank: S.Sockets.read(raw) for rank, raw in HANG_JSON.items()}
 HANG_HOSTS = {0: "node1", 1: "node2", 2: "node3"}
 HANG_OWNERS = {"10.3.66.1": "node1", "10.3.66.2": "node2", "10.3.66.3": "node3"}
 
@@ -116,12 +117,22 @@ def test_the_store_connections_do_not_count_and_one_missing_pair_names_no_node()
     one: dict[int, dict[str, list[Any]]] = {
         0: {"syn_sent": [], "established": []},
         1: {"syn_sent": ["10.3.66.1:1"], "established": []}}
-    stuck = S.stuck_connects(one, HANG_HOSTS, HANG_OWNERS, ["node1", "node2"], 29500)
+    stuck = S.stuck_connects({r: S.Sockets.read(raw) for r, raw in one.items()}, HANG_HOSTS,
+                             HANG_OWNERS, ["node1", "node2"], 29500)
     assert stuck.suspect is None  # node1<->node2 only: either end may hold the cause
     assert stuck.lines[1] == ("rank 1 (node2): still connecting to node1 (10.3.66.1:1), "
                               "no answer; no connection with node1")
     none = S.stuck_connects({}, HANG_HOSTS, HANG_OWNERS, ["node1"], 29500)
     assert none == S.StuckConnects([], None)
+
+
+def test_sockets_are_read_as_the_worker_wrote_them_and_written_back_the_same() -> None:
+    for raw in HANG_JSON.values():
+        assert S.Sockets.read(raw).as_json() == raw
+    # what is not of the worker's shape is left out
+    assert S.Sockets.read({"syn_sent": "x", "established": [[1], ["p", "a:1"], [2, "b:2"]]}) \
+        == S.Sockets((), ((2, "b:2"),))
+    assert S.Sockets.read(None) == S.Sockets()
 
 
 def test_tcp_peers_reads_a_real_connection_of_this_process() -> None:
@@ -151,3 +162,19 @@ def test_tcp_peers_reads_a_real_connection_of_this_process() -> None:
     finally:
         for s in (client, conn, server):
             s.close()
+
+
+def test_the_red_says_where_the_ranks_were_and_which_node_to_look_at_first() -> None:
+    g = S.group(dumps("stacks_gloo_connect_vs_rendezvous.json"), HOSTS, ranks=[0, 1, 2])
+    lines = S.where_lines(g, S.StuckConnects([], None), HOSTS, g.differ, "every dump in d")
+    assert lines[0] == "  where the ranks were when the deadline passed (every dump in d):"
+    assert lines[1].startswith("    ranks 0,1 (node1) in rendezvous")
+    assert lines[-1] == ("    node3 differs: its ranks are not where the others are: look there "
+                         "first")
+    # the stacks alone single out no node: the one in every missing connection is named
+    stuck = S.stuck_connects(HANG_SOCKETS, HANG_HOSTS, HANG_OWNERS, ["node1", "node2", "node3"],
+                             29500)
+    lines = S.where_lines(g, stuck, HANG_HOSTS, [], "could not write the dumps: disk full")
+    assert lines[-1] == ("    node3 is in every connection the ranks were missing: a firewall "
+                         "on it, or its link, drops them: look there first")
+    assert "    rank 0 (node1): no connection with node3" in lines

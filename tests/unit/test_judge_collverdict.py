@@ -1,4 +1,5 @@
-"""C1-C3: the all-reduce worker run for real on gloo/127.0.0.1, and the launcher-side logic."""
+"""C1-C3: the all-reduce worker run for real on gloo/127.0.0.1, and the verdict on its events
+(judge/collective/collverdict.py)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,6 @@ import os
 import signal
 import subprocess
 import threading
-from itertools import combinations
 from typing import Any
 
 import pytest
@@ -17,7 +17,6 @@ from paths import SAMPLES, load_script
 from cluster_tests.judge.collective import collopts as copts
 from cluster_tests.judge.collective import colltable as ctab
 from cluster_tests.judge.collective import collverdict as C
-from cluster_tests.judge.collective import pairbw as pb
 from cluster_tests.judge.collective import rankplan as rk
 from fixtures import localcollective as LC
 
@@ -260,45 +259,7 @@ def test_plan_never_exceeds_what_was_asked_or_the_time_left(op, left, warmup, it
     assert (more + timed) * op <= max(min(budget, left / 2), op) * (1 + 1e-9)
 
 
-# --- pure logic ------------------------------------------------------------------------------
-
-
-def test_parse_sizes_uses_powers_of_two() -> None:
-    assert copts.parse_sizes("8,1K,64K,1M,2G") == [8, 1024, 65536, 1 << 20, 2 << 30]
-    assert copts.parse_sizes(" 4kb , 16 ") == [4096, 16]
-    for bad in ("", "0", "-1K", "1.5M", "K"):
-        with pytest.raises(ValueError):
-            copts.parse_sizes(bad)
-    assert copts.format_size(65536) == "64K" and copts.format_size(1000) == "1000"
-
-
-def test_default_sizes() -> None:
-    gpu, cpu = copts.default_sizes("nccl"), copts.default_sizes("gloo")
-    # accelerators reach 1-8 GiB, where GPUs peak (issue 17); the CPU sweep stays small
-    assert gpu[0] == cpu[0] == 1024 and gpu[-1] == 4 << 30 and cpu[-1] == 16 << 20
-    assert all(b == 4 * a for a, b in zip(gpu, gpu[1:], strict=False))
-
-
-def test_ranks_are_assigned_node_by_node() -> None:
-    ranks = rk.assign_ranks({"node1": 2, "node2": 0, "node3": 3})
-    assert [(r.rank, r.host, r.local_rank) for r in ranks] == [
-        (0, "node1", 0), (1, "node1", 1), (2, "node3", 0), (3, "node3", 1), (4, "node3", 2)]
-    assert rk.describe_ranks([4, 2, 3], ranks) == "ranks 2-4 (node3 local 0-2)"
-    assert rk.describe_ranks([1, 2], ranks) == "ranks 1-2 (node1 local 1; node3 local 0)"
-
-
-def test_worker_argv() -> None:
-    opts = rk.WorkerOptions(sizes=[8, 1024], backend="nccl", connect_timeout=20)
-    argv = rk.worker_argv("python3", "/tmp/allreduce.py", rk.Rank(5, "node2", 1), 8,
-                         "node1", 29500, opts)
-    assert argv[:2] == ["python3", "/tmp/allreduce.py"]
-    flags = dict(zip(argv[2::2], argv[3::2], strict=False))
-    assert flags == {
-        "--rank": "5", "--world-size": "8", "--local-rank": "1", "--label": "node2",
-        "--master-addr": "node1", "--master-port": "29500", "--backend": "nccl",
-        "--dtype": "float32", "--sizes": "8,1024", "--warmup": "5", "--iters": "20",
-        "--connect-timeout": "20", "--init-timeout": "60", "--op-timeout": "300",
-            "--size-seconds": "10"}
+# --- the verdict on events (pure) ----------------------------------------------------------
 
 
 def test_collect_names_missing_ranks_by_host_and_local_rank() -> None:
@@ -328,83 +289,7 @@ def test_collect_counts_wrong_elements() -> None:
     assert report.message == "3 wrong elements at sizes 1K"
 
 
-@given(st.integers(min_value=2, max_value=40))
-def test_circle_schedule_covers_every_pair_once(n: int) -> None:
-    nodes = [f"n{i}" for i in range(n)]
-    rounds = pb.circle_schedule(nodes)
-    assert len(rounds) == (n - 1 if n % 2 == 0 else n)
-    seen: list[frozenset[str]] = []
-    for pairs in rounds:
-        assert len(pairs) == n // 2
-        members = [node for pair in pairs for node in pair]
-        assert len(members) == len(set(members))  # disjoint within a round
-        seen.extend(frozenset(p) for p in pairs)
-    assert len(seen) == len(set(seen))
-    assert set(seen) == {frozenset(p) for p in combinations(nodes, 2)}
-
-
-def test_circle_schedule_edge_cases() -> None:
-    assert pb.circle_schedule([]) == [] and pb.circle_schedule(["a"]) == []
-    assert pb.circle_schedule(["a", "b"]) == [[("a", "b")]]
-    with pytest.raises(ValueError):
-        pb.circle_schedule(["a", "a"])
-
-
-def test_flag_slow_pairs_names_the_slow_node() -> None:
-    nodes = [f"node{i}" for i in range(1, 7)]
-    matrix = {pair: (6.0 if "node4" in pair else 22.0 + i % 3)
-              for i, pair in enumerate(p for rnd in pb.circle_schedule(nodes) for p in rnd)}
-    result = pb.flag_slow_pairs(matrix)
-    assert {frozenset(p) for p, _ in result.slow} == {
-        frozenset(("node4", other)) for other in nodes if other != "node4"}
-    assert result.suspect == "node4"
-    assert result.threshold_GBps == 0.5 * result.median_GBps
-
-    one_link = dict.fromkeys(combinations(nodes, 2), 20.0)
-    one_link[("node1", "node2")] = 3.0
-    result = pb.flag_slow_pairs(one_link)
-    assert [p for p, _ in result.slow] == [("node1", "node2")]
-    assert result.suspect is None  # a link, not a node
-
-
-def test_suspect_node_one_rule_for_slow_and_failing_pairs() -> None:
-    """C2's one suspect rule (flag_slow_pairs' suspect, and the failing pairs' note in the
-    check): in two bad pairs at least, and in strictly more than any other node."""
-    from cluster_tests.checks import collective as check
-
-    assert pb.suspect_node([("a", "c"), ("b", "c")])[0] == "c"
-    assert pb.suspect_node([("a", "b")])[0] is None  # one pair: a link
-    assert pb.suspect_node([("a", "b"), ("c", "d")])[0] is None  # no node in common
-    assert pb.suspect_node([("a", "b"), ("a", "c"), ("b", "c")])[0] is None  # a tie
-    assert pb.suspect_node([("a", "b"), ("b", "c")])[1] == {"a": 1, "b": 2, "c": 1}
-    assert check._common_node([("n1", "n3"), ("n2", "n3")], "failing") == (
-        "\n  n3 is in 2 of 2 failing pairs: suspect n3 (its NIC, link, firewall or load)")
-    assert check._common_node([("n1", "n2"), ("n3", "n4")], "slow") == (
-        "\n  2 slow pair(s) with no node in common: suspect the link(s)")
-    assert check._common_node([("n1", "n2")], "slow") == ""
-
-
 # --- issue 26: --collective-budget -----------------------------------------------------------
-
-
-def test_budget_shares_split_c1_and_c2_rounds_and_sizes() -> None:
-    from cluster_tests.judge.collective import pairbw as pb
-
-    # 30 s: C1 15 s over 8 sizes; C2 15 s over 3 rounds of 2 sizes
-    c1, c2 = pb.budget_shares(30.0, 10.0, 8, 3, 2)
-    assert c1 == 15.0 / 8 and c2 == 2.5
-    # never above --collective-size-seconds
-    assert pb.budget_shares(1000.0, 10.0, 8, 3, 2) == (10.0, 10.0)
-
-
-def test_pair_sizes_measure_a_smaller_size_first() -> None:
-    from cluster_tests.judge.collective import collopts as copts
-    from cluster_tests.judge.collective import pairbw as pb
-
-    assert pb.pair_sizes(copts.parse_sizes("1K,4K,16K,64K,256K,1M,4M,16M")) == [1 << 20, 16 << 20]
-    assert pb.pair_sizes([65536, 1 << 20]) == [65536, 1 << 20]
-    assert pb.pair_sizes([1 << 20]) == [1 << 20]
-    assert pb.pair_sizes([1 << 19, 1 << 20]) == [1 << 20]
 
 
 def test_stopped_by_prediction_names_the_budget() -> None:
@@ -418,3 +303,73 @@ def test_stopped_by_prediction_names_the_budget() -> None:
     assert "budget 2.5 s per size, its share of --collective-budget 30 s" in text
     plain = C.Stopped(size_bytes=16 << 20, op_seconds=3.41, size_seconds=10.0, skipped=())
     assert "took 3.41 s (budget 10 s per size, --collective-size-seconds)" in plain.describe()
+
+
+# --- the reds (Problem) of a run ---------------------------------------------------------------
+
+
+def _two_node_run(events: dict[int, list[dict[str, Any]]],
+                  exit_codes: dict[int, int | None]) -> C.RemoteRun:
+    ranks = rk.assign_ranks({"node1": 1, "node2": 1})
+    return C.RemoteRun(report=C.collect(events, ranks, exit_codes), nodes=["node1", "node2"],
+                       master="node1", master_addr="10.0.0.1", port=29500,
+                       options=rk.WorkerOptions())
+
+
+def test_a_run_that_never_joined_is_red_on_the_node_that_could_not_join() -> None:
+    run = _two_node_run({0: [{"event": "start", "backend": "gloo"},
+                             {"event": "missing_ranks", "missing": [1], "master": "node1:29500",
+                              "timeout_s": 5.0}], 1: []}, {0: C.EXIT_MISSING, 1: None})
+    red = C.run_failed(run, "all-reduce over 2 ranks", C.PortsSeen(False), item="C1")
+    assert red.cause == C.CollectiveCause.MISSING and red.item == "C1"
+    assert red.nodes == ("node2",)
+    assert red.message.startswith("all-reduce over 2 ranks: rank 1 (node2 local 0) never joined "
+                                  "the rendezvous at node1:29500 within 5 s")
+    assert red.fix.startswith("let node2 reach node1 at 10.0.0.1:29500 over TCP")
+    # C2: the pair is where the red is, whatever ranks failed; F3's closed ports are shown
+    seen = C.PortsSeen(True, (C.ClosedPort("node2", "node1", 29500, "timed out"),))
+    red = C.run_failed(run, "node1<->node2", seen, item="C2", where=("node1", "node2"),
+                       after=["  node2 is in 2 of 2 failing pairs"])
+    assert red.nodes == ("node1", "node2") and red.message.endswith("failing pairs")
+    assert ("  network: the network checks (F) of this session found closed ports: "
+            "node2->node1 port 29500: timed out") in red.message
+
+
+def test_blocked_ports_down_nodes_and_leftovers_are_reds_of_their_own() -> None:
+    blocked = [C.BlockedPair("node1", "node3", ((40001, "timed out"), (40002, "timed out")),
+                             "test_high_ports[node1->node3]")]
+    red = C.ports_blocked("all-reduce over every rank of node1, node3", blocked, item="C1")
+    assert red.nodes == ("node3",) and red.cause == C.CollectiveCause.PORTS_BLOCKED
+    assert ("not run: the network checks found that node3 takes no connection from node1 "
+            "(40001 timed out, 40002 timed out; see test_high_ports[node1->node3])") in red.message
+    assert red.fix == "open the ports (see those tests' fixes), then rerun `-m collective`"
+    down = C.node_down("node2", item="C2", where=("node1", "node2"))
+    assert down.message == "node2 unreachable: see test_login[node2]"
+    run = _two_node_run({0: [{"event": "done"}], 1: [{"event": "done"}]}, {0: 0, 1: 0})
+    assert C.leftover([run], item="C1") is None
+    run.unconfirmed = {"node2": {1: 4242}}
+    left = C.leftover([run], item="C1")
+    assert left is not None and left.nodes == ("node2",)
+    assert left.message.endswith("node2: kill 4242")
+
+
+def test_wrong_backend_socket_fallback_and_low_busbw_are_reds() -> None:
+    ranks = rk.assign_ranks({"node1": 1, "node2": 1})
+    events: dict[int, list[dict[str, Any]]] = {
+        r.rank: [{"event": "start", "backend": "gloo" if r.host == "node2" else "nccl"},
+                 {"event": "done"}] for r in ranks}
+    report = C.collect(events, ranks, {0: 0, 1: 0})
+    gpus = {"node1": ("nvidia", "8 GPUs"), "node2": ("nvidia", "8 GPUs")}
+    red = C.wrong_backend(report, gpus, "all-reduce over 2 ranks", item="C1")
+    assert red is not None and red.cause == C.CollectiveCause.WRONG_BACKEND
+    assert red.nodes == ("node1", "node2")  # the ranks disagree: every node they ran on
+    assert "rank 1 (node2 local 0) ran on gloo, but node2 has 8 GPUs" in red.message
+    assert C.wrong_backend(report, {}, "x", item="C1") is not None  # they disagree anyway
+    assert C.socket_fallback({}) is None
+    fell = C.socket_fallback({"node2": "node2: NCCL used sockets (NET/Socket) ..."})
+    assert fell is not None and fell.nodes == ("node2",) and fell.item == "C1"
+    assert C.busbw_problem(report, C.BusbwVerdict(True, True, "fine")) is None
+    low = C.busbw_problem(report, C.BusbwVerdict(False, True, "busbw 1.0 GB/s < 2.0"))
+    assert low is not None and low.cause == C.CollectiveCause.BUSBW_LOW
+    bad = C.baseline_unreadable("/x.json", "No such file")
+    assert bad.message == "--busbw-baseline /x.json: cannot read it: No such file"
