@@ -15,7 +15,6 @@ import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from enum import Enum
 from typing import Any, TypeVar, cast, overload
 
 import pytest
@@ -42,7 +41,7 @@ from cluster_tests.judge.common.basefacts import BASE, BaseFacts
 from cluster_tests.judge.common.netfacts import is_ip
 from cluster_tests.judge.common.probes import FactsError, Probe
 from cluster_tests.judge.env.envvars import is_secret
-from cluster_tests.judge.problem import Problem
+from cluster_tests.judge.problem import Problem, SectionCause
 from cluster_tests.judge.ssh import sshfail
 
 PROBE_MARK = "CT_PROBE_JSON:"
@@ -94,7 +93,7 @@ def _secret_values(env: Mapping[str, str]) -> set[str]:
     return {v for k, v in env.items() if is_secret(k) and v and len(v) >= 3}
 
 
-class ProbeCause(str, Enum):
+class ProbeCause(SectionCause):
     """Why a probe delivered no facts (the Problem of a check that needs them)."""
 
     FAILED = "probe failed"

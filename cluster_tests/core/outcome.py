@@ -32,16 +32,14 @@ from cluster_tests.judge.problem import (
     BLOCKED_BY,
     PROPERTY,
     ROW_MARKS,
-    Fix,
     Problem,
-    from_text,
     report_text,
+    unjudged,
 )
 
 #: the test ids selected in this run (item names: "test_login[node3]")
 SELECTED_KEY = pytest.StashKey[frozenset[str]]()
 PROBLEM_KEY = pytest.StashKey[Problem]()
-FIXES_KEY = pytest.StashKey[list[Fix]]()
 
 _ITEM: contextvars.ContextVar[pytest.Item | None] = contextvars.ContextVar("ct_item", default=None)
 
@@ -118,7 +116,7 @@ def attempt(pair: tuple[str, str], check: Callable[[str, str], object]) -> Tried
             if item is not None and problem is not None:
                 del item.stash[PROBLEM_KEY]
             if problem is None:
-                problem = from_text(pair, report_text(str(exc.msg)))
+                problem = unjudged(pair, report_text(str(exc.msg)))
             return Tried(pair, problem=dataclasses.replace(problem, check=""), warned=caught)
     return Tried(pair, warned=caught)
 
@@ -186,14 +184,6 @@ def _combined(item_pair: tuple[str, str], reds: Sequence[Problem], total: int) -
                     if len(pair) == 2))
 
 
-def offer(*fixes: Fix) -> None:
-    """Attach fixes to the failure the calling check is about to report (ignored outside a
-    test, or when the test passes after all)."""
-    item = _ITEM.get()
-    if item is not None:
-        item.stash.setdefault(FIXES_KEY, []).extend(fixes)
-
-
 def _where(params: dict[str, Any]) -> tuple[str, ...]:
     for name in ("node", "rank0_node"):
         if isinstance(params.get(name), str):
@@ -243,14 +233,10 @@ class Outcomes:
             return report
         params = getattr(getattr(item, "callspec", None), "params", {})
         problem = item.stash.get(PROBLEM_KEY, None)
-        stashed: list[Fix] | None = item.stash.get(FIXES_KEY, None)
-        offered: list[Fix] = list(stashed or [])
         if problem is None:
-            problem = from_text(_where(params), report_text(report.longreprtext),
-                                untitled=item.name, check=item.name)
-        if offered:
-            merged = {f.key(): f for f in (*problem.fixes, *offered)}
-            problem = dataclasses.replace(problem, fixes=tuple(merged.values()))
+            crash = getattr(getattr(report.longrepr, "reprcrash", None), "message", "")
+            problem = unjudged(_where(params), report_text(report.longreprtext), item.name,
+                               headline=str(crash or ""))
         # on the report (the summary reads it) and on the item (JUnit writes the item's)
         prop = (PROPERTY, problem.to_json())
         report.user_properties = [*(p for p in report.user_properties if p[0] != PROPERTY), prop]

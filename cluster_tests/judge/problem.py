@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
+from enum import Enum
 from typing import Any
 
 #: the JUnit / report property that carries a failed check's Problem (JSON)
@@ -28,6 +28,18 @@ BLOCKED_BY = "blocked_by"
 #: a pair's mark in the `row` property of a per-node item (`test_high_ports[node3->*]` under
 #: --pairs matrix: one mark per peer, in hostfile order; the reports' port matrix)
 ROW_MARKS = {"passed": ".", "failed": "x", "blocked": "b", "skipped": "s"}
+
+
+class SectionCause(str, Enum):
+    """The base of a section's causes (``Problem.cause``): a ``str`` whose text is its value
+    wherever it is printed (a plain ``(str, Enum)`` formats as ``StorageCause.MISSING`` in an
+    f-string; ``enum.StrEnum`` needs Python 3.11)."""
+
+    def __str__(self) -> str:
+        return str(self.value)
+
+    def __format__(self, spec: str) -> str:
+        return format(str(self.value), spec)
 
 
 @dataclass(frozen=True)
@@ -93,7 +105,7 @@ class Problem:
     def text(self) -> str:
         """The red's message: the text, then the fix in words (once)."""
         out = self.message.rstrip()
-        if self.fix and self.fix not in out and self.fix != said_fix(out):
+        if self.fix and self.fix not in out:
             out += f"\n  fix: {self.fix}"
         return out
 
@@ -129,41 +141,13 @@ def report_text(text: str) -> str:
     return text.removeprefix("Failed: ")
 
 
-def fix_lines(text: str) -> list[str]:
-    """The `fix:` / `fix, on NODE:` lines of a check's own text ("on NODE: ..." for the latter):
-    the fix words of a red whose check did not build a Problem."""
-    out = []
-    for line in text.splitlines():
-        m = re.match(r"\s*fix(, on ([^:]+))?:\s*(.+)", line)
-        if m:
-            out.append((f"on {m.group(2)}: " if m.group(2) else "") + m.group(3).strip())
-    return out
-
-
-def said_fix(text: str) -> str:
-    """The fix a text says in its own `fix:` lines, in words, each once."""
-    return "; ".join(dict.fromkeys(fix_lines(text)))
-
-
-def from_text(nodes: tuple[str, ...], message: str, untitled: str = "",
-              **fields: Any) -> Problem:
-    """The Problem of a red whose text says it all, fix lines included: its cause is the
-    headline (`untitled` for an empty text) without the "a -> b: " or "node: " the id says
-    already, its fix the text's own fix lines (:func:`said_fix`), so that :meth:`Problem.text`
-    is `message` unchanged. (The plugin makes one so of a red that did not fail with one.)"""
-    headline = next((ln.strip() for ln in message.splitlines() if ln.strip()), untitled)
-    cause = re.sub(r"^\S+ -> \S+?( \([^)]*\))?: |^\S+: ", "", headline)[:120]
-    return Problem(nodes=nodes, cause=cause, message=message, fix=said_fix(message),
-                   facts={"headline": headline}, **fields)
-
-
-def node_problems(node: str, problems: Sequence[str]) -> Problem:
-    """One red for several problems of one node, each its own lines (ending with its
-    `fix, on ...:` line), each headed by the node's name."""
-    return from_text((node,), f"{node}: " + f"\n{node}: ".join(problems))
-
-
-def listed_problem(node: str, title: str, problems: Sequence[str], fix: str) -> Problem:
-    """One red for a list of a node's problems under one title, with one fix on the node."""
-    return from_text((node,), f"{node}: {title}:\n  " + "\n  ".join(problems)
-                     + f"\n  fix, on {node}: {fix}")
+def unjudged(nodes: tuple[str, ...], message: str, check: str = "", headline: str = ""
+             ) -> Problem:
+    """The Problem of a red that no judge made (a site check's assertion, a crash): its text as
+    it is, the cause its `headline` (pytest's one-line account of the exception) or else its
+    first line, no fix (a person reads it). Nothing is read back out of the text: a check of
+    the package fails with its judge's Problem (core.outcome.fail)."""
+    headline = headline.strip().splitlines()[0] if headline.strip() else next(
+        (ln.strip() for ln in message.splitlines() if ln.strip()), check)
+    return Problem(nodes=nodes, cause=headline[:120], message=message, check=check,
+                   facts={"headline": headline})

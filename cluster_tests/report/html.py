@@ -381,7 +381,7 @@ def _failure(o: Outcome, blocks: int) -> dict[str, object]:
     fixes = ([p.fix] if p is not None and p.fix else []) + [
         f"fixes.sh: {f.what}" for f in (p.fixes if p is not None else ()) if f.commands]
     return {"id": o.test_id, "module": o.module, "outcome": o.outcome, "where": where,
-            "headline": o.headline, "message": o.message, "fixes": fixes or o.fixes,
+            "headline": o.headline, "message": o.message, "fixes": fixes,
             "blocks": blocks, "stacks": _stack_groups(o)}
 
 

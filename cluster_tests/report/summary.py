@@ -23,7 +23,7 @@ from typing import Any, Protocol, TextIO
 from cluster_tests.core import nodetable
 from cluster_tests.core import testids as ids
 from cluster_tests.core.nodetable import NodeTable
-from cluster_tests.judge.problem import BLOCKED_BY, ROW_MARKS, fix_lines, report_text
+from cluster_tests.judge.problem import BLOCKED_BY, ROW_MARKS, report_text
 
 #: what replaces a secret value; which names are secret is judge.env.is_secret (the values of
 #: such variables are collected by Cluster.secrets)
@@ -60,10 +60,6 @@ class Outcome:
                     line = re.sub(r"^\S+ -> \S+: ", "", line)
                 return line
         return ""
-
-    @property
-    def fixes(self) -> list[str]:
-        return fix_lines(self.message)
 
 
 _MARK = {"passed": ".", "failed": "X", "error": "E", "skipped": "s"}

@@ -108,48 +108,29 @@ def test_lf_reruns_the_root_and_what_it_blocked(suite):
     assert "test_login[node1] PASSED" not in out
 
 
-TEXT_CHECKS = """
+UNJUDGED_CHECKS = """
 import pytest
-from cluster_tests.core import outcome
-from cluster_tests.judge.problem import listed_problem, node_problems
-
-PROBLEMS = ["X is 'no': nothing works\\n  fix, on node2: set 'X yes'; reload",
-            "Y=3 matches no interface\\n  fix, on node1: export Y=eth0 in ~/.bashrc"]
 
 @pytest.mark.parametrize("node", ["node2"])
-@pytest.mark.parametrize("how", ["text", "problem"])
-def test_several(how, node):
-    if how == "problem":
-        outcome.fail(node_problems(node, PROBLEMS))
-    pytest.fail(f"{node}: " + f"\\n{node}: ".join(PROBLEMS), pytrace=False)
-
-@pytest.mark.parametrize("node", ["node2"])
-@pytest.mark.parametrize("how", ["text", "problem"])
-def test_listed(how, node):
-    if how == "problem":
-        outcome.fail(listed_problem(node, "ports", ["a down", "b slow"], "check the cable"))
-    pytest.fail(f"{node}: ports:\\n  a down\\n  b slow\\n  fix, on {node}: check the cable",
-                pytrace=False)
+def test_site(node):
+    assert node == "node1", f"{node}: /data is not mounted\\n  fix: mount it"
 """
 
 
-def test_a_red_built_from_its_text_is_the_red_its_text_made(pytester):
-    """judge.problem's node_problems and listed_problem: the same red text, and the same
-    Problem (cause, fix, headline), as the check's own pytest.fail of that text made."""
+def test_a_red_no_judge_made_is_its_own_text_and_names_no_fix(pytester):
+    """A red that did not fail with a Problem (a site check's assertion): its Problem is its
+    text as it is, its first line the cause, on its node, with no fix read out of the text."""
     import json
 
     pytester.makeconftest(CONFTEST)
-    pytester.makepyfile(test_checks=TEXT_CHECKS)
+    pytester.makepyfile(test_checks=UNJUDGED_CHECKS)
     xml = pytester.path / "junit.xml"
-    pytester.runpytest(f"--junitxml={xml}").assert_outcomes(failed=4)
-    messages = {c.get("name"): c.find("failure").get("message")  # type: ignore[union-attr]
-                for c in ET.parse(xml).getroot().iter("testcase")}
+    pytester.runpytest(f"--junitxml={xml}").assert_outcomes(failed=1)
     got = {name: json.loads(props["problem"]) for name, (_, props) in _junit(xml).items()}
-    for test in ("test_several", "test_listed"):
-        text, made = f"{test}[text-node2]", f"{test}[problem-node2]"
-        assert messages[text] == messages[made]
-        assert {**got[text], "check": ""} == {**got[made], "check": ""}
-        assert got[made]["fix"].startswith("on node2: ") and got[made]["nodes"] == ["node2"]
+    p = got["test_site[node2]"]
+    assert p["nodes"] == ["node2"] and p["fix"] == "" and p["fixes"] == []
+    assert p["cause"].startswith("AssertionError: node2: /data is not mounted"), p
+    assert "fix: mount it" in p["message"] and p["check"] == "test_site[node2]"
 
 
 PER_NODE_CHECKS = """

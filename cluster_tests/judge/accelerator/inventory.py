@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from enum import Enum
 
 from cluster_tests.judge.common import tooloutput
 from cluster_tests.judge.common.facts import Command
@@ -18,7 +17,7 @@ from cluster_tests.judge.common.probes import (
     obj,
     opt_text,
 )
-from cluster_tests.judge.problem import Problem
+from cluster_tests.judge.problem import Problem, SectionCause
 
 #: A1's fix where a card's own health is the cause
 NPU_FIX = ("npu-smi info -t health -i <id> for the cause; reset or replace the card "
@@ -30,7 +29,7 @@ FRAMEWORK_FIX = ("install the framework build that matches the driver into the r
 TOOL_FIX = "check the driver (dmesg, the tool's own log)"
 
 
-class AcceleratorCause(str, Enum):
+class AcceleratorCause(SectionCause):
     """What can be wrong with a node's accelerators (Problem.cause)."""
 
     TOOL_FAILED = "vendor tool fails"

@@ -17,7 +17,6 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from enum import Enum
 
 from cluster_tests.core import testids as ids
 from cluster_tests.judge.collective.collopts import format_size
@@ -31,7 +30,7 @@ from cluster_tests.judge.common.probes import (
     text,
     text_map,
 )
-from cluster_tests.judge.problem import Problem
+from cluster_tests.judge.problem import Problem, SectionCause
 
 #: One JSON event line of a worker (node/allreduce.py `emit`), as it came.
 Event = Mapping[str, object]
@@ -49,7 +48,7 @@ EXIT_INIT = 12
 EXIT_COLLECTIVE = 13
 
 
-class CollectiveCause(str, Enum):
+class CollectiveCause(SectionCause):
     """What a C1/C2 red is (Problem.cause): first the report's failure kinds (its verdicts),
     then what else stops or spoils a run."""
 

@@ -25,7 +25,8 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass, field
-from enum import Enum
+
+from cluster_tests.judge.problem import SectionCause
 
 Number = int | float
 
@@ -141,7 +142,7 @@ def parse_nvidia_smi_L(text: str) -> list[Gpu]:
 # --------------------------------------------------------------------------------------------
 
 
-class NpuHealth(str, Enum):
+class NpuHealth(SectionCause):
     """Normalized ``Health`` column of ``npu-smi info``."""
 
     OK = "OK"

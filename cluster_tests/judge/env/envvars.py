@@ -17,7 +17,6 @@ import re
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from enum import Enum
 
 from cluster_tests.judge.common import tooloutput
 from cluster_tests.judge.common.facts import Command
@@ -33,14 +32,14 @@ from cluster_tests.judge.common.probes import (
     text_map,
     texts,
 )
-from cluster_tests.judge.problem import Fix, Problem
+from cluster_tests.judge.problem import Fix, Problem, SectionCause
 
 SCRIPT = "envprobe.py"
 #: node -> {name: value, None where unset}: what the nodes are compared on (E2, E3)
 Table = Mapping[str, Mapping[str, str | None]]
 
 
-class EnvCause(str, Enum):
+class EnvCause(SectionCause):
     """What can be wrong with the environment the launch meets, E1-E7 (Problem.cause)."""
 
     NOT_SET = "required variable not set"  # E1

@@ -26,11 +26,10 @@ import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from enum import Enum
 
 from cluster_tests.judge.accelerator.inventory import command
 from cluster_tests.judge.common.probes import Probe, obj, opt_text, texts
-from cluster_tests.judge.problem import Fix, Problem
+from cluster_tests.judge.problem import Fix, Problem, SectionCause
 
 #: DCGM's run level -> how long the probe waits for it, seconds (DCGM's documented durations:
 #: level 1 "seconds", 2 "about 2 minutes", 3 "about 30 minutes", 4 "1-2 hours"; twice that)
@@ -45,7 +44,7 @@ HUNG_FIX = ("nvidia-smi (does it answer?), the kernel log (dmesg | grep NVRM), s
             "nvidia-dcgm; reset the GPU or reboot")
 
 
-class DiagCause(str, Enum):
+class DiagCause(SectionCause):
     """What R9 finds (Problem.cause)."""
 
     FAILED = "DCGM diagnostic failed"

@@ -25,13 +25,12 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from enum import Enum
 
 from cluster_tests.judge.accelerator.inventory import command
 from cluster_tests.judge.common import tooloutput
 from cluster_tests.judge.common.facts import Command
 from cluster_tests.judge.common.probes import Probe, obj, text, texts
-from cluster_tests.judge.problem import Problem
+from cluster_tests.judge.problem import Problem, SectionCause
 
 #: R8's fix, on the node with the unhealthy NPUs, clashing device IPs or another TLS switch
 NPU_FIX = ("npu-smi info -t health -i <id> -c 0 for the cause; device IPs: hccn_tool -i <dev> "
@@ -54,14 +53,14 @@ BAD_THROTTLE = ("HW Slowdown", "HW Thermal Slowdown", "HW Power Brake Slowdown")
 
 
 
-class GpuCause(str, Enum):
+class GpuCause(SectionCause):
     """What R7/R8 find wrong with a node's accelerators (Problem.cause)."""
 
     GPU_HEALTH = "GPU unhealthy"
     NPU_HEALTH = "NPU unhealthy"
 
 
-class IssueKind(str, Enum):
+class IssueKind(SectionCause):
     """What an R7 finding calls for (the fixes are chosen by it)."""
 
     RESET = "reset pending"  # pending remap/retirement, Reset Required: reset the GPU

@@ -25,7 +25,6 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from enum import Enum
 
 from cluster_tests.judge.common.probes import (
     FactsError,
@@ -36,7 +35,7 @@ from cluster_tests.judge.common.probes import (
     opt_int,
     text,
 )
-from cluster_tests.judge.problem import Problem
+from cluster_tests.judge.problem import Problem, SectionCause
 
 #: R1's fix, on the node whose ports are down or slower than its peers'
 PORTS_FIX = ("check the cable, the switch port and the subnet manager (ibstat; ibportstate / "
@@ -61,7 +60,7 @@ PHYS_STATES = {1: "Sleep", 2: "Polling", 3: "Disabled", 4: "PortConfigurationTra
                5: "LinkUp", 6: "LinkErrorRecovery", 7: "Phy Test"}
 
 
-class RdmaCause(str, Enum):
+class RdmaCause(SectionCause):
     """What can be wrong with the fabric and the limits the launch meets (Problem.cause)."""
 
     PORTS = "RDMA ports down or slow"

@@ -11,7 +11,8 @@ other's model. Pure: no I/O.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import Enum
+
+from cluster_tests.judge.problem import SectionCause
 
 EXAMPLE_LINE = "node1 slots=8"
 MAX_BYTES = 1024 * 1024
@@ -26,7 +27,7 @@ ERROR = "error"
 WARNING = "warning"
 
 
-class HostfileCause(str, Enum):
+class HostfileCause(SectionCause):
     """What can be wrong with the hostfile and what it says of the cluster (Problem.cause)."""
 
     REFUSED = "hostfile will not launch"  # H1: DeepSpeed refuses it, or a line breaks the launch

@@ -10,16 +10,15 @@ facts (judge/common/basefacts.py); the /etc/hosts fixes are judge/common/fixcmd.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from enum import Enum
 
 from cluster_tests.judge.common import fixcmd
 from cluster_tests.judge.common.basefacts import BaseFacts
 from cluster_tests.judge.common.netfacts import is_loopback
-from cluster_tests.judge.problem import Fix, Problem
+from cluster_tests.judge.problem import Fix, Problem, SectionCause
 from cluster_tests.judge.ssh import sshnames
 
 
-class NamesCause(str, Enum):
+class NamesCause(SectionCause):
     """What can be wrong with how the nodes find each other by name (Problem.cause)."""
 
     NOT_RESOLVED = "name not resolved"  # N1

@@ -13,7 +13,6 @@ from array import array
 from collections import Counter
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from enum import Enum
 
 from cluster_tests.core import testids as ids
 from cluster_tests.judge.network.portfacts import (
@@ -26,10 +25,10 @@ from cluster_tests.judge.network.portfacts import (
     Reach,
     Stopped,
 )
-from cluster_tests.judge.problem import Problem
+from cluster_tests.judge.problem import Problem, SectionCause
 
 
-class NetworkCause(str, Enum):
+class NetworkCause(SectionCause):
     """What can be wrong in section F (Problem.cause)."""
 
     PROBE_FAILED = "network probe failed"

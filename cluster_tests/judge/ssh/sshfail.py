@@ -12,12 +12,13 @@ fingerprint out of band before anything is written to known_hosts.
 
 from __future__ import annotations
 
-import enum
 import re
 from dataclasses import dataclass
 
+from cluster_tests.judge.problem import SectionCause
 
-class Cause(str, enum.Enum):
+
+class Cause(SectionCause):
     """Why an SSH connection failed, as a person would name it (the value is the name shown)."""
 
     DNS = "name not resolved"

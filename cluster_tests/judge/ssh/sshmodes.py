@@ -12,17 +12,16 @@ from __future__ import annotations
 import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from enum import Enum
 
 from cluster_tests.judge.common import fixcmd
 from cluster_tests.judge.common.basefacts import PathStat, SshFiles
 from cluster_tests.judge.common.facts import Command, SshLeg
 from cluster_tests.judge.common.probes import FactsError, Probe, integer, obj, opt_text, text
-from cluster_tests.judge.problem import Fix, Problem
+from cluster_tests.judge.problem import Fix, Problem, SectionCause
 from cluster_tests.judge.ssh import sshfail
 
 
-class SshCause(str, Enum):
+class SshCause(SectionCause):
     """What S2, S3, S5 and S6 find wrong beside a failed connection (sshfail.Cause)."""
 
     FILE_MODES = "ssh file modes refused"

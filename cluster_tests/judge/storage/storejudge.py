@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from enum import Enum
 
 from cluster_tests.judge.common.probes import (
     Probe,
@@ -16,12 +15,12 @@ from cluster_tests.judge.common.probes import (
     opt_text,
     text,
 )
-from cluster_tests.judge.problem import Problem
+from cluster_tests.judge.problem import Problem, SectionCause
 
 SCRIPT = "storeprobe.py"
 
 
-class StorageCause(str, Enum):
+class StorageCause(SectionCause):
     """What can be wrong with the output directory (Problem.cause)."""
 
     MISSING = "output directory missing"

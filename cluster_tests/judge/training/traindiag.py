@@ -13,8 +13,8 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from enum import Enum
 
+from cluster_tests.judge.problem import SectionCause
 from cluster_tests.judge.ssh import sshfail
 from cluster_tests.judge.ssh.sshfail import Cause
 from cluster_tests.judge.training.trainresult import TAG, SmokeResult, parse_output
@@ -26,7 +26,7 @@ __all__ = ["CONSEQUENCE_KINDS", "LAUNCH_TIMEOUT_MARK", "SSH_KINDS", "Diagnosis",
            "diagnose", "root_causes"]
 
 
-class TrainCause(str, Enum):
+class TrainCause(SectionCause):
     """What a T1/T2 red is (Problem.cause): the kinds of the diagnoses read from a launch's log
     (the ssh legs' are judge/ssh/sshfail.py's, tested to be these), then a launch's other ends."""
 
