@@ -77,10 +77,16 @@ def test_an_interrupt_of_the_main_thread_stops_the_work_it_waits_for():
         time.sleep(0.3)
         signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)  # type: ignore[arg-type]
 
-    threading.Thread(target=interrupt_soon, daemon=True).start()
-    start = time.monotonic()
-    with pytest.raises(KeyboardInterrupt):
-        transport.off_main_thread(work, "ct-test-work", on_interrupt=stop.set)
+    # Python's own handler, as at a terminal: a job started in the background by a shell
+    # without job control (CI's `make test &`) inherits SIGINT ignored, and nothing would raise
+    old = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        threading.Thread(target=interrupt_soon, daemon=True).start()
+        start = time.monotonic()
+        with pytest.raises(KeyboardInterrupt):
+            transport.off_main_thread(work, "ct-test-work", on_interrupt=stop.set)
+    finally:
+        signal.signal(signal.SIGINT, old)
     assert time.monotonic() - start < 5
     assert seen == ["ct-test-work"]
     # from any other thread, the work runs right there
