@@ -144,6 +144,21 @@ def test_ssh_alias_hostfile_is_green_and_the_launch_works(healthy_sim, tmp_path)
     assert launch_ok(out, 3), out[-3000:]
 
 
+def test_sshd_on_another_port_everywhere_is_green_and_the_launch_works(healthy_sim):
+    """Every node's sshd on 2222, 22 answering nothing (the port in each sshd_config, in the
+    launcher's and every node's ssh config, known_hosts keyed `[name]:2222`): the fast checklist
+    is green, and the real launch works, pdsh's ssh taking the port from the rank-0 node's ssh
+    config as the suite's checks do."""
+    sim = healthy_sim
+    put_script(sim, NODES)
+    sim.move_sshd(2222)
+    assert not sim.sshd_answers("node1")  # nothing on 22 any more
+    r = run_suite(sim, *FAST)
+    assert r.returncode == 0, r.describe()
+    out = real_launch(sim, NODES)
+    assert launch_ok(out, 3), out[-3000:]
+
+
 def test_an_ssh_alias_to_a_dead_address_is_one_red_on_that_node(healthy_sim, tmp_path):
     """gpu-c's HostName (in every ssh config) is an address where nothing answers: one red, the
     launcher's login to gpu-c, whose fix is the ssh config's HostName (never the node's
