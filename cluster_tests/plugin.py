@@ -19,7 +19,6 @@ import os
 import sys
 import types
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -322,7 +321,7 @@ def _slurm(cluster: Cluster, recorder: Recorder) -> files.AfterVerdict:
     hostfile.healthy is decided."""
     after = cluster.settings.after
 
-    def act(healthy: Healthy, problems: list[Problem]) -> tuple[list[str], dict[str, Any]]:
+    def act(healthy: Healthy, problems: list[Problem]) -> tuple[list[str], dict[str, object]]:
         def outcome(test_id: str) -> str | None:
             got = recorder.outcomes.get(test_id)
             return got.outcome if got is not None else None

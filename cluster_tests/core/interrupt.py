@@ -19,7 +19,6 @@ import sysconfig
 import threading
 from collections.abc import Callable
 from types import FrameType
-from typing import Any
 
 import pytest
 
@@ -42,7 +41,7 @@ class InterruptGuard:
     def __init__(self, fulltrace: bool = False) -> None:
         self.fulltrace = fulltrace
         self.interrupted = False
-        self._previous: Callable[[int, FrameType | None], Any] | int | None = None
+        self._previous: Callable[[int, FrameType | None], object] | int | None = None
         self._installed = False
         self._fd: int | None = None
 

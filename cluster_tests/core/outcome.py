@@ -23,8 +23,8 @@ from __future__ import annotations
 import contextvars
 import dataclasses
 import warnings
-from collections.abc import Callable, Sequence
-from typing import Any, NoReturn
+from collections.abc import Callable, Mapping, Sequence
+from typing import NoReturn
 
 import pytest
 
@@ -184,16 +184,16 @@ def _combined(item_pair: tuple[str, str], reds: Sequence[Problem], total: int) -
                     if len(pair) == 2))
 
 
-def _where(params: dict[str, Any]) -> tuple[str, ...]:
+def _where(params: Mapping[str, object]) -> tuple[str, ...]:
     for name in ("node", "rank0_node"):
-        if isinstance(params.get(name), str):
-            return (params[name],)
+        if isinstance(node := params.get(name), str):
+            return (node,)
     for name in ("pair", "rendezvous_leg", "pdsh_leg", "node_pair"):
         got = params.get(name)
         if isinstance(got, tuple):
-            return tuple(n for n in got if n != "*")  # node3->*: node3
-    if isinstance(params.get("launch_site"), str):
-        return (params["launch_site"],)
+            return tuple(str(n) for n in got if n != "*")  # node3->*: node3
+    if isinstance(site := params.get("launch_site"), str):
+        return (site,)
     return ()
 
 

@@ -36,14 +36,14 @@ from __future__ import annotations
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, TypeVar
+from typing import Protocol, TypeVar
 
 from cluster_tests.core.memokey import MemoKey
 
 AUTO_ALL_MAX = 32  # "auto": all pairs up to this many nodes (32*32 = 1024 pairs), matrix beyond
 ANY = "*"  # the other end of a per-node item of a per_node check: node3->* and *->node3
 F = TypeVar("F")
-MEMO_KEY: MemoKey[Any] = MemoKey("pairs", "selection")
+MEMO_KEY: MemoKey[Selection] = MemoKey("pairs", "selection")
 # {test function name: sources of its collected pairs}
 SOURCES_KEY: MemoKey[dict[str, list[str]]] = MemoKey("pairs", "collected_sources")
 
@@ -224,7 +224,7 @@ class Selection:
         return (f"pairs: {self.spec.describe()}{auto}, {len(self.pairs)} of {n_nodes * n_nodes} "
                 f"ordered pairs{every}")
 
-    def meta(self, n_nodes: int) -> dict[str, Any]:
+    def meta(self, n_nodes: int) -> dict[str, object]:
         return {"mode": self.spec.describe(), "requested": self.requested,
                 "pairs": len(self.pairs), "all_pairs": n_nodes * n_nodes,
                 **({"per_node": True} if self.per_node else {})}

@@ -13,7 +13,6 @@ import shutil
 import subprocess
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from cluster_tests.judge import slurm
 from cluster_tests.judge.healthyset import Healthy
@@ -74,7 +73,7 @@ class Report:
     """What the summary says of Slurm (its lines) and summary.json's `slurm`."""
 
     lines: list[str] = field(default_factory=list)
-    json: dict[str, Any] = field(default_factory=dict)
+    json: dict[str, object] = field(default_factory=dict)
 
 
 def after_verdict(names: Sequence[str], healthy: Healthy, problems: Sequence[Problem], *,
@@ -110,7 +109,7 @@ def after_verdict(names: Sequence[str], healthy: Healthy, problems: Sequence[Pro
         lines += [f"  {n}" for n in got.notes]
         return Report(lines, {"ran": False, **slurm.to_json(got)})
     lines = [f"Slurm ({flags}):"]
-    done: list[dict[str, Any]] = []
+    done: list[dict[str, object]] = []
     for a in got.actions:
         try:
             _run([scontrol, *a.argv[1:]], timeout, environ)

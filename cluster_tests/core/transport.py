@@ -351,7 +351,7 @@ def off_main_thread(fn: Callable[[], T], name: str,
     interrupt goes on."""
     if threading.current_thread() is not threading.main_thread():
         return fn()
-    box: list[Any] = []
+    box: list[T | BaseException] = []
 
     def run() -> None:
         try:
@@ -367,9 +367,10 @@ def off_main_thread(fn: Callable[[], T], name: str,
     except BaseException:
         on_interrupt()
         raise
-    if isinstance(box[0], BaseException):
-        raise box[0]
-    return cast(T, box[0])
+    got = box[0]
+    if isinstance(got, BaseException):
+        raise got
+    return got
 
 
 def new_run_tag() -> str:

@@ -19,7 +19,6 @@ import json
 import re
 from dataclasses import asdict, dataclass, field
 from enum import Enum
-from typing import Any
 
 #: the JUnit / report property that carries a failed check's Problem (JSON)
 PROPERTY = "problem"
@@ -85,7 +84,7 @@ class Problem:
     #: checks are blocked by this red, and hostfile.healthy leaves them out with its node
     breaks: tuple[str, ...] = ()
     #: numbers or names a report may show beside it
-    facts: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
+    facts: dict[str, object] = field(default_factory=dict, compare=False, hash=False)
 
     @property
     def where(self) -> str:

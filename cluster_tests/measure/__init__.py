@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
+from typing import TypeVar
+
+T = TypeVar("T")
 
 
-def sort_outcomes(results: Iterable[tuple[str, Any]], ok: dict[str, Any],
+def sort_outcomes(results: Iterable[tuple[str, T | BaseException]], ok: dict[str, T],
                   errors: dict[str, str]) -> None:
     """Each node's result of a `cluster.pool.map` into `ok`, or its failure (the exception's
     text) into `errors`; a node that failed in an earlier phase keeps that first failure."""

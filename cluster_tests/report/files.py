@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from cluster_tests.core.nodetable import NodeTable
 from cluster_tests.judge.healthyset import Healthy
@@ -21,7 +21,7 @@ from cluster_tests.report import history as history_mod
 from cluster_tests.report.summary import Recorder
 
 #: what the verdict does outside the reports (Slurm): (summary lines, summary.json's part)
-AfterVerdict = Callable[[Healthy, list[Problem]], tuple[list[str], dict[str, Any]]]
+AfterVerdict = Callable[[Healthy, list[Problem]], tuple[list[str], dict[str, object]]]
 
 
 @dataclass(frozen=True)
@@ -51,7 +51,7 @@ class Written:
     metrics_path: Path | None = None
 
 
-def write_all(json_path: Path, recorder: Recorder, facts: NodeTable, meta: dict[str, Any], *,
+def write_all(json_path: Path, recorder: Recorder, facts: NodeTable, meta: Mapping[str, object], *,
               slots: Mapping[str, int], world_multiple: int, hostfile: str | None, ssh: list[str],
               command: str, html_path: Path | None, invocation_dir: Path,
               history: HistoryOptions | None = None, metrics_path: Path | None = None,
@@ -65,7 +65,7 @@ def write_all(json_path: Path, recorder: Recorder, facts: NodeTable, meta: dict[
     found = healthy_mod.problems(recorder.outcomes.values())
     rtt = recorder.latency_medians(list(slots)) if history is not None else None
     result = healthy_mod.decide(recorder, list(slots), world_multiple, found, rtt)
-    extra: dict[str, Any] = {"healthy": _healthy(out, json_path.with_name(healthy_mod.FILE_NAME),
+    extra: dict[str, object] = {"healthy": _healthy(out, json_path.with_name(healthy_mod.FILE_NAME),
                                                  recorder, result, slots, invocation_dir,
                                                  hostfile)}
     ran = bool(recorder.outcomes)  # --collect-only, or nothing selected: no verdict to act on
@@ -73,7 +73,7 @@ def write_all(json_path: Path, recorder: Recorder, facts: NodeTable, meta: dict[
         slurm_json = _after_verdict(out, after_verdict, result, found)
         if slurm_json:
             extra["slurm"] = slurm_json
-    series: dict[str, Any] = {}
+    series: history_mod.Series = {}
     if history is not None and ran:
         series, extra["history"] = _history(out, history, recorder, facts, meta, slots,
                                             finished, result, rtt)
@@ -115,7 +115,7 @@ def _attempt(out: Written, what: str, write: Callable[[], T]) -> T | None:
 
 def _healthy(out: Written, path: Path, recorder: Recorder, result: Healthy,
              slots: Mapping[str, int], invocation_dir: Path, hostfile: str | None
-             ) -> dict[str, Any]:
+             ) -> dict[str, object]:
     """hostfile.healthy (only when something is red: a green run leaves no stale file behind)
     and the launch lines that use it; its part of summary.json."""
     red = any(o.outcome in ("failed", "error") for o in recorder.outcomes.values())
@@ -129,7 +129,7 @@ def _healthy(out: Written, path: Path, recorder: Recorder, result: Healthy,
 
 
 def _after_verdict(out: Written, act: AfterVerdict, result: Healthy, found: list[Problem]
-                   ) -> dict[str, Any]:
+                   ) -> dict[str, object]:
     """What the verdict does in Slurm: its lines in `out`, its part of summary.json."""
     try:
         out.slurm_lines, slurm_json = act(result, found)
@@ -140,14 +140,17 @@ def _after_verdict(out: Written, act: AfterVerdict, result: Healthy, found: list
 
 
 def _history(out: Written, history: HistoryOptions, recorder: Recorder, facts: NodeTable,
-             meta: dict[str, Any], slots: Mapping[str, int], finished: float, result: Healthy,
-             rtt: dict[str, float] | None) -> tuple[dict[str, Any], dict[str, Any]]:
+             meta: Mapping[str, object], slots: Mapping[str, int], finished: float,
+             result: Healthy, rtt: dict[str, float] | None
+             ) -> tuple[history_mod.Series, dict[str, object]]:
     """The run added to the history: its warnings in `out`; (the plot's series, summary.json's
     part)."""
     began = time.monotonic()
+    status = meta.get("exitstatus", 0)
     rec = history_mod.run_record(
         recorder, facts, started=recorder.started, finished=finished, slots=slots,
-        exitstatus=int(meta.get("exitstatus", 0)), source=str(meta.get("node_source", "")),
+        exitstatus=int(status) if isinstance(status, int | float | str) else 0,
+        source=str(meta.get("node_source", "")),
         excluded=result.excluded, rtt_ms=rtt or {})
     built = time.monotonic() - began
     recorded = history_mod.record(history.path, rec, ratio=history.drop, window=history.window)

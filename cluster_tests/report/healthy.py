@@ -8,7 +8,6 @@ import dataclasses
 import shlex
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any
 
 from cluster_tests.judge import healthyset
 from cluster_tests.judge.healthyset import Healthy
@@ -102,7 +101,7 @@ def launch_lines(result: Healthy, path: Path, cwd: Path, hostfile: str | None) -
     return lines
 
 
-def to_json(result: Healthy, path: Path | None) -> dict[str, Any]:
+def to_json(result: Healthy, path: Path | None) -> dict[str, object]:
     return {"file": str(path) if path is not None else None,
             "rank0": result.rank0, "rank0_moved_from": result.rank0_moved_from,
             "kept": result.kept,

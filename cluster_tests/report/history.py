@@ -28,7 +28,7 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 
 from cluster_tests.core import testids as ids
 from cluster_tests.judge import trend
@@ -381,6 +381,26 @@ def node_runs(conn: sqlite3.Connection, nodes: Iterable[str], last: int, *,
 # -- recording a run -----------------------------------------------------------------------------
 
 
+class SeriesRun(TypedDict):
+    id: int
+    started: float
+
+
+class SeriesLine(TypedDict):
+    """One polyline of the history plot: busbw (GB/s) per run id, at one message size."""
+
+    size_bytes: int | None
+    values: dict[int, float]
+
+
+class Series(TypedDict, total=False):
+    """The history plot's data (:func:`series`; empty where the node list has no run yet)."""
+
+    runs: list[SeriesRun]
+    c1: SeriesLine
+    pairs: dict[str, SeriesLine]
+
+
 @dataclass
 class Recorded:
     """What recording did: the warnings for the summary, the plot's series, or the error."""
@@ -388,7 +408,7 @@ class Recorded:
     path: Path
     run: int | None = None
     trends: Trends = field(default_factory=Trends)
-    series: dict[str, Any] = field(default_factory=dict)
+    series: Series = field(default_factory=Series)
     error: str = ""
     #: what recording took (connecting, migrating, writing, reading the trends back)
     seconds: float = 0.0
@@ -398,7 +418,7 @@ class Recorded:
             return [f"warning: history not written: {self.error}"]
         return self.trends.lines()
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return {"file": str(self.path), "run": self.run, "error": self.error or None,
                 "seconds": round(self.seconds, 3),
                 "warnings": [d.text() for d in self.trends.drops]
@@ -437,7 +457,7 @@ def record(path: Path, rec: RunRecord, *, ratio: float = trend.DROP, window: int
 # -- reading it back: the plot, --history-show ---------------------------------------------------
 
 
-def series(conn: sqlite3.Connection, digest_: str, recent: int = RECENT) -> dict[str, Any]:
+def series(conn: sqlite3.Connection, digest_: str, recent: int = RECENT) -> Series:
     """The plot's data: the last `recent` runs of this node list (oldest first), C1's busbw at
     the newest run's largest size, and each pair's C2 busbw at its newest size."""
     runs = [(r, started) for r, started in conn.execute(

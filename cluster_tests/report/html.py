@@ -12,14 +12,17 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, TypedDict
 
 from cluster_tests.core import testids as ids
 from cluster_tests.report.fixes import problem_of
 from cluster_tests.report.summary import Outcome, Recorder, node_columns
+
+if TYPE_CHECKING:
+    from cluster_tests.report.history import Series, SeriesLine
 
 TEMPLATE = "report.html.j2"
 
@@ -217,6 +220,21 @@ def bandwidth_heatmap(rec: Recorder) -> Heatmap | None:
 
 # -- C1: bandwidth against message size ---------------------------------------------------------
 
+class PlotPoint(TypedDict):
+    x: float
+    y: float
+    title: str
+
+
+class PlotSeries(TypedDict):
+    """One polyline of a plot: its points (with their tooltips) and their SVG path."""
+
+    name: str
+    color: str
+    path: str
+    points: list[PlotPoint]
+
+
 # (duplicates lists this field list beside judge/ranks.WorkerOptions: both are plain
 # dataclasses of numeric defaults, alike in shape only; there is no shared logic to factor out.)
 @dataclass
@@ -227,7 +245,7 @@ class Plot:
     right: int = 20
     top: int = 20
     bottom: int = 50
-    series: list[dict[str, Any]] = field(default_factory=list)  # name, color, points, path
+    series: list[PlotSeries] = field(default_factory=list)
     xticks: list[tuple[float, str]] = field(default_factory=list)
     yticks: list[tuple[float, str]] = field(default_factory=list)
     caption: str = ""
@@ -313,17 +331,17 @@ PALETTE = ("#1f6f3b", "#2c5d98", "#d95f02", "#7570b3", "#e7298a", "#66a61e", "#e
 HISTORY_PAIRS = 12
 
 
-def history_plot(series: dict[str, Any]) -> Plot | None:
+def history_plot(series: Series) -> Plot | None:
     """C1's busbw and each C2 pair's, per run of this node list (report/history.py's series):
     one polyline each, x the runs oldest to newest, y GB/s."""
     runs = series.get("runs") or []
-    c1 = series.get("c1") or {}
+    c1 = series.get("c1")
     pairs = series.get("pairs") or {}
     lines: list[tuple[str, dict[int, float]]] = []
-    if c1.get("values"):
+    if c1 is not None and c1["values"] and c1["size_bytes"] is not None:
         lines.append((f"C1 at {_size_label(c1['size_bytes'])}B", c1["values"]))
 
-    def slide(item: tuple[str, dict[str, Any]]) -> float:
+    def slide(item: tuple[str, SeriesLine]) -> float:
         values = [v for _, v in sorted(item[1]["values"].items())]
         mid = sorted(values)[len(values) // 2] if values else 0
         return values[-1] / mid if values and mid else 1.0
@@ -399,7 +417,7 @@ def _stack_groups(o: Outcome) -> list[dict[str, object]]:
 
 
 def context(rec: Recorder, facts: dict[str, dict[str, str]],
-            meta: dict[str, Any], history: dict[str, Any] | None = None) -> dict[str, Any]:
+            meta: Mapping[str, object], history: Series | None = None) -> dict[str, object]:
     columns, same = node_columns(facts) if facts else (["node"], {})
     blocked = rec.blocked_counts()
     failures = [_failure(o, blocked.get(o.test_id, 0)) for o in rec.outcomes.values()
@@ -428,8 +446,8 @@ def context(rec: Recorder, facts: dict[str, dict[str, str]],
     }
 
 
-def render(rec: Recorder, facts: dict[str, dict[str, str]], meta: dict[str, Any],
-           history: dict[str, Any] | None = None) -> str:
+def render(rec: Recorder, facts: dict[str, dict[str, str]], meta: Mapping[str, object],
+           history: Series | None = None) -> str:
     import jinja2  # here, not at import: only the run that writes a report needs it
 
     env = jinja2.Environment(
@@ -440,7 +458,7 @@ def render(rec: Recorder, facts: dict[str, dict[str, str]], meta: dict[str, Any]
 
 
 def write(path: Path, rec: Recorder, facts: dict[str, dict[str, str]],
-          meta: dict[str, Any], history: dict[str, Any] | None = None) -> Path:
+          meta: Mapping[str, object], history: Series | None = None) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(render(rec, facts, meta, history), encoding="utf-8")
     return path

@@ -20,12 +20,15 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from cluster_tests.core import sections
 from cluster_tests.core import testids as ids
 from cluster_tests.judge.problem import BLOCKED_BY, PROPERTY, Problem
 from cluster_tests.report.summary import Outcome, Recorder
+
+if TYPE_CHECKING:
+    from prometheus_client.core import Metric
 
 PREFIX = "cluster_tests"
 GB = 1e9
@@ -53,7 +56,7 @@ class _Run:
         self.duration_s = duration_s
         self.finished = finished
 
-    def collect(self) -> Iterator[Any]:
+    def collect(self) -> Iterator[Metric]:
         from prometheus_client.core import GaugeMetricFamily
 
         rec = self.recorder

@@ -15,10 +15,12 @@ import sys
 import threading
 import time
 from array import array
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Protocol, TextIO
+from typing import Protocol, TextIO, TypedDict
+
+import pytest
 
 from cluster_tests.core import nodetable
 from cluster_tests.core import testids as ids
@@ -28,6 +30,18 @@ from cluster_tests.judge.problem import BLOCKED_BY, ROW_MARKS, report_text
 #: what replaces a secret value; which names are secret is judge.env.is_secret (the values of
 #: such variables are collected by Cluster.secrets)
 MASK = "****"
+
+
+class Cause(TypedDict):
+    """One cause of a run's reds, as summary.json's `causes` lists it (Recorder.causes)."""
+
+    where: str
+    cause: str
+    headline: str
+    checks: list[str]
+    blocks: int
+    fix: str
+    scripted: bool
 
 
 def mask(text: str, secrets: set[str]) -> str:
@@ -48,7 +62,7 @@ class Outcome:
     node: str | None = None
     pair: tuple[str, str] | None = None
     seconds: float = 0.0
-    properties: dict[str, Any] = field(default_factory=dict)
+    properties: dict[str, object] = field(default_factory=dict)
 
     @property
     def headline(self) -> str:
@@ -74,7 +88,7 @@ class Recorder:
     outcomes: dict[str, Outcome] = field(default_factory=dict)
     secrets: set[str] = field(default_factory=set)
 
-    def add(self, report: Any) -> None:
+    def add(self, report: pytest.TestReport) -> None:
         """Record one pytest TestReport (call phase, or a failed/skipped setup)."""
         if report.when != "call" and not (report.failed or report.skipped):
             return
@@ -87,14 +101,16 @@ class Recorder:
             message = report_text(report.longreprtext)
         elif report.skipped and isinstance(report.longrepr, tuple):
             message = str(report.longrepr[2]).removeprefix("Skipped: ")
-        pair = tuple(props["pair"].split("->", 1)) if "pair" in props else _unordered_pair(test_id)
+        pair = (_ordered_pair(str(props["pair"])) if "pair" in props
+                else _unordered_pair(test_id))
+        node = props.get("node")
         self.outcomes[test_id] = Outcome(
             test_id=test_id,
             function=sys.intern(test_id.split("[")[0]),  # one string per check, not per item
             module=sys.intern(report.nodeid.split("::")[0]),
             outcome=outcome,
             message=mask(message, self.secrets),
-            node=props.get("node"),
+            node=None if node is None else str(node),
             pair=pair,
             seconds=report.duration,
             properties={k: v for k, v in props.items() if k not in ("node", "pair")},
@@ -107,7 +123,7 @@ class Recorder:
     def matrix(self, function: str = ids.SSH_TRUST.name) -> dict[tuple[str, str], Outcome]:
         return {o.pair: o for o in self.by_function(function) if o.pair}
 
-    def fixes(self, causes: list[dict[str, Any]] | None = None) -> list[str]:
+    def fixes(self, causes: list[Cause] | None = None) -> list[str]:
         """The fix of each cause, once (of `causes`, where the caller has them already)."""
         return list(dict.fromkeys(c["fix"] for c in (causes if causes is not None
                                                       else self.causes()) if c["fix"]))
@@ -270,7 +286,7 @@ class Recorder:
     def rows(self, function: str, prop: str = "row") -> dict[str, str]:
         """Under --pairs matrix: each node's row of a per-node check (its node->* item's `prop`:
         one mark or value per peer, in hostfile order)."""
-        return {o.pair[0]: o.properties[prop] for o in self.by_function(function)
+        return {o.pair[0]: str(o.properties[prop]) for o in self.by_function(function)
                 if o.pair and o.pair[1] == "*" and prop in o.properties}
 
     def pair_bandwidth(self) -> dict[tuple[str, str], float]:
@@ -346,27 +362,28 @@ class Recorder:
         for o in self.outcomes.values():
             root = o.properties.get(BLOCKED_BY) if o.outcome == "skipped" else None
             if root:
-                out[root] = out.get(root, 0) + 1
+                out[str(root)] = out.get(str(root), 0) + 1
         return out
 
-    def causes(self) -> list[dict[str, Any]]:
+    def causes(self) -> list[Cause]:
         """One entry per cause of the run's reds (reds with one fix are one cause): where, what,
         the reds, how many checks it blocks, the fix and whether fixes.sh runs it."""
         from cluster_tests.report.fixes import blocks
 
         counts = self.blocked_counts()
-        out = []
+        out: list[Cause] = []
         for b in blocks(self.outcomes.values()):
             p = b.problem
             fix = "; ".join(f.what for f in b.commands) if b.commands else (
                 p.fix or "; ".join(f.what for f in b.fixes))
+            said = p.facts.get("headline")
             out.append({"where": p.where, "cause": p.cause,
-                        "headline": p.facts.get("headline") or p.headline,
+                        "headline": str(said) if said else p.headline,
                         "checks": list(b.tests), "blocks": sum(counts.get(t, 0) for t in b.tests),
                         "fix": fix, "scripted": bool(b.commands)})
         return out
 
-    def render_causes(self, causes: list[dict[str, Any]] | None = None) -> list[str]:
+    def render_causes(self, causes: list[Cause] | None = None) -> list[str]:
         causes = self.causes() if causes is None else causes
         if not causes:
             return []
@@ -384,7 +401,7 @@ class Recorder:
                 lines.append(f"      fix ({how}): {c['fix'][:300]}")
         return lines
 
-    def render_blocked(self, causes: list[dict[str, Any]] | None = None) -> list[str]:
+    def render_blocked(self, causes: list[Cause] | None = None) -> list[str]:
         """One line per red that blocks checks: "67 checks blocked by test_login[node3]", the
         reds of `causes` first, in their order (pytest lists no line per blocked check)."""
         counts = self.blocked_counts()
@@ -415,17 +432,22 @@ class Recorder:
             lines.pop()
         return lines
 
-    def pairs(self) -> list[dict[str, Any]]:
+    def pairs(self) -> list[dict[str, object]]:
         """One entry per ordered pair that any check touched: outcome per check, and numbers
         with their units in the key (rtt_ms, jitter_ms, busbw_GBps...)."""
-        out: dict[tuple[str, str, str], dict[str, Any]] = {}
+        out: dict[tuple[str, str, str], dict[str, object]] = {}
+        checks: dict[tuple[str, str, str], dict[str, str]] = {}  # each entry's "checks"
         for o in self.outcomes.values():
             if not o.pair:
                 continue
             arrow = "<->" if f"{o.pair[0]}<->{o.pair[1]}" in o.test_id else "->"  # C2: unordered
-            entry = out.setdefault((*o.pair, arrow), {"pair": arrow.join(o.pair), "from": o.pair[0],
-                                                      "to": o.pair[1], "checks": {}})
-            entry["checks"][o.function] = o.outcome
+            key = (o.pair[0], o.pair[1], arrow)
+            if key not in out:
+                checks[key] = {}
+                out[key] = {"pair": arrow.join(o.pair), "from": o.pair[0], "to": o.pair[1],
+                            "checks": checks[key]}
+            entry = out[key]
+            checks[key][o.function] = o.outcome
             for k, v in o.properties.items():
                 if "@" not in k and (num := _number(v)) is not None and _has_unit(k):
                     entry[k] = num
@@ -434,14 +456,16 @@ class Recorder:
                                                            index.get(k[0], len(index)),
                                                            index.get(k[1], len(index))))]
 
-    def to_json(self, facts: dict[str, dict[str, str]], meta: dict[str, Any],
-                extra: dict[str, Any] | None = None, tests: bool = True) -> dict[str, Any]:
+    def to_json(self, facts: dict[str, dict[str, str]], meta: Mapping[str, object],
+                extra: Mapping[str, object] | None = None, tests: bool = True
+                ) -> dict[str, object]:
         trust: dict[str, dict[str, str]] = {a: {} for a in self.nodes}
         for (a, b), o in self.matrix().items():  # one pass over the outcomes, not one per node
             trust.setdefault(a, {})[b] = o.outcome
         c1 = self.by_function(ids.ALLREDUCE.name)
         causes = self.causes()
-        finished = float(meta.get("finished") or time.time())  # one end for every report
+        end = meta.get("finished")  # one end for every report
+        finished = float(end) if isinstance(end, int | float | str) and end else time.time()
         return {
             "meta": {**meta, "started": self.started, "finished": finished,
                      "duration_s": round(finished - self.started, 3), "counts": self.counts()},
@@ -468,8 +492,8 @@ class Recorder:
             **({"tests": [_test_json(o) for o in self.outcomes.values()]} if tests else {}),
         }
 
-    def write_json(self, path: Path, facts: dict[str, dict[str, str]], meta: dict[str, Any],
-                   extra: dict[str, Any] | None = None) -> None:
+    def write_json(self, path: Path, facts: dict[str, dict[str, str]], meta: Mapping[str, object],
+                   extra: Mapping[str, object] | None = None) -> None:
         """:meth:`to_json` to `path`, written part by part (`_write_json`), its `tests` one per
         line as they are made: the whole document as objects, then as one string, was the run's
         peak of memory on a big cluster (192,000 tests and 4096 latency rows at 4096 nodes)."""
@@ -570,6 +594,12 @@ def _number(value: object) -> float | None:
         return float(str(value))
     except ValueError:
         return None
+
+
+def _ordered_pair(text: str) -> tuple[str, str]:
+    """The `pair` property the plugin records ("node1->node3") as ("node1", "node3")."""
+    a, _, b = text.partition("->")
+    return a, b
 
 
 def _unordered_pair(test_id: str) -> tuple[str, str] | None:

@@ -78,7 +78,7 @@ def test_metrics_textfile_holds_every_outcome_and_figure_escaped_by_the_library(
 
 
 def test_history_plot_draws_c1_and_each_pair_over_the_runs():
-    series = {"runs": [{"id": i, "started": 0} for i in (4, 5, 6)],
+    series: history_mod.Series = {"runs": [{"id": i, "started": 0} for i in (4, 5, 6)],
               "c1": {"size_bytes": 1 << 20, "values": {4: 1.0, 5: 1.0, 6: 0.6}},
               "pairs": {"node1<->node2": {"size_bytes": 1 << 20, "values": {4: 2.0, 6: 1.0}},
                         "node1<->node3": {"size_bytes": 1 << 20, "values": {5: 2.0, 6: 2.0}}}}
