@@ -175,7 +175,7 @@ def test_communicator_init_hang_fails_at_its_deadline(healthy_sim) -> None:
     # stacks are alike, and so are py-spy's native frames (every rank in gloo's
     # Pair::waitUntilConnected, whichever peer it misses)
     assert re.search(r"rank 0 \(node1\), rank 1 \(node2\), rank 2 \(node3\) in "
-                     r"init_process_group \(allreduce\.py main\)", block), block
+                     r"init_process_group \(allreduce\.py init_group\)", block), block
     assert "the stacks single out no node" in block, block
     # ... but each rank's own connections, read at its deadline, do: node3 is in every one missing
     assert "rank 0 (node1): no connection with node3" in block, block
