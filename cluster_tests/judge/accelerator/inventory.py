@@ -9,13 +9,12 @@ from dataclasses import dataclass
 
 from cluster_tests.judge.common import tooloutput
 from cluster_tests.judge.common.facts import Command
+from cluster_tests.judge.common.fieldread import by_fields
 from cluster_tests.judge.common.probes import (
     FactsError,
     Probe,
-    flag,
     integer,
     obj,
-    opt_text,
 )
 from cluster_tests.judge.problem import Problem, SectionCause
 
@@ -131,6 +130,10 @@ class Allocation:
     ok: bool
     error: str | None
 
+    @classmethod
+    def read(cls, raw: object) -> Allocation:
+        return by_fields(cls, obj(raw, "devices[]"))
+
 
 @dataclass(frozen=True)
 class DeviceFacts:
@@ -145,13 +148,7 @@ class DeviceFacts:
 
     @classmethod
     def read(cls, raw: object) -> DeviceFacts:
-        d = obj(raw, "devices")
-        devs = d.get("devices")
-        allocs = tuple(
-            Allocation(integer(a.get("index")), flag(a.get("ok")), opt_text(a.get("error")))
-            for a in (obj(x, "devices[]") for x in (devs if isinstance(devs, list) else [])))
-        return cls(opt_text(d.get("torch")), opt_text(d.get("error")), opt_text(d.get("kind")),
-                   integer(d.get("count")), allocs)
+        return by_fields(cls, obj(raw, "devices"))
 
 
 DEVICES = Probe("envprobe.py", "devices", DeviceFacts.read)

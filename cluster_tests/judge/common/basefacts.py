@@ -11,18 +11,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from cluster_tests.judge.common.fieldread import by_fields
 from cluster_tests.judge.common.probes import (
     Probe,
-    flag,
     integer,
-    number,
     obj,
-    opt_int,
-    opt_text,
-    opt_text_map,
     text,
-    text_map,
-    texts,
 )
 
 
@@ -45,11 +39,7 @@ class PathStat:
 
     @classmethod
     def read(cls, raw: object) -> PathStat:
-        d = obj(raw, "a path's stat")
-        return cls(text(d.get("path")), flag(d.get("exists")), opt_text(d.get("error")),
-                   integer(d.get("mode")), integer(d.get("uid"), -1), integer(d.get("gid"), -1),
-                   flag(d.get("is_dir")), flag(d.get("is_link")), text(d.get("owner")),
-                   text(d.get("group")), flag(d.get("group_private")))
+        return by_fields(cls, obj(raw, "a path's stat"))
 
 
 @dataclass(frozen=True)
@@ -68,15 +58,7 @@ class SshFiles:
 
     @classmethod
     def read(cls, raw: object) -> SshFiles:
-        d = obj(raw, "~/.ssh")
-        chain = d.get("chain")
-        private = d.get("private_keys")
-        return cls(
-            tuple(PathStat.read(e) for e in chain) if isinstance(chain, list) else (),
-            opt_text_map(d.get("pubkeys")),
-            {str(k): PathStat.read(v) for k, v in private.items()}
-            if isinstance(private, Mapping) else {},
-            opt_text(d.get("authorized_keys_text")))
+        return by_fields(cls, obj(raw, "~/.ssh"))
 
 
 @dataclass(frozen=True)
@@ -89,8 +71,7 @@ class Resolved:
 
     @classmethod
     def read(cls, raw: object) -> Resolved:
-        d = obj(raw, "a name's resolution")
-        return cls(texts(d.get("addrs")), opt_text(d.get("error")), number(d.get("seconds")))
+        return by_fields(cls, obj(raw, "a name's resolution"))
 
 
 @dataclass(frozen=True)
@@ -105,10 +86,7 @@ class SshView:
 
     @classmethod
     def read(cls, raw: object) -> SshView:
-        d = obj(raw, "an ssh -G view")
-        res = d.get("resolve")
-        return cls(text(d.get("hostname")), text(d.get("port")), text(d.get("user")),
-                   text(d.get("error")), Resolved.read(res) if res is not None else None)
+        return by_fields(cls, obj(raw, "an ssh -G view"))
 
 
 @dataclass(frozen=True)
@@ -139,22 +117,13 @@ class BaseFacts:
         d = obj(raw, "base facts")
         python = d.get("python") if isinstance(d.get("python"), Mapping) else {}
         assert isinstance(python, Mapping)
-        resolve = d.get("resolve")
         views = d.get("ssh_names")
-        return cls(
-            hostname=text(d.get("hostname")), user=text(d.get("user")),
-            uid=integer(d.get("uid"), -1), gid=integer(d.get("gid"), -1),
-            group=text(d.get("group")), group_members=texts(d.get("group_members")),
-            home=text(d.get("home")), ssh=SshFiles.read(d.get("ssh") or {}),
-            hostname_I=texts(d.get("hostname_I")), env=text_map(d.get("env")),
+        return by_fields(
+            cls, d, uid=integer(d.get("uid"), -1), gid=integer(d.get("gid"), -1),
             python_executable=text(python.get("executable")),
             python_version=text(python.get("version")),
-            resolve={str(k): Resolved.read(v) for k, v in resolve.items()}
-            if isinstance(resolve, Mapping) else {},
             ssh_names={str(k): SshView.read(v) for k, v in views.items()
-                       if isinstance(v, Mapping)} if isinstance(views, Mapping) else {},
-            ip_addr=text(d.get("ip_addr")), ip_link=text(d.get("ip_link")),
-            which=opt_text_map(d.get("which")), cpu_count=opt_int(d.get("cpu_count")))
+                       if isinstance(v, Mapping)} if isinstance(views, Mapping) else {})
 
     def resolved(self, name: str) -> Resolved:
         """What `name` resolved to here (nothing, where it was not asked)."""

@@ -31,31 +31,18 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from cluster_tests.core import testids as ids
+from cluster_tests.judge.common.fieldread import by_fields
 from cluster_tests.judge.common.fixcmd import q
 from cluster_tests.judge.common.probes import (
-    flag,
-    integer,
-    number,
     obj,
-    opt_int,
-    opt_text,
-    text,
-    texts,
 )
 from cluster_tests.judge.env.envvars import EnvCause, Finding, node_problem
+from cluster_tests.judge.health.rdma import fmt_bytes
 from cluster_tests.judge.problem import Fix, Problem
 
 #: room to build one op (objects and the .so of fused_adam / shm comm are a few MB; a CUDA op's
 #: intermediates tens of MB)
 MIN_FREE_BYTES = 256 << 20
-
-
-def _opt_number(value: object) -> float | None:
-    return None if value is None else number(value)
-
-
-def _items(value: object) -> list[object]:
-    return list(value) if isinstance(value, list) else []
 
 
 @dataclass(frozen=True)
@@ -68,8 +55,7 @@ class Op:
 
     @classmethod
     def read(cls, raw: object) -> Op:
-        d = obj(raw, "an op")
-        return cls(text(d.get("name")), flag(d.get("compatible")), flag(d.get("prebuilt")))
+        return by_fields(cls, obj(raw, "an op"))
 
 
 @dataclass(frozen=True)
@@ -90,12 +76,7 @@ class JitDir:
 
     @classmethod
     def read(cls, raw: object) -> JitDir:
-        d = obj(raw, "a JIT directory")
-        installed = d.get("installed")
-        return cls(text(d.get("path")), text(d.get("source")), flag(d.get("exists")),
-                   text(d.get("checked")), flag(d.get("writable")), opt_text(d.get("write_error")),
-                   opt_int(d.get("free_bytes")), opt_int(d.get("ino")), texts(d.get("entries")),
-                   installed if isinstance(installed, bool) else None)
+        return by_fields(cls, obj(raw, "a JIT directory"))
 
     @property
     def identity(self) -> tuple[str, int] | None:
@@ -118,7 +99,7 @@ class Holder:
     @classmethod
     def read(cls, raw: object) -> Holder:
         d = obj(raw, "a lock's process")
-        return cls(integer(d.get("pid")), d.get("how") == "holds", text(d.get("cmd")))
+        return by_fields(cls, d, holds=d.get("how") == "holds")
 
     def describe(self, node: str) -> str:
         how = "holds it open" if self.holds else "runs in its directory"
@@ -139,11 +120,7 @@ class Lock:
 
     @classmethod
     def read(cls, raw: object) -> Lock:
-        d = obj(raw, "a build lock")
-        return cls(text(d.get("op")), text(d.get("path")), integer(d.get("ino")),
-                   opt_int(d.get("mtime_ns")), _opt_number(d.get("age_s")),
-                   _opt_number(d.get("activity_age_s")),
-                   tuple(Holder.read(p) for p in _items(d.get("processes"))))
+        return by_fields(cls, obj(raw, "a build lock"))
 
     @property
     def key(self) -> tuple[str, int, int | None]:
@@ -165,9 +142,7 @@ class Tool:
 
     @classmethod
     def read(cls, raw: object) -> Tool:
-        d = obj(raw, "a tool")
-        return cls(text(d.get("name")), opt_text(d.get("path")), flag(d.get("ok")),
-                   opt_text(d.get("version")), opt_text(d.get("error")), flag(d.get("from_env")))
+        return by_fields(cls, obj(raw, "a tool"))
 
     def describe(self) -> str:
         if self.ok:
@@ -193,14 +168,7 @@ class JitFacts:
 
     @classmethod
     def read(cls, raw: object) -> JitFacts:
-        d = obj(raw, "the JIT facts")
-        return cls(opt_text(d.get("error")), tuple(Op.read(o) for o in _items(d.get("ops"))),
-                   opt_text(d.get("ops_error")), JitDir.read(d.get("ext") or {}),
-                   opt_text(d.get("ext_error")),
-                   tuple(Lock.read(x) for x in _items(d.get("locks"))),
-                   JitDir.read(d.get("triton") or {}), Tool.read(d.get("ninja") or {}),
-                   Tool.read(d.get("cxx") or {}), opt_text(d.get("path")),
-                   _opt_number(d.get("seconds")))
+        return by_fields(cls, obj(raw, "the JIT facts"))
 
     def init_ops(self) -> list[str]:
         """The ops DeepSpeed itself JIT-loads here in init_distributed and for its Adam (what
@@ -256,15 +224,6 @@ def _age(seconds: float | None) -> str:
     return f"{s / 86400:.1f} days"
 
 
-def _free(n: int | None) -> str:
-    if n is None:
-        return "unknown"
-    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if n >= size:
-            return f"{n / size:.3g} {unit}"
-    return f"{int(n)} B"
-
-
 def some(names: Sequence[str], limit: int = 8) -> str:
     """`names` joined, the first `limit` of them and a count of the rest (a text that stays
     short on a thousand nodes sharing one volume)."""
@@ -307,7 +266,7 @@ def _shown(n: str, jit: JitFacts, survey: _Survey) -> dict[str, str]:
         "extensions_dir": f"{ext.path} ({ext.source}; "
                           + (f"shared with {some([s for s in shared if s != n])}"
                              if len(shared) > 1 else "not shared with another node")
-                          + f"; {_free(ext.free_bytes)} free)",
+                          + f"; {fmt_bytes(ext.free_bytes)} free)",
         "triton_cache_dir": f"{tri.path} ({tri.source}"
                             + ("" if tri.exists else ", not created yet") + ")",
         "jit_ops": ", ".join(jit.to_load()) or "none",
@@ -352,8 +311,8 @@ def _toolchain(jit: JitFacts, python: str, min_free_bytes: int) -> list[Finding]
     elif ext.free_bytes is not None and ext.free_bytes < min_free_bytes:
         out.append(Finding(
             EnvCause.EXT_DIR_FULL,
-            f"the extensions directory {ext.path} has {_free(ext.free_bytes)} free, below "
-            f"{_free(min_free_bytes)}, and the ranks build {ops} there",
+            f"the extensions directory {ext.path} has {fmt_bytes(ext.free_bytes)} free, below "
+            f"{fmt_bytes(min_free_bytes)}, and the ranks build {ops} there",
             "free space there, or set TORCH_EXTENSIONS_DIR to a larger disk"))
     return out
 

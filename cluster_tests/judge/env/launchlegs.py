@@ -37,11 +37,10 @@ from dataclasses import dataclass, field
 
 from cluster_tests.core import testids as ids
 from cluster_tests.judge.common import stacks as S
+from cluster_tests.judge.common.fieldread import by_fields
 from cluster_tests.judge.common.probes import (
     FactsError,
     Probe,
-    flag,
-    number,
     obj,
     opt_text,
     text,
@@ -134,13 +133,7 @@ class LaunchPlan:
 
     @classmethod
     def read(cls, raw: object) -> LaunchPlan:
-        d = obj(raw, "the launch plan")
-        facts = d.get("facts")
-        return cls(text(d.get("launch_dir")), flag(d.get("launch_dir_ok")), text(d.get("path")),
-                   opt_text(d.get("deepspeed")), opt_text(d.get("pdsh")),
-                   opt_text(d.get("interpreter")), opt_text(d.get("shebang")),
-                   LaunchFacts.read(facts) if facts is not None else None,
-                   opt_text(d.get("facts_error")))
+        return by_fields(cls, obj(raw, "the launch plan"))
 
 
 LAUNCH: Probe[LaunchPlan] = Probe(SCRIPT, "launch", LaunchPlan.read)
@@ -316,10 +309,7 @@ class Step:
 
     @classmethod
     def read(cls, raw: object) -> Step:
-        d = obj(raw, "a rehearsal step")
-        seconds = d.get("seconds")
-        return cls(text(d.get("step")), flag(d.get("ok")), opt_text(d.get("error")),
-                   number(seconds) if seconds is not None else None)
+        return by_fields(cls, obj(raw, "a rehearsal step"))
 
 
 @dataclass(frozen=True)
@@ -339,14 +329,10 @@ class LegReport:
     @classmethod
     def read(cls, raw: object) -> LegReport:
         d = obj(raw, "the rehearsal's report")
-        steps, packages = d.get("steps"), obj(d.get("packages") or {}, "the packages")
-        versions, jit, tmpdir = d.get("versions"), d.get("jit"), d.get("tmpdir")
-        return cls(text(d.get("cwd")), opt_text(d.get("pwd")),
-                   tuple(Step.read(x) for x in steps) if isinstance(steps, list) else (),
-                   {str(k): Package.read(v) for k, v in packages.items()},
-                   Versions.read(versions) if isinstance(versions, Mapping) else None,
-                   JitFacts.read(jit) if jit is not None else None,
-                   TmpdirFacts.read(tmpdir) if tmpdir is not None else None)
+        packages, versions = obj(d.get("packages") or {}, "the packages"), d.get("versions")
+        return by_fields(cls, d, packages={str(k): Package.read(v) for k, v in packages.items()},
+                         versions=Versions.read(versions) if isinstance(versions, Mapping)
+                         else None)
 
     @property
     def failed(self) -> list[Step]:

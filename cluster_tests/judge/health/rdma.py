@@ -26,10 +26,10 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
+from cluster_tests.judge.common.fieldread import by_fields
 from cluster_tests.judge.common.probes import (
     FactsError,
     Probe,
-    flag,
     integer,
     obj,
     opt_int,
@@ -475,9 +475,7 @@ class Shm:
 
     @classmethod
     def read(cls, raw: object) -> Shm:
-        d = obj(raw, "shm")
-        return cls(flag(d.get("exists")), opt_int(d.get("total_bytes")),
-                   opt_int(d.get("avail_bytes")), text(d.get("mount")))
+        return by_fields(cls, obj(raw, "shm"))
 
 
 @dataclass(frozen=True)

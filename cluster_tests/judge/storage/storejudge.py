@@ -7,12 +7,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from cluster_tests.judge.common.fieldread import by_fields
 from cluster_tests.judge.common.probes import (
     Probe,
-    flag,
     obj,
-    opt_int,
-    opt_text,
     text,
 )
 from cluster_tests.judge.problem import Problem, SectionCause
@@ -66,9 +64,7 @@ class DirFacts:
         m = d.get("mount")
         mount = (Mount(*(text(x) for x in m[:3]))
                  if isinstance(m, list) and len(m) >= 3 else None)
-        return cls(text(d.get("path")), flag(d.get("exists")), flag(d.get("is_dir")),
-                   flag(d.get("writable")), opt_text(d.get("error")), opt_int(d.get("free_bytes")),
-                   mount)
+        return by_fields(cls, d, mount=mount)
 
     @property
     def usable(self) -> bool:
@@ -85,8 +81,7 @@ class Written:
 
     @classmethod
     def read(cls, raw: object) -> Written:
-        d = obj(raw, "a token written")
-        return cls(flag(d.get("ok")), text(d.get("file")), opt_text(d.get("error")))
+        return by_fields(cls, obj(raw, "a token written"))
 
 
 @dataclass(frozen=True)
@@ -99,8 +94,7 @@ class ReadBack:
 
     @classmethod
     def read(cls, raw: object) -> ReadBack:
-        d = obj(raw, "a token read back")
-        return cls(flag(d.get("found")), text(d.get("content")), opt_text(d.get("error")))
+        return by_fields(cls, obj(raw, "a token read back"))
 
 
 def _read_backs(raw: object) -> Mapping[str, ReadBack]:
@@ -117,8 +111,7 @@ class Removed:
 
     @classmethod
     def read(cls, raw: object) -> Removed:
-        d = obj(raw, "a token removed")
-        return cls(flag(d.get("removed")), flag(d.get("gone")), opt_text(d.get("error")))
+        return by_fields(cls, obj(raw, "a token removed"))
 
 
 DIR: Probe[DirFacts] = Probe(SCRIPT, "dir", DirFacts.read)
