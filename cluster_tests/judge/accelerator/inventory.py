@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from cluster_tests.judge.common import tooloutput
 from cluster_tests.judge.common.facts import Command
-from cluster_tests.judge.common.fieldread import by_fields
+from cluster_tests.judge.common.fieldread import ByFields
 from cluster_tests.judge.common.probes import (
     FactsError,
     Probe,
@@ -123,20 +123,16 @@ ACCELERATORS = Probe("probe.py", "accelerators", Inventory.read)
 
 
 @dataclass(frozen=True)
-class Allocation:
+class Allocation(ByFields, what="devices[]"):
     """One device the framework tried to allocate a tensor on."""
 
     index: int
     ok: bool
     error: str | None
 
-    @classmethod
-    def read(cls, raw: object) -> Allocation:
-        return by_fields(cls, obj(raw, "devices[]"))
-
 
 @dataclass(frozen=True)
-class DeviceFacts:
+class DeviceFacts(ByFields, what="devices"):
     """What the launch's framework sees (`devices`): torch's version, the backend ("cuda",
     "npu"; None: it could not be loaded), its device count and an allocation on each."""
 
@@ -145,10 +141,6 @@ class DeviceFacts:
     kind: str | None
     count: int
     devices: tuple[Allocation, ...] = ()
-
-    @classmethod
-    def read(cls, raw: object) -> DeviceFacts:
-        return by_fields(cls, obj(raw, "devices"))
 
 
 DEVICES = Probe("envprobe.py", "devices", DeviceFacts.read)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from cluster_tests.judge.common.fieldread import by_fields
+from cluster_tests.judge.common.fieldread import ByFields, by_fields
 from cluster_tests.judge.common.probes import (
     Probe,
     integer,
@@ -21,7 +21,7 @@ from cluster_tests.judge.common.probes import (
 
 
 @dataclass(frozen=True)
-class PathStat:
+class PathStat(ByFields, what="a path's stat"):
     """One path as `lstat` saw it on the node (node/probe.py's stat_path)."""
 
     path: str
@@ -37,13 +37,9 @@ class PathStat:
     #: Debian's StrictModes allowance: its group is the login user's private group
     group_private: bool = False
 
-    @classmethod
-    def read(cls, raw: object) -> PathStat:
-        return by_fields(cls, obj(raw, "a path's stat"))
-
 
 @dataclass(frozen=True)
-class SshFiles:
+class SshFiles(ByFields, what="~/.ssh"):
     """The login user's ~/.ssh as sshd's StrictModes walks it."""
 
     #: authorized_keys, ~/.ssh, home, then home's parents up to /
@@ -56,26 +52,18 @@ class SshFiles:
     def authorized_keys(self) -> PathStat | None:
         return self.chain[0] if self.chain else None
 
-    @classmethod
-    def read(cls, raw: object) -> SshFiles:
-        return by_fields(cls, obj(raw, "~/.ssh"))
-
 
 @dataclass(frozen=True)
-class Resolved:
+class Resolved(ByFields, what="a name's resolution"):
     """A name as the node's resolver answered (getaddrinfo, IPv4, in its order)."""
 
     addrs: tuple[str, ...] = ()
     error: str | None = None
     seconds: float = 0.0
 
-    @classmethod
-    def read(cls, raw: object) -> Resolved:
-        return by_fields(cls, obj(raw, "a name's resolution"))
-
 
 @dataclass(frozen=True)
-class SshView:
+class SshView(ByFields, what="an ssh -G view"):
     """What the node's OpenSSH client makes of a name (`ssh -G NAME`)."""
 
     hostname: str = ""
@@ -83,10 +71,6 @@ class SshView:
     user: str = ""
     error: str = ""
     resolve: Resolved | None = None  # the HostName resolved there, where it is another name
-
-    @classmethod
-    def read(cls, raw: object) -> SshView:
-        return by_fields(cls, obj(raw, "an ssh -G view"))
 
 
 @dataclass(frozen=True)

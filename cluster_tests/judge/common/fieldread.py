@@ -2,9 +2,13 @@
 by its declared type with judge/common/probes.py's helpers, the way every hand-written reader
 reads it::
 
-    @classmethod
-    def read(cls, raw: object) -> Written:
-        return by_fields(cls, obj(raw, "a token written"))
+    @dataclass(frozen=True)
+    class Written(ByFields, what="a token written"):  # Written.read(raw)
+        ok: bool
+        file: str
+
+or, where a field's key, default or shape differs, `by_fields(cls, d, file=...)` in a hand-
+written `read`.
 
 What a field's type gives (the key is the field's name; `given` overrides a field whose key,
 default or shape differs):
@@ -29,35 +33,26 @@ import dataclasses
 import types
 import typing
 from collections.abc import Callable, Mapping
-from typing import TypeVar
+from typing import ClassVar, TypeVar
 
-from cluster_tests.judge.common.probes import (
-    flag,
-    integer,
-    number,
-    opt_int,
-    opt_text,
-    opt_text_map,
-    text,
-    text_map,
-    texts,
-)
+from cluster_tests.judge.common import probes
 
 T = TypeVar("T")
+B = TypeVar("B", bound="ByFields")
 Conv = Callable[[object], object]
 
 _READERS: dict[type, tuple[tuple[str, Conv], ...]] = {}
 
 
 def _opt_number(value: object) -> float | None:
-    return None if value is None else number(value)
+    return None if value is None else probes.number(value)
 
 
 def _opt_bool(value: object) -> bool | None:
     return value if isinstance(value, bool) else None
 
 
-_OPTIONAL: dict[object, Conv] = {str: opt_text, int: opt_int, float: _opt_number,
+_OPTIONAL: dict[object, Conv] = {str: probes.opt_text, int: probes.opt_int, float: _opt_number,
                                  bool: _opt_bool}
 
 
@@ -68,16 +63,16 @@ def _nested(kind: object) -> Callable[[object], object] | None:
 
 def _plain(kind: object, default: object) -> Conv | None:
     if kind is bool:
-        return flag
+        return probes.flag
     if kind is str:
         own_text = default if isinstance(default, str) else ""
-        return lambda v: text(v, own_text)
+        return lambda v: probes.text(v, own_text)
     if kind is int:
         own_int = default if type(default) is int else 0
-        return lambda v: integer(v, own_int)
+        return lambda v: probes.integer(v, own_int)
     if kind is float:
         own_number = default if type(default) is float else 0.0
-        return lambda v: number(v, own_number)
+        return lambda v: probes.number(v, own_number)
     return None
 
 
@@ -99,16 +94,16 @@ def _collection(kind: object) -> Conv | None:
     origin, args = typing.get_origin(kind), typing.get_args(kind)
     if origin is tuple and len(args) == 2 and args[1] is Ellipsis:
         if args[0] is str:
-            return texts
+            return probes.texts
         read = _nested(args[0])
         if read is not None:
             return lambda v, r=read: (tuple(r(e) for e in v)  # type: ignore[misc]
                                       if isinstance(v, list) else ())
     if origin is Mapping and len(args) == 2 and args[0] is str:
         if args[1] is str:
-            return text_map
+            return probes.text_map
         if args[1] == (str | None):
-            return opt_text_map
+            return probes.opt_text_map
         read = _nested(args[1])
         if read is not None:
             return lambda v, r=read: ({str(k): r(e) for k, e in v.items()}  # type: ignore[misc]
@@ -145,3 +140,25 @@ def by_fields(cls: type[T], d: Mapping[str, object], **given: object) -> T:
     values = {name: given[name] if name in given else conv(d.get(name))
               for name, conv in _readers(cls)}
     return cls(**values)
+
+
+class ByFields:
+    """A base for facts read wholly by `by_fields`, naming what they are for FactsError::
+
+        @dataclass(frozen=True)
+        class Written(ByFields, what="a token written"):
+            ok: bool
+            ...
+
+    `Written.read(raw)` is then `by_fields(Written, obj(raw, "a token written"))`."""
+
+    _what: ClassVar[str] = "facts"
+
+    def __init_subclass__(cls, what: str = "", **kwargs: object) -> None:
+        super().__init_subclass__(**kwargs)
+        if what:
+            cls._what = what
+
+    @classmethod
+    def read(cls: type[B], raw: object) -> B:
+        return by_fields(cls, probes.obj(raw, cls._what))

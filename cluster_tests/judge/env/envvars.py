@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from cluster_tests.judge.common import tooloutput
 from cluster_tests.judge.common.facts import Command
-from cluster_tests.judge.common.fieldread import by_fields
+from cluster_tests.judge.common.fieldread import ByFields, by_fields
 from cluster_tests.judge.common.probes import (
     Probe,
     integer,
@@ -354,7 +354,7 @@ def _mib(n: float) -> str:
 
 
 @dataclass(frozen=True)
-class TmpDir:
+class TmpDir(ByFields, what="a temporary directory"):
     """A directory tried for real: a file written and removed there (tmpdirs.py's _try_dir)."""
 
     path: str
@@ -363,10 +363,6 @@ class TmpDir:
     writable: bool = False
     error: str | None = None
     free_bytes: int | None = None
-
-    @classmethod
-    def read(cls, raw: object) -> TmpDir:
-        return by_fields(cls, obj(raw, "a temporary directory"))
 
 
 @dataclass(frozen=True)

@@ -31,7 +31,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from cluster_tests.core import testids as ids
-from cluster_tests.judge.common.fieldread import by_fields
+from cluster_tests.judge.common.fieldread import ByFields, by_fields
 from cluster_tests.judge.common.fixcmd import q
 from cluster_tests.judge.common.probes import (
     obj,
@@ -46,20 +46,16 @@ MIN_FREE_BYTES = 256 << 20
 
 
 @dataclass(frozen=True)
-class Op:
+class Op(ByFields, what="an op"):
     """One of DeepSpeed's op builders the first step uses (`ops`)."""
 
     name: str  # "" where DeepSpeed could not create the builder
     compatible: bool
     prebuilt: bool  # installed with DeepSpeed: loaded without a build
 
-    @classmethod
-    def read(cls, raw: object) -> Op:
-        return by_fields(cls, obj(raw, "an op"))
-
 
 @dataclass(frozen=True)
-class JitDir:
+class JitDir(ByFields, what="a JIT directory"):
     """The extensions directory or Triton's cache as the launch's process finds it: a file
     really created and removed there (or in the nearest existing parent, `checked`)."""
 
@@ -73,10 +69,6 @@ class JitDir:
     ino: int | None = None
     entries: tuple[str, ...] = ()  # the extensions directory's ops (built before)
     installed: bool | None = None  # Triton's: importable
-
-    @classmethod
-    def read(cls, raw: object) -> JitDir:
-        return by_fields(cls, obj(raw, "a JIT directory"))
 
     @property
     def identity(self) -> tuple[str, int] | None:
@@ -107,7 +99,7 @@ class Holder:
 
 
 @dataclass(frozen=True)
-class Lock:
+class Lock(ByFields, what="a build lock"):
     """A build lock (`<extensions dir>/<op>/lock`) and who holds or builds it there."""
 
     op: str
@@ -118,10 +110,6 @@ class Lock:
     activity_age_s: float | None  # since the op's files last changed
     processes: tuple[Holder, ...]
 
-    @classmethod
-    def read(cls, raw: object) -> Lock:
-        return by_fields(cls, obj(raw, "a build lock"))
-
     @property
     def key(self) -> tuple[str, int, int | None]:
         """Its identity across nodes: path, inode and mtime in ns (set once when it was
@@ -130,7 +118,7 @@ class Lock:
 
 
 @dataclass(frozen=True)
-class Tool:
+class Tool(ByFields, what="a tool"):
     """`ninja` or the C++ compiler, run (`--version`) as the launch's process finds it."""
 
     name: str
@@ -140,10 +128,6 @@ class Tool:
     error: str | None = None
     from_env: bool = False  # the compiler: CXX names it
 
-    @classmethod
-    def read(cls, raw: object) -> Tool:
-        return by_fields(cls, obj(raw, "a tool"))
-
     def describe(self) -> str:
         if self.ok:
             return f"{self.path or self.name} ({self.version})"
@@ -151,7 +135,7 @@ class Tool:
 
 
 @dataclass(frozen=True)
-class JitFacts:
+class JitFacts(ByFields, what="the JIT facts"):
     """What the first step builds on one node (the rehearsal's `jit`)."""
 
     error: str | None = None  # the inspection itself failed
@@ -165,10 +149,6 @@ class JitFacts:
     cxx: Tool = Tool("c++", None, False)
     path: str | None = None  # the PATH the ranks get
     seconds: float | None = None
-
-    @classmethod
-    def read(cls, raw: object) -> JitFacts:
-        return by_fields(cls, obj(raw, "the JIT facts"))
 
     def init_ops(self) -> list[str]:
         """The ops DeepSpeed itself JIT-loads here in init_distributed and for its Adam (what

@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 
 from cluster_tests.core import testids as ids
 from cluster_tests.judge.common import stacks as S
-from cluster_tests.judge.common.fieldread import by_fields
+from cluster_tests.judge.common.fieldread import ByFields, by_fields
 from cluster_tests.judge.common.probes import (
     FactsError,
     Probe,
@@ -117,7 +117,7 @@ class LaunchFacts:
 
 
 @dataclass(frozen=True)
-class LaunchPlan:
+class LaunchPlan(ByFields, what="the launch plan"):
     """How `deepspeed --hostfile` would start on the rank-0 node (envprobe.py's `launch`): the
     `deepspeed` it runs, the interpreter that names, pdsh, and that interpreter's facts."""
 
@@ -130,10 +130,6 @@ class LaunchPlan:
     shebang: str | None = None
     facts: LaunchFacts | None = None
     facts_error: str | None = None
-
-    @classmethod
-    def read(cls, raw: object) -> LaunchPlan:
-        return by_fields(cls, obj(raw, "the launch plan"))
 
 
 LAUNCH: Probe[LaunchPlan] = Probe(SCRIPT, "launch", LaunchPlan.read)
@@ -299,17 +295,13 @@ _SSH_FAILURE = sshfail.PDSH_LEG_FAILED  # ssh's own words in a leg (one vocabula
 
 
 @dataclass(frozen=True)
-class Step:
+class Step(ByFields, what="a rehearsal step"):
     """One step of the rehearsal's import check (node/rehearse.py), timed and caught."""
 
     step: str
     ok: bool
     error: str | None = None
     seconds: float | None = None
-
-    @classmethod
-    def read(cls, raw: object) -> Step:
-        return by_fields(cls, obj(raw, "a rehearsal step"))
 
 
 @dataclass(frozen=True)

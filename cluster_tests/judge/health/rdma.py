@@ -26,7 +26,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-from cluster_tests.judge.common.fieldread import by_fields
+from cluster_tests.judge.common.fieldread import ByFields
 from cluster_tests.judge.common.probes import (
     FactsError,
     Probe,
@@ -465,17 +465,13 @@ class Limits:
 
 
 @dataclass(frozen=True)
-class Shm:
+class Shm(ByFields, what="shm"):
     """/dev/shm as the node's shell sees it (statvfs; `mount`: its line of /proc/self/mounts)."""
 
     exists: bool
     total_bytes: int | None = None
     avail_bytes: int | None = None
     mount: str = ""
-
-    @classmethod
-    def read(cls, raw: object) -> Shm:
-        return by_fields(cls, obj(raw, "shm"))
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from cluster_tests.judge.common.facts import Command
-from cluster_tests.judge.common.fieldread import by_fields
+from cluster_tests.judge.common.fieldread import ByFields, by_fields
 from cluster_tests.judge.common.probes import (
     FactsError,
     Probe,
@@ -280,17 +280,13 @@ class OwnAddress:
 
 
 @dataclass(frozen=True)
-class MasterListen:
+class MasterListen(ByFields, what="the master port"):
     """The rendezvous port on the rank-0 node: bound (`free`), or who holds it."""
 
     port: int
     free: bool
     error: str | None = None
     owner: str = ""
-
-    @classmethod
-    def read(cls, raw: object) -> MasterListen:
-        return by_fields(cls, obj(raw, "the master port"))
 
 
 @dataclass(frozen=True)
@@ -319,16 +315,12 @@ class Listening:
 
 
 @dataclass(frozen=True)
-class Stopped:
+class Stopped(ByFields, what="stop"):
     """A node's `stop` answer: whether our listener was running, and is gone."""
 
     was_running: bool
     gone: bool
     note: str = ""
-
-    @classmethod
-    def read(cls, raw: object) -> Stopped:
-        return by_fields(cls, obj(raw, "stop"))
 
 
 @dataclass(frozen=True)

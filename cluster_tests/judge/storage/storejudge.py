@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from cluster_tests.judge.common.fieldread import by_fields
+from cluster_tests.judge.common.fieldread import ByFields, by_fields
 from cluster_tests.judge.common.probes import (
     Probe,
     obj,
@@ -72,29 +72,21 @@ class DirFacts:
 
 
 @dataclass(frozen=True)
-class Written:
+class Written(ByFields, what="a token written"):
     """A node's token written into the output directory (`write`)."""
 
     ok: bool
     file: str
     error: str | None
 
-    @classmethod
-    def read(cls, raw: object) -> Written:
-        return by_fields(cls, obj(raw, "a token written"))
-
 
 @dataclass(frozen=True)
-class ReadBack:
+class ReadBack(ByFields, what="a token read back"):
     """Another node's token as this node read it (`read`)."""
 
     found: bool
     content: str = ""
     error: str | None = None
-
-    @classmethod
-    def read(cls, raw: object) -> ReadBack:
-        return by_fields(cls, obj(raw, "a token read back"))
 
 
 def _read_backs(raw: object) -> Mapping[str, ReadBack]:
@@ -102,16 +94,12 @@ def _read_backs(raw: object) -> Mapping[str, ReadBack]:
 
 
 @dataclass(frozen=True)
-class Removed:
+class Removed(ByFields, what="a token removed"):
     """A node's own token removed again (`remove`)."""
 
     removed: bool
     gone: bool
     error: str | None
-
-    @classmethod
-    def read(cls, raw: object) -> Removed:
-        return by_fields(cls, obj(raw, "a token removed"))
 
 
 DIR: Probe[DirFacts] = Probe(SCRIPT, "dir", DirFacts.read)
