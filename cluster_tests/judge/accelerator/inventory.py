@@ -9,13 +9,12 @@ from dataclasses import dataclass
 
 from cluster_tests.judge.common import tooloutput
 from cluster_tests.judge.common.facts import Command
+from cluster_tests.judge.common.fieldread import ByFields
 from cluster_tests.judge.common.probes import (
     FactsError,
     Probe,
-    flag,
     integer,
     obj,
-    opt_text,
 )
 from cluster_tests.judge.problem import Problem, SectionCause
 
@@ -124,7 +123,7 @@ ACCELERATORS = Probe("probe.py", "accelerators", Inventory.read)
 
 
 @dataclass(frozen=True)
-class Allocation:
+class Allocation(ByFields, what="devices[]"):
     """One device the framework tried to allocate a tensor on."""
 
     index: int
@@ -133,7 +132,7 @@ class Allocation:
 
 
 @dataclass(frozen=True)
-class DeviceFacts:
+class DeviceFacts(ByFields, what="devices"):
     """What the launch's framework sees (`devices`): torch's version, the backend ("cuda",
     "npu"; None: it could not be loaded), its device count and an allocation on each."""
 
@@ -142,16 +141,6 @@ class DeviceFacts:
     kind: str | None
     count: int
     devices: tuple[Allocation, ...] = ()
-
-    @classmethod
-    def read(cls, raw: object) -> DeviceFacts:
-        d = obj(raw, "devices")
-        devs = d.get("devices")
-        allocs = tuple(
-            Allocation(integer(a.get("index")), flag(a.get("ok")), opt_text(a.get("error")))
-            for a in (obj(x, "devices[]") for x in (devs if isinstance(devs, list) else [])))
-        return cls(opt_text(d.get("torch")), opt_text(d.get("error")), opt_text(d.get("kind")),
-                   integer(d.get("count")), allocs)
 
 
 DEVICES = Probe("envprobe.py", "devices", DeviceFacts.read)

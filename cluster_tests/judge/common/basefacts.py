@@ -11,23 +11,17 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from cluster_tests.judge.common.fieldread import ByFields, by_fields
 from cluster_tests.judge.common.probes import (
     Probe,
-    flag,
     integer,
-    number,
     obj,
-    opt_int,
-    opt_text,
-    opt_text_map,
     text,
-    text_map,
-    texts,
 )
 
 
 @dataclass(frozen=True)
-class PathStat:
+class PathStat(ByFields, what="a path's stat"):
     """One path as `lstat` saw it on the node (node/probe.py's stat_path)."""
 
     path: str
@@ -43,17 +37,9 @@ class PathStat:
     #: Debian's StrictModes allowance: its group is the login user's private group
     group_private: bool = False
 
-    @classmethod
-    def read(cls, raw: object) -> PathStat:
-        d = obj(raw, "a path's stat")
-        return cls(text(d.get("path")), flag(d.get("exists")), opt_text(d.get("error")),
-                   integer(d.get("mode")), integer(d.get("uid"), -1), integer(d.get("gid"), -1),
-                   flag(d.get("is_dir")), flag(d.get("is_link")), text(d.get("owner")),
-                   text(d.get("group")), flag(d.get("group_private")))
-
 
 @dataclass(frozen=True)
-class SshFiles:
+class SshFiles(ByFields, what="~/.ssh"):
     """The login user's ~/.ssh as sshd's StrictModes walks it."""
 
     #: authorized_keys, ~/.ssh, home, then home's parents up to /
@@ -66,35 +52,18 @@ class SshFiles:
     def authorized_keys(self) -> PathStat | None:
         return self.chain[0] if self.chain else None
 
-    @classmethod
-    def read(cls, raw: object) -> SshFiles:
-        d = obj(raw, "~/.ssh")
-        chain = d.get("chain")
-        private = d.get("private_keys")
-        return cls(
-            tuple(PathStat.read(e) for e in chain) if isinstance(chain, list) else (),
-            opt_text_map(d.get("pubkeys")),
-            {str(k): PathStat.read(v) for k, v in private.items()}
-            if isinstance(private, Mapping) else {},
-            opt_text(d.get("authorized_keys_text")))
-
 
 @dataclass(frozen=True)
-class Resolved:
+class Resolved(ByFields, what="a name's resolution"):
     """A name as the node's resolver answered (getaddrinfo, IPv4, in its order)."""
 
     addrs: tuple[str, ...] = ()
     error: str | None = None
     seconds: float = 0.0
 
-    @classmethod
-    def read(cls, raw: object) -> Resolved:
-        d = obj(raw, "a name's resolution")
-        return cls(texts(d.get("addrs")), opt_text(d.get("error")), number(d.get("seconds")))
-
 
 @dataclass(frozen=True)
-class SshView:
+class SshView(ByFields, what="an ssh -G view"):
     """What the node's OpenSSH client makes of a name (`ssh -G NAME`)."""
 
     hostname: str = ""
@@ -102,13 +71,6 @@ class SshView:
     user: str = ""
     error: str = ""
     resolve: Resolved | None = None  # the HostName resolved there, where it is another name
-
-    @classmethod
-    def read(cls, raw: object) -> SshView:
-        d = obj(raw, "an ssh -G view")
-        res = d.get("resolve")
-        return cls(text(d.get("hostname")), text(d.get("port")), text(d.get("user")),
-                   text(d.get("error")), Resolved.read(res) if res is not None else None)
 
 
 @dataclass(frozen=True)
@@ -139,22 +101,13 @@ class BaseFacts:
         d = obj(raw, "base facts")
         python = d.get("python") if isinstance(d.get("python"), Mapping) else {}
         assert isinstance(python, Mapping)
-        resolve = d.get("resolve")
         views = d.get("ssh_names")
-        return cls(
-            hostname=text(d.get("hostname")), user=text(d.get("user")),
-            uid=integer(d.get("uid"), -1), gid=integer(d.get("gid"), -1),
-            group=text(d.get("group")), group_members=texts(d.get("group_members")),
-            home=text(d.get("home")), ssh=SshFiles.read(d.get("ssh") or {}),
-            hostname_I=texts(d.get("hostname_I")), env=text_map(d.get("env")),
+        return by_fields(
+            cls, d, uid=integer(d.get("uid"), -1), gid=integer(d.get("gid"), -1),
             python_executable=text(python.get("executable")),
             python_version=text(python.get("version")),
-            resolve={str(k): Resolved.read(v) for k, v in resolve.items()}
-            if isinstance(resolve, Mapping) else {},
             ssh_names={str(k): SshView.read(v) for k, v in views.items()
-                       if isinstance(v, Mapping)} if isinstance(views, Mapping) else {},
-            ip_addr=text(d.get("ip_addr")), ip_link=text(d.get("ip_link")),
-            which=opt_text_map(d.get("which")), cpu_count=opt_int(d.get("cpu_count")))
+                       if isinstance(v, Mapping)} if isinstance(views, Mapping) else {})
 
     def resolved(self, name: str) -> Resolved:
         """What `name` resolved to here (nothing, where it was not asked)."""

@@ -20,17 +20,14 @@ from dataclasses import dataclass
 
 from cluster_tests.judge.common import tooloutput
 from cluster_tests.judge.common.facts import Command
+from cluster_tests.judge.common.fieldread import ByFields, by_fields
 from cluster_tests.judge.common.probes import (
     Probe,
-    flag,
     integer,
     obj,
-    opt_int,
     opt_text,
-    opt_text_map,
     text,
     text_map,
-    texts,
 )
 from cluster_tests.judge.problem import Fix, Problem, SectionCause
 
@@ -208,8 +205,7 @@ class EnvFiles:
     @classmethod
     def read(cls, raw: object) -> EnvFiles:
         d = obj(raw, "the environment files")
-        return cls(text(d.get("home")), text(d.get("ds_env_name"), ".deepspeed_env"),
-                   opt_text_map(d.get("deepspeed_env")), opt_text(d.get("bashrc")))
+        return by_fields(cls, d, ds_env_name=text(d.get("ds_env_name"), ".deepspeed_env"))
 
     @property
     def present(self) -> dict[str, str]:
@@ -358,7 +354,7 @@ def _mib(n: float) -> str:
 
 
 @dataclass(frozen=True)
-class TmpDir:
+class TmpDir(ByFields, what="a temporary directory"):
     """A directory tried for real: a file written and removed there (tmpdirs.py's _try_dir)."""
 
     path: str
@@ -367,12 +363,6 @@ class TmpDir:
     writable: bool = False
     error: str | None = None
     free_bytes: int | None = None
-
-    @classmethod
-    def read(cls, raw: object) -> TmpDir:
-        d = obj(raw, "a temporary directory")
-        return cls(text(d.get("path")), flag(d.get("exists")), flag(d.get("is_dir")),
-                   flag(d.get("writable")), opt_text(d.get("error")), opt_int(d.get("free_bytes")))
 
 
 @dataclass(frozen=True)
@@ -389,11 +379,7 @@ class TmpdirFacts:
     @classmethod
     def read(cls, raw: object) -> TmpdirFacts:
         d = obj(raw, "the temporary directories")
-        tmp, eff = d.get("tmpdir"), d.get("effective")
-        return cls(opt_text(d.get("TMPDIR")), flag(d.get("from_launch")),
-                   TmpDir.read(tmp) if tmp is not None else None,
-                   TmpDir.read(eff) if eff is not None else None,
-                   opt_text(d.get("effective_error")))
+        return by_fields(cls, d, value=opt_text(d.get("TMPDIR")))
 
 
 TMPDIR: Probe[TmpdirFacts] = Probe(SCRIPT, "tmpdir", TmpdirFacts.read)
@@ -502,10 +488,8 @@ class Package:
     @classmethod
     def read(cls, raw: object) -> Package:
         d = obj(raw, "an imported package")
-        owned = d.get("owned")
-        return cls(flag(d.get("imported")), _opt_str(d.get("version")), opt_text(d.get("file")),
-                   texts(d.get("paths")), owned if isinstance(owned, bool) else None,
-                   _opt_str(d.get("dist_version")), opt_text(d.get("dist_location")))
+        return by_fields(cls, d, version=_opt_str(d.get("version")),
+                         dist_version=_opt_str(d.get("dist_version")))
 
 
 def import_findings(packages: Mapping[str, Package]) -> list[str]:

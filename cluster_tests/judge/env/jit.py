@@ -31,18 +31,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from cluster_tests.core import testids as ids
+from cluster_tests.judge.common.fieldread import ByFields, by_fields
 from cluster_tests.judge.common.fixcmd import q
 from cluster_tests.judge.common.probes import (
-    flag,
-    integer,
-    number,
     obj,
-    opt_int,
-    opt_text,
-    text,
-    texts,
 )
 from cluster_tests.judge.env.envvars import EnvCause, Finding, node_problem
+from cluster_tests.judge.health.rdma import fmt_bytes
 from cluster_tests.judge.problem import Fix, Problem
 
 #: room to build one op (objects and the .so of fused_adam / shm comm are a few MB; a CUDA op's
@@ -50,30 +45,17 @@ from cluster_tests.judge.problem import Fix, Problem
 MIN_FREE_BYTES = 256 << 20
 
 
-def _opt_number(value: object) -> float | None:
-    return None if value is None else number(value)
-
-
-def _items(value: object) -> list[object]:
-    return list(value) if isinstance(value, list) else []
-
-
 @dataclass(frozen=True)
-class Op:
+class Op(ByFields, what="an op"):
     """One of DeepSpeed's op builders the first step uses (`ops`)."""
 
     name: str  # "" where DeepSpeed could not create the builder
     compatible: bool
     prebuilt: bool  # installed with DeepSpeed: loaded without a build
 
-    @classmethod
-    def read(cls, raw: object) -> Op:
-        d = obj(raw, "an op")
-        return cls(text(d.get("name")), flag(d.get("compatible")), flag(d.get("prebuilt")))
-
 
 @dataclass(frozen=True)
-class JitDir:
+class JitDir(ByFields, what="a JIT directory"):
     """The extensions directory or Triton's cache as the launch's process finds it: a file
     really created and removed there (or in the nearest existing parent, `checked`)."""
 
@@ -87,15 +69,6 @@ class JitDir:
     ino: int | None = None
     entries: tuple[str, ...] = ()  # the extensions directory's ops (built before)
     installed: bool | None = None  # Triton's: importable
-
-    @classmethod
-    def read(cls, raw: object) -> JitDir:
-        d = obj(raw, "a JIT directory")
-        installed = d.get("installed")
-        return cls(text(d.get("path")), text(d.get("source")), flag(d.get("exists")),
-                   text(d.get("checked")), flag(d.get("writable")), opt_text(d.get("write_error")),
-                   opt_int(d.get("free_bytes")), opt_int(d.get("ino")), texts(d.get("entries")),
-                   installed if isinstance(installed, bool) else None)
 
     @property
     def identity(self) -> tuple[str, int] | None:
@@ -118,7 +91,7 @@ class Holder:
     @classmethod
     def read(cls, raw: object) -> Holder:
         d = obj(raw, "a lock's process")
-        return cls(integer(d.get("pid")), d.get("how") == "holds", text(d.get("cmd")))
+        return by_fields(cls, d, holds=d.get("how") == "holds")
 
     def describe(self, node: str) -> str:
         how = "holds it open" if self.holds else "runs in its directory"
@@ -126,7 +99,7 @@ class Holder:
 
 
 @dataclass(frozen=True)
-class Lock:
+class Lock(ByFields, what="a build lock"):
     """A build lock (`<extensions dir>/<op>/lock`) and who holds or builds it there."""
 
     op: str
@@ -137,14 +110,6 @@ class Lock:
     activity_age_s: float | None  # since the op's files last changed
     processes: tuple[Holder, ...]
 
-    @classmethod
-    def read(cls, raw: object) -> Lock:
-        d = obj(raw, "a build lock")
-        return cls(text(d.get("op")), text(d.get("path")), integer(d.get("ino")),
-                   opt_int(d.get("mtime_ns")), _opt_number(d.get("age_s")),
-                   _opt_number(d.get("activity_age_s")),
-                   tuple(Holder.read(p) for p in _items(d.get("processes"))))
-
     @property
     def key(self) -> tuple[str, int, int | None]:
         """Its identity across nodes: path, inode and mtime in ns (set once when it was
@@ -153,7 +118,7 @@ class Lock:
 
 
 @dataclass(frozen=True)
-class Tool:
+class Tool(ByFields, what="a tool"):
     """`ninja` or the C++ compiler, run (`--version`) as the launch's process finds it."""
 
     name: str
@@ -163,12 +128,6 @@ class Tool:
     error: str | None = None
     from_env: bool = False  # the compiler: CXX names it
 
-    @classmethod
-    def read(cls, raw: object) -> Tool:
-        d = obj(raw, "a tool")
-        return cls(text(d.get("name")), opt_text(d.get("path")), flag(d.get("ok")),
-                   opt_text(d.get("version")), opt_text(d.get("error")), flag(d.get("from_env")))
-
     def describe(self) -> str:
         if self.ok:
             return f"{self.path or self.name} ({self.version})"
@@ -176,7 +135,7 @@ class Tool:
 
 
 @dataclass(frozen=True)
-class JitFacts:
+class JitFacts(ByFields, what="the JIT facts"):
     """What the first step builds on one node (the rehearsal's `jit`)."""
 
     error: str | None = None  # the inspection itself failed
@@ -190,17 +149,6 @@ class JitFacts:
     cxx: Tool = Tool("c++", None, False)
     path: str | None = None  # the PATH the ranks get
     seconds: float | None = None
-
-    @classmethod
-    def read(cls, raw: object) -> JitFacts:
-        d = obj(raw, "the JIT facts")
-        return cls(opt_text(d.get("error")), tuple(Op.read(o) for o in _items(d.get("ops"))),
-                   opt_text(d.get("ops_error")), JitDir.read(d.get("ext") or {}),
-                   opt_text(d.get("ext_error")),
-                   tuple(Lock.read(x) for x in _items(d.get("locks"))),
-                   JitDir.read(d.get("triton") or {}), Tool.read(d.get("ninja") or {}),
-                   Tool.read(d.get("cxx") or {}), opt_text(d.get("path")),
-                   _opt_number(d.get("seconds")))
 
     def init_ops(self) -> list[str]:
         """The ops DeepSpeed itself JIT-loads here in init_distributed and for its Adam (what
@@ -256,15 +204,6 @@ def _age(seconds: float | None) -> str:
     return f"{s / 86400:.1f} days"
 
 
-def _free(n: int | None) -> str:
-    if n is None:
-        return "unknown"
-    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if n >= size:
-            return f"{n / size:.3g} {unit}"
-    return f"{int(n)} B"
-
-
 def some(names: Sequence[str], limit: int = 8) -> str:
     """`names` joined, the first `limit` of them and a count of the rest (a text that stays
     short on a thousand nodes sharing one volume)."""
@@ -307,7 +246,7 @@ def _shown(n: str, jit: JitFacts, survey: _Survey) -> dict[str, str]:
         "extensions_dir": f"{ext.path} ({ext.source}; "
                           + (f"shared with {some([s for s in shared if s != n])}"
                              if len(shared) > 1 else "not shared with another node")
-                          + f"; {_free(ext.free_bytes)} free)",
+                          + f"; {fmt_bytes(ext.free_bytes)} free)",
         "triton_cache_dir": f"{tri.path} ({tri.source}"
                             + ("" if tri.exists else ", not created yet") + ")",
         "jit_ops": ", ".join(jit.to_load()) or "none",
@@ -352,8 +291,8 @@ def _toolchain(jit: JitFacts, python: str, min_free_bytes: int) -> list[Finding]
     elif ext.free_bytes is not None and ext.free_bytes < min_free_bytes:
         out.append(Finding(
             EnvCause.EXT_DIR_FULL,
-            f"the extensions directory {ext.path} has {_free(ext.free_bytes)} free, below "
-            f"{_free(min_free_bytes)}, and the ranks build {ops} there",
+            f"the extensions directory {ext.path} has {fmt_bytes(ext.free_bytes)} free, below "
+            f"{fmt_bytes(min_free_bytes)}, and the ranks build {ops} there",
             "free space there, or set TORCH_EXTENSIONS_DIR to a larger disk"))
     return out
 

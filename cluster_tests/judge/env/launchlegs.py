@@ -37,11 +37,10 @@ from dataclasses import dataclass, field
 
 from cluster_tests.core import testids as ids
 from cluster_tests.judge.common import stacks as S
+from cluster_tests.judge.common.fieldread import ByFields, by_fields
 from cluster_tests.judge.common.probes import (
     FactsError,
     Probe,
-    flag,
-    number,
     obj,
     opt_text,
     text,
@@ -118,7 +117,7 @@ class LaunchFacts:
 
 
 @dataclass(frozen=True)
-class LaunchPlan:
+class LaunchPlan(ByFields, what="the launch plan"):
     """How `deepspeed --hostfile` would start on the rank-0 node (envprobe.py's `launch`): the
     `deepspeed` it runs, the interpreter that names, pdsh, and that interpreter's facts."""
 
@@ -131,16 +130,6 @@ class LaunchPlan:
     shebang: str | None = None
     facts: LaunchFacts | None = None
     facts_error: str | None = None
-
-    @classmethod
-    def read(cls, raw: object) -> LaunchPlan:
-        d = obj(raw, "the launch plan")
-        facts = d.get("facts")
-        return cls(text(d.get("launch_dir")), flag(d.get("launch_dir_ok")), text(d.get("path")),
-                   opt_text(d.get("deepspeed")), opt_text(d.get("pdsh")),
-                   opt_text(d.get("interpreter")), opt_text(d.get("shebang")),
-                   LaunchFacts.read(facts) if facts is not None else None,
-                   opt_text(d.get("facts_error")))
 
 
 LAUNCH: Probe[LaunchPlan] = Probe(SCRIPT, "launch", LaunchPlan.read)
@@ -306,20 +295,13 @@ _SSH_FAILURE = sshfail.PDSH_LEG_FAILED  # ssh's own words in a leg (one vocabula
 
 
 @dataclass(frozen=True)
-class Step:
+class Step(ByFields, what="a rehearsal step"):
     """One step of the rehearsal's import check (node/rehearse.py), timed and caught."""
 
     step: str
     ok: bool
     error: str | None = None
     seconds: float | None = None
-
-    @classmethod
-    def read(cls, raw: object) -> Step:
-        d = obj(raw, "a rehearsal step")
-        seconds = d.get("seconds")
-        return cls(text(d.get("step")), flag(d.get("ok")), opt_text(d.get("error")),
-                   number(seconds) if seconds is not None else None)
 
 
 @dataclass(frozen=True)
@@ -339,14 +321,10 @@ class LegReport:
     @classmethod
     def read(cls, raw: object) -> LegReport:
         d = obj(raw, "the rehearsal's report")
-        steps, packages = d.get("steps"), obj(d.get("packages") or {}, "the packages")
-        versions, jit, tmpdir = d.get("versions"), d.get("jit"), d.get("tmpdir")
-        return cls(text(d.get("cwd")), opt_text(d.get("pwd")),
-                   tuple(Step.read(x) for x in steps) if isinstance(steps, list) else (),
-                   {str(k): Package.read(v) for k, v in packages.items()},
-                   Versions.read(versions) if isinstance(versions, Mapping) else None,
-                   JitFacts.read(jit) if jit is not None else None,
-                   TmpdirFacts.read(tmpdir) if tmpdir is not None else None)
+        packages, versions = obj(d.get("packages") or {}, "the packages"), d.get("versions")
+        return by_fields(cls, d, packages={str(k): Package.read(v) for k, v in packages.items()},
+                         versions=Versions.read(versions) if isinstance(versions, Mapping)
+                         else None)
 
     @property
     def failed(self) -> list[Step]:

@@ -26,10 +26,10 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
+from cluster_tests.judge.common.fieldread import ByFields
 from cluster_tests.judge.common.probes import (
     FactsError,
     Probe,
-    flag,
     integer,
     obj,
     opt_int,
@@ -465,19 +465,13 @@ class Limits:
 
 
 @dataclass(frozen=True)
-class Shm:
+class Shm(ByFields, what="shm"):
     """/dev/shm as the node's shell sees it (statvfs; `mount`: its line of /proc/self/mounts)."""
 
     exists: bool
     total_bytes: int | None = None
     avail_bytes: int | None = None
     mount: str = ""
-
-    @classmethod
-    def read(cls, raw: object) -> Shm:
-        d = obj(raw, "shm")
-        return cls(flag(d.get("exists")), opt_int(d.get("total_bytes")),
-                   opt_int(d.get("avail_bytes")), text(d.get("mount")))
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ facts (judge/common/basefacts.py); the /etc/hosts fixes are judge/common/fixcmd.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from cluster_tests.judge.common import fixcmd
 from cluster_tests.judge.common.basefacts import BaseFacts
@@ -64,13 +64,23 @@ def placed_elsewhere(a: str, b: str, p: sshnames.Placement, facts_a: BaseFacts |
             + f"; {', '.join(wrong)} is not an address of {b} (which has {has}): {a}'s ssh "
             f"would go elsewhere",
             fix=sshnames.alias_fix(a, b, right[0] if right else None), item="N1")
-    return Problem(
+    return _hosts_line_wrong(
         (a, b), NamesCause.ELSEWHERE,
         f"{a} resolves {b} to {', '.join(p.addrs)}; {', '.join(wrong)} is not an address of {b} "
-        f"(which has {has}): {a}'s ranks and ssh would go elsewhere",
+        f"(which has {has}): {a}'s ranks and ssh would go elsewhere", facts_a, b, right, p.addrs)
+
+
+def _hosts_line_wrong(pair: tuple[str, str], cause: NamesCause, message: str,
+                      facts_a: BaseFacts | None, name: str, right: Sequence[str],
+                      said: Sequence[str]) -> Problem:
+    """N1: the first node of `pair` places `name` on `said`, where its /etc/hosts line (or the
+    DNS record) should read its first `right` address."""
+    a = pair[0]
+    return Problem(
+        pair, cause, message,
         fix=f"on {a}: make the /etc/hosts line read '{right[0] if right else '<its address>'} "
-            f"{b}' (or fix the DNS record)",
-        fixes=((fixcmd.hosts_fix(a, facts_a, b, right[0], p.addrs),) if right else ()),
+            f"{name}' (or fix the DNS record)",
+        fixes=((fixcmd.hosts_fix(a, facts_a, name, right[0], said),) if right else ()),
         item="N1")
 
 
@@ -94,15 +104,11 @@ def master_name(a: str, rank0: str, master: str, facts_a: BaseFacts,
             item="N1")
     if set(m.addrs) & own:
         return None
-    return Problem(
+    return _hosts_line_wrong(
         (a, rank0), NamesCause.MASTER_ELSEWHERE,
         f"{a} resolves the launch's --master_addr '{master}' to {', '.join(m.addrs)}, not an "
         f"address of {rank0} (rank 0: {', '.join(right) or 'unknown'}): {a}'s ranks would wait "
-        f"for a rendezvous elsewhere",
-        fix=f"on {a}: make the /etc/hosts line read "
-            f"'{right[0] if right else '<its address>'} {master}' (or fix the DNS record)",
-        fixes=((fixcmd.hosts_fix(a, facts_a, master, right[0], m.addrs),) if right else ()),
-        item="N1")
+        f"for a rendezvous elsewhere", facts_a, master, right, m.addrs)
 
 
 def wrong_views(views: Mapping[str, tuple[str, ...]], own: set[str]) -> list[str]:

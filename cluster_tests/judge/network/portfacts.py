@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from cluster_tests.judge.common.facts import Command
+from cluster_tests.judge.common.fieldread import ByFields, by_fields
 from cluster_tests.judge.common.probes import (
     FactsError,
     Probe,
@@ -27,7 +28,6 @@ from cluster_tests.judge.common.probes import (
     opt_int,
     opt_text,
     text,
-    texts,
 )
 
 SCRIPT = "netprobe.py"
@@ -276,26 +276,17 @@ class OwnAddress:
     @classmethod
     def read(cls, raw: object) -> OwnAddress:
         d = obj(raw, "the own address")
-        return cls(how=text(d.get("how")) or "hostname", addr=opt_text(d.get("addr")),
-                   port=opt_int(d.get("port")), hostname=opt_text(d.get("hostname")),
-                   candidates=texts(d.get("candidates")), family=opt_int(d.get("family")),
-                   error=opt_text(d.get("error")), bind_errors=texts(d.get("bind_errors")))
+        return by_fields(cls, d, how=text(d.get("how")) or "hostname")
 
 
 @dataclass(frozen=True)
-class MasterListen:
+class MasterListen(ByFields, what="the master port"):
     """The rendezvous port on the rank-0 node: bound (`free`), or who holds it."""
 
     port: int
     free: bool
     error: str | None = None
     owner: str = ""
-
-    @classmethod
-    def read(cls, raw: object) -> MasterListen:
-        d = obj(raw, "the master port")
-        return cls(integer(d.get("port")), flag(d.get("free")), opt_text(d.get("error")),
-                   text(d.get("owner")))
 
 
 @dataclass(frozen=True)
@@ -324,17 +315,12 @@ class Listening:
 
 
 @dataclass(frozen=True)
-class Stopped:
+class Stopped(ByFields, what="stop"):
     """A node's `stop` answer: whether our listener was running, and is gone."""
 
     was_running: bool
     gone: bool
     note: str = ""
-
-    @classmethod
-    def read(cls, raw: object) -> Stopped:
-        d = obj(raw, "stop")
-        return cls(flag(d.get("was_running")), flag(d.get("gone")), text(d.get("note")))
 
 
 @dataclass(frozen=True)

@@ -7,12 +7,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from cluster_tests.judge.common.fieldread import ByFields, by_fields
 from cluster_tests.judge.common.probes import (
     Probe,
-    flag,
     obj,
-    opt_int,
-    opt_text,
     text,
 )
 from cluster_tests.judge.problem import Problem, SectionCause
@@ -66,9 +64,7 @@ class DirFacts:
         m = d.get("mount")
         mount = (Mount(*(text(x) for x in m[:3]))
                  if isinstance(m, list) and len(m) >= 3 else None)
-        return cls(text(d.get("path")), flag(d.get("exists")), flag(d.get("is_dir")),
-                   flag(d.get("writable")), opt_text(d.get("error")), opt_int(d.get("free_bytes")),
-                   mount)
+        return by_fields(cls, d, mount=mount)
 
     @property
     def usable(self) -> bool:
@@ -76,31 +72,21 @@ class DirFacts:
 
 
 @dataclass(frozen=True)
-class Written:
+class Written(ByFields, what="a token written"):
     """A node's token written into the output directory (`write`)."""
 
     ok: bool
     file: str
     error: str | None
 
-    @classmethod
-    def read(cls, raw: object) -> Written:
-        d = obj(raw, "a token written")
-        return cls(flag(d.get("ok")), text(d.get("file")), opt_text(d.get("error")))
-
 
 @dataclass(frozen=True)
-class ReadBack:
+class ReadBack(ByFields, what="a token read back"):
     """Another node's token as this node read it (`read`)."""
 
     found: bool
     content: str = ""
     error: str | None = None
-
-    @classmethod
-    def read(cls, raw: object) -> ReadBack:
-        d = obj(raw, "a token read back")
-        return cls(flag(d.get("found")), text(d.get("content")), opt_text(d.get("error")))
 
 
 def _read_backs(raw: object) -> Mapping[str, ReadBack]:
@@ -108,17 +94,12 @@ def _read_backs(raw: object) -> Mapping[str, ReadBack]:
 
 
 @dataclass(frozen=True)
-class Removed:
+class Removed(ByFields, what="a token removed"):
     """A node's own token removed again (`remove`)."""
 
     removed: bool
     gone: bool
     error: str | None
-
-    @classmethod
-    def read(cls, raw: object) -> Removed:
-        d = obj(raw, "a token removed")
-        return cls(flag(d.get("removed")), flag(d.get("gone")), opt_text(d.get("error")))
 
 
 DIR: Probe[DirFacts] = Probe(SCRIPT, "dir", DirFacts.read)

@@ -14,7 +14,8 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from cluster_tests.judge.common.probes import opt_int, opt_text, text
+from cluster_tests.judge.common.fieldread import by_fields
+from cluster_tests.judge.common.probes import opt_text
 
 TAG = "CT_SMOKE"
 EXIT_DEADLINE = 3
@@ -51,11 +52,7 @@ class RankStart:
 
     @classmethod
     def read(cls, ev: Mapping[str, object]) -> RankStart:
-        return cls(opt_text(ev.get("host")), opt_int(ev.get("world_size")),
-                   opt_int(ev.get("local_rank")), opt_text(ev.get("backend")),
-                   opt_text(ev.get("device")), opt_text(ev.get("accelerator")),
-                   opt_text(ev.get("ds_accelerator_env")), opt_text(ev.get("precision")),
-                   opt_text(ev.get("optimizer")), opt_text(ev.get("bound_device")))
+        return by_fields(cls, ev)
 
 
 @dataclass(frozen=True)
@@ -71,9 +68,7 @@ class JobError:
 
     @classmethod
     def read(cls, rank: int, ev: Mapping[str, object]) -> JobError:
-        return cls(rank, opt_text(ev.get("kind")), opt_text(ev.get("phase")),
-                   opt_text(ev.get("message")), opt_text(ev.get("host")),
-                   text(ev.get("traceback")))
+        return by_fields(cls, ev, rank=rank)
 
     def line(self) -> str:
         """The event as the job printed it, without its traceback (a diagnosis's evidence)."""
