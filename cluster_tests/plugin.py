@@ -119,8 +119,7 @@ def pytest_configure(config: pytest.Config) -> None:
             raise pytest.UsageError(str(exc)) from None
     config.stash[SETTINGS_KEY] = settings
     config.stash[PARSE_KEY] = parse
-    _run_with(config, Cluster.create(settings, [Node(h.name, h.slots, h.lineno)
-                                                for h in parse.hosts]))
+    _run_with(config, Cluster.create(settings, list(parse.hosts)))
     if config.args_source == pytest.Config.ArgsSource.INVOCATION_DIR:
         # No test paths given and no ini file naming them (an installed suite, run from
         # anywhere): run the checklist, not whatever test files the current directory holds.

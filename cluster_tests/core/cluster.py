@@ -41,6 +41,7 @@ from cluster_tests.judge.common.basefacts import BASE, BaseFacts
 from cluster_tests.judge.common.netfacts import is_ip
 from cluster_tests.judge.common.probes import FactsError, Probe
 from cluster_tests.judge.env.envvars import is_secret
+from cluster_tests.judge.hostfile.hostmodel import Host
 from cluster_tests.judge.problem import Problem, SectionCause
 from cluster_tests.judge.ssh import sshfail
 
@@ -123,11 +124,8 @@ T = TypeVar("T")
 _MISSING = object()  # no value in the memo (None is a value)
 
 
-@dataclass(frozen=True)
-class Node:
-    name: str
-    slots: int
-    lineno: int
+#: a node of the run: a usable hostfile entry (name, slots, line), whatever the node list was
+Node = Host
 
 
 @dataclass(repr=False)
