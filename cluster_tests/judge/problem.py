@@ -40,6 +40,9 @@ class SectionCause(str, Enum):
     def __format__(self, spec: str) -> str:
         return format(str(self.value), spec)
 
+    def __hash__(self) -> int:  # as its words hash (Enum hashes the member's name): a cause
+        return str.__hash__(self)  # read back from a report's JSON is the same key
+
 
 @dataclass(frozen=True)
 class Fix:

@@ -226,14 +226,15 @@ def test_a_missing_file_is_red_with_the_command_that_creates_it(tmp_path):
 #: the unit test files that keep a check's place in the package, copied into the scratch
 #: checkout, and of them the tests that RULES runs there: the import layers, the section table,
 #: the test ids, LAUNCH_NEEDS, no reaching into the remote layer
-RULE_FILES = ("test_layers.py", "test_testids.py", "test_judge_healthy.py", "test_one_way_out.py")
+RULE_FILES = (
+    "test_layers.py", "test_testids.py", "test_judge_healthyset.py", "test_one_way_out.py")
 RULES = (
     "test_layers.py::test_every_module_keeps_to_its_folders_rule",
     "test_layers.py::test_module_names_are_unique_across_layers",
     "test_layers.py::test_each_module_has_one_alias_or_none",
     "test_layers.py::test_the_section_table_names_each_sections_modules",
     "test_testids.py",
-    "test_judge_healthy.py::test_every_check_says_what_the_launch_needs_of_it",
+    "test_judge_healthyset.py::test_every_check_says_what_the_launch_needs_of_it",
     "test_one_way_out.py",
     "test_judge_toyjudge.py",
 )

@@ -55,3 +55,13 @@ def test_the_rule_finds_a_text_red(tmp_path):
     bad = tmp_path / "bad.py"
     bad.write_text("import pytest\n\ndef test_x():\n    pytest.fail('node3: broken')\n")
     assert _calls(bad, "pytest", "fail") == [4]
+
+
+def test_every_judge_module_has_its_test_file():
+    """A newcomer finds a verdict's tests by its module's name: judge/<x>/<m>.py has
+    tests/unit/test_judge_<m>.py."""
+    tests = paths.REPO / "tests" / "unit"
+    missing = sorted(p.relative_to(paths.PACKAGE).as_posix()
+                     for p in (paths.PACKAGE / "judge").rglob("*.py")
+                     if p.name != "__init__.py" and not (tests / f"test_judge_{p.stem}.py").exists())
+    assert missing == []

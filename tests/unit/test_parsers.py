@@ -1,5 +1,5 @@
 """The tool output parsers (tests/toolparsers.py; judge/common/tooloutput.py's own tests are in
-test_tooloutput.py) on the real captured samples in tests/data/samples/.
+test_judge_tooloutput.py) on the real captured samples in tests/data/samples/.
 
 Each sample file is parsed by at least one test that asserts values read from the file.
 The fuzz tests at the end check the "never raise" contract of every parser, both modules'.
@@ -26,7 +26,7 @@ def sample(name: str) -> str:
 
 def test_every_sample_has_a_test() -> None:
     """A new sample file must be named in a test module (so that some test parses it): this
-    one, or another parser test module (tests/unit/test_health_parsers.py for section R)."""
+    one, or another parser test module (tests/unit/test_judge_nccllog.py for section R)."""
     source = "".join(f.read_text(encoding="utf-8") for f in TESTS.rglob("test_*.py")
                      if f.name != "test_e2e_health.py")
     untested = [f.name for f in SAMPLES.glob("*.txt") if f.name not in source]
