@@ -61,7 +61,7 @@ def test_every_judge_module_has_its_test_file():
     """A newcomer finds a verdict's tests by its module's name: judge/<x>/<m>.py has
     tests/unit/test_judge_<m>.py."""
     tests = paths.REPO / "tests" / "unit"
-    missing = sorted(p.relative_to(paths.PACKAGE).as_posix()
-                     for p in (paths.PACKAGE / "judge").rglob("*.py")
-                     if p.name != "__init__.py" and not (tests / f"test_judge_{p.stem}.py").exists())
+    modules = [p for p in (paths.PACKAGE / "judge").rglob("*.py") if p.name != "__init__.py"]
+    missing = sorted(p.relative_to(paths.PACKAGE).as_posix() for p in modules
+                     if not (tests / f"test_judge_{p.stem}.py").exists())
     assert missing == []
