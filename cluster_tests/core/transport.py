@@ -16,6 +16,7 @@ import base64
 import contextlib
 import errno
 import hashlib
+import logging
 import os
 import shlex
 import socket
@@ -33,6 +34,16 @@ import paramiko
 
 from cluster_tests.judge.ssh import sshfail
 from cluster_tests.judge.ssh.sshfail import Cause  # noqa: F401  (one vocabulary)
+
+#: the loggers paramiko makes on first use, made here, at import, before any thread of ours
+#: logs in: pytest's logging plugin walks logging's table of loggers without its lock when
+#: collection starts (_pytest/logging.py, catching_logs), and a logger that a login thread
+#: created meanwhile ended a run with "INTERNALERROR> RuntimeError: dictionary changed size
+#: during iteration" (seen once in a make test run)
+PARAMIKO_LOGGERS = ("paramiko", "paramiko.transport", "paramiko.hostkeys",
+                    "paramiko.auth_strategy", "paramiko.sftp", "paramiko.agent")
+for _name in PARAMIKO_LOGGERS:
+    logging.getLogger(_name)
 
 T = TypeVar("T")
 R = TypeVar("R")

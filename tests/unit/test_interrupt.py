@@ -172,3 +172,28 @@ def test_pytest_reports_the_interrupt_where_the_run_was_and_no_more():
     InterruptGuard(fulltrace=True).pytest_keyboard_interrupt(excinfo)
     assert len(excinfo.traceback) == full - 1
     assert excinfo.traceback[-1].name == "_where_the_run_was"
+
+
+def test_a_login_thread_adds_no_logger_while_pytest_may_walk_them():
+    """paramiko's loggers exist before any login thread runs (core/transport.py makes them at
+    import): a Transport, made and started in a thread as the pool's logins are, adds no name to
+    logging's table, which pytest's logging plugin walks unlocked when collection starts."""
+    import logging
+    import socket
+
+    import paramiko
+
+    before = set(logging.root.manager.loggerDict)
+    a, b = socket.socketpair()
+    made: list[paramiko.Transport] = []
+    t = threading.Thread(target=lambda: made.append(paramiko.Transport(a)))
+    t.start()
+    t.join(10)
+    try:
+        assert made and set(logging.root.manager.loggerDict) - before == set()
+        assert set(transport.PARAMIKO_LOGGERS) <= before
+    finally:
+        for tr in made:
+            tr.close()
+        a.close()
+        b.close()
