@@ -235,7 +235,11 @@ RULES = (
     "test_layers.py::test_the_section_table_names_each_sections_modules",
     "test_testids.py",
     "test_judge_healthyset.py::test_every_check_says_what_the_launch_needs_of_it",
-    "test_one_way_out.py",
+    # (not its rule that every judge module has its test file: the scratch checkout holds only
+    # the toy's; that the recipe writes test_judge_toyjudge.py is shown by running it)
+    "test_one_way_out.py::test_checks_never_touch_the_remote_layer",
+    "test_one_way_out.py::test_checks_fail_with_a_problem_never_with_text",
+    "test_one_way_out.py::test_no_parser_reads_a_fix_back_out_of_a_message",
     "test_judge_toyjudge.py",
 )
 
