@@ -50,12 +50,12 @@ MATRIX_READERS = frozenset(t.name for t in (ids.REACHABLE, ids.MASTER_PORT, ids.
 
 
 def session_start(cluster: Cluster, selected: frozenset[str]) -> None:
-    """After collection: F5 reads the launch's exports from the rehearsal; start it in the
-    background (see env.session_start); and the port matrix, so that its rounds (listen,
-    connect, stop: round trips, little work) overlap the S checks' waits instead of following
-    them."""
+    """After collection: F5 reads the launch's exports (the rehearsal's rank-0 part, not its
+    pdsh legs); start that in the background (see env.session_start); and the port matrix, so
+    that its rounds (listen, connect, stop: round trips, little work) overlap the S checks'
+    waits instead of following them."""
     if selected & REHEARSAL_READERS:
-        rehearsal.start_background(cluster)
+        rehearsal.start_background(cluster, legs=False)
     if selected & MATRIX_READERS:
         ports.start_background(cluster)
 

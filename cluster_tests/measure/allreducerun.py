@@ -237,8 +237,8 @@ def launch_exports_word(cluster: Cluster) -> str:
     from cluster_tests.judge.env import launchlegs
     from cluster_tests.measure import rehearsal
 
-    r = rehearsal.rehearse(cluster)
-    return launchlegs.exports_word(r.exports) if r.exports else ""
+    exports = rehearsal.exports(cluster)
+    return launchlegs.exports_word(exports) if exports else ""
 
 
 def launch_layout(cluster: Cluster, nodes: Sequence[str] | None = None

@@ -32,7 +32,7 @@ def ifaces(cluster: Cluster, node: str) -> dict[str, Interface]:
 def launch_ifname_vars(cluster: Cluster) -> dict[str, str]:
     """*_SOCKET_IFNAME values that the launch itself exports to every rank from the rank-0 node
     (its environment by DeepSpeed's prefixes, and its `.deepspeed_env`; the rehearsal's)."""
-    exports = rehearsal.rehearse(cluster).exports
+    exports = rehearsal.exports(cluster)
     return {k: envvars.unquote_export(v) for k, v in exports.items()
             if k in ifjudge.SOCKET_IFNAME_VARS and v.strip()}
 

@@ -24,6 +24,7 @@ and the pdsh process itself runs under the session's `timeout` and run tag.
 from __future__ import annotations
 
 import base64
+import dataclasses
 import shlex
 import time
 from collections.abc import Iterable
@@ -41,6 +42,7 @@ from cluster_tests.judge.hostfile import resourcefilter as rf
 from cluster_tests.measure import launchpy
 
 BACKGROUND: MemoKey[bool] = MemoKey("rehearsal", "background")
+BACKGROUND_PREPARED: MemoKey[bool] = MemoKey("rehearsal", "background-prepared")
 
 
 @dataclass
@@ -80,6 +82,7 @@ class Rehearsal:
 
 
 MEMO_KEY: MemoKey[Rehearsal] = MemoKey("rehearsal", "result")
+PREPARED: MemoKey[Rehearsal] = MemoKey("rehearsal", "prepared")
 
 
 def launch_hosts(cluster: Cluster) -> list[str]:
@@ -131,25 +134,43 @@ def launch_python(cluster: Cluster) -> str | None:
 
 
 def rehearse(cluster: Cluster) -> Rehearsal:
+    """The whole rehearsal: what the launch works out on the rank-0 node (:func:`prepared`),
+    then its pdsh legs to every host, each judged."""
     return cluster.memo(MEMO_KEY, lambda: _rehearse(cluster))
 
 
-def start_background(cluster: Cluster) -> None:
+def prepared(cluster: Cluster) -> Rehearsal:
+    """What the launch works out on the rank-0 node before pdsh: its interpreter, directory and
+    exports (or why it cannot start there), without the legs. The readers of the exports alone
+    (F5, C1, C2) read this: a session that runs neither E nor S5 runs no import check over pdsh
+    on every node for them."""
+    return cluster.memo(PREPARED, lambda: _prepared(cluster))
+
+
+def exports(cluster: Cluster) -> dict[str, str]:
+    """The variables the launch exports to every rank (DeepSpeed's rules on the rank-0 node;
+    empty where it cannot start there, E5 says why)."""
+    return prepared(cluster).exports
+
+
+def start_background(cluster: Cluster, *, legs: bool = True) -> None:
     """Start the rehearsal in the background, once per session, so that its imports (the rank-0
-    node's launch probe, then one import per node through pdsh) overlap the other checks instead
-    of following them.  Its pdsh opens one login per node, which S4's per-source fan-out leaves
-    room for (sshpairs.SSHD_SAFE_FANOUT).  The checks read the same memo entry: whoever asks
-    first computes, the others wait; an error is re-raised to the check that reads it."""
+    node's launch probe, then, with `legs`, one import per node through pdsh) overlap the other
+    checks instead of following them.  Its pdsh opens one login per node, which S4's per-source
+    fan-out leaves room for (sshpairs.SSHD_SAFE_FANOUT).  The checks read the same memo entry:
+    whoever asks first computes, the others wait; an error is re-raised to the check that reads
+    it. Without `legs`: the rank-0 node's part only (:func:`prepared`)."""
     started = [False]
 
     def claim() -> bool:
         started[0] = True
         return True
 
-    cluster.memo(BACKGROUND, claim)
+    cluster.memo(BACKGROUND if legs else BACKGROUND_PREPARED, claim)
     if not started[0]:
         return
-    cluster.in_background("ct-rehearsal", lambda: rehearse(cluster), wait=False)
+    work = (lambda: rehearse(cluster)) if legs else (lambda: prepared(cluster))
+    cluster.in_background("ct-rehearsal", work, wait=False)
 
 
 def scheduled(cluster: Cluster) -> bool:
@@ -168,11 +189,17 @@ def _code_word(deadline: float, tag: str) -> str:
 
 def _rehearse(cluster: Cluster) -> Rehearsal:
     start = time.monotonic()
-    r = Rehearsal(site=cluster.rank0.name)
-    r.site_problem = _prepare(cluster, r)
+    # a copy: the legs go into this one, the prepared one stays as the exports' readers saw it
+    r = dataclasses.replace(prepared(cluster), hosts=[], legs={}, outputs={})
     if r.site_problem is None:
         _run_legs(cluster, r)
         r.seconds = time.monotonic() - start
+    return r
+
+
+def _prepared(cluster: Cluster) -> Rehearsal:
+    r = Rehearsal(site=cluster.rank0.name)
+    r.site_problem = _prepare(cluster, r)
     return r
 
 
