@@ -1,14 +1,14 @@
-"""The history of runs, end to end on the simulated cluster: five runs of the collective checks
-on links shaped to 50 Mbit/s (tbf on every node's eth0, so that the figures are the links' and
-not the two shared cores'), then every link shaped to 30 Mbit/s (60 %): the sixth run is green
-by its own measures and warns that C1 and every pair fell below their history, with the
-numbers; its metrics textfile, read with prometheus_client's parser, holds summary.json's
-outcomes and figures, and its HTML report's history plot renders in headless Chromium. A
-seventh run, its history file replaced by random bytes, ends green as before, with a warning,
-and the bytes untouched.
+"""The history of runs, end to end on the simulated cluster: three runs of the collective checks
+(the fewest that give a figure its median, trend.MIN_RUNS) on links shaped to 50 Mbit/s (tbf on
+every node's eth0, so that the figures are the links' and not the two shared cores'), then every
+link shaped to 30 Mbit/s (60 %): the fourth run is green by its own measures and warns that C1
+and every pair fell below their history, with the numbers; its metrics textfile, read with
+prometheus_client's parser, holds summary.json's outcomes and figures, and its HTML report's
+history plot renders in headless Chromium. A fifth run, its history file replaced by random
+bytes, ends green as before, with a warning, and the bytes untouched.
 
-Six collective runs (their cost is the workers' start-up): one size (1M, the largest of
-test_e2e_collective.py's), its iterations and warm-ups; the seventh run is the login checks."""
+Four collective runs (their cost is the workers' start-up): one size (1M, the largest of
+test_e2e_collective.py's), its iterations and warm-ups; the fifth run is the login checks."""
 
 from __future__ import annotations
 
@@ -21,6 +21,8 @@ import re
 from browser import chromium, png_facts
 from prometheus_client.parser import text_string_to_metric_families
 from suite import run_suite
+
+from cluster_tests.judge.trend import MIN_RUNS
 
 NODES = ("node1", "node2", "node3")
 PAIRS = ("node1<->node2", "node1<->node3", "node2<->node3")
@@ -39,7 +41,7 @@ def test_history_warns_when_every_link_falls_to_60_percent(healthy_sim, tmp_path
     history = tmp_path / "history.sqlite"
     for node in NODES:
         healthy_sim.tc(node, ["qdisc", "add", *tbf("50mbit")])
-    for i in range(5):
+    for i in range(MIN_RUNS):
         r = run_suite(healthy_sim, *RUN, "--history", str(history))
         assert r.outcomes == GREEN, r.describe()
         assert "warning: C" not in r.output, r.output[-3000:]  # no drop: it is their normal
@@ -48,28 +50,29 @@ def test_history_warns_when_every_link_falls_to_60_percent(healthy_sim, tmp_path
         healthy_sim.tc(node, ["qdisc", "replace", *tbf("30mbit")],
                        undo=["qdisc", "replace", *tbf("50mbit")])
     metrics = tmp_path / "cluster-tests.prom"
-    six = run_suite(healthy_sim, *RUN, "--history", str(history), "--metrics-textfile",
+    last = run_suite(healthy_sim, *RUN, "--history", str(history), "--metrics-textfile",
                     str(metrics))
-    print(f"run 6: {six.seconds:.1f} s")
-    assert six.outcomes == GREEN, six.describe()
-    summary = json.loads((six.junit.parent / "summary.json").read_text())
+    print(f"run {MIN_RUNS + 1}: {last.seconds:.1f} s")
+    assert last.outcomes == GREEN, last.describe()
+    summary = json.loads((last.junit.parent / "summary.json").read_text())
     drops = {d["what"]: d for d in summary["history"]["drops"]}
     assert set(drops) == {"C1 busbw at 1MB over these 3 nodes",
                           *(f"C2 {p} busbw at 1MB" for p in PAIRS)}, summary["history"]
     for d in drops.values():
-        assert d["runs"] == 5 and 0.45 < d["ratio"] < 0.7, d  # 30 of 50 Mbit/s: about 0.6
+        assert d["runs"] == MIN_RUNS and 0.45 < d["ratio"] < 0.7, d  # 30 of 50 Mbit/s: about 0.6
     assert drops["C1 busbw at 1MB over these 3 nodes"]["value_GBps"] == \
         summary["allreduce"]["sizes"][-1]["busbw_GBps"]
     for p in PAIRS:
         assert drops[f"C2 {p} busbw at 1MB"]["value_GBps"] == \
             summary["allreduce"]["pair_busbw_GBps"][p]
-    warnings = [ln for ln in six.output.splitlines() if ln.startswith("warning: C")]
-    assert len(warnings) == 4, six.output[-3000:]
+    warnings = [ln for ln in last.output.splitlines() if ln.startswith("warning: C")]
+    assert len(warnings) == 4, last.output[-3000:]
     for line in warnings:
         assert re.fullmatch(r"warning: C[12] (node\d<->node\d )?busbw at 1MB( over these 3 "
                             r"nodes)?: [\d.e-]+ GB/s, 0\.\d\dx its median [\d.e-]+ GB/s over its "
-                            r"last 5 passing runs \(below 0\.7x: --history-drop\)", line), line
-    assert f"history ({history})" in six.output
+                            rf"last {MIN_RUNS} passing runs \(below 0\.7x: --history-drop\)",
+                            line), line
+    assert f"history ({history})" in last.output
 
     # the metrics textfile: summary.json's outcomes and figures
     families = {f.name: f for f in text_string_to_metric_families(metrics.read_text())}
@@ -93,8 +96,8 @@ def test_history_warns_when_every_link_falls_to_60_percent(healthy_sim, tmp_path
     assert math.isclose(families["cluster_tests_run_duration_seconds"].samples[0].value,
                         meta["duration_s"])
 
-    # the plot, in a real browser: C1 and each pair over the six runs
-    page = six.junit.parent / "cluster_report.html"
+    # the plot, in a real browser: C1 and each pair over the four runs
+    page = last.junit.parent / "cluster_report.html"
     shot = tmp_path / "history.png"
     res = chromium(page, tmp_path, f"--screenshot={shot}", "--window-size=1200,2400")
     assert res.returncode == 0 and shot.exists(), res.stderr[-2000:]
@@ -112,23 +115,23 @@ def test_history_warns_when_every_link_falls_to_60_percent(healthy_sim, tmp_path
         ["C1 at 1MB", *(f"C2 {p}" for p in PAIRS)]), lines
     for _, points in lines:
         ys = [float(xy.split(",")[1]) for xy in points.split()]
-        assert len(ys) == 6 and ys[-1] > max(ys[:-1])  # the sixth run lowest (SVG y grows down)
+        assert len(ys) == MIN_RUNS + 1 and ys[-1] > max(ys[:-1])  # the last lowest (SVG y down)
     text = page.read_text()
     assert "<script" not in text and not re.search(r"""(src|href)\s*=\s*["']?\w+:""", text)
 
-    # a seventh run on a history file of random bytes (the fast login checks: what a broken
+    # a fifth run on a history file of random bytes (the fast login checks: what a broken
     # history file must not change is any verdict; the same outcomes with a good file and a
     # corrupt one, report by report: tests/unit/test_after_verdict.py)
     noise = os.urandom(1 << 16)
     history.write_bytes(noise)
-    seven = run_suite(healthy_sim, "-m", "ssh", "-k", "test_login and not time", "--history",
+    broken = run_suite(healthy_sim, "-m", "ssh", "-k", "test_login and not time", "--history",
                       str(history))
-    print(f"run 7: {seven.seconds:.1f} s")
-    assert seven.returncode == 0 and seven.outcomes == {
-        f"test_login[{n}]": "passed" for n in NODES}, seven.describe()
+    print(f"run {MIN_RUNS + 2}: {broken.seconds:.1f} s")
+    assert broken.returncode == 0 and broken.outcomes == {
+        f"test_login[{n}]": "passed" for n in NODES}, broken.describe()
     assert (f"warning: history not written: {history} is not an SQLite database (it does not "
             f"start with SQLite's header; corrupt, or another file): left as is"
-            in seven.output.splitlines()), seven.output[-3000:]
+            in broken.output.splitlines()), broken.output[-3000:]
     assert history.read_bytes() == noise
-    assert json.loads((seven.junit.parent / "summary.json").read_text())["history"]["error"]
-    assert (seven.junit.parent / "cluster_report.html").exists()
+    assert json.loads((broken.junit.parent / "summary.json").read_text())["history"]["error"]
+    assert (broken.junit.parent / "cluster_report.html").exists()
