@@ -54,8 +54,9 @@ def test_sshd_config(cluster: Cluster, node: str, record_property) -> None:
     facts = cluster.base(node)
     sshd = cluster.probe(node, sshmodes.SSHD)
     if not sshd.ok:
+        who = f" (it reads the host keys: root only; uid {facts.uid})" if facts.uid > 0 else ""
         pytest.skip(f"{node}: cannot read sshd's effective settings "
-                    f"(`sshd -T`, exit {sshd.rc}): {sshd.error.strip()[:200]}")
+                    f"(`sshd -T`, exit {sshd.rc}{who}): {sshd.error.strip()[:200]}")
     record_property("passwordauthentication", sshd.get("passwordauthentication", "?"))
     problem = sshmodes.sshd_config_problem(node, sshd, root=facts.uid == 0)
     if problem is not None:

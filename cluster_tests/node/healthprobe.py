@@ -132,8 +132,9 @@ def section_fabric(params):
     tools = {}
     if not tree:
         for tool in ("ibv_devinfo", "ibstat"):
-            if shutil.which(tool):
-                tools[tool] = run([tool], timeout=15)
+            found = admin_tool(tool)  # ibstat: /usr/sbin
+            if found:
+                tools[tool] = run([found], timeout=15)
     show_gids = run(["show_gids"], timeout=10) if tree and shutil.which("show_gids") else None
     ml_soft, ml_hard = _lim(resource.RLIMIT_MEMLOCK, True)
     nf_soft, nf_hard = _lim(resource.RLIMIT_NOFILE, False)

@@ -19,7 +19,6 @@ Sections:
 import errno
 import os
 import select
-import shutil
 import signal
 import socket
 import threading
@@ -390,10 +389,10 @@ def section_stop(params):
 
 def section_firewall(params):
     out = {"uid": os.getuid()}
-    for tool, argv in (("iptables", ["iptables", "-w", "5", "-S"]),
-                       ("nft", ["nft", "list", "ruleset"])):
-        if shutil.which(tool):
-            out[tool] = run(argv, timeout=10)
+    for tool, args in (("iptables", ["-w", "5", "-S"]), ("nft", ["list", "ruleset"])):
+        found = admin_tool(tool)
+        if found:
+            out[tool] = run([found, *args], timeout=10)
     return out
 
 

@@ -8,6 +8,7 @@ sections, no capped commands).
 
 A script must not define any name defined here (tests/unit/test_node_prelude.py checks it)."""
 import json
+import shutil
 import subprocess
 import sys
 import threading
@@ -47,6 +48,17 @@ def read_text(path, limit=1024 * 1024):
             return fh.read(limit).decode("utf-8", "replace")
     except OSError:
         return None
+
+
+#: where administration tools live that a regular user's PATH often lacks (Debian's and
+#: Ubuntu's: /usr/sbin is on root's PATH only)
+ADMIN_DIRS = "/usr/sbin:/sbin"
+
+
+def admin_tool(name):
+    """`name` on PATH, else in ADMIN_DIRS (None: not installed). A tool found there still runs
+    as the login user: as a regular user, `iptables -S` then says it needs root."""
+    return shutil.which(name) or shutil.which(name, path=ADMIN_DIRS)
 
 
 def in_parallel(fn, items):

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ast
 import json
+import shutil
 import subprocess
 import sys
 
@@ -82,3 +83,16 @@ def test_a_section_is_a_function_named_after_it(tmp_path) -> None:
                           timeout=60, check=True)
     got = json.loads(proc.stdout.decode().strip().splitlines()[-1][len(PROBE_MARK):])
     assert got["extra"] == 7 and got["dir"].get("error") is None
+
+
+def test_admin_tools_are_found_off_a_regular_users_path() -> None:
+    """A regular user's PATH on Debian and Ubuntu has no /usr/sbin: F4 looked for iptables on
+    it, found none, and said no firewall tool was installed. The prelude's admin_tool also
+    looks where the administration tools live (the sim's iptables is /usr/sbin's)."""
+    expected = shutil.which("iptables", path="/usr/sbin:/sbin")
+    assert expected is not None  # installed by `make setup` (the sim's faults need it)
+    code = (node.source("netprobe.py").split(b'\nif __name__ == "__main__":')[0]
+            + b"\nprint(admin_tool('iptables'), admin_tool('ct-no-such-tool'))\n")
+    proc = subprocess.run([sys.executable, "-"], input=code, capture_output=True, timeout=60,
+                          check=True, env={"PATH": "/usr/local/bin:/usr/bin:/bin"})
+    assert proc.stdout.decode().split() == [expected, "None"]
