@@ -7,8 +7,10 @@ ssh -> launch.py -> torch.distributed on gloo)."""
 from __future__ import annotations
 
 import json
+import os
 import random
 import shlex
+import subprocess
 import sys
 from pathlib import Path
 
@@ -156,6 +158,41 @@ def test_sshd_on_another_port_everywhere_is_green_and_the_launch_works(healthy_s
     r = run_suite(sim, *FAST)
     assert r.returncode == 0, r.describe()
     out = real_launch(sim, NODES)
+    assert launch_ok(out, 3), out[-3000:]
+
+
+def test_a_regular_user_with_a_shared_home_is_green_and_the_launch_works(healthy_sim, tmp_path):
+    """Many clusters' shape: the user is not root, and one home (NFS) is every node's, with one
+    key pair authorized for itself, one known_hosts and one .bashrc. The launcher's ssh config
+    says `User alice`: the fast checklist, run as alice on every node, is green, and alice's own
+    `deepspeed --hostfile` from node1, in her home, runs on every node."""
+    sim = healthy_sim
+    home = sim.add_user("alice", uid=1500)
+    for name, text in (("train.py", TRAIN),
+                       ("hostfile", "".join(f"{n} slots=1\n" for n in NODES))):
+        (home / name).write_text(text)
+        os.chown(home / name, 1500, 1500)
+    config = sim.ssh_config_as("alice", tmp_path / "ssh_config")
+    logs = {nd.name: nd.paths["sshd_log"] for nd in sim.nodes}
+    seen = {n: log.stat().st_size for n, log in logs.items()}
+    r = run_suite(sim, *FAST, ssh_config=config)
+    assert r.returncode == 0, r.describe()
+    # what alice cannot read is said as such (F4 once said no firewall tool was installed:
+    # /usr/sbin is not on a regular user's PATH)
+    assert "needs root; uid 1500" in r.message("test_firewall_rules[node1]"), r.describe()
+    assert "uid 1500" in r.message("test_sshd_config[node1]"), r.describe()
+    for n, log in logs.items():  # every login of the run, the launcher's and pdsh's, as alice
+        with open(log, errors="replace") as fh:
+            fh.seek(seen[n])
+            accepted = [ln for ln in fh if "Accepted publickey for" in ln]
+        assert accepted and all(" for alice " in ln for ln in accepted), (n, accepted[:5])
+    port = random.randrange(30000, 31000)
+    res = subprocess.run(
+        ["ssh", "-F", str(config), "-o", "BatchMode=yes", "node1",
+         f"cd && timeout -s KILL 110 deepspeed --hostfile hostfile --master_addr node1 "
+         f"--master_port {port} train.py 2>&1; echo CT_LAUNCH_EXIT=$?"],
+        check=False, capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+    out = res.stdout + res.stderr
     assert launch_ok(out, 3), out[-3000:]
 
 
