@@ -112,7 +112,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 #: the end-to-end modules, the longest first (seconds of their tests on 2 cores, measured with
-#: `--durations=0`; the history test alone runs seven suites). `make test` hands the tests out
+#: `--durations=0`; the history test alone runs five suites). `make test` hands the tests out
 #: with `--dist worksteal`: each worker starts on its half in this order and, once idle, takes
 #: the other's last (shortest) tests, so the two end together instead of one waiting out a long
 #: module alone. Modules not listed come last, in file order.
