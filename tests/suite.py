@@ -195,8 +195,13 @@ def fake_tool(sim, node: str, tool: str, script: str) -> None:
     sim.append_bashrc(node, f"export PATH={shlex.quote(str(bindir))}:$PATH\n")
 
 
-def logins_from(sim, node: str, address: str) -> int:
-    """ssh logins into `node` from `address` so far, as its sshd logged them (LogLevel VERBOSE)."""
+def accepted_logins(sim, node: str) -> list[str]:
+    """The ssh logins into `node` so far, oldest first, as its sshd logged them (LogLevel
+    VERBOSE): `Accepted publickey for USER from ADDRESS port ...` lines."""
     text = sim.node(node).paths["sshd_log"].read_text(errors="replace")
-    return sum(1 for line in text.splitlines()
-               if "Accepted publickey" in line and f" from {address} port " in line)
+    return [line for line in text.splitlines() if "Accepted publickey" in line]
+
+
+def logins_from(sim, node: str, address: str) -> int:
+    """ssh logins into `node` from `address` so far (:func:`accepted_logins`)."""
+    return sum(1 for line in accepted_logins(sim, node) if f" from {address} port " in line)
