@@ -207,7 +207,7 @@ def section_sshd(params):
     """`sshd -T` with `-C` for this login (user, and the client/server ends of the session we
     came in by), so that `Match User/Address` blocks apply as they do to a real login; plain
     `-T` where this sshd does not take -C."""
-    sshd = shutil.which("sshd") or "/usr/sbin/sshd"
+    sshd = admin_tool("sshd") or "/usr/sbin/sshd"
     try:
         user = pwd.getpwuid(os.getuid()).pw_name
     except KeyError:
