@@ -23,6 +23,11 @@ from pathlib import Path
 
 from paths import REPO
 
+#: `pytest` as a user runs it, less the plugins of this project's own development (hypothesis:
+#: a quarter of a CPU second at every start, and the end-to-end tests start the suite about 150
+#: times on a 2-core CI machine)
+PYTEST = (sys.executable, "-m", "pytest", "-p", "no:hypothesispytest")
+
 
 @dataclass
 class SuiteResult:
@@ -115,7 +120,7 @@ def run_suite(sim, *args: str, timeout: float = 600, env: dict[str, str] | None 
     tmp = tempfile.mkdtemp(prefix="ct-suite-", dir=os.environ.get("CT_SUITE_TMP"))
     junit = Path(tmp) / "junit.xml"
     argv = [
-        sys.executable, "-m", "pytest",
+        *PYTEST,
         *([f"--hostfile={hostfile or sim.hostfile}"] if equals_form
           else ["--hostfile", str(hostfile or sim.hostfile)]),
         "--ssh-config", str(ssh_config or sim.ssh_config),

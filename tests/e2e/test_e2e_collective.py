@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from suite import REPO, run_suite
+from suite import PYTEST, REPO, run_suite
 
 from cluster_tests.judge.collective import collverdict as C
 from cluster_tests.judge.collective import pairbw as pb
@@ -357,7 +357,7 @@ def test_crawling_link_named_within_the_budget(healthy_sim) -> None:
 
 
 def test_killed_pytest_leaves_no_workers(healthy_sim, tmp_path: Path) -> None:
-    argv = [sys.executable, "-m", "pytest", "--hostfile", str(healthy_sim.hostfile),
+    argv = [*PYTEST, "--hostfile", str(healthy_sim.hostfile),
             "--ssh-config", str(healthy_sim.ssh_config), "-p", "no:cacheprovider", "-q",
             f"--junitxml={tmp_path / 'j.xml'}", *FAST, "-k", "test_allreduce and not pair",
             "--iters", "100000", "--collective-op-timeout", "300"]

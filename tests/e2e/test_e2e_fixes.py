@@ -12,13 +12,12 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import pytest
-from suite import REPO, SuiteResult, parse_junit, verdict_of
+from suite import PYTEST, REPO, SuiteResult, parse_junit, verdict_of
 
 from fixtures.sim import SimCluster
 
@@ -34,7 +33,7 @@ def sim4(tmp_path_factory):
 def run(sim, workdir: Path, *args: str) -> SuiteResult:
     """The suite as a user runs it, with pytest's cache (for --lf) kept in `workdir`."""
     junit = workdir / "reports" / "junit.xml"
-    argv = [sys.executable, "-m", "pytest", "--hostfile", str(sim.hostfile), "--ssh-config",
+    argv = [*PYTEST, "--hostfile", str(sim.hostfile), "--ssh-config",
             str(sim.ssh_config), "-o", f"cache_dir={workdir / 'cache'}", f"--junitxml={junit}",
             "-rA", *args]
     env = {k: v for k, v in os.environ.items()

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from suite import REPO, sigint_as_at_a_terminal
+from suite import PYTEST, REPO, sigint_as_at_a_terminal
 
 pytestmark = pytest.mark.alone
 
@@ -112,7 +112,7 @@ def interrupt(sim, phase: Phase, tmp_path: Path, *, second: bool = False) -> str
     """Run the suite on `phase`'s selection, press Ctrl-C once the phase runs past rank 0
     (and again as soon as the run says it is cleaning up, if `second`); assert that
     pytest ends within 30 s and leaves no process on any node. Returns pytest's output."""
-    argv = [sys.executable, "-m", "pytest", "--hostfile", str(sim.hostfile),
+    argv = [*PYTEST, "--hostfile", str(sim.hostfile),
             "--ssh-config", str(sim.ssh_config), "-p", "no:cacheprovider", "-q",
             f"--junitxml={tmp_path / 'junit.xml'}", *phase.select]
     env = {k: v for k, v in os.environ.items() if k != "PYTEST_ADDOPTS"}

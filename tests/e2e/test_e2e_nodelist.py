@@ -6,13 +6,12 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import pytest
-from suite import REPO, SuiteResult, parse_junit
+from suite import PYTEST, REPO, SuiteResult, parse_junit
 
 from fixtures.sim.slurm import SimSlurm, missing_tools
 
@@ -25,7 +24,7 @@ def run_without_hostfile(sim, *args: str, env: dict[str, str] | None = None,
     expands the allocation's list for real."""
     tmp = tempfile.mkdtemp(prefix="ct-suite-", dir=os.environ.get("CT_SUITE_TMP"))
     junit = Path(tmp) / "junit.xml"
-    argv = [*prefix, sys.executable, "-m", "pytest", "--ssh-config", str(sim.ssh_config),
+    argv = [*prefix, *PYTEST, "--ssh-config", str(sim.ssh_config),
             "-p", "no:cacheprovider", f"--junitxml={junit}", "-rA", *args]
     run_env = {k: v for k, v in os.environ.items()
                if not k.startswith(("SLURM_", "SKYPILOT_", "CLUSTER_TESTS_", "PYTEST_ADDOPTS"))}

@@ -7,7 +7,7 @@ import subprocess
 import sys
 import time
 
-from suite import REPO, run_suite, sigint_as_at_a_terminal
+from suite import PYTEST, REPO, run_suite, sigint_as_at_a_terminal
 
 FAST = ("-m", "hostfile or ssh or names")
 
@@ -27,7 +27,7 @@ def test_sigint_while_probing_ends_promptly_and_leaves_nothing(healthy_sim, tmp_
     (slow / "python3").write_text(f"#!/bin/sh\nsleep 60\nexec {sys.executable} \"$@\"\n")
     (slow / "python3").chmod(0o755)
     healthy_sim.append_bashrc("node2", f"export PATH={slow}:$PATH\n")
-    argv = [sys.executable, "-m", "pytest", "--hostfile", str(healthy_sim.hostfile),
+    argv = [*PYTEST, "--hostfile", str(healthy_sim.hostfile),
             "--ssh-config", str(healthy_sim.ssh_config), "-p", "no:cacheprovider", *FAST,
             f"--junitxml={tmp_path / 'junit.xml'}"]
     proc = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,

@@ -12,12 +12,11 @@ import pty
 import re
 import struct
 import subprocess
-import sys
 import tempfile
 import time
 
 import pytest
-from suite import REPO
+from suite import PYTEST, REPO
 
 COLUMNS, ROWS = 80, 24
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
@@ -32,7 +31,7 @@ def on_a_terminal(sim, *args: str, timeout: float = 300) -> str:
     # from a directory of its own, as a user runs it (the reports go to ./reports), with the
     # project's ini file (its addopts: -ra)
     cwd = tempfile.mkdtemp(prefix="ct-term-", dir=os.environ.get("CT_SUITE_TMP"))
-    argv = [sys.executable, "-m", "pytest", "-c", str(REPO / "pyproject.toml"), "--rootdir",
+    argv = [*PYTEST, "-c", str(REPO / "pyproject.toml"), "--rootdir",
             str(REPO), "--hostfile", str(sim.hostfile), "--ssh-config", str(sim.ssh_config),
             "-p", "no:cacheprovider", *args]
     env = {k: v for k, v in os.environ.items()

@@ -7,10 +7,9 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import time
 
-from suite import REPO, SuiteResult, parse_junit, run_suite
+from suite import PYTEST, REPO, SuiteResult, parse_junit, run_suite
 
 
 def _summary(r: SuiteResult) -> dict:
@@ -44,7 +43,7 @@ def test_xdist_same_verdicts_no_double_probing(healthy_sim):
 def _pytest(sim, tmp, *args: str) -> tuple[SuiteResult, dict]:
     """The suite WITH pytest's cache provider (run_suite turns it off), cache under tmp."""
     junit = tmp / f"junit-{time.monotonic_ns()}.xml"
-    argv = [sys.executable, "-m", "pytest", "--hostfile", str(sim.hostfile), "--ssh-config",
+    argv = [*PYTEST, "--hostfile", str(sim.hostfile), "--ssh-config",
             str(sim.ssh_config), "-o", f"cache_dir={tmp / 'cache'}", f"--junitxml={junit}",
             "-q", "-rA", *args]
     env = {k: v for k, v in os.environ.items()
@@ -77,7 +76,7 @@ def test_last_failed_reruns_only_the_failed_ids(healthy_sim, tmp_path):
 
 def _collected(sim, *args: str) -> set[str]:
     proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "--hostfile", str(sim.hostfile), "--ssh-config",
+        [*PYTEST, "--hostfile", str(sim.hostfile), "--ssh-config",
          str(sim.ssh_config), "-p", "no:cacheprovider", "--co", "-q", *args],
         cwd=REPO, capture_output=True, text=True, timeout=120, check=False)
     return {line.split("::")[-1] for line in proc.stdout.splitlines() if "::" in line}
