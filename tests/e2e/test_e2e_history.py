@@ -59,10 +59,10 @@ def test_history_warns_when_every_link_falls_to_60_percent(sim2, tmp_path):
         print(f"run {i + 1}: {r.seconds:.1f} s")
     for node in NODES:  # 60 % of the rate before (undone back to 50 Mbit/s, then removed)
         sim2.tc(node, ["qdisc", "replace", *tbf("30mbit")],
-                       undo=["qdisc", "replace", *tbf("50mbit")])
+                undo=["qdisc", "replace", *tbf("50mbit")])
     metrics = tmp_path / "cluster-tests.prom"
     last = run_suite(sim2, *RUN, "--history", str(history), "--metrics-textfile",
-                    str(metrics))
+                     str(metrics))
     print(f"run {MIN_RUNS + 1}: {last.seconds:.1f} s")
     assert last.outcomes == GREEN, last.describe()
     summary = json.loads((last.junit.parent / "summary.json").read_text())
@@ -136,7 +136,7 @@ def test_history_warns_when_every_link_falls_to_60_percent(sim2, tmp_path):
     noise = os.urandom(1 << 16)
     history.write_bytes(noise)
     broken = run_suite(sim2, "-m", "ssh", "-k", "test_login and not time", "--history",
-                      str(history))
+                       str(history))
     print(f"run {MIN_RUNS + 2}: {broken.seconds:.1f} s")
     assert broken.returncode == 0 and broken.outcomes == {
         f"test_login[{n}]": "passed" for n in NODES}, broken.describe()
