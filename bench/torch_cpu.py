@@ -104,7 +104,8 @@ def main() -> int:
     LOG_DIR.mkdir(parents=True, exist_ok=True)
     log, on = LOG_DIR / "torch.jsonl", LOG_DIR / "on"
     log.unlink(missing_ok=True)
-    log.touch(mode=0o666)
+    log.touch()
+    log.chmod(0o666)  # a regular user's processes on the nodes append to it too
     on.touch()
     hook.write_text(HOOK % {"on": str(on), "log": str(log)})
     cpu0, t0 = machine_cpu(), time.monotonic()
