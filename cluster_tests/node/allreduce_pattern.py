@@ -1,6 +1,8 @@
 """Part of node/allreduce.py (sent before it, node.PARTS): the verifiable pattern every rank
-fills its buffer with and checks its result against (torch is passed in; nothing is imported
-here)."""
+fills its buffer with and checks its result against (torch is passed in; nothing else is
+imported here but the standard library)."""
+
+import functools
 
 # Largest integer N such that every integer in [0, N] is exact in the dtype.
 EXACT_LIMIT = {
@@ -44,21 +46,12 @@ PATTERN_MIN_BASE = 8
 CHUNK = 1 << 21
 
 
-_PARAMS: dict = {}
-
-
+@functools.lru_cache(maxsize=None)
 def pattern_params(world: int, dtype: str) -> tuple:
     """(K active ranks per element, B base values, multipliers) for ``world`` ranks in ``dtype``:
     the largest K <= world with K(K-1)/2 + K*B <= L for B >= PATTERN_MIN_BASE (B <= 2^31-1).
     Kept once worked out: :func:`pattern_value`, the per-element reference, asks again for every
     rank of every element (12 us a time at 100,000 ranks)."""
-    key = (world, dtype)
-    if key not in _PARAMS:
-        _PARAMS[key] = _pattern_params(world, dtype)
-    return _PARAMS[key]
-
-
-def _pattern_params(world: int, dtype: str) -> tuple:
     if world < 1:
         raise ValueError(f"world size must be >= 1, got {world}")
     limit = EXACT_LIMIT[dtype]
