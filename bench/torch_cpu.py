@@ -27,6 +27,11 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "bench"))
+
+from scale import busy_cpu_seconds  # noqa: E402
+
 LOG_DIR = REPO / ".sim" / "torch_cpu"
 
 HOOK = '''\
@@ -85,13 +90,6 @@ def kind(row: dict) -> str:
     return "other: " + argv[:60]
 
 
-def machine_cpu() -> float:
-    with open("/proc/stat") as f:
-        fields = [int(x) for x in f.readline().split()[1:]]
-    busy = sum(fields[:8]) - fields[3] - fields[4]  # all but idle and iowait
-    return busy / os.sysconf("SC_CLK_TCK")
-
-
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("command", nargs="+", help="the command (after --)")
@@ -108,19 +106,20 @@ def main() -> int:
     log.chmod(0o666)  # a regular user's processes on the nodes append to it too
     on.touch()
     hook.write_text(HOOK % {"on": str(on), "log": str(log)})
-    cpu0, t0 = machine_cpu(), time.monotonic()
+    cpu0, t0 = busy_cpu_seconds(), time.monotonic()
     try:
         rc = subprocess.run(a.command, check=False).returncode
     finally:
         hook.unlink()
         on.unlink()
-    cpu, wall = machine_cpu() - cpu0, time.monotonic() - t0
+    cpu, wall = busy_cpu_seconds() - cpu0, time.monotonic() - t0
     rows = [json.loads(ln) for ln in log.read_text().splitlines() if ln.strip()]
     by: collections.Counter[str] = collections.Counter()
     count: collections.Counter[str] = collections.Counter()
     for r in rows:
-        by[kind(r)] += r["cpu"]
-        count[kind(r)] += 1
+        k = kind(r)
+        by[k] += r["cpu"]
+        count[k] += 1
     torch_s = sum(by.values())
     print(f"exit {rc}; {wall:.0f} s wall; the machine's CPU over it: {cpu:.0f} s "
           f"({os.cpu_count()} cores)")
