@@ -1,10 +1,11 @@
 """Options of the suite: one declaration each, grouped by checklist section, read from the command
 line, the environment or the ini file into frozen dataclasses (`settings.network.port_timeout`).
 
-An option is a dataclass field declared with `option(flag, help, default, type)`: its ini key
-(`cluster_<name>`), environment variable (`CLUSTER_TESTS_<NAME>`) and `config.option` dest
-(`ct_<name>`) follow from the flag.  The run-wide options are the fields of `Settings` itself;
-each section's are the fields of its own dataclass, reached as `settings.<section>.<field>`.
+An option is a dataclass field declared with `option(flag, help, default, type)`, or
+`flag(flag, help)` for an on/off one (off unless given): its ini key (`cluster_<name>`),
+environment variable (`CLUSTER_TESTS_<NAME>`) and `config.option` dest (`ct_<name>`) follow from
+the flag.  The run-wide options are the fields of `Settings` itself; each section's are the
+fields of its own dataclass, reached as `settings.<section>.<field>`.
 
 Precedence, highest first: command line, environment variable, ini (pytest.ini / pyproject
 `[tool.pytest.ini_options]`), built-in default.  Every bad value is reported as a usage error that
@@ -76,6 +77,12 @@ def _flag(value: str) -> bool:
     if v in ("0", "false", "no", "off", ""):
         return False
     raise ValueError("must be true or false")
+
+
+def flag(flag: str, help: str) -> Any:
+    """A settings field that is an on/off option of the suite: off unless given (`--quick`, or
+    true/false in its environment variable or ini key)."""
+    return option(flag, help, False, _flag)
 
 
 def _choice(*choices: str) -> Callable[[str], str]:
@@ -280,23 +287,21 @@ class AfterSettings:
     """After the verdict: Slurm (core/slurmctl.py), the history of runs (report/history.py) and
     the metrics textfile (report/metrics.py)."""
 
-    slurm_drain: bool = option(
+    slurm_drain: bool = flag(
         "--slurm-drain",
         "drain in Slurm each node hostfile.healthy leaves out for a cause of its own (scontrol "
         "update State=DRAIN Reason=\"cluster-tests: <check id>: <cause>\"); never a node Slurm "
-        "holds for another reason. Without it the summary prints the lines", False, _flag)
-    slurm_resume: bool = option(
+        "holds for another reason. Without it the summary prints the lines")
+    slurm_resume: bool = flag(
         "--slurm-resume",
         "resume in Slurm each node drained by the suite (its reason starts with "
-        "\"cluster-tests:\") that is green now, the check its reason names included", False,
-        _flag)
+        "\"cluster-tests:\") that is green now, the check its reason names included")
     history: str | None = option(
         "--history",
         "the SQLite file that keeps every run's outcomes and figures (default: history.sqlite "
         "beside the JUnit file, reports/ by default)")
-    no_history: bool = option(
-        "--no-history", "record nothing in the history file, and read no trend from it", False,
-        _flag)
+    no_history: bool = flag(
+        "--no-history", "record nothing in the history file, and read no trend from it")
     history_drop: float = option(
         "--history-drop",
         "warn when a pair's C2 busbw, or C1's, is below this fraction of its own median over "
@@ -305,10 +310,10 @@ class AfterSettings:
     history_window: int = option(
         "--history-window", "how many earlier passing runs a figure's median is taken over", 10,
         _positive_int)
-    history_show: bool = option(
+    history_show: bool = flag(
         "--history-show",
         "print the recent runs of the history file (per node and per pair) and exit "
-        "(cluster-tests history)", False, _flag)
+        "(cluster-tests history)")
     metrics_textfile: str | None = option(
         "--metrics-textfile",
         "write the run's outcomes and figures in node_exporter's textfile format to this path "
@@ -380,10 +385,10 @@ class Settings:
     ssh_port: int | None = None
     #: the --launch-args flags the suite does not resolve itself, passed on to T2's deepspeed
     launch_passthrough: tuple[str, ...] = ()
-    accept_new_host_keys: bool = option(
+    accept_new_host_keys: bool = flag(
         "--accept-new-host-keys",
         "accept (and record) host keys of nodes not yet in known_hosts; a changed key is always "
-        "refused", False, _flag)
+        "refused")
     # Scale: which ordered node pairs the pair checks run over (cluster_tests.core.pairs).
     pairs: str = option(
         "--pairs",
@@ -401,10 +406,10 @@ class Settings:
         "keep the node count of hostfile.healthy a multiple of N (tensor x pipeline parallel "
         "sizes), dropping the slowest extra nodes by the run's own measurements", 1,
         _positive_int)
-    quick: bool = option(
+    quick: bool = flag(
         "--quick",
         "fast pre-flight: deselect the collective and training checks, connect timeout at most "
-        "5 s and remote commands at most 30 s", False, _flag)
+        "5 s and remote commands at most 30 s")
     site_checks: str | None = option(
         "--site-checks",
         "comma-separated test files or directories of your own site checks (using the "

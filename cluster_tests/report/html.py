@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, TypedDict
+from typing import TYPE_CHECKING, NamedTuple, TypedDict
 
 from cluster_tests.core import testids as ids
 from cluster_tests.report.fixes import problem_of
@@ -235,16 +235,20 @@ class PlotSeries(TypedDict):
     points: list[PlotPoint]
 
 
-# (duplicates lists this field list beside judge/ranks.WorkerOptions: both are plain
-# dataclasses of numeric defaults, alike in shape only; there is no shared logic to factor out.)
+class Margins(NamedTuple):
+    """The space around a plot's axes, in SVG pixels: for the tick labels, and a legend."""
+
+    top: int = 20
+    right: int = 20
+    bottom: int = 50
+    left: int = 70
+
+
 @dataclass
 class Plot:
     width: int = 680
     height: int = 320
-    left: int = 70
-    right: int = 20
-    top: int = 20
-    bottom: int = 50
+    margins: Margins = Margins()
     series: list[PlotSeries] = field(default_factory=list)
     xticks: list[tuple[float, str]] = field(default_factory=list)
     yticks: list[tuple[float, str]] = field(default_factory=list)
@@ -252,19 +256,19 @@ class Plot:
 
     @property
     def x0(self) -> int:
-        return self.left
+        return self.margins.left
 
     @property
     def x1(self) -> int:
-        return self.width - self.right
+        return self.width - self.margins.right
 
     @property
     def y0(self) -> int:
-        return self.height - self.bottom
+        return self.height - self.margins.bottom
 
     @property
     def y1(self) -> int:
-        return self.top
+        return self.margins.top
 
 
 def _size_label(nbytes: float) -> str:
@@ -356,7 +360,7 @@ def history_plot(series: Series) -> Plot | None:
     ymax = max((v for _, values in lines for v in values.values()), default=0.0) or 1.0
     step = _nice_step(ymax * 1.05)
     ytop = step * math.ceil(ymax * 1.05 / step)
-    plot = Plot(width=860, height=340, right=200)
+    plot = Plot(width=860, height=340, margins=Margins(right=200))
     span = max(1, len(order) - 1)
 
     def px(i: int) -> float:
