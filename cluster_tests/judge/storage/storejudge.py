@@ -38,12 +38,11 @@ class Mount:
     fstype: str
     source: str
 
-    def describe(self) -> str:
-        return f"{self.source} ({self.fstype}) mounted at {self.point}"
-
 
 def describe_mount(mount: Mount | None) -> str:
-    return mount.describe() if mount is not None else "unknown mount"
+    if mount is None:
+        return "unknown mount"
+    return f"{mount.source} ({mount.fstype}) mounted at {mount.point}"
 
 
 @dataclass(frozen=True)
