@@ -8,10 +8,12 @@ import json
 import subprocess
 import sys
 
+import pytest
 from paths import PACKAGE
 
 from cluster_tests.judge.common import facts
-from cluster_tests.judge.ssh import sshfail
+from cluster_tests.judge.common.probes import FactsError
+from cluster_tests.judge.ssh import sshfail, sshmodes
 
 PRELUDE = PACKAGE / "node" / "prelude.py"
 
@@ -26,20 +28,27 @@ def _run_on_node(argv: list[str]) -> dict:
 
 
 def test_command_reads_what_run_command_prints() -> None:
-    ok = facts.Command.from_json(_run_on_node(["sh", "-c", "echo out; echo err >&2"]))
+    ok = facts.Command.read(_run_on_node(["sh", "-c", "echo out; echo err >&2"]), "sh")
     assert ok.ok and (ok.rc, ok.out, ok.err) == (0, "out\n", "err\n")
     assert ok.seconds is not None and ok.seconds >= 0
-    missing = facts.Command.from_json(_run_on_node(["/nonexistent/tool"]))
+    missing = facts.Command.read(_run_on_node(["/nonexistent/tool"]), "tool")
     assert not missing.ok and missing.rc == 127 and "command not found" in missing.err
+
+
+@pytest.mark.parametrize("raw", [None, [], {}, {"rc": None}, {"rc": "0"}, {"rc": True}])
+def test_a_command_without_an_exit_status_is_an_unreadable_answer(raw: object) -> None:
+    """Another version's node script: a FactsError naming what was read, never a KeyError."""
+    with pytest.raises(FactsError, match="the ssh leg to b"):
+        sshmodes.read_legs({"b": raw})
 
 
 def test_ssh_leg_names_the_cause_from_openssh_own_words() -> None:
     """A real OpenSSH client failing to resolve its target, as S4's probe runs it."""
     raw = _run_on_node(["ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=2",
                         "-T", "ct-no-such-host.invalid", "true"])
-    legs = facts.ssh_legs({"ct-no-such-host.invalid": raw})
+    legs = sshmodes.read_legs({"ct-no-such-host.invalid": raw})
     leg = legs["ct-no-such-host.invalid"]
     assert not leg.ok and leg.cause is sshfail.Cause.DNS
     assert "Could not resolve hostname" in leg.evidence
-    fine = facts.ssh_legs({"b": {"rc": 0, "out": "", "err": ""}})["b"]
+    fine = sshmodes.read_legs({"b": {"rc": 0, "out": "", "err": ""}})["b"]
     assert fine.ok and fine.cause is None and fine.evidence == "exit 0"

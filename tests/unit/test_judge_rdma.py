@@ -198,15 +198,14 @@ def test_gid_table_from_show_gids_where_sysfs_has_none():
 
 # -- R4-R6: limits and /dev/shm -------------------------------------------------------------------
 
-def test_ulimit_samples_and_memlock():
-    low = rdma.parse_ulimit_a(sample("ulimit-a-memlock-64k.txt"))
-    assert low["-l"] == 64 and low["-n"] == 1024
-    high = rdma.parse_ulimit_a(sample("ulimit-Ha-memlock-unlimited.txt"))
-    assert high["-l"] == rdma.UNLIMITED and high["-n"] == 65536
-    msg = rdma.judge_memlock(low["-l"], high["-l"], has_rdma=True)
+def test_memlock():
+    # the limits of the captures ulimit-a-memlock-64k.txt (soft) and ulimit-Ha-memlock-unlimited.txt
+    # (hard), as healthprobe.py reads them with resource.getrlimit (KB; unlimited: UNLIMITED)
+    low, high = 64, rdma.UNLIMITED
+    msg = rdma.judge_memlock(low, high, has_rdma=True)
     assert msg and "64 KB (hard unlimited)" in msg and "needs unlimited" in msg
-    assert rdma.judge_memlock(low["-l"], low["-l"], has_rdma=False) is None
-    assert rdma.judge_memlock(high["-l"], high["-l"], has_rdma=True) is None
+    assert rdma.judge_memlock(low, low, has_rdma=False) is None
+    assert rdma.judge_memlock(high, high, has_rdma=True) is None
     assert rdma.judge_memlock(8192, 8192, True, min_kb=4096) is None
 
 

@@ -8,7 +8,7 @@ import pytest
 
 from cluster_tests.core import transport
 from cluster_tests.judge.env import launchlegs
-from cluster_tests.judge.ssh import sshfail, sshmodes
+from cluster_tests.judge.ssh import sshfail
 from cluster_tests.judge.training import traindiag as tdiag
 
 #: a fix that tells the user to run ssh-keyscan (saying "never ssh-keyscan," is not one)
@@ -54,9 +54,9 @@ def test_an_unverified_host_key_is_compared_out_of_band(cause):
 
 
 def test_classify_words():
-    classify = sshmodes.classify_ssh_failure
-    assert classify("Permission denied (publickey).", 255) == sshfail.Cause.AUTH.value
-    assert classify("Permission denied (password).", 255) == "public keys not accepted"
+    classify = sshfail.classify
+    assert classify("Permission denied (publickey).", 255) is sshfail.Cause.AUTH
+    assert classify("Permission denied (password).", 255).value == "public keys not accepted"
     assert sshfail.classify("ssh: Could not resolve hostname x", 255) is sshfail.Cause.DNS
 
 

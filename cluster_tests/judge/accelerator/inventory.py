@@ -11,7 +11,6 @@ from cluster_tests.judge.common import tooloutput
 from cluster_tests.judge.common.facts import Command
 from cluster_tests.judge.common.fieldread import ByFields
 from cluster_tests.judge.common.probes import (
-    FactsError,
     Probe,
     integer,
     obj,
@@ -38,12 +37,7 @@ class AcceleratorCause(SectionCause):
 
 def command(raw: object, what: str) -> Command | None:
     """A `run_command` result of a node script (None: the tool was not there to run)."""
-    if raw is None:
-        return None
-    try:
-        return Command.from_json(obj(raw, what))
-    except (KeyError, TypeError, ValueError) as exc:
-        raise FactsError(f"{what}: {exc}") from exc
+    return None if raw is None else Command.read(raw, what)
 
 
 @dataclass(frozen=True)

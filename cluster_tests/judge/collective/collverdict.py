@@ -194,10 +194,6 @@ class CollectiveReport:
     def ok(self) -> bool:
         return self.verdict == "ok"
 
-    @property
-    def max_busbw_GBps(self) -> float:
-        return max((row.busbw_GBps for row in self.rows), default=0.0)
-
 
 _STAGE_END = {"connect": "joined", "rendezvous": "joined", "init": "init_ok",
               "collective": "done"}

@@ -48,10 +48,6 @@ class Transports:
             return all(t.startswith("NET/Socket") for t in self.net_transports)
         return self.network == "Socket"
 
-    @property
-    def on_rdma(self) -> bool:
-        return any(t.startswith("NET/IB") for t in self.net_transports) or self.network == "IB"
-
     def describe(self) -> str:
         net = self.network or ("/".join(sorted(self.net_transports)) or "no network (one node)")
         if self.network == "IB" and self.net_devices:

@@ -7,10 +7,9 @@ sections: judge/network/portfacts.py.)
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
+from cluster_tests.judge.common.probes import FactsError, obj, text
 from cluster_tests.judge.ssh import sshfail
 
 
@@ -30,11 +29,14 @@ class Command:
         return self.rc == 0
 
     @classmethod
-    def from_json(cls, raw: Mapping[str, Any]) -> Command:
-        seconds = raw.get("seconds")
-        return cls(rc=int(raw["rc"]), out=str(raw.get("out") or ""),
-                   err=str(raw.get("err") or ""),
-                   seconds=float(seconds) if seconds is not None else None)
+    def read(cls, raw: object, what: str) -> Command:
+        """A `run_command` record, or FactsError naming `what` (not an object, no exit status)."""
+        d = obj(raw, what)
+        rc, seconds = d.get("rc"), d.get("seconds")
+        if not isinstance(rc, int) or isinstance(rc, bool):
+            raise FactsError(f"{what}: no exit status")
+        return cls(rc, text(d.get("out")), text(d.get("err")),
+                   float(seconds) if isinstance(seconds, (int, float)) else None)
 
 
 @dataclass(frozen=True)
@@ -58,8 +60,3 @@ class SshLeg:
     def evidence(self) -> str:
         """What ssh said, for the red: the tail of its stderr, else its exit status."""
         return (self.command.err.strip() or f"exit {self.command.rc}")[-800:]
-
-
-def ssh_legs(raw: Mapping[str, Any]) -> dict[str, SshLeg]:
-    """The `ssh_pairs` section's JSON ({target: command}) as legs, per target."""
-    return {target: SshLeg(target, Command.from_json(res)) for target, res in raw.items()}

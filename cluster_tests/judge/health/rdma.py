@@ -391,20 +391,6 @@ def fmt_kb(value: int | None) -> str:
     return f"{value} KB" if value < 1024 * 1024 else f"{value / 1024 / 1024:g} GB"
 
 
-def parse_ulimit_a(text: str) -> dict[str, int]:
-    """`ulimit -a` (bash) -> {"-l": kbytes or UNLIMITED, "-n": n, ...}."""
-    out = {}
-    for line in text.splitlines():
-        m = re.match(r"^.*\((?:[^()]*,\s*)?(-\w)\)\s+(\S+)\s*$", line)
-        if m:
-            v = m.group(2)
-            if v == "unlimited":
-                out[m.group(1)] = UNLIMITED
-            elif v.isdigit():
-                out[m.group(1)] = int(v)
-    return out
-
-
 @dataclass(frozen=True)
 class RcLine:
     """A line of a file that sets a limit (an rc file's `ulimit`, a limits.conf entry)."""

@@ -342,13 +342,13 @@ class FirewallDump:
         d = obj(raw, "firewall")
         ipt, nft = d.get("iptables"), d.get("nft")
         return cls(opt_int(d.get("uid")),
-                   Command.from_json(obj(ipt, "iptables")) if ipt is not None else None,
-                   Command.from_json(obj(nft, "nft")) if nft is not None else None)
+                   Command.read(ipt, "iptables") if ipt is not None else None,
+                   Command.read(nft, "nft") if nft is not None else None)
 
 
 def read_routes(raw: object) -> Mapping[str, Command]:
     """probe.py `routes`: `ip -o route get ADDR` as run on the node, per address."""
-    return {str(a): Command.from_json(obj(c, "a route")) for a, c in obj(raw, "routes").items()}
+    return {str(a): Command.read(c, "a route") for a, c in obj(raw, "routes").items()}
 
 
 LISTEN: Probe[Listening] = Probe(SCRIPT, "listen", Listening.read)

@@ -11,7 +11,7 @@ import re
 import statistics
 from array import array
 from collections import Counter
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from cluster_tests.core import testids as ids
@@ -177,23 +177,9 @@ def source_at_fault(m: PortMatrix, a: str, b: str) -> bool:
     return any(x != a and not blocked(r.get(b)) for x, r in m.results.items())
 
 
-def target_at_fault(m: PortMatrix, a: str, b: str) -> bool:
-    """Some other node fails into b as well (or a is the only source that tried)."""
-    others = [x for x in m.results if x not in (a, b)]
-    # only entries in `results` can fail (a compact one answered on every port)
-    return not others or any(failed_ports(m.results[x].get(b)) for x in others)
-
-
 def failing_into(m: PortMatrix, b: str) -> list[str]:
     """The sources (b aside) whose high ports into b failed, in name order."""
     return sorted(x for x, row in m.results.items() if x != b and failed_ports(row.get(b)))
-
-
-def closed_ports(m: PortMatrix, nodes: Collection[str]) -> list[str]:
-    """"a->b port P: status" for each high port that did not answer between two nodes of which
-    one is in `nodes` (a node to itself aside), source by source."""
-    return [f"{a}->{b} port {t.port}: {t.words}" for a, row in m.results.items()
-            for b, r in row.items() if a != b and (a in nodes or b in nodes) for t in r.failed]
 
 
 def _master_failed(reach: Reach | None) -> bool:

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, replace
 from cluster_tests.judge.common import fixcmd
 from cluster_tests.judge.common.basefacts import PathStat, SshFiles
 from cluster_tests.judge.common.facts import Command, SshLeg
-from cluster_tests.judge.common.probes import FactsError, Probe, integer, obj, opt_text, text
+from cluster_tests.judge.common.probes import Probe, integer, obj, opt_text, text
 from cluster_tests.judge.problem import Fix, Problem, SectionCause
 from cluster_tests.judge.ssh import sshfail
 
@@ -60,16 +60,8 @@ class SshdFacts:
 
 def read_legs(raw: object) -> Mapping[str, SshLeg]:
     """The `ssh_pairs` section's answer ({target: command}) as legs, per target."""
-    legs = {}
-    for target, res in obj(raw, "ssh legs").items():
-        cmd = obj(res, f"the ssh leg to {target}")
-        if not isinstance(cmd.get("rc"), int):
-            raise FactsError(f"the ssh leg to {target}: no exit status")
-        seconds = cmd.get("seconds")
-        legs[str(target)] = SshLeg(str(target), Command(
-            integer(cmd.get("rc")), text(cmd.get("out")), text(cmd.get("err")),
-            float(seconds) if isinstance(seconds, (int, float)) else None))
-    return legs
+    return {str(target): SshLeg(str(target), Command.read(res, f"the ssh leg to {target}"))
+            for target, res in obj(raw, "ssh legs").items()}
 
 
 SCRIPT = "probe.py"
@@ -212,11 +204,6 @@ def sshd_config_problem(node: str, cfg: SshdFacts, root: bool) -> Problem | None
 
 
 # -- why did `ssh a b true` fail? ----------------------------------------------------------
-
-
-def classify_ssh_failure(stderr: str, rc: int) -> str:
-    """The cause's words (judge/ssh/sshfail.py's vocabulary) for an OpenSSH client's stderr."""
-    return sshfail.classify(stderr, rc).value
 
 
 def public_keys(pubkey_texts: dict[str, str | None]) -> list[str]:
