@@ -67,15 +67,13 @@ TOYJUDGE = '''\
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import Enum
-
 from cluster_tests.judge.common.probes import Probe, flag, obj, text
-from cluster_tests.judge.problem import Fix, Problem
+from cluster_tests.judge.problem import Fix, Problem, SectionCause
 
 SCRIPT = "toyprobe.py"
 
 
-class ToyCause(str, Enum):
+class ToyCause(SectionCause):
     """What can be wrong with the toy file (Problem.cause)."""
 
     MISSING = "toy file missing"
@@ -240,6 +238,7 @@ RULES = (
     "test_one_way_out.py::test_checks_never_touch_the_remote_layer",
     "test_one_way_out.py::test_checks_fail_with_a_problem_never_with_text",
     "test_one_way_out.py::test_no_parser_reads_a_fix_back_out_of_a_message",
+    "test_one_way_out.py::test_every_cause_enum_is_a_section_cause",
     "test_judge_toyjudge.py",
 )
 

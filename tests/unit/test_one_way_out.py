@@ -50,6 +50,28 @@ def test_no_parser_reads_a_fix_back_out_of_a_message():
     assert not names & {"from_text", "fix_lines", "said_fix", "node_problems", "listed_problem"}
 
 
+def _plain_str_enums(path) -> list[str]:
+    """The classes of a module declared `(str, Enum)` (or `StrEnum`), SectionCause aside."""
+    out = []
+    for n in ast.walk(ast.parse(path.read_text())):
+        if isinstance(n, ast.ClassDef) and n.name != "SectionCause":
+            bases = {b.id if isinstance(b, ast.Name) else getattr(b, "attr", "") for b in n.bases}
+            if {"str", "Enum"} <= bases or "StrEnum" in bases:
+                out.append(f"{path.name}:{n.lineno} {n.name}")
+    return out
+
+
+def test_every_cause_enum_is_a_section_cause(tmp_path):
+    """A section's causes subclass judge/problem.py's SectionCause: a plain `(str, Enum)` hashes
+    by its member's name, so the same cause read back from a report's JSON (a str) would be
+    another key (test_judge_problem.py shows the SectionCause side)."""
+    found = [hit for p in sorted(paths.PACKAGE.rglob("*.py")) for hit in _plain_str_enums(p)]
+    assert found == [], found
+    bad = tmp_path / "bad.py"
+    bad.write_text("from enum import Enum\n\nclass ToyCause(str, Enum):\n    X = 'x'\n")
+    assert _plain_str_enums(bad) == ["bad.py:3 ToyCause"]
+
+
 def test_the_rule_finds_a_text_red(tmp_path):
     """The rule above reads what it should: a check module that fails with text is found."""
     bad = tmp_path / "bad.py"
