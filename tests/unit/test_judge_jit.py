@@ -16,8 +16,7 @@ import envnode
 import pytest
 
 from cluster_tests.judge.env import jit as jj
-from cluster_tests.judge.env.envvars import EnvCause
-from cluster_tests.judge.env.jit import Holder, JitFacts
+from cluster_tests.judge.env.jit import Holder, JitCause, JitFacts
 from cluster_tests.judge.env.launchlegs import LegReport
 
 ORDER = ["node1", "node2", "node3"]
@@ -84,7 +83,7 @@ def test_stale_shared_lock_is_red_once_and_blocks_the_other_nodes(stale, ext):
     out = jj.judge_jit({n: stale for n in ORDER}, ORDER)
     lock = str(ext / OP / "lock")
     red = jj.jit_problem("node1", out)
-    assert red is not None and red.cause is EnvCause.STALE_LOCK and red.item == "E7"
+    assert red is not None and red.cause is JitCause.STALE_LOCK and red.item == "E7"
     assert red.message.startswith(f"node1: stale JIT build lock of the {OP} op: {lock} ")
     assert "2.0 h old" in red.message and "shared by node1, node2, node3" in red.message
     assert red.fix.startswith(f"on node1: rm -f {lock} (safe now")
@@ -139,12 +138,12 @@ def test_missing_ninja_or_compiler_is_red_on_that_node_only(stale, broken):
     out = jj.judge_jit(facts, ORDER, python="/venv/bin/python")
     assert not out["node1"].findings
     ninja = jj.jit_problem("node2", out)
-    assert ninja is not None and ninja.cause is EnvCause.NO_NINJA
+    assert ninja is not None and ninja.cause is JitCause.NO_NINJA
     assert f"Unable to JIT load the {OP} op due to ninja not being installed" in ninja.message
     assert ninja.fix == ("on node2: /venv/bin/python -m pip install ninja (or apt-get install "
                          "ninja-build), so that it is on that PATH")
     cxx = jj.jit_problem("node3", out)
-    assert cxx is not None and cxx.cause is EnvCause.NO_COMPILER
+    assert cxx is not None and cxx.cause is JitCause.NO_COMPILER
     assert "`c++` (torch's default without CXX), does not run there" in cxx.message
 
 
@@ -154,7 +153,7 @@ def test_a_node_with_nothing_usable_has_one_red_with_every_fix(stale, broken):
     out = jj.judge_jit({"node1": stale, "node2": broken, "node3": stale}, ORDER)
     red = jj.jit_problem("node2", out)
     assert red is not None and [f.cause for f in out["node2"].findings] == [
-        EnvCause.NO_NINJA, EnvCause.NO_COMPILER, EnvCause.EXT_DIR_UNWRITABLE]
+        JitCause.NO_NINJA, JitCause.NO_COMPILER, JitCause.EXT_DIR_UNWRITABLE]
     assert "takes no file ([Errno 30] Read-only file system" in red.message
     assert red.message.endswith("node2: also blocked by test_jit_ops[node1]: the stale JIT "
                                 f"build lock {stale.locks[0].path} of {OP}, in the extensions "
@@ -186,9 +185,9 @@ def test_full_extensions_dir_and_unwritable_triton_cache(stale):
         stale.triton, installed=True, writable=False, write_error="[Errno 13] Permission denied"))
     out = jj.judge_jit({"node1": full, "node2": triton}, ORDER[:2])
     [small] = out["node1"].findings
-    assert small.cause is EnvCause.EXT_DIR_FULL and "10 MiB free, below 256 MiB" in small.text
+    assert small.cause is JitCause.EXT_DIR_FULL and "10 MiB free, below 256 MiB" in small.text
     [tri] = out["node2"].findings
-    assert tri.cause is EnvCause.TRITON_CACHE_UNWRITABLE
+    assert tri.cause is JitCause.TRITON_CACHE_UNWRITABLE
     assert "Triton is installed and its cache directory" in tri.text
 
 

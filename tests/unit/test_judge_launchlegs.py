@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from cluster_tests.judge.env import launchlegs
-from cluster_tests.judge.env.envvars import EnvCause
+from cluster_tests.judge.env.launchlegs import LaunchCause
 
 runner = pytest.importorskip("deepspeed.launcher.runner")
 multinode = pytest.importorskip("deepspeed.launcher.multinode_runner")
@@ -171,17 +171,17 @@ def test_verdicts():
                f"node3: CT_REHEARSAL:{json.dumps(moved)}\n")
     assert leg.kind == "fail" and "`cd /root` failed there" in leg.text
     assert leg.fix.startswith("on node3: create or mount /root")
-    assert leg.cause is EnvCause.LAUNCH_DIR_MISSING
+    assert leg.cause is LaunchCause.LAUNCH_DIR_MISSING
     missing = _leg("node3: bash: line 1: /venv/bin/python: No such file or directory\n"
                    "pdsh@node1: node3: ssh exited with exit code 127\n")
     assert missing.kind == "fail" and "which does not exist on node3" in missing.text
-    assert missing.cause is EnvCause.INTERPRETER_MISSING
+    assert missing.cause is LaunchCause.INTERPRETER_MISSING
     ssh = _leg("node3: Host key verification failed.\n"
                "pdsh@node1: node3: ssh exited with exit code 255\n")
     assert ssh.kind == "skip" and "see test_pdsh[node1->node3]" in ssh.text
     hung = _leg("node3: CT_STEP:import torch\npdsh@node1: node3: command timeout\n")
     assert hung.kind == "fail" and "stuck in `import torch`" in hung.text
-    assert hung.cause is EnvCause.LAUNCH_HANGS
+    assert hung.cause is LaunchCause.LAUNCH_HANGS
     stray = dict(ok, steps=[{"step": "import deepspeed.launcher.launch", "ok": False,
                              "error": "ModuleNotFoundError: No module named 'deepspeed.launcher'"}],
                  packages={"deepspeed": {"imported": True, "file": "/root/deepspeed/__init__.py",
@@ -274,17 +274,17 @@ def test_a_launch_that_cannot_start(tmp_path):
     plan = _plan(tmp_path / "gone", deepspeed=DEEPSPEED)
     assert not plan.launch_dir_ok and plan.facts is None
     leg = launchlegs.judge_plan("node1", plan)
-    assert leg is not None and leg.kind == "fail" and leg.cause is EnvCause.LAUNCH_DIR_MISSING
+    assert leg is not None and leg.kind == "fail" and leg.cause is LaunchCause.LAUNCH_DIR_MISSING
     assert f"the launch directory {tmp_path / 'gone'} does not exist there" in leg.text
     problem = launchlegs.leg_problem("node1", leg, "", "deepspeed --hostfile h train.py")
-    assert problem.item == "E5" and problem.cause is EnvCause.LAUNCH_DIR_MISSING
+    assert problem.item == "E5" and problem.cause is LaunchCause.LAUNCH_DIR_MISSING
     assert problem.message.endswith("\n  the launch rehearsed: deepspeed --hostfile h train.py")
     assert problem.fix.startswith("create it, or pass the directory")
     # a stray `deepspeed` directory in the launch directory shadows the installed one
     (tmp_path / "deepspeed").mkdir()
     (tmp_path / "deepspeed" / "__init__.py").write_text("")
     leg = launchlegs.judge_plan("node1", _plan(tmp_path, deepspeed=DEEPSPEED))
-    assert leg is not None and leg.cause is EnvCause.IMPORT_FAILS
+    assert leg is not None and leg.cause is LaunchCause.IMPORT_FAILS
     assert "DeepSpeed's launcher does not import with" in leg.text
     assert leg.fix.endswith(f"or remove what shadows it in {tmp_path}")
     # no `deepspeed` at all: E1's red holds the cause

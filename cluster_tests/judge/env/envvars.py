@@ -37,7 +37,8 @@ Table = Mapping[str, Mapping[str, str | None]]
 
 
 class EnvCause(SectionCause):
-    """What can be wrong with the environment the launch meets, E1-E7 (Problem.cause)."""
+    """What can be wrong with the environment the launch meets, E1-E4 and E6 (Problem.cause);
+    the launch's own steps (E5) have launchlegs.LaunchCause, the JIT ops (E7) jit.JitCause."""
 
     NOT_SET = "required variable not set"  # E1
     DEEPSPEED_OFF_PATH = "deepspeed not on PATH"  # E1
@@ -49,31 +50,16 @@ class EnvCause(SectionCause):
     IMPORT_SHADOWED = "imported package not the installed one"  # E3
     IMPORTED_DIFFER = "imported versions differ"  # E3
     NPU_LINKS_DOWN = "NPU links down"  # E4
-    LAUNCH_FAILS = "launch step fails"  # E5 (launchlegs.py)
-    LAUNCH_HANGS = "launch step hangs"
-    INTERPRETER_MISSING = "launch interpreter missing"
-    INTERPRETER_BROKEN = "launch interpreter fails"
-    LAUNCH_DIR_MISSING = "launch directory missing"
-    IMPORT_FAILS = "launch imports fail"
-    LAUNCH_CANNOT_START = "launch cannot start"
-    EXPORTS_BREAK_SHELL = "launch exports break the shell"
     NO_TMPDIR = "no usable temporary directory"  # E6
     TMPDIR_UNWRITABLE = "temporary directory takes no file"
     TMPDIR_FULL = "temporary directory short of space"
-    JIT_NOT_INSPECTED = "JIT ops not inspected"  # E7 (jit.py)
-    NO_NINJA = "ninja not found"
-    NO_COMPILER = "C++ compiler not found"
-    EXT_DIR_UNWRITABLE = "extensions directory takes no file"
-    EXT_DIR_FULL = "extensions directory short of space"
-    TRITON_CACHE_UNWRITABLE = "Triton cache takes no file"
-    STALE_LOCK = "stale JIT build lock"
 
 
 @dataclass(frozen=True)
 class Finding:
     """One thing wrong on a node: its cause, what is wrong, and its own fix in words (if any)."""
 
-    cause: EnvCause
+    cause: SectionCause  # EnvCause, or E5's and E7's own
     text: str
     fix: str = ""
 

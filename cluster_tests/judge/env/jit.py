@@ -36,13 +36,25 @@ from cluster_tests.judge.common.fixcmd import q
 from cluster_tests.judge.common.probes import (
     obj,
 )
-from cluster_tests.judge.env.envvars import EnvCause, Finding, node_problem
+from cluster_tests.judge.env.envvars import Finding, node_problem
 from cluster_tests.judge.health.rdma import fmt_bytes
-from cluster_tests.judge.problem import Fix, Problem
+from cluster_tests.judge.problem import Fix, Problem, SectionCause
 
 #: room to build one op (objects and the .so of fused_adam / shm comm are a few MB; a CUDA op's
 #: intermediates tens of MB)
 MIN_FREE_BYTES = 256 << 20
+
+
+class JitCause(SectionCause):
+    """What can stop DeepSpeed building its ops at the launch, E7 (Problem.cause)."""
+
+    JIT_NOT_INSPECTED = "JIT ops not inspected"
+    NO_NINJA = "ninja not found"
+    NO_COMPILER = "C++ compiler not found"
+    EXT_DIR_UNWRITABLE = "extensions directory takes no file"
+    EXT_DIR_FULL = "extensions directory short of space"
+    TRITON_CACHE_UNWRITABLE = "Triton cache takes no file"
+    STALE_LOCK = "stale JIT build lock"
 
 
 @dataclass(frozen=True)
@@ -264,7 +276,7 @@ def _toolchain(jit: JitFacts, python: str, min_free_bytes: int) -> list[Finding]
     out = []
     if not ninja.ok:
         out.append(Finding(
-            EnvCause.NO_NINJA,
+            JitCause.NO_NINJA,
             f"`ninja` is not found on the PATH the launch's ranks get there ({jit.path}), and "
             f"they JIT-load {ops}: the launch fails on this node with \"Unable to JIT load the "
             f"{load[0]} op due to ninja not being installed\""
@@ -274,7 +286,7 @@ def _toolchain(jit: JitFacts, python: str, min_free_bytes: int) -> list[Finding]
     if not cxx.ok:
         origin = "CXX names it" if cxx.from_env else "torch's default without CXX"
         out.append(Finding(
-            EnvCause.NO_COMPILER,
+            JitCause.NO_COMPILER,
             f"the C++ compiler torch's extension builder calls, `{cxx.name}` ({origin}), does "
             f"not run there" + (f" ({cxx.error})" if cxx.error else "")
             + f", and the ranks JIT-load {ops}: the build fails on this node",
@@ -282,7 +294,7 @@ def _toolchain(jit: JitFacts, python: str, min_free_bytes: int) -> list[Finding]
             "installed compiler"))
     if not ext.writable:
         out.append(Finding(
-            EnvCause.EXT_DIR_UNWRITABLE,
+            JitCause.EXT_DIR_UNWRITABLE,
             f"the extensions directory {ext.path} ({ext.source}) takes no file "
             f"({ext.write_error} in {ext.checked}), and the ranks JIT-load {ops} there: torch "
             f"cannot create its build lock",
@@ -290,7 +302,7 @@ def _toolchain(jit: JitFacts, python: str, min_free_bytes: int) -> list[Finding]
             "directory (in ~/.deepspeed_env on the rank-0 node, so every rank gets it)"))
     elif ext.free_bytes is not None and ext.free_bytes < min_free_bytes:
         out.append(Finding(
-            EnvCause.EXT_DIR_FULL,
+            JitCause.EXT_DIR_FULL,
             f"the extensions directory {ext.path} has {fmt_bytes(ext.free_bytes)} free, below "
             f"{fmt_bytes(min_free_bytes)}, and the ranks build {ops} there",
             "free space there, or set TORCH_EXTENSIONS_DIR to a larger disk"))
@@ -301,7 +313,7 @@ def _triton(jit: JitFacts) -> list[Finding]:
     tri = jit.triton
     if not tri.installed or tri.writable:
         return []
-    return [Finding(EnvCause.TRITON_CACHE_UNWRITABLE,
+    return [Finding(JitCause.TRITON_CACHE_UNWRITABLE,
                     f"Triton is installed and its cache directory {tri.path} ({tri.source}) "
                     f"takes no file ({tri.write_error}): the first Triton kernel of every rank "
                     f"fails there",
@@ -332,7 +344,7 @@ def _locks(n: str, jit: JitFacts, v: JitVerdict, survey: _Survey) -> None:
         changed = (f" (its files last changed {_age(lock.activity_age_s)} ago)"
                    if lock.activity_age_s is not None else "")
         v.findings.append(Finding(
-            EnvCause.STALE_LOCK,
+            JitCause.STALE_LOCK,
             f"stale JIT build lock of the {lock.op} op: {lock.path} ({where}), "
             f"{_age(lock.age_s)} old, held by no process on "
             + ("any of those nodes" if others else "this node")
@@ -358,7 +370,7 @@ def judge_jit(facts: Mapping[str, JitFacts | None], order: Sequence[str], *,
         assert jit is not None
         v = out[n] = JitVerdict()
         if jit.error:
-            v.findings.append(Finding(EnvCause.JIT_NOT_INSPECTED,
+            v.findings.append(Finding(JitCause.JIT_NOT_INSPECTED,
                                       f"could not inspect the JIT ops with {python}: {jit.error}"))
             continue
         v.facts = _shown(n, jit, survey)
@@ -366,7 +378,7 @@ def judge_jit(facts: Mapping[str, JitFacts | None], order: Sequence[str], *,
             v.warnings.append(f"DeepSpeed's op builders did not answer with {python}: "
                               f"{jit.ops_error}; only the ops already built are judged")
         if jit.ext_error:
-            v.findings.append(Finding(EnvCause.JIT_NOT_INSPECTED,
+            v.findings.append(Finding(JitCause.JIT_NOT_INSPECTED,
                                       f"the extensions directory could not be inspected: "
                                       f"{jit.ext_error}"))
         v.findings += _toolchain(jit, python, min_free_bytes) + _triton(jit)

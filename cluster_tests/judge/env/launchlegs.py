@@ -49,7 +49,7 @@ from cluster_tests.judge.common.probes import (
 )
 from cluster_tests.judge.env.envvars import SCRIPT, EnvCause, Package, TmpdirFacts, Versions
 from cluster_tests.judge.env.jit import JitFacts
-from cluster_tests.judge.problem import Problem
+from cluster_tests.judge.problem import Problem, SectionCause
 from cluster_tests.judge.ssh import sshfail
 
 #: DeepSpeed 0.19's constants (runner.py); the rehearsal reads the installed DeepSpeed's own
@@ -59,6 +59,19 @@ EXCLUDE_ENVS: Mapping[str, tuple[str, ...]] = {"AISC_JOB_NAME": ("NCCL_IB_HCA", 
 DS_ENV_FILE = ".deepspeed_env"
 PDSH_MAX_FAN_OUT = 1024
 _NEEDS_QUOTES = re.compile(r"[^\w@%+=:,./-]")
+
+
+class LaunchCause(SectionCause):
+    """What can stop the launch's own steps on a node, E5 (Problem.cause)."""
+
+    LAUNCH_FAILS = "launch step fails"
+    LAUNCH_HANGS = "launch step hangs"
+    INTERPRETER_MISSING = "launch interpreter missing"
+    INTERPRETER_BROKEN = "launch interpreter fails"
+    LAUNCH_DIR_MISSING = "launch directory missing"
+    IMPORT_FAILS = "launch imports fail"
+    LAUNCH_CANNOT_START = "launch cannot start"
+    EXPORTS_BREAK_SHELL = "launch exports break the shell"
 
 
 @dataclass(frozen=True)
@@ -342,7 +355,7 @@ class Leg:
     data: LegReport | None = None
     #: a skip whose cause is another red's: that red's test id (the check is blocked by it)
     root: str = ""
-    cause: str = EnvCause.LAUNCH_FAILS  # an EnvCause; a ProbeError's own where it failed
+    cause: str = LaunchCause.LAUNCH_FAILS  # or EnvCause.ENV_FILE_BROKEN; a ProbeError's own
 
     @property
     def cannot_import(self) -> bool:
@@ -483,7 +496,7 @@ def judge_leg(node: str, out: HostOutput, ctx: LegContext, replay: str) -> Leg:
                f"{where}: the launch would fail there:\n  - " + "\n  - ".join(problems)
                + f"\n  replay: {replay}",
                "; ".join(dict.fromkeys(fixes)), data=data,
-               cause=EnvCause.LAUNCH_DIR_MISSING if moved else EnvCause.IMPORT_FAILS)
+               cause=LaunchCause.LAUNCH_DIR_MISSING if moved else LaunchCause.IMPORT_FAILS)
 
 
 def _no_report(node: str, out: HostOutput, ctx: LegContext, replay: str) -> Leg:
@@ -499,7 +512,7 @@ def _no_report(node: str, out: HostOutput, ctx: LegContext, replay: str) -> Leg:
                    + (f"  where it was, 5 s before: {stack}\n" if stack else "")
                    + f"  it said:\n    {_said(out)}",
                    f"on {node}: time `{python} -c 'import deepspeed'` in {ctx.launch_dir}: a hung "
-                   f"NFS mount or a slow ~/.bashrc (try: {replay})", cause=EnvCause.LAUNCH_HANGS)
+                   f"NFS mount or a slow ~/.bashrc (try: {replay})", cause=LaunchCause.LAUNCH_HANGS)
     if ssh_failed(out):
         return Leg("skip", f"{ctx.site} cannot reach {node} through pdsh's ssh: see "
                    f"{ids.PDSH.of(ctx.site, node)}", root=ids.PDSH.of(ctx.site, node))
@@ -512,16 +525,16 @@ def _no_report(node: str, out: HostOutput, ctx: LegContext, replay: str) -> Leg:
                    f"{node}:\n    {_said(out)}",
                    f"on {node}: install the same environment at the same path ({python}); "
                    f"deepspeed starts every rank with the rank-0 node's interpreter path",
-                   cause=EnvCause.INTERPRETER_MISSING)
+                   cause=LaunchCause.INTERPRETER_MISSING)
     if out.exit_code == 126:
         return Leg("fail", f"{where}: {python} cannot be executed there:\n    {_said(out)}",
                    f"on {node}: chmod +x {python}, or reinstall that environment",
-                   cause=EnvCause.INTERPRETER_BROKEN)
+                   cause=LaunchCause.INTERPRETER_BROKEN)
     return Leg("fail",
                f"{where}: {python} failed before it could import anything"
                f"{_startup_hint(said, ctx)}:\n    {_said(out)}",
                f"on {node}: run `{replay}` and fix what it prints (look for PYTHON* exports in "
-               f"~/.bashrc there)", cause=EnvCause.INTERPRETER_BROKEN)
+               f"~/.bashrc there)", cause=LaunchCause.INTERPRETER_BROKEN)
 
 
 def _startup_hint(said: str, ctx: LegContext) -> str:
@@ -554,18 +567,18 @@ def judge_plan(site: str, plan: LaunchPlan) -> Leg | None:
     if not plan.launch_dir_ok:
         return Leg("fail", f"{where}: the launch directory {plan.launch_dir} does not exist "
                            f"there.", "create it, or pass the directory you start deepspeed in "
-                                      "as --launch-dir", cause=EnvCause.LAUNCH_DIR_MISSING)
+                                      "as --launch-dir", cause=LaunchCause.LAUNCH_DIR_MISSING)
     if not plan.interpreter:
         return Leg("fail", f"{where}: cannot tell which interpreter {plan.deepspeed} runs (its "
                            f"first line: {plan.shebang!r}).",
                    f"on {site}: reinstall deepspeed (pip install --force-reinstall deepspeed)",
-                   cause=EnvCause.LAUNCH_CANNOT_START)
+                   cause=LaunchCause.LAUNCH_CANNOT_START)
     if plan.facts_error or plan.facts is None:
         said = str(plan.facts_error).replace("\n", "\n    ")
         return Leg("fail", f"{where}: {plan.interpreter} (the interpreter of {plan.deepspeed}) "
                            f"cannot run DeepSpeed's launcher in {plan.launch_dir}:\n    {said}",
                    f"on {site}: repair that environment (pip install deepspeed with "
-                   f"{plan.interpreter})", cause=EnvCause.LAUNCH_CANNOT_START)
+                   f"{plan.interpreter})", cause=LaunchCause.LAUNCH_CANNOT_START)
     facts = plan.facts
     if facts.error:
         return Leg("fail", f"{where}: DeepSpeed's launcher does not import with "
@@ -573,7 +586,7 @@ def judge_plan(site: str, plan: LaunchPlan) -> Leg | None:
                            + facts.error.strip().splitlines()[-1],
                    f"on {site}: repair that environment ({facts.executable} -m pip install "
                    f"deepspeed), or remove what shadows it in {plan.launch_dir}",
-                   cause=EnvCause.IMPORT_FAILS)
+                   cause=LaunchCause.IMPORT_FAILS)
     return None
 
 
@@ -591,7 +604,7 @@ def exports_break(site: str, bad: Sequence[str]) -> Leg:
                        f"environment and .deepspeed_env) break every node's shell:\n  - "
                        + "\n  - ".join(bad),
                f"on {site}: correct those lines of .deepspeed_env (see "
-               f"{ids.DEEPSPEED_ENV.of(site)})", cause=EnvCause.EXPORTS_BREAK_SHELL)
+               f"{ids.DEEPSPEED_ENV.of(site)})", cause=LaunchCause.EXPORTS_BREAK_SHELL)
 
 
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
