@@ -23,7 +23,6 @@ from cluster_tests.judge.common.facts import Command
 from cluster_tests.judge.common.fieldread import ByFields, by_fields
 from cluster_tests.judge.common.probes import (
     Probe,
-    integer,
     obj,
     opt_text,
     text,
@@ -570,12 +569,7 @@ class AscendFacts:
         d = obj(raw, "the Ascend settings")
         links = obj(d.get("links") or {}, "the NPU links")
         return cls(text_map(d.get("env")), opt_text(d.get("hccn_tool")),
-                   {int(k): _command(v) for k, v in links.items()})
-
-
-def _command(raw: object) -> Command:
-    d = obj(raw, "a command's result")
-    return Command(integer(d.get("rc"), -1), text(d.get("out")), text(d.get("err")))
+                   {int(k): Command.read(v, f"NPU {k}'s link") for k, v in links.items()})
 
 
 ASCEND: Probe[AscendFacts] = Probe(SCRIPT, "ascend", AscendFacts.read)
