@@ -32,6 +32,8 @@ from cluster_tests.core.transport import (
     CommandResult,
     ConnectError,
     Pool,
+    SSHTarget,
+    Targets,
     Transport,
     resolve_target,
     ssh_g,
@@ -163,16 +165,12 @@ class Cluster:
 
     @classmethod
     def create(cls, settings: Settings, nodes: list[Node]) -> Cluster:
-        targets = {
-            n.name: resolve_target(
-                n.name,
-                settings.ssh_config,
-                user=settings.ssh_user,
-                connect_timeout=settings.timeout_connect,
-                accept_new_host_keys=settings.accept_new_host_keys,
-            )
-            for n in nodes
-        }
+        def resolve(name: str) -> SSHTarget:
+            return resolve_target(name, settings.ssh_config, user=settings.ssh_user,
+                                  connect_timeout=settings.timeout_connect,
+                                  accept_new_host_keys=settings.accept_new_host_keys)
+
+        targets = Targets([n.name for n in nodes], resolve)
         steps = srun_mod.Srun(settings.srun_path) if settings.transport == "srun" else None
         return cls(settings, nodes, Pool(targets, settings.ssh_config, settings.fanout),
                    srun=steps)
@@ -336,6 +334,12 @@ class Cluster:
         """What OpenSSH on the launcher makes of a hostfile name (`ssh -G`, with the run's ssh
         config: hostname, port, user; or "error"), asked once per name, where a check needs
         it (a name that is not the node's own)."""
+        if name in self.pool.targets:  # a node: the `ssh -G` its login was resolved with
+            t = self.pool.targets[name]
+            if t.config_error is not None:
+                return {"error": t.config_error}
+            return {"hostname": t.hostname, "port": str(t.port),
+                    **({"user": t.user} if t.user else {})}
         return self.memo(LAUNCHER_SSH(name), lambda: ssh_g(name, self.settings.ssh_config))
 
     def login_error(self, node: str) -> ConnectError | None:

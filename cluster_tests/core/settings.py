@@ -320,9 +320,6 @@ class AfterSettings:
         "(name it *.prom in the textfile collector's directory)")
 
 
-DEFAULT_SSH_CONFIG = "~/.ssh/config"
-
-
 def _section(cls: type) -> Any:
     return field(default_factory=cls, metadata={"section": cls})
 
@@ -340,8 +337,9 @@ class Settings:
     # the meaning of `ssh -F`; defining it again is an argparse conflict (PITFALLS 2), so we read
     # its value.
     ssh_config: str | None = option(
-        "--ssh-config", "ssh config file, like ssh -F (default ~/.ssh/config)", DEFAULT_SSH_CONFIG,
-        dest="ssh_config", foreign=True)
+        "--ssh-config",
+        "ssh config file, like ssh -F (default: none, ssh's own ~/.ssh/config and "
+        "/etc/ssh/ssh_config, as the launch reads them)", None, dest="ssh_config", foreign=True)
     ssh_user: str | None = option(
         "--ssh-user",
         "user to log in as on every node (default: the ssh config's User, else the local user)")
@@ -526,7 +524,7 @@ def read_settings(config: pytest.Config) -> Settings:
     run["hostfile"] = Path(hostfile).expanduser().absolute() if hostfile else None
     ssh_config = run["ssh_config"]
     run["ssh_config"] = str(Path(ssh_config).expanduser()) if ssh_config else None
-    if ssh_config and ssh_config != DEFAULT_SSH_CONFIG and not Path(run["ssh_config"]).is_file():
+    if ssh_config and not Path(run["ssh_config"]).is_file():
         raise pytest.UsageError(f"--ssh-config {ssh_config}: no such file")
     output_dir = run["storage"].output_dir
     if output_dir and not str(output_dir).startswith(("/", "~")):

@@ -54,7 +54,7 @@ TIMEOUT_EXIT = 124
 
 @dataclass(frozen=True)
 class SSHTarget:
-    """Where and how to log in to one node, resolved from the ssh config like `ssh -G`."""
+    """Where and how to log in to one node, as OpenSSH on the launcher would (`ssh -G`)."""
 
     alias: str
     hostname: str
@@ -62,8 +62,16 @@ class SSHTarget:
     user: str | None = None
     identity_files: tuple[str, ...] = ()
     known_hosts_files: tuple[str, ...] = ()
+    #: read too, never written (/etc/ssh/ssh_known_hosts)
+    global_known_hosts: tuple[str, ...] = ()
     strict_host_keys: str = "yes"  # yes | accept-new (never "no": changed keys are always refused)
     connect_timeout: float = 10.0
+    #: IdentitiesOnly: only the identity files, no agent's keys
+    identities_only: bool = False
+    #: ProxyCommand (ProxyJump made one), tokens expanded; None: a direct connection
+    proxy_command: str | None = None
+    #: what ssh said when it refused its configuration for this name (the login fails so)
+    config_error: str | None = None
 
     @property
     def destination(self) -> str:
@@ -72,11 +80,62 @@ class SSHTarget:
         return f"{user}{self.hostname}{port}"
 
 
-def _expand(value: str, alias: str, hostname: str, user: str) -> str:
-    tokens = {"%h": hostname, "%n": alias, "%r": user, "%d": str(Path.home()), "%%": "%"}
+def _expand(value: str, alias: str, hostname: str, user: str, port: int | str = 22) -> str:
+    tokens = {"%h": hostname, "%n": alias, "%r": user, "%p": str(port), "%u": _local_user(),
+              "%d": str(Path.home()), "%%": "%"}
     for token, repl in tokens.items():
         value = value.replace(token, repl)
     return os.path.expanduser(value)
+
+
+class SshConfigError(Exception):
+    """OpenSSH on the launcher refuses its own configuration for a name (`ssh -G` fails): the
+    launch's ssh would fail the same way, for every node."""
+
+
+#: the options of `ssh -G` that may hold several values (each line adds one)
+_MULTI = frozenset({"identityfile", "userknownhostsfile", "globalknownhostsfile"})
+
+
+def ssh_g_options(alias: str, ssh_config: str | os.PathLike[str] | None,
+                  timeout: float = 10.0) -> dict[str, list[str]] | None:
+    """Every option OpenSSH on this machine applies to `alias`, as `ssh -G [-F CONFIG] ALIAS`
+    prints them (its own reading of ~/.ssh/config and /etc/ssh/ssh_config, Include and Match
+    blocks applied, or of CONFIG alone with -F): keys lower-case, values in order (the keys in
+    `_MULTI` split on spaces). None where no `ssh` is installed here; SshConfigError with ssh's
+    own words where it refuses the configuration."""
+    import shutil
+    import subprocess
+
+    ssh = shutil.which("ssh")
+    if ssh is None:
+        return None
+    argv = [ssh, "-G"]
+    if ssh_config is not None:
+        argv += ["-F", str(Path(ssh_config).expanduser())]
+    try:
+        proc = subprocess.run([*argv, alias], capture_output=True, text=True, timeout=timeout,
+                              stdin=subprocess.DEVNULL, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise SshConfigError(f"{shlex.join([*argv, alias])}: {exc}") from None
+    if proc.returncode != 0:
+        said = [ln for ln in (proc.stderr.strip() or proc.stdout.strip()).splitlines()
+                if "Pseudo-terminal" not in ln]
+        raise SshConfigError(said[-1] if said else f"{shlex.join([*argv, alias])}: exit "
+                             f"{proc.returncode}")
+    out: dict[str, list[str]] = {}
+    for line in proc.stdout.splitlines():
+        key, _, value = line.strip().partition(" ")
+        if not key:
+            continue
+        values = value.split() if key in _MULTI else [value.strip()]
+        out.setdefault(key.lower(), []).extend(values)
+    return out
+
+
+def _first(options: Mapping[str, Sequence[str]], key: str, default: str = "") -> str:
+    got = options.get(key)
+    return str(got[0]) if got else default
 
 
 def resolve_target(
@@ -87,67 +146,98 @@ def resolve_target(
     connect_timeout: float = 10.0,
     accept_new_host_keys: bool = False,
 ) -> SSHTarget:
-    """Resolve `alias` through the ssh config file, as OpenSSH would (the subset that matters)."""
-    cfg: dict[str, Any] = {}
-    if ssh_config is not None and Path(ssh_config).expanduser().is_file():
-        cfg = dict(paramiko.SSHConfig.from_path(str(Path(ssh_config).expanduser())).lookup(alias))
-    hostname = str(cfg.get("hostname", alias))
-    login = user or (str(cfg["user"]) if "user" in cfg else None)
+    """Where and how OpenSSH on this machine logs in to `alias`: what `ssh -G` says (the
+    launch's pdsh and DeepSpeed's own ssh ask the same ssh; ssh_g_options), else, with no ssh
+    installed here, paramiko's reading of the config file. Where ssh refuses its configuration,
+    a target whose `config_error` says so (its login fails with ssh's words)."""
+    try:
+        options = ssh_g_options(alias, ssh_config)
+    except SshConfigError as exc:
+        return SSHTarget(alias=alias, hostname=alias, user=user, config_error=str(exc))
+    if options is None:
+        options = _paramiko_options(alias, ssh_config)
+    hostname = _first(options, "hostname", alias)
+    port = int(_first(options, "port", "22") or 22)
+    login = user or _first(options, "user") or None
     login_for_tokens = login or _local_user()
-    identity = tuple(
-        _expand(str(p), alias, hostname, login_for_tokens)
-        for p in cfg.get("identityfile", []) or []
-    )
-    known: list[str] = []
-    for entry in cfg.get("userknownhostsfile", "") and str(cfg["userknownhostsfile"]).split() or []:
-        known.append(_expand(entry, alias, hostname, login_for_tokens))
+
+    def expand(value: str) -> str:
+        return _expand(value, alias, hostname, login_for_tokens, port)
+
+    identity = tuple(expand(p) for p in options.get("identityfile", []) if p != "none")
+    known = [expand(p) for p in options.get("userknownhostsfile", []) if p != "none"]
     if not known:
         known = [os.path.expanduser("~/.ssh/known_hosts")]
-    strict = str(cfg.get("stricthostkeychecking", "yes")).lower()
-    if accept_new_host_keys or strict in ("accept-new",):
+    known_global = tuple(expand(p) for p in options.get("globalknownhostsfile", [])
+                         if p != "none")
+    strict = _first(options, "stricthostkeychecking", "yes").lower()
+    if accept_new_host_keys or strict == "accept-new":
         strict = "accept-new"
     else:
         # "no", "ask", "off" and "yes" all end up strict: we never accept an unverified key
         # silently, and nobody is there to answer a prompt.
         strict = "yes"
     timeout = connect_timeout
-    if "connecttimeout" in cfg:
-        try:
-            timeout = min(connect_timeout, float(str(cfg["connecttimeout"])))
-        except ValueError:
-            pass
+    with contextlib.suppress(ValueError):
+        timeout = min(connect_timeout, float(_first(options, "connecttimeout", "none")))
+    proxy = _first(options, "proxycommand", "none")
+    jump = _first(options, "proxyjump", "none")
+    if jump != "none" and proxy == "none":
+        proxy = _jump_command(jump, hostname, port, ssh_config)
     return SSHTarget(
         alias=alias,
         hostname=hostname,
-        port=int(str(cfg.get("port", 22))),
+        port=port,
         user=login,
         identity_files=identity,
         known_hosts_files=tuple(known),
+        global_known_hosts=known_global,
         strict_host_keys=strict,
         connect_timeout=timeout,
+        identities_only=_first(options, "identitiesonly", "no").lower() == "yes",
+        proxy_command=None if proxy == "none" else expand(proxy),
     )
+
+
+def _jump_command(jump: str, hostname: str, port: int,
+                  ssh_config: str | os.PathLike[str] | None) -> str:
+    """ProxyJump as the ProxyCommand OpenSSH makes of it: `ssh -W host:port` through the last
+    jump host, the hops before it with -J."""
+    hops = jump.split(",")
+    argv = ["ssh"]
+    if ssh_config is not None:
+        argv += ["-F", str(Path(ssh_config).expanduser())]
+    if len(hops) > 1:
+        argv += ["-J", ",".join(hops[:-1])]
+    return shlex.join([*argv, "-W", f"[{hostname}]:{port}", hops[-1]])
+
+
+def _paramiko_options(alias: str, ssh_config: str | os.PathLike[str] | None
+                      ) -> dict[str, list[str]]:
+    """Without ssh installed: paramiko's reading of the given config file, else the user's."""
+    path = Path(ssh_config if ssh_config is not None else "~/.ssh/config").expanduser()
+    if not path.is_file():
+        return {}
+    got = paramiko.SSHConfig.from_path(str(path)).lookup(alias)
+    out: dict[str, list[str]] = {}
+    for key, value in got.items():
+        values = value if isinstance(value, list) else str(value).split() \
+            if key in _MULTI else [str(value)]
+        out[key] = [str(v) for v in values]
+    return out
 
 
 def ssh_g(alias: str, ssh_config: str | os.PathLike[str] | None,
           timeout: float = 10.0) -> dict[str, str]:
-    """What OpenSSH on the launcher makes of `alias` (`ssh -G [-F CONFIG] ALIAS`: hostname,
-    port, user; judge/sshnames.parse_ssh_g), or {"error": ...} where it cannot say."""
-    import subprocess
-
-    argv = ["ssh", "-G"]
-    if ssh_config is not None and Path(ssh_config).expanduser().is_file():
-        argv += ["-F", str(Path(ssh_config).expanduser())]
+    """What OpenSSH on the launcher makes of `alias` (its hostname, port, user), or
+    {"error": ...} where it cannot say."""
     try:
-        proc = subprocess.run([*argv, alias], capture_output=True, text=True, timeout=timeout,
-                              stdin=subprocess.DEVNULL, check=False)
-    except (OSError, subprocess.TimeoutExpired) as exc:
+        options = ssh_g_options(alias, ssh_config, timeout)
+    except SshConfigError as exc:
         return {"error": str(exc)}
-    if proc.returncode != 0:
-        said = (proc.stderr.strip() or proc.stdout.strip()).splitlines()
-        return {"error": said[-1] if said else f"exit {proc.returncode}"}
-    from cluster_tests.judge.ssh.sshnames import parse_ssh_g
-
-    return parse_ssh_g(proc.stdout)
+    if options is None:
+        return {"error": "ssh is not installed on the launcher"}
+    return {key: _first(options, key) for key in ("hostname", "port", "user") if key in options}
 
 
 def _local_user() -> str:
@@ -526,12 +616,16 @@ class Connection:
     def _open(self) -> paramiko.SSHClient:
         t = self.target
         client = paramiko.SSHClient()
+        if t.config_error is not None:
+            raise self._refused(client, Cause.CONFIG, t.config_error)
+        for path, load in ((p, client.load_system_host_keys) for p in t.global_known_hosts):
+            if Path(path).is_file():
+                with contextlib.suppress(OSError, paramiko.SSHException, ValueError):
+                    load(path)
         for path in t.known_hosts_files:
             if Path(path).is_file():
-                try:
+                with contextlib.suppress(OSError, paramiko.SSHException, ValueError):
                     client.load_host_keys(path)
-                except (OSError, paramiko.SSHException, ValueError):
-                    pass
         if t.strict_host_keys == "accept-new":
             client.set_missing_host_key_policy(_AcceptNewPolicy(t.known_hosts_files[0]))
         else:
@@ -539,6 +633,8 @@ class Connection:
         key_files = [p for p in t.identity_files if Path(p).is_file()]
         start = time.monotonic()
         try:
+            # as OpenSSH: a jump host or proxy command carries the connection where one is set
+            sock = paramiko.ProxyCommand(t.proxy_command) if t.proxy_command else None
             client.connect(
                 t.hostname,
                 port=t.port,
@@ -546,8 +642,11 @@ class Connection:
                 # paramiko takes a list of key files too (SSHClient.connect's docs);
                 # its stubs say str
                 key_filename=key_files or None,  # type: ignore[arg-type]
-                look_for_keys=not key_files,
-                allow_agent=not key_files,
+                # ssh -G lists the default identity files itself; the agent's keys unless
+                # IdentitiesOnly (as OpenSSH offers them)
+                look_for_keys=False,
+                allow_agent=not t.identities_only,
+                sock=sock,  # type: ignore[arg-type]
                 timeout=t.connect_timeout,
                 banner_timeout=t.connect_timeout,
                 auth_timeout=t.connect_timeout,
@@ -775,6 +874,38 @@ class Connection:
                 self._client = None
 
 
+class Targets(Mapping[str, SSHTarget]):
+    """The nodes' ssh targets by name, each resolved (`resolve`: `ssh -G`) on first use and
+    kept: in the threads that log in, so that a thousand nodes do not wait for a thousand
+    `ssh -G` one after another."""
+
+    def __init__(self, names: Iterable[str], resolve: Callable[[str], SSHTarget]) -> None:
+        self._names = list(dict.fromkeys(names))
+        self._known = frozenset(self._names)
+        self._resolve = resolve
+        self._got: dict[str, SSHTarget] = {}
+        self._lock = threading.Lock()
+
+    def __getitem__(self, name: str) -> SSHTarget:
+        got = self._got.get(name)
+        if got is not None:
+            return got
+        if name not in self._known:
+            raise KeyError(name)
+        target = self._resolve(name)  # (outside the lock: one slow ssh -G delays no other)
+        with self._lock:
+            return self._got.setdefault(name, target)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._known
+
+    def __iter__(self):  # noqa: ANN204 - Iterator[str]
+        return iter(self._names)
+
+    def __len__(self) -> int:
+        return len(self._names)
+
+
 @dataclass(repr=False)
 class Pool:
     """All connections of a run, and a bounded thread pool to reach many nodes at once."""
@@ -791,12 +922,16 @@ class Pool:
     _handshakes: threading.Semaphore | None = None
 
     def connection(self, node: str) -> Connection:
+        conn = self._conns.get(node)
+        if conn is not None:
+            return conn
+        target = self.targets[node]  # resolved outside the lock (`ssh -G`: Targets)
         with self._lock:
             conn = self._conns.get(node)
             if conn is None:
                 if self._handshakes is None:
                     self._handshakes = threading.Semaphore(max(1, self.fanout))
-                conn = self._conns[node] = Connection(self.targets[node], self.ssh_config, self.tag)
+                conn = self._conns[node] = Connection(target, self.ssh_config, self.tag)
                 conn.handshakes = self._handshakes
             return conn
 

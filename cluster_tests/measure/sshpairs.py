@@ -116,10 +116,12 @@ def _pdsh(cluster: Cluster, site: str) -> PdshRun:
     hosts = ",".join(cluster.names)
     timeout = cluster.settings.timeout_connect
     ssh_args = f"-o BatchMode=yes -o ConnectTimeout={int(timeout)}"
+    if cluster.settings.ssh_port is not None:  # as DeepSpeed's PDSHRunner adds --ssh_port
+        ssh_args += f" -p {cluster.settings.ssh_port}"
     # pdsh's own connect timer (-t, 10 s by default) would outlast ssh's on a black-holed node.
     pdsh = ["pdsh", "-S", "-t", str(max(1, int(timeout))), "-w", hosts, "echo", PDSH_OK]
     if site == LAUNCHER:
-        if cluster.settings.ssh_config:
+        if cluster.settings.ssh_config is not None:  # given: the run's -F (else ssh's own)
             ssh_args += f" -F {shlex.quote(cluster.settings.ssh_config)}"
         env = dict(os.environ, PDSH_RCMD_TYPE="ssh", PDSH_SSH_ARGS_APPEND=ssh_args)
         try:

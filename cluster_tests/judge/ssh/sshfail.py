@@ -31,6 +31,7 @@ class Cause(SectionCause):
     KEYS_NOT_ACCEPTED = "public keys not accepted"
     PROTOCOL = "ssh protocol error"
     NOT_INSTALLED = "ssh not installed"
+    CONFIG = "ssh config refused"
     FAILED = "ssh failed"
 
 
@@ -199,6 +200,11 @@ FIX: dict[Cause, SshFix] = {
         "'PubkeyAuthentication yes' in /etc/ssh/sshd_config; systemctl reload ssh"),
     Cause.PROTOCOL: SshFix(_LAUNCHER_VERBOSE, _PAIR_VERBOSE),
     Cause.NOT_INSTALLED: SshFix(_LAUNCHER_VERBOSE, "on {src}: apt-get install openssh-client"),
+    Cause.CONFIG: SshFix(
+        "correct the line of the launcher's ssh config that ssh names (ssh{f} -G {dest} shows "
+        "the error): the launch's ssh reads the same file",
+        "on {src}: correct the line of ~/.ssh/config or /etc/ssh/ssh_config that ssh names "
+        "(ssh -G {node} shows the error)"),
     Cause.FAILED: SshFix(
         _LAUNCHER_VERBOSE, _PAIR_VERBOSE,
         leg="fix the ssh error shown for that node (ssh -o BatchMode=yes <node> true from the "
