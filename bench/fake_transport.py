@@ -216,6 +216,10 @@ def answer(node: str, script: str, section: str, params: dict[str, Any]) -> Any:
                     _TEXT[id(got)] = json.dumps(got)
             return got
         return _connect(node, params)
+    if script == "envprobe.py" and section == "launchfiles":
+        # every node has the launch directory; the fake cluster's launches name no file
+        return {"launch_dir": params.get("launch_dir"), "dir_ok": True,
+                "paths": {p: {"kind": "missing"} for p in params.get("paths", [])}}
     key = f"{script}/{section}"
     if key in f:
         return _substitute(f[key], node)

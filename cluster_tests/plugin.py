@@ -32,6 +32,7 @@ from cluster_tests.core import (
     slurmctl,
     workers,
 )
+from cluster_tests.core import launch as launch_mod
 from cluster_tests.core import pairs as pairs_mod
 from cluster_tests.core import source as source_mod
 from cluster_tests.core import srun as srun_mod
@@ -57,6 +58,8 @@ RECORDER_KEY = pytest.StashKey[Recorder]()
 #: the report files written at the end of the run (report.files)
 WRITTEN_KEY = pytest.StashKey[files.Written]()
 SESSION_KEY = pytest.StashKey[pytest.Session]()
+#: the environment the suite was started with (the launch's, for --then-launch)
+ENVIRON_KEY = pytest.StashKey[dict[str, str]]()
 GUARD_KEY = pytest.StashKey[InterruptGuard]()
 # Lines that other sections (e.g. the bandwidth table) add to the terminal summary.
 SUMMARY_EXTRA_KEY = pytest.StashKey[list[str]]()
@@ -90,6 +93,7 @@ class _JunitWriter:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_configure(config: pytest.Config) -> None:
+    config.stash[ENVIRON_KEY] = dict(os.environ)  # what --then-launch starts the launch with
     config.pluginmanager.register(_session_fixtures(config), "cluster_tests.fixtures")
     config.pluginmanager.register(recordprop.plugin(config), recordprop.NAME)
     _pytest_options(config)
@@ -240,9 +244,10 @@ class _SummaryPlugin:
                 terminalreporter.line(f"{name}: {path}")
 
     def verdict(self, config: pytest.Config) -> list[str]:
-        """The run's last lines (a red run's): causes, blocked checks per red, the fix script,
-        the launch."""
-        if _cluster(config) is None or not self.recorder.outcomes:
+        """The run's last lines: a red run's causes, blocked checks per red, the fix script and
+        the launch on the healthy nodes; a green run's launch."""
+        cluster = _cluster(config)
+        if cluster is None or not self.recorder.outcomes:
             return []
         written = config.stash.get(WRITTEN_KEY, None) or files.Written()
         script = written.fixes
@@ -256,7 +261,8 @@ class _SummaryPlugin:
             manual = (f" ({script[2]} of its {script[1] + script[2]} blocks need a person)"
                       if script[2] else "")
             said = f"review and run {shown}{manual}, then pytest --lf"
-        return self.recorder.verdict_lines(written.launch_lines, said)
+        return self.recorder.verdict_lines(written.launch_lines, said) + (
+            launch_mod.red_lines(cluster.settings) if self.recorder.red else [])
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
@@ -291,7 +297,8 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
                                  s.accept_new_host_keys),
         command=" ".join(["pytest", *reparse.as_typed(config)]),
         html_path=Path(s.html_report).expanduser() if s.html_report else None,
-        invocation_dir=Path(config.invocation_params.dir), history=history,
+        launch_dir=Path(s.env.launch_dir or config.invocation_params.dir),
+        launch=s.launch_command, history=history,
         metrics_path=_under(config, after.metrics_textfile) if after.metrics_textfile else None,
         after_verdict=_slurm(cluster, recorder))
     config.stash[WRITTEN_KEY] = written
@@ -392,7 +399,10 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         if guard is not None:
             guard.uninstall()
     if session is not None and cluster is not None and _is_the_command(config):
-        atexit.register(_leave, int(session.exitstatus))
+        status = int(session.exitstatus)
+        launch = (cluster.settings if cluster.settings.then_launch and status == 0
+                  and session.testscollected else None)
+        atexit.register(_leave, status, launch, _environ(config))
 
 
 def _is_the_command(config: pytest.Config) -> bool:
@@ -402,14 +412,16 @@ def _is_the_command(config: pytest.Config) -> bool:
 
     args = reparse.as_typed(config)
     return not hasattr(config, "workerinput") and args in (
-        sys.argv[1:], ["-p", cli.PLUGIN, *sys.argv[1:]])
+        sys.argv[1:], cli.pytest_args(sys.argv[1:]))
 
 
-def _leave(status: int) -> None:
+def _leave(status: int, launch: Settings | None = None,
+           environ: dict[str, str] | None = None) -> None:
     """The pytest command's last act, once every report is written and every thread joined:
     run the other exit handlers (pytest's lock files, temporary directories, logging), then
     exit with the session's status without freeing, one by one, the millions of objects a big
-    cluster's session holds (items, reports, facts: 3 s at 1024 nodes, 20 s at 4096).  Only
+    cluster's session holds (items, reports, facts: 3 s at 1024 nodes, 20 s at 4096), or, with
+    --then-launch on a green run (`launch`), become the launch command (core/launch.py).  Only
     the command itself does this (its arguments are the process's), never a session run
     inside another (pytest.main, pytester), and never an xdist worker."""
     atexit.unregister(_leave)
@@ -421,6 +433,8 @@ def _leave(status: int) -> None:
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(Exception):
             stream.flush()
+    if launch is not None:
+        launch_mod.then_launch(launch, environ if environ is not None else dict(os.environ))
     os._exit(status)
 
 
@@ -434,11 +448,18 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
         f"cluster: {len(cluster.nodes)} nodes from {config.stash.get(SOURCE_KEY, s.hostfile)} "
         f"({names}); rank 0: "
         f"{cluster.rank0.name if cluster.nodes else '-'}",
-        f"cluster: ssh config {s.ssh_config or '(none)'}, remote python {s.remote_python}, "
-        f"connect timeout {s.timeout_connect:g}s, fanout {s.fanout}",
+        f"cluster: remote python {s.remote_python}, connect timeout {s.timeout_connect:g}s, "
+        f"fanout {s.fanout}",
         *([f"cluster: {sel.describe(len(cluster.nodes))} (--pairs)"]
           if (sel := pairs_mod.selection(cluster)) is not None else []),
+        *launch_mod.header_lines(s, _environ(config)),
     ]
+
+
+def _environ(config: pytest.Config) -> dict[str, str]:
+    """The environment the suite was started with (its launch's)."""
+    got: dict[str, str] = config.stash.get(ENVIRON_KEY, {}) or dict(os.environ)
+    return got
 
 
 def _cluster(config: pytest.Config) -> Cluster | None:
@@ -646,7 +667,9 @@ def pytest_terminal_summary_verdict(terminalreporter, config: pytest.Config):
         plugin = config.pluginmanager.get_plugin("cluster_tests_summary")
         lines = plugin.verdict(config) if isinstance(plugin, _SummaryPlugin) else []
         if lines:
-            terminalreporter.write_sep("=", "verdict: causes and launch now")
+            red = isinstance(plugin, _SummaryPlugin) and plugin.recorder.red
+            terminalreporter.write_sep("=", "verdict: causes and launch now" if red
+                                       else "verdict: the launch will work")
             for line in lines:
                 terminalreporter.write_line(line)
 

@@ -1,11 +1,13 @@
-"""E. Environment (CHECKLIST E1-E6): what a NON-interactive ssh shell (pdsh's) gets on every
+"""E. Environment (CHECKLIST E1-E8): what a NON-interactive ssh shell (pdsh's) gets on every
 node: the variables and tools the launch needs, the same communication settings and versions
 everywhere, on Ascend the HCCL settings and NPU links, (E5) a rehearsal of the launch's own
 per-node step: from the rank-0 node, through pdsh, DeepSpeed's exports, `cd` and interpreter,
-importing what the launch imports, (E6) the temporary directory the ranks' tools write to, and
-(E7) what the first step builds: DeepSpeed's JIT ops, their build locks and their toolchain.
-Verdicts: judge/env/ (envvars: E1-E4, E6; launchlegs: E5; jit: E7); the facts across the
-cluster: measure/envfacts.py (E2, E3) and measure/rehearsal.py (E5, and what E3, E6, E7 read).
+importing what the launch imports, (E6) the temporary directory the ranks' tools write to,
+(E7) what the first step builds: DeepSpeed's JIT ops, their build locks and their toolchain,
+and (E8) the launch directory, its script and the files the launch names, as the launcher has
+them. Verdicts: judge/env/ (envvars: E1-E4, E6; launchlegs: E5; jit: E7; launchfiles: E8);
+the facts across the cluster: measure/envfacts.py (E2, E3), measure/rehearsal.py (E5, and what
+E3, E6, E7 read) and measure/launchref.py (E8's launcher copy).
 """
 
 from __future__ import annotations
@@ -25,12 +27,13 @@ from cluster_tests.core.nodetable import NodeColumn
 from cluster_tests.core.settings import Settings
 from cluster_tests.core.transport import ConnectError
 from cluster_tests.judge.common.probes import Probe
-from cluster_tests.judge.env import envvars, launchlegs
+from cluster_tests.judge.env import envvars, launchfiles, launchlegs
 from cluster_tests.judge.env import jit as jj
 from cluster_tests.judge.env.envvars import ENVFILES, EnvFiles, Finding, Package, Versions
-from cluster_tests.judge.env.launchlegs import Leg
+from cluster_tests.judge.env.launchfiles import LAUNCHFILES
+from cluster_tests.judge.env.launchlegs import LaunchCause, Leg
 from cluster_tests.judge.health import rdma
-from cluster_tests.measure import accel, envfacts, rehearsal, sshroot
+from cluster_tests.measure import accel, envfacts, launchref, rehearsal, sshroot
 
 pytestmark = pytest.mark.env
 
@@ -57,7 +60,8 @@ def _differing(cluster: Cluster, kind: str, table: envvars.Table, node: str) -> 
 
 def node_probes(settings: Settings) -> list[Declared]:
     """The probes this section's tests ask of every node they touch (`Cluster.prefetch`)."""
-    return [(ENVFILES, {"launch_dir": settings.env.launch_dir})]
+    return [(ENVFILES, {"launch_dir": settings.env.launch_dir}),
+            (LAUNCHFILES, launchref.params(settings))]
 
 
 #: the tests of this section that read the rehearsal (E5's run also carries E3's versions)
@@ -164,13 +168,17 @@ def _launch_blocked_by_env_file(cluster: Cluster, r: rehearsal.Rehearsal) -> str
 
 
 def test_deepspeed_env(cluster: Cluster, node: str, record_property) -> None:
-    """E2: `.deepspeed_env` (home and launch directory) reads the way DeepSpeed 0.19 reads it."""
+    """E2: `.deepspeed_env` (home and launch directory) reads the way DeepSpeed 0.19 reads it,
+    where the launch starts (it exports them to every rank: a broken line is launch-wide)."""
     files = _envfiles(cluster, node, "E2")
     record_property("deepspeed_env", ", ".join(files.present) or "none")
+    site = cluster.rank0.name  # where the launch starts (the rehearsal's site)
     for f in files.findings():
         if not f.error:
             warnings.warn(EnvWarning(f"{node}: {f}"), stacklevel=1)
-    problem = envvars.judge_env_files(node, files, cluster.rank0.name)
+        elif node != site:
+            warnings.warn(EnvWarning(envvars.env_file_not_read(node, f, site)), stacklevel=1)
+    problem = envvars.judge_env_files(node, files, site)
     if problem is not None:
         outcome.fail(problem)
 
@@ -287,6 +295,9 @@ def test_launch_rehearsal(cluster: Cluster, node: str, record_property) -> None:
         _block_leg(cluster, r, node, leg)
         pytest.skip(leg.text)
     if leg.kind == "fail":
+        if leg.cause == LaunchCause.LAUNCH_DIR_MISSING:
+            outcome.block(ids.LAUNCH_FILES.of(node), f"the launch directory {r.launch_dir} is "
+                                                     f"missing on {node}")
         env_file = _launch_blocked_by_env_file(cluster, r) if node == r.site else None
         if env_file is not None:
             outcome.block(env_file, f"deepspeed --hostfile would stop on {r.site} before "
@@ -369,3 +380,18 @@ def test_jit_ops(cluster: Cluster, node: str, record_property) -> None:
     if verdict.blocked_by:
         outcome.block(ids.JIT_OPS.of(verdict.blocked_by), verdict.blocked_text)
         pytest.skip(jj.blocked_line(verdict))
+
+
+def test_launch_files(cluster: Cluster, node: str, record_property) -> None:
+    """E8: the launch directory is on `node`, and there the script and every file or directory
+    the launch command names, the same as on the launcher (digest, or listing with sizes)."""
+    if node not in rehearsal.launch_hosts(cluster):
+        pytest.skip(f"{node} is not in the launch (its --include/--exclude/--num_nodes)")
+    s = cluster.settings
+    facts = _probe(cluster, node, LAUNCHFILES, "E8", **launchref.params(s))
+    record_property("launch_dir", facts.launch_dir)
+    record_property("launch_files", " ".join(facts.paths) or "none")
+    problem = launchfiles.judge_launch_files(node, facts, launchref.reference(cluster),
+                                             launchref.script(s))
+    if problem is not None:
+        outcome.fail(problem)

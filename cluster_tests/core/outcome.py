@@ -28,6 +28,7 @@ from typing import NoReturn
 
 import pytest
 
+from cluster_tests.core.testids import Scope
 from cluster_tests.judge.problem import (
     BLOCKED_BY,
     PROPERTY,
@@ -179,7 +180,7 @@ def _combined(item_pair: tuple[str, str], reds: Sequence[Problem], total: int) -
         (node,), causes.pop() if len(causes) == 1 else "several pairs fail",
         f"{a} -> {b}: {len(reds)} of {total} pairs fail ({', '.join(peers)}):\n"
         + "\n".join(p.message.rstrip() for p in reds), fix="; ".join(dict.fromkeys(apart)),
-        item=reds[0].item, launch="pair", fixes=tuple(fixes.values()),
+        item=reds[0].item, scope=Scope.PAIR, fixes=tuple(fixes.values()),
         pairs=tuple(pair for p in reds for pair in (p.pairs or (tuple(p.nodes[:2]),))
                     if len(pair) == 2))
 

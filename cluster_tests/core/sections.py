@@ -43,7 +43,7 @@ SECTIONS: tuple[Section, ...] = (
     Section("N", "names", "names", "names", (), "name resolution"),
     Section("F", "network", "network", "network", ("ports", "ifaces"),
             "network reachability and firewall"),
-    Section("E", "env", "env", "env", ("envfacts", "rehearsal"),
+    Section("E", "env", "env", "env", ("envfacts", "rehearsal", "launchref"),
             "environment as non-interactive shells see it"),
     Section("A", "accelerator", "accelerator", "accelerator", ("accel",),
             "accelerators visible and healthy"),

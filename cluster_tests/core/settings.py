@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import shlex
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -167,8 +168,9 @@ class EnvSettings:
         "comma-separated variables a non-interactive ssh shell must have on every node (E1)", "")
     launch_dir: str | None = option(
         "--launch-dir",
-        "directory deepspeed will be started in "
-        "(where it also reads .deepspeed_env; default: home)")
+        "directory the launch starts in, as it is on every node: DeepSpeed's runner cd's every "
+        "rank there, puts it first on PYTHONPATH and reads its .deepspeed_env (default: the "
+        "current directory, as DeepSpeed's runner takes it)")
 
 
 @dataclass(frozen=True)
@@ -374,13 +376,27 @@ class Settings:
         dest="ct_include")
     exclude: str = option(
         "--launch-exclude", "the --exclude spec the launch will use", "", dest="ct_exclude")
+    launch: str = option(
+        "--launch",
+        "the launch command itself, one shell-quoted string: --launch 'deepspeed --hostfile H "
+        "train.py --deepspeed ds_config.json' (cluster-tests takes it after --), read with "
+        "DeepSpeed's own parser: its hostfile, --include/--exclude, --master_addr/--master_port "
+        "and --ssh_port are the run's, its script and the files it names are checked on every "
+        "node (E8), and the launch line printed is it with only --hostfile changed", "")
+    then_launch: bool = flag(
+        "--then-launch",
+        "run the launch command (--launch) when the run is green, in the launch directory with "
+        "this environment, its exit status passed through; on red launch nothing")
+    #: --launch, read (judge/hostfile/launchargs.py: LaunchCommand); None without --launch
+    launch_command: la.LaunchCommand | None = None
     launch_args: str = option(
         "--launch-args",
         "the flags you give deepspeed, one shell-quoted string (--launch-args='--master_port 29600 "
         "--include node1@node2 --ssh_port 2222'), read with DeepSpeed's own argument parser: H3, "
         "F2, the rehearsal and T2 use what they resolve to", "")
-    #: resolved from --launch-args (DeepSpeed's --ssh_port), not an option of its own
+    #: resolved from --launch / --launch-args (DeepSpeed's --ssh_port, --num_nodes)
     ssh_port: int | None = None
+    num_nodes: int = -1
     #: the --launch-args flags the suite does not resolve itself, passed on to T2's deepspeed
     launch_passthrough: tuple[str, ...] = ()
     accept_new_host_keys: bool = flag(
@@ -488,11 +504,12 @@ def _parse(config: pytest.Config, opt: Option) -> tuple[object, str]:
         raise pytest.UsageError(f"{source}: bad value {raw!r}: {exc}") from None
 
 
-def _resolve_launch_args(run: dict[str, Any], sources: dict[str, str]) -> None:
-    """--launch-args, parsed as DeepSpeed parses it, into the run's master address and port,
-    include/exclude and ssh port (the suite's own options, if also given, must agree)."""
+def _resolve_launch_args(run: dict[str, Any], sources: dict[str, str], given: la.LaunchArgs,
+                         what: str) -> None:
+    """The launch's flags, parsed as DeepSpeed parses them (`given`, from `what`: --launch or
+    --launch-args), into the run's master address and port, include/exclude and ssh port (the
+    suite's own options, if also given, must agree)."""
     try:
-        given = la.parse(run["launch_args"])
         for name, dest, flag in (("master_addr", "master_addr", "--master-addr"),
                                  ("master_port", "master_port", "--master-port"),
                                  ("include", "include", "--launch-include"),
@@ -500,9 +517,48 @@ def _resolve_launch_args(run: dict[str, Any], sources: dict[str, str]) -> None:
             run[name] = la.merge(flag, run[name], sources[name] != "default",
                                  getattr(given, dest), dest in given.given)
     except la.LaunchArgsError as exc:
-        raise pytest.UsageError(f"--launch-args {run['launch_args']!r}: {exc}") from None
+        raise pytest.UsageError(f"{what}: {exc}") from None
+    if given.launcher != la.PDSH:
+        raise pytest.UsageError(
+            f"{what}: --launcher {given.launcher}: the suite checks the launch through pdsh, "
+            f"DeepSpeed's default launcher (its ssh legs, its exports, its rehearsal); a launch "
+            f"through {given.launcher} is not checked")
     run["ssh_port"] = given.ssh_port
+    run["num_nodes"] = given.num_nodes
     run["launch_passthrough"] = given.passthrough
+
+
+def _launch_command(run: dict[str, Any], sources: dict[str, str], launch_dir: Path) -> None:
+    """--launch: the command read with DeepSpeed's parser; its hostfile (relative to the launch
+    directory, where the runner reads it) becomes the run's, and its flags the run's values."""
+    if run["launch_args"]:
+        raise pytest.UsageError("--launch and --launch-args: give one (the launch command holds "
+                                "its flags)")
+    try:
+        cmd = la.parse_command(shlex.split(run["launch"]))
+    except (ValueError, la.LaunchArgsError) as exc:
+        raise pytest.UsageError(f"the launch command {run['launch']!r}: {exc}") from None
+    run["launch_command"] = cmd
+    _resolve_launch_args(run, sources, cmd.args, "the launch command")
+    theirs = (launch_dir / Path(cmd.args.hostfile).expanduser()).absolute()
+    ours = run["hostfile"]
+    if ours is not None and sources["hostfile"] != "default":
+        if ours.resolve() != theirs.resolve():
+            raise pytest.UsageError(
+                f"{sources['hostfile']} {ours} and the launch command's hostfile {theirs} "
+                f"disagree: give one (the launch's is enough)")
+        return
+    written = run["nodelist"].write_hostfile
+    if written and Path(written).expanduser().absolute() == theirs:
+        return  # the node list comes from another source and is written where the launch reads
+    if not theirs.is_file():
+        said = ("names no hostfile, and DeepSpeed's default" if "hostfile" not in cmd.args.given
+                else "names the hostfile")
+        raise pytest.UsageError(
+            f"the launch command {said} {theirs} does not exist (deepspeed would then run on "
+            f"this machine alone): give --hostfile in the launch command")
+    run["hostfile"] = theirs
+    run["hostfile_source"] = "the launch command"
 
 
 def read_settings(config: pytest.Config) -> Settings:
@@ -532,6 +588,20 @@ def read_settings(config: pytest.Config) -> Settings:
             f"--output-dir {output_dir}: give an absolute path, as the nodes see it (a relative "
             f"path would be read from each node's home directory)"
         )
-    if run["launch_args"]:
-        _resolve_launch_args(run, sources)
+    params = getattr(config, "invocation_params", None)  # (a stand-in config has none)
+    invoked = Path(params.dir) if params is not None else Path.cwd()
+    launch_dir = Path(run["env"].launch_dir or invoked).expanduser()
+    launch_dir = launch_dir if launch_dir.is_absolute() else invoked / launch_dir
+    run["env"] = dataclasses.replace(run["env"], launch_dir=os.path.normpath(launch_dir))
+    if run["launch"]:
+        _launch_command(run, sources, Path(run["env"].launch_dir))
+    elif run["launch_args"]:
+        try:
+            given = la.parse(run["launch_args"])
+        except la.LaunchArgsError as exc:
+            raise pytest.UsageError(f"--launch-args {run['launch_args']!r}: {exc}") from None
+        _resolve_launch_args(run, sources, given, f"--launch-args {run['launch_args']!r}")
+    if run["then_launch"] and run.get("launch_command") is None:
+        raise pytest.UsageError("--then-launch needs the launch command: cluster-tests "
+                                "--then-launch -- deepspeed --hostfile H train.py ...")
     return Settings(**run)

@@ -646,7 +646,7 @@ class Connection:
                 # IdentitiesOnly (as OpenSSH offers them)
                 look_for_keys=False,
                 allow_agent=not t.identities_only,
-                sock=sock,  # type: ignore[arg-type]
+                sock=sock,
                 timeout=t.connect_timeout,
                 banner_timeout=t.connect_timeout,
                 auth_timeout=t.connect_timeout,

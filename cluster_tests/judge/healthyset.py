@@ -1,14 +1,17 @@
 """The nodes the user can launch on right now: the largest set on which every check the launch
 depends on passes, from the run's Problems (``hostfile.healthy``).
 
-What the launch needs of each check is one table, :data:`LAUNCH_NEEDS` (docs/CHECKLIST.md,
-"What the launch needs"): a node check the launch depends on drops its node; a pair the launch
-depends on drops one of its two nodes (the fewest nodes that break every bad pair: a minimum
-vertex cover, exact while small); rank 0's own legs (pdsh's ssh from rank 0, S4 from rank 0)
-drop the target; a check about rank 0 as rank 0 (the rendezvous port, the master address, pdsh
-and the rehearsal's launch site) makes another node rank 0. Rank 0 stays when it is healthy;
-otherwise the first healthy node in hostfile order becomes rank 0, and the checks that only
-rank 0 runs must be rerun with the new file.
+What leaving nodes out can do about a cause is its scope (core/testids.py's ``Scope``: each
+check's own, or the Problem's where it differs; docs/CHECKLIST.md, "What the launch needs"): a
+cause on the launcher or in what it exports to every rank (``Scope.no_subset``) leaves no set
+of nodes that launches, and no file is offered until it is fixed; a node check the launch
+depends on drops its node; a pair the launch depends on drops one of its two nodes (the
+fewest nodes that break every bad pair: a minimum vertex cover, exact while small); rank 0's
+own legs (pdsh's ssh from rank 0, S4 from rank 0) drop the target; a check about rank 0 as
+rank 0 (the rendezvous port, the master address, pdsh and the rehearsal's launch site) makes
+another node rank 0. Rank 0 stays when it is healthy; otherwise the first healthy node in
+hostfile order becomes rank 0, and the checks that only rank 0 runs must be rerun with the new
+file.
 
 Pure: Problems and numbers in, a :class:`Healthy` out.
 """
@@ -20,26 +23,24 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from cluster_tests.core import testids as ids
+from cluster_tests.core.testids import Scope
 from cluster_tests.judge.problem import Problem
-
-#: what the launch needs of each check: core/testids.py's LAUNCH_NEEDS (the one place where
-#: test names are spelled), documented in docs/CHECKLIST.md
-LAUNCH_NEEDS = ids.LAUNCH_NEEDS
-
 
 #: The checks that run from or about rank 0 alone: with another rank 0 they must be rerun.
 RANK0_ONLY = (ids.MASTER_ADDR, ids.MASTER_PORT, ids.PDSH_INSTALLED, ids.PDSH,
               ids.LAUNCH_REHEARSAL)
 
 
-def needs(problem: Problem) -> str:
-    """What the launch needs of the check that found `problem` (see LAUNCH_NEEDS)."""
-    function = problem.check.split("[", 1)[0]
-    got = problem.launch or LAUNCH_NEEDS.get(function, "")
-    if not got:
-        got = "pair" if len(problem.nodes) == 2 else "node" if problem.nodes else "none"
-    if got == "pair" and len(problem.nodes) == 2 and problem.nodes[0] == problem.nodes[1]:
-        return "as-rank0" if function == ids.MASTER_PORT.name else "node"
+def scope(problem: Problem) -> Scope:
+    """Where `problem`'s cause lives: its own scope, else its check's (core/testids.py), else
+    what its nodes say (a site check's red: its node, or its pair)."""
+    check = ids.BY_NAME.get(problem.check.split("[", 1)[0])
+    got = problem.scope or (check.scope if check is not None else None)
+    if got is None:
+        got = Scope.PAIR if len(problem.nodes) == 2 else Scope.NODE if problem.nodes \
+            else Scope.NOT_NEEDED
+    if got == Scope.PAIR and len(problem.nodes) == 2 and problem.nodes[0] == problem.nodes[1]:
+        return Scope.AS_RANK0 if check == ids.MASTER_PORT else Scope.NODE
     return got
 
 
@@ -54,11 +55,20 @@ class Healthy:
     rank0_moved_from: str | None = None
     #: nodes dropped only to keep the count a multiple of --world-multiple
     trimmed: list[str] = field(default_factory=list)
+    #: the causes no set of nodes avoids (on the launcher, or in what it exports to every rank):
+    #: while any holds, no node is launched on and no healthy file is offered
+    waits_for: list[Problem] = field(default_factory=list)
 
     @property
     def changed(self) -> bool:
         """Whether the launch must change: nodes left out, or another rank 0."""
         return bool(self.excluded) or self.rank0_moved_from is not None
+
+    @property
+    def launchable(self) -> bool:
+        """Whether leaving nodes out gives a launch that works: some node is kept, and no cause
+        holds that no set of nodes avoids."""
+        return bool(self.kept) and not self.waits_for
 
 
 def _cover(nodes: Sequence[str], edges: list[tuple[str, str]], pinned: str) -> set[str]:
@@ -108,25 +118,28 @@ def healthy(nodes: Sequence[str], problems: Iterable[Problem], *, world_multiple
         if text not in why.setdefault(node, []):
             why[node].append(text)
 
+    waits_for = [p for p in problems if scope(p).no_subset]
+    if waits_for:
+        return Healthy(None, [], waits_for=waits_for)
     dead: set[str] = set()
     not_rank0: set[str] = set()
     for p in problems:
-        kind = needs(p)
+        kind = scope(p)
         if p.pairs:
             continue  # its pairs are edges below
-        if kind == "node" and p.nodes:
+        if kind == Scope.NODE and p.nodes:
             for n in (*p.nodes, *p.breaks):
                 if n != ids.LAUNCHER:
                     dead.add(n)
                     note(n, p)
-        elif kind == "as-rank0" and p.nodes:
+        elif kind == Scope.AS_RANK0 and p.nodes:
             not_rank0.add(p.nodes[0])
             note(p.nodes[0], p)
-        elif len(p.nodes) == 2 and p.nodes[0] == ids.LAUNCHER and kind != "none":
+        elif len(p.nodes) == 2 and p.nodes[0] == ids.LAUNCHER and kind != Scope.NOT_NEEDED:
             dead.add(p.nodes[1])  # pdsh from the launcher cannot reach the node
             note(p.nodes[1], p)
-        elif len(p.nodes) == 2 and p.nodes[0] == p.nodes[1] and kind != "none":
-            if kind == "pair":
+        elif len(p.nodes) == 2 and p.nodes[0] == p.nodes[1] and kind != Scope.NOT_NEEDED:
+            if kind == Scope.PAIR:
                 dead.add(p.nodes[0])
             else:  # a node that cannot reach itself as rank 0 would (ssh, pdsh, its own name)
                 not_rank0.add(p.nodes[0])
@@ -147,9 +160,9 @@ def healthy(nodes: Sequence[str], problems: Iterable[Problem], *, world_multiple
         if len(p.nodes) != 2 or p.nodes[0] == p.nodes[1] or ids.LAUNCHER in p.nodes:
             continue
         a, b = p.nodes
-        kind = needs(p)
-        if kind == "pair" or (kind == "from-rank0" and a == rank0) or (
-                kind == "rank0-pair" and rank0 in (a, b)):
+        kind = scope(p)
+        if kind == Scope.PAIR or (kind == Scope.FROM_RANK0 and a == rank0) or (
+                kind == Scope.RANK0_PAIR and rank0 in (a, b)):
             edges.append((a, b))
             edge_problems.setdefault((a, b), []).append(p)
     edges = [(a, b) for a, b in edges if a in alive and b in alive]

@@ -5,7 +5,7 @@ as the ``problem`` JUnit property (JSON), so that it travels through pytest-xdis
 JUnit file. Everything downstream reads that value, never the message text or the test name:
 the summary groups the run's Problems by cause (:meth:`Problem.key`), ``fixes.sh`` takes
 their commands (:attr:`Problem.fixes`), and ``hostfile.healthy`` reads where each one is and
-whether the launch needs what it breaks (:attr:`Problem.launch`).
+what leaving nodes out can do about it (:attr:`Problem.scope`, else its check's own).
 
 A check that fails only because a cause already reported elsewhere holds is *blocked*, not red:
 it is skipped naming the red that holds the cause (``core.outcome.block``).
@@ -19,6 +19,8 @@ import json
 import re
 from dataclasses import asdict, dataclass, field
 from enum import Enum
+
+from cluster_tests.core.testids import Scope
 
 #: the JUnit / report property that carries a failed check's Problem (JSON)
 PROPERTY = "problem"
@@ -68,9 +70,10 @@ class Problem:
     ``cause`` is a word of its section's vocabulary ("connection refused", "public key refused",
     "ports dropped"...), ``message`` the red's text (its first line is the headline), ``fix``
     the fix in words, ``fixes`` the commands when the fix is mechanical and safe (none: a
-    person must act). ``launch`` says whether the launch needs what the cause breaks (S4
-    between two nodes that are not rank 0 does not; the checklist still reports it).
-    ``check`` is the test id of the red (filled in by ``core.outcome.fail``)."""
+    person must act). ``scope`` says where the cause lives, and so what leaving nodes out can
+    do about it, where it differs from its check's own (core/testids.py: S4's own key refused
+    on rank 0 keeps rank 0 from being rank 0; a `.deepspeed_env` line the launcher exports is
+    launch-wide). ``check`` is the test id of the red (filled in by ``core.outcome.fail``)."""
 
     nodes: tuple[str, ...]
     cause: str
@@ -78,7 +81,7 @@ class Problem:
     fix: str = ""
     fixes: tuple[Fix, ...] = ()
     item: str = ""
-    launch: str = ""
+    scope: Scope | None = None
     check: str = ""
     #: the ordered pairs the cause breaks, where it is a node's but hits pairs (a node's
     #: firewall): hostfile.healthy drops one node of each
@@ -113,7 +116,9 @@ class Problem:
 
     # -- travelling as a property ----------------------------------------------------------------
     def to_json(self) -> str:
-        return json.dumps(asdict(self))
+        d = asdict(self)
+        d["scope"] = self.scope.value if self.scope is not None else None
+        return json.dumps(d)
 
     @classmethod
     def from_json(cls, raw: str) -> Problem | None:
@@ -124,13 +129,21 @@ class Problem:
                        fixes=tuple(Fix(f["where"], f["what"], tuple(f.get("commands", ())),
                                        f.get("item", ""), f.get("note", ""))
                                    for f in d.get("fixes", ())),
-                       item=d.get("item", ""), launch=str(d.get("launch", "")),
+                       item=d.get("item", ""), scope=_scope(d.get("scope")),
                        check=d.get("check", ""),
                        pairs=tuple((str(a), str(b)) for a, b in d.get("pairs", ())),
                        breaks=tuple(str(n) for n in d.get("breaks", ())),
                        facts=dict(d.get("facts", {})))
         except (ValueError, KeyError, TypeError):
             return None
+
+
+def _scope(value: object) -> Scope | None:
+    """A scope read back from JSON (None: its check's own, or a value this release lacks)."""
+    try:
+        return Scope(value) if value else None
+    except ValueError:
+        return None
 
 
 # -- the text of a red that was not made from a Problem -----------------------------------------

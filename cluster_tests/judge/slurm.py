@@ -29,7 +29,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from cluster_tests.core import testids as ids
-from cluster_tests.judge.healthyset import Healthy, needs
+from cluster_tests.core.testids import Scope
+from cluster_tests.judge.healthyset import Healthy, scope
 from cluster_tests.judge.problem import Problem
 
 #: the first word of every reason the suite writes; resume touches only reasons that start so
@@ -157,8 +158,7 @@ def _own(p: Problem) -> tuple[str, ...]:
     """The nodes whose own cause `p` is (empty for a pair, the launcher's, or a shared cause)."""
     if p.pairs or ids.LAUNCHER in p.nodes or p.breaks:
         return ()
-    kind = needs(p)
-    if kind == "node" and p.nodes:
+    if scope(p) == Scope.NODE and p.nodes:
         return tuple(dict.fromkeys(p.nodes))
     return ()
 

@@ -86,22 +86,27 @@ PREPARED: MemoKey[Rehearsal] = MemoKey("rehearsal", "prepared")
 
 
 def launch_hosts(cluster: Cluster) -> list[str]:
-    """The hosts pdsh gets (`-w`): the hostfile's, after the launch's include/exclude filter."""
+    """The hosts pdsh gets (`-w`): the hostfile's, after the launch's include/exclude filter,
+    the first --num_nodes of them where the launch gives it (as DeepSpeed's runner takes them)."""
     s = cluster.settings
-    if not s.include and not s.exclude:
-        return list(cluster.names)
-    pool = {n.name: n.slots for n in cluster.nodes}
-    try:
-        active = rf.parse_resource_filter(pool, include=s.include, exclude=s.exclude)
-    except rf.ResourceFilterError:
-        return list(cluster.names)  # H5 reports the filter; rehearse every node meanwhile
-    return [n for n in cluster.names if n in active]
+    hosts = list(cluster.names)
+    if s.include or s.exclude:
+        pool = {n.name: n.slots for n in cluster.nodes}
+        try:
+            active = rf.parse_resource_filter(pool, include=s.include, exclude=s.exclude)
+            hosts = [n for n in cluster.names if n in active]
+        except rf.ResourceFilterError:
+            pass  # H5 reports the filter; rehearse every node meanwhile
+    return hosts[:s.num_nodes] if s.num_nodes > 0 else hosts
 
 
 def command_line(cluster: Cluster) -> str:
-    """The `deepspeed` command line the rehearsal (and T2) mirror: the user's --launch-args as
-    resolved (no --master_addr unless given: DeepSpeed then derives it, see H3)."""
+    """The `deepspeed` command line the rehearsal (and T2) mirror: the user's launch command
+    where given, else their --launch-args as resolved (no --master_addr unless given: DeepSpeed
+    then derives it, see H3)."""
     s = cluster.settings
+    if s.launch_command is not None:
+        return s.launch_command.line()
     return la.command_line(str(s.hostfile), s.master_addr, s.master_port, s.include, s.exclude,
                            s.launch_passthrough)
 

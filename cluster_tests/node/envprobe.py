@@ -14,12 +14,17 @@ Sections:
             accelerator it picks, its environment and the `.deepspeed_env` files it reads
   tmpdir    TMPDIR as the ranks get it, the directory Python's tempfile settles on, and for each:
             exists, a file really created there, free space
+  launchfiles  the launch directory (is it one), and for each path the launch names: a file's
+            size and SHA-256 (up to digest_max bytes), a directory's files with their sizes
+            (run on the launcher too, the copy the nodes are compared with)
 """
 
+import hashlib
 import json
 import os
 import re
 import shutil
+import stat
 import subprocess
 
 #: how much of an environment file (.deepspeed_env, .bashrc) is read
@@ -194,6 +199,60 @@ def section_tmpdir(params):
     given = params.get("tmpdir")
     return tmpdir_facts(given if given is not None else os.environ.get("TMPDIR"),
                         given is not None)
+
+
+def section_launchfiles(params):
+    launch_dir = params["launch_dir"]
+    return {"launch_dir": launch_dir, "dir_ok": os.path.isdir(launch_dir),
+            "paths": {p: describe_path(p, int(params.get("digest_max", 1 << 25)),
+                                       int(params.get("entries_max", 20000)))
+                      for p in params.get("paths", [])}}
+
+
+def describe_path(path, digest_max, entries_max):
+    """What `path` is here: a file's size and digest, a directory's files and their sizes."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return {"kind": "missing"}
+    except OSError as exc:
+        return {"kind": "other", "error": "%s: %s" % (type(exc).__name__, exc)}
+    if stat.S_ISREG(st.st_mode):
+        out = {"kind": "file", "size": st.st_size, "sha256": None}
+        if st.st_size <= digest_max:
+            try:
+                out["sha256"] = file_sha256(path)
+            except OSError as exc:
+                return {"kind": "other", "error": "unreadable: %s" % exc}
+        return out
+    if not stat.S_ISDIR(st.st_mode):
+        return {"kind": "other", "error": "neither a file nor a directory"}
+    listing, digest, count = [], hashlib.sha256(), 0
+    for root, dirs, files in os.walk(path):
+        dirs.sort()
+        for name in sorted(files):
+            full = os.path.join(root, name)
+            try:
+                size = os.lstat(full).st_size
+            except OSError:
+                continue
+            rel = os.path.relpath(full, path)
+            digest.update(("%s\t%d\n" % (rel, size)).encode("utf-8", "surrogateescape"))
+            count += 1
+            if count <= entries_max:
+                listing.append([rel, size])
+        if count > entries_max:
+            break
+    return {"kind": "dir", "count": count, "listing": listing,
+            "listing_sha256": digest.hexdigest()}
+
+
+def file_sha256(path):
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
 
 
 if __name__ == "__main__":

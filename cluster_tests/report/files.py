@@ -14,6 +14,7 @@ from typing import TypeVar
 
 from cluster_tests.core.nodetable import NodeTable
 from cluster_tests.judge.healthyset import Healthy
+from cluster_tests.judge.hostfile.launchargs import LaunchCommand
 from cluster_tests.judge.problem import Problem
 from cluster_tests.report import fixes as fixes_mod
 from cluster_tests.report import healthy as healthy_mod
@@ -53,7 +54,8 @@ class Written:
 
 def write_all(json_path: Path, recorder: Recorder, facts: NodeTable, meta: Mapping[str, object], *,
               slots: Mapping[str, int], world_multiple: int, hostfile: str | None, ssh: list[str],
-              command: str, html_path: Path | None, invocation_dir: Path,
+              command: str, html_path: Path | None, launch_dir: Path,
+              launch: LaunchCommand | None = None,
               history: HistoryOptions | None = None, metrics_path: Path | None = None,
               after_verdict: AfterVerdict | None = None) -> Written:
     """Write every report file of the run; `json_path` names the JSON summary, the others go
@@ -66,8 +68,8 @@ def write_all(json_path: Path, recorder: Recorder, facts: NodeTable, meta: Mappi
     rtt = recorder.latency_medians(list(slots)) if history is not None else None
     result = healthy_mod.decide(recorder, list(slots), world_multiple, found, rtt)
     extra: dict[str, object] = {"healthy": _healthy(out, json_path.with_name(healthy_mod.FILE_NAME),
-                                                 recorder, result, slots, invocation_dir,
-                                                 hostfile)}
+                                                 recorder, result, slots, launch_dir,
+                                                 hostfile, launch)}
     ran = bool(recorder.outcomes)  # --collect-only, or nothing selected: no verdict to act on
     if after_verdict is not None and ran:
         slurm_json = _after_verdict(out, after_verdict, result, found)
@@ -114,18 +116,22 @@ def _attempt(out: Written, what: str, write: Callable[[], T]) -> T | None:
 
 
 def _healthy(out: Written, path: Path, recorder: Recorder, result: Healthy,
-             slots: Mapping[str, int], invocation_dir: Path, hostfile: str | None
-             ) -> dict[str, object]:
-    """hostfile.healthy (only when something is red: a green run leaves no stale file behind)
-    and the launch lines that use it; its part of summary.json."""
-    red = any(o.outcome in ("failed", "error") for o in recorder.outcomes.values())
-    if red:
+             slots: Mapping[str, int], launch_dir: Path, hostfile: str | None,
+             command: LaunchCommand | None) -> dict[str, object]:
+    """hostfile.healthy (only when something is red and leaving nodes out gives a launch that
+    works: no stale file is left behind otherwise) and the launch lines; its part of
+    summary.json."""
+    red = recorder.red
+    written = red and result.launchable
+    if written:
         _attempt(out, str(path), lambda: healthy_mod.write(path, result, dict(slots)))
     else:
         _attempt(out, str(path), lambda: path.unlink(missing_ok=True))
     if red:
-        out.launch_lines = healthy_mod.launch_lines(result, path, invocation_dir, hostfile)
-    return healthy_mod.to_json(result, path if red else None)
+        out.launch_lines = healthy_mod.launch_lines(result, path, launch_dir, hostfile, command)
+    elif recorder.outcomes:
+        out.launch_lines = healthy_mod.green_lines(len(slots), command, hostfile)
+    return healthy_mod.to_json(result, path if written else None)
 
 
 def _after_verdict(out: Written, act: AfterVerdict, result: Healthy, found: list[Problem]

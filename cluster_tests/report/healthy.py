@@ -11,6 +11,7 @@ from pathlib import Path
 
 from cluster_tests.judge import healthyset
 from cluster_tests.judge.healthyset import Healthy
+from cluster_tests.judge.hostfile.launchargs import LaunchCommand
 from cluster_tests.judge.problem import Problem
 from cluster_tests.report.fixes import problem_of
 from cluster_tests.report.summary import Outcome, Recorder
@@ -70,8 +71,16 @@ def _shown(path: Path, cwd: Path) -> str:
         return str(path)
 
 
-def launch_lines(result: Healthy, path: Path, cwd: Path, hostfile: str | None) -> list[str]:
-    """What the summary says of the healthy file (of a red run), ending with the launch line."""
+def launch_lines(result: Healthy, path: Path, cwd: Path, hostfile: str | None,
+                 command: LaunchCommand | None = None) -> list[str]:
+    """What the summary says of the healthy file (of a red run), ending with the launch line:
+    the user's own launch command (`command`) with only its hostfile changed, ready to paste in
+    the launch directory `cwd`."""
+    if result.waits_for:
+        lines = ["Launch now: no set of nodes launches until this is fixed (a cause on the "
+                 "launcher, or in what it hands every rank; no hostfile.healthy written):"]
+        lines += [f"  {p.check or p.item}: {p.cause}" for p in result.waits_for]
+        return lines
     if not result.kept:
         return ["Launch now: no node can be launched on (see the causes above)."]
     total = len(result.kept) + len(result.excluded)
@@ -93,7 +102,15 @@ def launch_lines(result: Healthy, path: Path, cwd: Path, hostfile: str | None) -
                      f"checks ({rerun}) ran for {result.rank0_moved_from}; rerun them with the new "
                      f"file before launching: pytest --hostfile {_shown(path, cwd)} -k "
                      f"\"{' or '.join(t.name for t in healthyset.RANK0_ONLY)}\"")
-    excl = "@".join(result.excluded)
+    excluded = list(result.excluded)
+    if command is not None:
+        kept_mine = command.with_exclude(excluded) if excluded and not \
+            result.rank0_moved_from else None
+        if kept_mine is not None:
+            lines.append(f"or keep your hostfile: {kept_mine.line()}")
+        lines.append(command.with_hostfile(_shown(path, cwd)).line())
+        return lines
+    excl = "@".join(excluded)
     mine = f" --hostfile {shlex.quote(hostfile)}" if hostfile else ""
     if excl:
         lines.append(f"or keep your hostfile: deepspeed{mine} --exclude {shlex.quote(excl)} ...")
@@ -101,8 +118,18 @@ def launch_lines(result: Healthy, path: Path, cwd: Path, hostfile: str | None) -
     return lines
 
 
+def green_lines(nodes: int, command: LaunchCommand | None, hostfile: str | None) -> list[str]:
+    """What a green run ends with: the launch works on every node, with its command."""
+    line = command.line() if command is not None else (
+        f"deepspeed --hostfile {shlex.quote(hostfile)} ..." if hostfile else "deepspeed ...")
+    return [f"The launch will work on {nodes} of {nodes} nodes: {line}"]
+
+
 def to_json(result: Healthy, path: Path | None) -> dict[str, object]:
     return {"file": str(path) if path is not None else None,
+            "launchable": result.launchable,
+            "waits_for": [{"check": p.check, "cause": str(p.cause), "nodes": list(p.nodes)}
+                          for p in result.waits_for],
             "rank0": result.rank0, "rank0_moved_from": result.rank0_moved_from,
             "kept": result.kept,
             "excluded": [{"node": n, "causes": why} for n, why in result.excluded.items()],
@@ -111,4 +138,5 @@ def to_json(result: Healthy, path: Path | None) -> dict[str, object]:
             if result.rank0_moved_from else []}
 
 
-__all__ = ["FILE_NAME", "Healthy", "decide", "launch_lines", "problems", "to_json", "write"]
+__all__ = ["FILE_NAME", "Healthy", "decide", "green_lines", "launch_lines", "problems", "to_json",
+           "write"]

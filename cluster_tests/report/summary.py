@@ -128,6 +128,11 @@ class Recorder:
         return list(dict.fromkeys(c["fix"] for c in (causes if causes is not None
                                                       else self.causes()) if c["fix"]))
 
+    @property
+    def red(self) -> bool:
+        """Whether any check failed (or errored)."""
+        return any(o.outcome in ("failed", "error") for o in self.outcomes.values())
+
     def counts(self) -> dict[str, int]:
         out: dict[str, int] = {}
         for o in self.outcomes.values():

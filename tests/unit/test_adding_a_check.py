@@ -267,8 +267,8 @@ def _follow_the_recipe(proj: Path) -> None:
     _edit(pkg / "core" / "sections.py", '    Section("C", "collective"',
           SECTION_ROW + '    Section("C", "collective"')
     _edit(tests / "test_testids.py", '"HSNFEARDCT"', '"HSNFEARDXCT"')
-    _edit(pkg / "core" / "testids.py", "    # C, T: whole-cluster runs",
-          '    # X\n    "test_toy": "node",\n    # C, T: whole-cluster runs')
+    _edit(pkg / "core" / "testids.py", "# C. collectives",
+          '# X. the toy\nTOY = TestId("test_toy", "X1", Scope.NODE)\n# C. collectives')
 
 
 def _scratch(tmp_path: Path) -> Path:

@@ -98,7 +98,7 @@ def _write(tmp_path: Path, history: files.HistoryOptions | None, **kw) -> files.
     return files.write_all(
         tmp_path / "summary.json", recorder(), {}, {"exitstatus": 1},  # type: ignore[arg-type]
         slots={n: 1 for n in NODES}, world_multiple=1, hostfile=None, ssh=["ssh"],
-        command="pytest", html_path=None, invocation_dir=tmp_path, history=history, **kw)
+        command="pytest", html_path=None, launch_dir=tmp_path, history=history, **kw)
 
 
 def test_every_report_is_written_and_the_same_whatever_the_history_file(tmp_path):
@@ -188,7 +188,7 @@ def test_a_run_where_nothing_ran_records_nothing_and_touches_no_slurm(tmp_path):
     got = files.write_all(
         tmp_path / "summary.json", Recorder(list(NODES)), {}, {},  # type: ignore[arg-type]
         slots={n: 1 for n in NODES}, world_multiple=1, hostfile=None, ssh=["ssh"],
-        command="pytest --collect-only", html_path=None, invocation_dir=tmp_path,
+        command="pytest --collect-only", html_path=None, launch_dir=tmp_path,
         history=files.HistoryOptions(tmp_path / "history.sqlite"), after_verdict=act)
     assert got.slurm_lines == [] and got.history_lines == []
     assert not (tmp_path / "history.sqlite").exists()
@@ -203,7 +203,7 @@ def test_a_report_that_cannot_be_written_is_a_note_never_silence(tmp_path):
     got = files.write_all(
         blocked / "summary.json", recorder(), {}, {"exitstatus": 1},  # type: ignore[arg-type]
         slots={n: 1 for n in NODES}, world_multiple=1, hostfile=None, ssh=["ssh"],
-        command="pytest", html_path=None, invocation_dir=tmp_path,
+        command="pytest", html_path=None, launch_dir=tmp_path,
         metrics_path=blocked / "ct.prom")
     assert (got.json_path, got.fixes, got.html_path, got.metrics_path) == (None,) * 4
     said = {note.split(" not written: ")[0]: note for note in got.notes}

@@ -157,3 +157,37 @@ def test_joined_takes_only_the_suites_options_with_a_path_for_a_value(
     fill = [a.replace("{d}", str(tmp_path)) for a in typed]
     want = None if joined is None else [a.replace("{d}", str(tmp_path)) for a in joined]
     assert reparse.joined(fill, tmp_path) == want
+
+
+def test_what_follows_the_double_dash_is_the_launch_command() -> None:
+    from cluster_tests import cli
+
+    assert cli.pytest_args(["-m", "ssh", "--", "deepspeed", "--hostfile", "h", "t.py", "--x",
+                            "a b"]) == ["-p", cli.PLUGIN, "-m", "ssh",
+                                        "--launch=deepspeed --hostfile h t.py --x 'a b'"]
+    assert cli.pytest_args(["history"]) == ["-p", cli.PLUGIN, "--history-show"]
+
+
+def test_the_launch_command_names_the_hostfile_and_the_header_says_the_launch(
+        tmp_path: Path) -> None:
+    """`cluster-tests -- deepspeed --hostfile H ...` from a project directory: the hostfile is
+    the launch's (relative to that directory), the header states the command, the launch
+    directory (the current one) and the .deepspeed_env read there; the suite's own options
+    that disagree with the command are refused."""
+    (tmp_path / "hostfile").write_text(HOSTFILE.read_text())
+    (tmp_path / ".deepspeed_env").write_text("NCCL_DEBUG=INFO\n")
+    launch = ["--", "deepspeed", "--hostfile", "hostfile", "train.py", "--lr", "1"]
+    got = subprocess.run([str(CLI), "--collect-only", "-p", "no:cacheprovider", *launch],
+                         cwd=tmp_path, capture_output=True, text=True, timeout=120, check=False)
+    assert got.returncode == 0, got.stdout + got.stderr
+    assert f"nodes from hostfile {tmp_path / 'hostfile'}" in got.stdout
+    assert "launch: deepspeed --hostfile hostfile train.py --lr 1" in got.stdout
+    assert (f"launch directory: {tmp_path}; .deepspeed_env read here: "
+            f"{tmp_path / '.deepspeed_env'}") in got.stdout
+    for mine, said in ((["--master-port", "29700"], "--master-port 29700 and"),
+                       (["--hostfile", str(HOSTFILE)], "disagree")):
+        refused = subprocess.run(
+            [str(CLI), "--collect-only", "-p", "no:cacheprovider", *mine, "--", "deepspeed",
+             "--hostfile", "hostfile", "--master_port", "29600", "train.py"],
+            cwd=tmp_path, capture_output=True, text=True, timeout=120, check=False)
+        assert refused.returncode == 4 and said in refused.stderr, refused.stderr

@@ -13,6 +13,7 @@ from pathlib import Path
 import envnode
 import pytest
 
+from cluster_tests.core.testids import Scope
 from cluster_tests.judge.env import envvars
 from cluster_tests.judge.env.envvars import EnvCause, TmpdirFacts
 
@@ -115,18 +116,28 @@ def test_env_files_as_the_node_reads_them(home, tmp_path):
     assert files.bashrc == STOCK_BASHRC and files.ds_env_name == ".deepspeed_env"
     assert list(files.present) == [str(home / ".deepspeed_env")]
     assert files.deepspeed_env[str(tmp_path / ".deepspeed_env")] is None
-    problem = envvars.judge_env_files("node2", files, "node1")
+    # where the launch starts (node2 here), launch-wide: the runner exports it to every rank
+    problem = envvars.judge_env_files("node2", files, "node2")
     assert problem is not None and problem.cause is EnvCause.ENV_FILE_BROKEN
     assert problem.item == "E2" and problem.nodes == ("node2",)
-    assert problem.message.startswith("node2: deepspeed reads .deepspeed_env on the node it is "
-                                      "started on (rank 0: node1) and would stop")
+    assert problem.scope == Scope.LAUNCH_WIDE
+    assert problem.message.startswith("node2: deepspeed's runner reads .deepspeed_env here, "
+                                      "where the launch starts, and exports every line")
     env_file = home / ".deepspeed_env"
     assert f"{env_file}:1: " in problem.message
     assert f"{env_file}:3: " not in problem.message  # `export A=1`: a warning only
-    assert problem.fix.startswith("on node2: delete those lines")
-    (tmp_path / ".deepspeed_env").write_text("NCCL_DEBUG=INFO\n")
+    # the fix names the file that holds the line, and which of the two it is
+    assert problem.fix.startswith(f"on node2, in {env_file} (the home directory's): line 1: "
+                                  "delete the line")
+    # on a node the launch does not start on, the file is not read: no red
+    assert envvars.judge_env_files("node3", files, "node2") is None
+    (tmp_path / ".deepspeed_env").write_text("NCCL_DEBUG=INFO\nbroken\n")
     (home / ".deepspeed_env").unlink()
-    assert envvars.judge_env_files("node2", _files(home, tmp_path), "node1") is None
+    launch_dir = envvars.judge_env_files("node2", _files(home, tmp_path), "node2")
+    assert launch_dir is not None and launch_dir.fix.startswith(
+        f"on node2, in {tmp_path / '.deepspeed_env'} (the launch directory's): line 2: ")
+    (tmp_path / ".deepspeed_env").write_text("NCCL_DEBUG=INFO\n")
+    assert envvars.judge_env_files("node2", _files(home, tmp_path), "node2") is None
 
 
 def test_required_env_names_the_early_return(home, tmp_path):

@@ -8,25 +8,26 @@ import ast
 import paths
 
 from cluster_tests.core import testids as ids
-from cluster_tests.judge.healthyset import LAUNCH_NEEDS, healthy, needs
+from cluster_tests.core.testids import Scope
+from cluster_tests.judge.healthyset import healthy, scope
 from cluster_tests.judge.problem import Fix, Problem
 
 NODES = ["node1", "node2", "node3", "node4"]
 
 
-def red(check: str, *nodes: str, cause: str = "x", launch: str = "") -> Problem:
-    return Problem(tuple(nodes), cause, f"{'->'.join(nodes)}: {cause}", launch=launch,
+def red(check: str, *nodes: str, cause: str = "x", scope: Scope | None = None) -> Problem:
+    return Problem(tuple(nodes), cause, f"{'->'.join(nodes)}: {cause}", scope=scope,
                    check=f"{check}[{'->'.join(nodes)}]")
 
 
 def test_every_check_says_what_the_launch_needs_of_it():
+    """Every check has its TestId in core/testids.py, with its scope."""
     functions = set()
     for path in (paths.PACKAGE / "checks").glob("*.py"):
         functions |= {n.name for n in ast.parse(path.read_text()).body
                       if isinstance(n, ast.FunctionDef) and n.name.startswith("test_")}
-    assert set(LAUNCH_NEEDS) == functions
-    assert set(LAUNCH_NEEDS.values()) <= {"node", "pair", "from-rank0", "rank0-pair", "as-rank0",
-                                          "none"}
+    assert set(ids.BY_NAME) == functions
+    assert all(isinstance(t.scope, Scope) for t in ids.CHECKS)
 
 
 def test_a_dead_node_is_excluded_and_rank0_stays():
@@ -88,7 +89,7 @@ def test_checks_the_launch_does_not_need_exclude_nothing():
                   [red(ids.LOGIN.name + "_time", "node2"),
                    red("test_resolve_fast", "node3", "node2")])
     assert not got.changed
-    assert needs(red(ids.PDSH.name, "launcher", "node3")) == "from-rank0"
+    assert scope(red(ids.PDSH.name, "launcher", "node3")) == Scope.FROM_RANK0
     assert healthy(NODES, [red(ids.PDSH.name, "launcher", "node3")]).kept == ["node1", "node2",
                                                                               "node4"]
 
@@ -97,7 +98,8 @@ def test_problem_travels_as_json_and_one_fix_is_one_cause():
     fix = Fix("node3", "authorize node1's key", ("grep -q x f || echo x >> f",), "S4")
     a = Problem(("node1", "node3"), "public key refused", "node1 -> node3: refused",
                 fix="append it",
-                fixes=(fix,), item="S4", launch="from-rank0", check="test_ssh_trust[node1->node3]")
+                fixes=(fix,), item="S4", scope=Scope.FROM_RANK0,
+                check="test_ssh_trust[node1->node3]")
     back = Problem.from_json(a.to_json())
     assert back == a and back is not None and back.fixes[0].commands == fix.commands
     b = Problem(("node1", "node3"), "other words", "another check said it", fixes=(fix,))
@@ -105,3 +107,42 @@ def test_problem_travels_as_json_and_one_fix_is_one_cause():
     assert Problem(("node3",), "refused", "m").key() != Problem(("node2",), "refused", "m").key()
     assert Problem.from_json("not json") is None
     assert a.text().endswith("\n  fix: append it")
+
+
+def test_a_cause_no_set_of_nodes_avoids_leaves_no_file_to_launch_on():
+    """A `.deepspeed_env` line the launcher exports to every rank, pdsh missing on the launcher:
+    leaving nodes out changes nothing, so no healthy set is offered, whatever else is red."""
+    env_file = red(ids.DEEPSPEED_ENV.name, "node1", scope=Scope.LAUNCH_WIDE)
+    dead = red(ids.LOGIN.name, "node3", cause="connection refused")
+    got = healthy(NODES, [dead, env_file])
+    assert not got.launchable and got.kept == [] and got.rank0 is None
+    assert got.waits_for == [env_file] and got.excluded == {}
+    launcher = red(ids.PDSH_INSTALLED.name, ids.LAUNCHER, scope=Scope.LAUNCHER)
+    assert healthy(NODES, [launcher]).waits_for == [launcher]
+    # the launch's own flags: H5 is launch-wide by its check's scope
+    assert scope(red(ids.INCLUDE_EXCLUDE.name)) == Scope.LAUNCH_WIDE
+    assert healthy(NODES, [dead]).launchable
+
+
+def test_the_launch_line_is_the_users_command_with_only_the_hostfile_changed(tmp_path):
+    from cluster_tests.judge.hostfile import launchargs as la
+    from cluster_tests.report import healthy as healthy_mod
+
+    cmd = la.parse_command(["deepspeed", "--hostfile", "hostfile", "--master_port", "29600",
+                            "train.py", "--deepspeed", "ds_config.json"])
+    got = healthy(NODES, [red(ids.LOGIN.name, "node3", cause="connection refused")])
+    lines = healthy_mod.launch_lines(got, tmp_path / "reports" / "hostfile.healthy",
+                                        tmp_path, "hostfile", cmd)
+    assert lines[-2:] == [
+        "or keep your hostfile: deepspeed --exclude node3 --hostfile hostfile --master_port "
+        "29600 train.py --deepspeed ds_config.json",
+        "deepspeed --hostfile reports/hostfile.healthy --master_port 29600 train.py "
+        "--deepspeed ds_config.json"]
+    waits = healthy(NODES, [red(ids.DEEPSPEED_ENV.name, "node1", cause="env file broken",
+                                scope=Scope.LAUNCH_WIDE)])
+    said = healthy_mod.launch_lines(waits, tmp_path / "h", tmp_path, "hostfile", cmd)
+    assert said[0].startswith("Launch now: no set of nodes launches until this is fixed")
+    assert said[1:] == ["  test_deepspeed_env[node1]: env file broken"]
+    assert healthy_mod.green_lines(3, cmd, "hostfile") == [
+        "The launch will work on 3 of 3 nodes: deepspeed --hostfile hostfile --master_port 29600 "
+        "train.py --deepspeed ds_config.json"]

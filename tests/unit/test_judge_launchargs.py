@@ -56,3 +56,49 @@ def test_merge_and_command_line() -> None:
         la.merge("--master-port", 29700, True, 29600, True)
     line = la.command_line("/h", None, 29500, exclude="node3", passthrough=("--ssh_port", "22"))
     assert line == "deepspeed --hostfile /h --exclude node3 --ssh_port 22 '<script>'"
+
+
+@pytest.mark.parametrize("parse_args", PARSERS)
+def test_a_launch_command_is_read_as_the_runner_reads_it(parse_args) -> None:
+    if parse_args is None:
+        pytest.importorskip("deepspeed")
+    words = ["deepspeed", "--hostf=hf", "--master_port", "29600", "--ssh_port", "22", "train.py",
+             "--deepspeed", "ds.json", "--hostfile", "not-the-runners"]
+    c = la.parse_command(words, parse_args)
+    assert (c.program, c.script) == (("deepspeed",), "train.py")
+    assert c.flags == ("--hostf=hf", "--master_port", "29600", "--ssh_port", "22")
+    assert c.script_args == ("--deepspeed", "ds.json", "--hostfile", "not-the-runners")
+    assert (c.args.hostfile, c.args.master_port, c.args.ssh_port) == ("hf", 29600, 22)
+    assert c.args.given == {"hostfile", "master_port", "ssh_port"}
+    assert c.args.passthrough == ("--ssh_port", "22")  # the abbreviated --hostfile is resolved
+    assert c.line() == " ".join(words)
+    module = la.parse_command(["/v/bin/python3", "-m", la.RUNNER_MODULE, "-Hhf", "t.py"],
+                              parse_args)
+    assert module.program == ("/v/bin/python3", "-m", la.RUNNER_MODULE)
+    assert module.args.hostfile == "hf" and "hostfile" not in la.parse_command(
+        ["/opt/bin/deepspeed", "t.py"], parse_args).args.given
+
+
+def test_the_launch_line_changes_only_the_hostfile_or_the_exclude() -> None:
+    pytest.importorskip("deepspeed")
+    c = la.parse_command(["deepspeed", "--hostf=hf", "--master_port", "29600", "train.py",
+                          "--lr", "1"])
+    assert c.with_hostfile("reports/hostfile.healthy").line() == (
+        "deepspeed --hostfile reports/hostfile.healthy --master_port 29600 train.py --lr 1")
+    excluded = c.with_exclude(["node3"])
+    assert excluded is not None and excluded.line() == (  # the hostfile flag stays as written
+        "deepspeed --exclude node3 --hostf=hf --master_port 29600 train.py --lr 1")
+    ex = la.parse_command(["deepspeed", "-H", "hf", "-e", "node2", "train.py"]).with_exclude(
+        ["node3"])
+    assert ex is not None and ex.line() == "deepspeed -H hf --exclude node2@node3 train.py"
+    bare = la.parse_command(["deepspeed", "train.py"])
+    assert bare.with_hostfile("h h").line() == "deepspeed --hostfile 'h h' train.py"
+    assert la.parse_command(["deepspeed", "-i", "node1", "t.py"]).with_exclude(["node3"]) is None
+
+
+def test_what_is_not_deepspeeds_runner_is_refused() -> None:
+    for words in (["torchrun", "train.py"], ["python3", "train.py"], []):
+        with pytest.raises(la.LaunchArgsError, match="give DeepSpeed's launcher"):
+            la.parse_command(words)
+    with pytest.raises(la.LaunchArgsError):
+        la.parse_command(["deepspeed", "--master_port", "x", "train.py"])

@@ -4,6 +4,7 @@ judge/network/portfacts.py)."""
 
 from __future__ import annotations
 
+from cluster_tests.core.testids import Scope
 from cluster_tests.judge.network import portjudge as nc
 from cluster_tests.judge.network.portfacts import Listening, Reach
 from cluster_tests.judge.network.portjudge import NetworkCause
@@ -203,7 +204,7 @@ def test_f4_red_on_the_node_whose_firewall_drops() -> None:
                     "n3 -> n3: ports 40000, 40001"]
     p = nc.firewall_problem("n3", hurt, pairs, pairs, rules["n3"] or [])
     assert p.cause is NetworkCause.FIREWALL_DROPS and p.nodes == ("n3",) and p.item == "F4"
-    assert p.pairs == (("n1", "n3"), ("n2", "n3")) and p.launch == "pair"
+    assert p.pairs == (("n1", "n3"), ("n2", "n3")) and p.scope == Scope.PAIR
     assert p.message.startswith("n3: its firewall drops what the launch needs:\n    n1 -> n3: "
                                 "ports 40000, 40001")
     assert p.message.endswith("  the DROP/REJECT rules in its INPUT:\n    iptables: -A INPUT "

@@ -16,6 +16,7 @@ from paths import PACKAGE
 from cluster_tests import node
 from cluster_tests.core import transport
 from cluster_tests.core.cluster import PROBE_MARK, probe_command
+from cluster_tests.core.testids import Scope
 from cluster_tests.judge.common.basefacts import BaseFacts
 from cluster_tests.judge.common.probes import FactsError
 from cluster_tests.judge.env import launchlegs
@@ -118,7 +119,7 @@ def test_a_world_writable_ssh_dir_makes_sshd_refuse_every_key(tmp_path):
     facts = BaseFacts.read(probe("base", home=_home(tmp_path, 0o777)))
     verdict = sshmodes.strict_modes(facts.ssh, facts.uid, facts.user)
     p = sshmodes.modes_problem("n2", verdict)
-    assert p.cause is SshCause.FILE_MODES and p.item == "S2" and p.launch == "node"
+    assert p.cause is SshCause.FILE_MODES and p.item == "S2" and p.scope in (None, Scope.NODE)
     assert f"n2: {SSH_DIR} is world-writable (mode 0777): sshd (StrictModes)" in p.message
     assert p.fix == f"on n2: chmod 700 {SSH_DIR}" and p.fixes and p.fixes[0].where == "n2"
     lax = sshmodes.strict_modes(facts.ssh, facts.uid, facts.user, strict=False)
@@ -132,7 +133,7 @@ def test_a_readable_private_key_stops_only_the_nodes_own_ssh(tmp_path):
     key.chmod(0o644)
     facts = BaseFacts.read(probe("base", home=home))
     p = sshmodes.modes_problem("n1", sshmodes.strict_modes(facts.ssh, facts.uid, facts.user))
-    assert p.cause is SshCause.KEY_MODES and p.launch == "as-rank0"
+    assert p.cause is SshCause.KEY_MODES and p.scope == Scope.AS_RANK0
     assert "UNPROTECTED PRIVATE KEY FILE" in p.message
     assert p.fix == f"on n1: chmod 600 {SSH_DIR}/id_ed25519"
 
@@ -192,7 +193,7 @@ def test_a_real_pdsh_leg_that_cannot_resolve():
         sshfail.Cause.DNS
     p = sshmodes.pdsh_leg_problem("node1", name, leg.lines, leg.pdsh_errors, leg.exit_code,
                                   launcher=False, see=f"test_ssh_trust[node1->{name}]")
-    assert p.item == "S5" and p.launch == "from-rank0" and p.cause == "name not resolved"
+    assert p.item == "S5" and p.scope is None and p.cause == "name not resolved"
     assert "(ssh exited with exit code 255)" in p.message
     assert p.fix == (f"on node1: add '<its address> {name}' to /etc/hosts (or fix DNS); "
                      f"see test_ssh_trust[node1->{name}]")
@@ -217,7 +218,8 @@ def test_a_failed_login_is_a_persons_fix_said_once():
     hint = transport._hint(target, cause, None)
     p = sshmodes.login_problem("node3", f"node3 ({target.destination})", cause,
                                "[Errno 111] Connection refused", hint)
-    assert p.item == "S1" and p.nodes == ("node3",) and not p.fixes and p.launch == "node"
+    assert p.item == "S1" and p.nodes == ("node3",) and not p.fixes
+    assert p.scope in (None, Scope.NODE)
     assert p.text() == (f"node3 ({target.destination}): connection refused: [Errno 111] "
                         f"Connection refused\n  fix: start sshd on node3: systemctl start ssh "
                         f"(port 22 refused the connection)")

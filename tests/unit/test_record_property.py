@@ -1,11 +1,14 @@
 """The suite's own `record_property` (report/recordprop.py) in real pytest sessions: it is
-the one tests get, it records what pytest's records (report, JUnit), for the right test, with
-pytest's warning where the JUnit family drops properties, and a test that takes it builds no
-FixtureDef for `request` (pytest's own builds three a test)."""
+the one tests get, it records what pytest's records (report, JUnit), for the right test, under
+every JUnit family with no warning (pytest's own warns once per test under xunit2, its
+default), and a test that takes it builds no FixtureDef for `request` (pytest's own builds
+three a test)."""
 
 from __future__ import annotations
 
 import re
+
+import pytest
 
 pytest_plugins = ["pytester"]
 
@@ -51,10 +54,15 @@ def test_record_property_is_the_plugins_and_records_for_each_test(pytester):
     assert "incompatible with junit_family" not in result.stdout.str()
 
 
-def test_record_property_warns_as_pytests_where_junit_drops_properties(pytester):
+@pytest.mark.parametrize("family", ["xunit2", None])
+def test_properties_are_written_under_xunit2_and_the_default_family_without_warnings(
+        pytester, family):
     pytester.makepyfile(test_checks=CHECKS)
+    ini = ("-o", f"junit_family={family}") if family else ()
     result = pytester.runpytest_inprocess("-p", "no:cacheprovider", "--junitxml=out.xml",
-                                          "-o", "junit_family=xunit2", "-k", "test_rtt")
+                                          *ini, "-k", "test_rtt")
     result.assert_outcomes(passed=3)
-    assert result.stdout.str().count(
-        "record_property is incompatible with junit_family 'xunit2'") >= 1
+    assert "PytestWarning" not in result.stdout.str()
+    assert "warnings" not in result.stdout.lines[-1]
+    xml = (pytester.path / "out.xml").read_text()
+    assert xml.count('<property name="rtt_ms" value="0.25" />') == 3

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import subprocess
 import sys
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
@@ -44,8 +45,11 @@ def test_every_option_is_declared_once_with_names_from_its_flag() -> None:
 
 def test_defaults_typed_per_section() -> None:
     s = S.read_settings(_config())
-    # no ssh config of the suite's own: ssh reads its own files, as the launch's ssh does
-    assert s == S.Settings() and s.ssh_config is None
+    # no ssh config of the suite's own: ssh reads its own files, as the launch's ssh does;
+    # the launch starts where the suite runs, as DeepSpeed's runner takes its directory
+    assert s == dataclasses.replace(S.Settings(), env=dataclasses.replace(
+        S.EnvSettings(), launch_dir=str(Path.cwd())))
+    assert s.ssh_config is None and s.launch_command is None
     assert s.hostfile is None and s.hostfile_source == "default"
     assert s.network.port_timeout == 3.0 and s.network.probe_ports == 2
     assert s.network.rtt_samples == 5
@@ -55,7 +59,7 @@ def test_defaults_typed_per_section() -> None:
     assert s.training.deepspeed_args == ""
     assert s.health.shm_per_rank_mb == 128.0 and s.health.min_memlock_kb is None
     assert s.storage.min_free_gb == 10.0 and s.storage.output_dir is None
-    assert s.env.required_env == "" and s.env.launch_dir is None
+    assert s.env.required_env == "" and s.env.launch_dir == str(Path.cwd())
     assert s.ssh.slow_login == 2.0 and s.names.slow_resolve == 0.5
     assert s.nodelist.slots is None and s.pairs == "auto" and s.quick is False
     assert s.master_port == 29500 and s.timeout_connect == 10.0 and s.include == ""

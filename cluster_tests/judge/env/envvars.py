@@ -13,11 +13,13 @@ envprobe.py's typed facts; tested in tests/unit/test_judge_envvars.py.
 
 from __future__ import annotations
 
+import os
 import re
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+from cluster_tests.core.testids import Scope
 from cluster_tests.judge.common import tooloutput
 from cluster_tests.judge.common.facts import Command
 from cluster_tests.judge.common.fieldread import ByFields, by_fields
@@ -205,19 +207,40 @@ class EnvFiles:
 ENVFILES: Probe[EnvFiles] = Probe(SCRIPT, "envfiles", EnvFiles.read)
 
 
-def judge_env_files(node: str, files: EnvFiles, rank0: str) -> Problem | None:
-    """E2: the `.deepspeed_env` lines on `node` that would stop deepspeed's runner, or export
-    what no shell runs, when the launch starts there."""
+def judge_env_files(node: str, files: EnvFiles, site: str) -> Problem | None:
+    """E2: the `.deepspeed_env` lines that stop deepspeed's runner, or export what no shell runs
+    on any rank, where the launch starts (`site`: DeepSpeed reads the files there alone, in the
+    home and the launch directory). Launch-wide: the runner hands them to every rank, so no set
+    of nodes avoids them; the fix names each file and line. Elsewhere (`node` is not the site)
+    they are not read: None (the check warns)."""
     errors = [f for f in files.findings() if f.error]
-    if not errors:
+    if not errors or node != site:
         return None
+    by_file: dict[str, list[EnvFileFinding]] = {}
+    for f in errors:
+        by_file.setdefault(f.path, []).append(f)
+    where = "; ".join(
+        f"in {path} ({_whose(path, files.home)}): line{'s' if len(found) > 1 else ''} "
+        + ", ".join(str(f.lineno) for f in found) for path, found in by_file.items())
     return Problem(
         (node,), EnvCause.ENV_FILE_BROKEN,
-        f"{node}: deepspeed reads {files.ds_env_name} on the node it is started on "
-        f"(rank 0: {rank0}) and would stop or export garbage:\n  "
+        f"{node}: deepspeed's runner reads {files.ds_env_name} here, where the launch starts, and "
+        f"exports every line to every rank: it would stop or export garbage on every node:\n  "
         + "\n  ".join(map(str, errors)),
-        fix=f"on {node}: delete those lines, or write each as NAME=value (deepspeed's env file "
-            f"has no comments or blank lines)", item="E2")
+        fix=f"on {node}, {where}: delete the line, or write it as NAME=value (deepspeed's env "
+            f"file has no comments or blank lines)", item="E2", scope=Scope.LAUNCH_WIDE)
+
+
+def _whose(path: str, home: str) -> str:
+    """Which of the runner's two `.deepspeed_env` files `path` is."""
+    return ("the home directory's" if os.path.dirname(os.path.normpath(path)) ==
+            os.path.normpath(home) else "the launch directory's")
+
+
+def env_file_not_read(node: str, finding: EnvFileFinding, site: str) -> str:
+    """E2's warning for a broken `.deepspeed_env` line on a node the launch does not start on."""
+    return (f"{node}: {finding} (not read by this launch, which starts on {site}: only there "
+            f"does deepspeed read it)")
 
 
 def judge_env_agrees(node: str, table: Table,

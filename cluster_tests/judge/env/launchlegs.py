@@ -36,6 +36,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from cluster_tests.core import testids as ids
+from cluster_tests.core.testids import Scope
 from cluster_tests.judge.common import stacks as S
 from cluster_tests.judge.common.fieldread import ByFields, by_fields
 from cluster_tests.judge.common.probes import (
@@ -364,12 +365,17 @@ class Leg:
         return self.kind == "fail" and (self.data is None or bool(self.data.failed))
 
 
+#: a leg's causes that come from what the launcher hands every rank: no set of nodes avoids them
+LAUNCH_WIDE = frozenset({EnvCause.ENV_FILE_BROKEN, LaunchCause.EXPORTS_BREAK_SHELL})
+
+
 def leg_problem(node: str, leg: Leg, ran: str, command: str) -> Problem:
     """E5's red on `node`: its failed leg, what each node ran (`ran`: '' where the launch did
     not start) and the `deepspeed` command line the rehearsal mirrors."""
     return Problem((node,), leg.cause,
                    leg.text + (f"\n  each node ran: {ran}" if ran else "")
-                   + f"\n  the launch rehearsed: {command}", fix=leg.fix, item="E5")
+                   + f"\n  the launch rehearsed: {command}", fix=leg.fix, item="E5",
+                   scope=Scope.LAUNCH_WIDE if leg.cause in LAUNCH_WIDE else None)
 
 
 def rehearsal_data(out: HostOutput) -> LegReport | None:

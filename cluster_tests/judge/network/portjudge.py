@@ -15,6 +15,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from cluster_tests.core import testids as ids
+from cluster_tests.core.testids import Scope
 from cluster_tests.judge.network.portfacts import (
     ADDRESSES,
     Compact,
@@ -431,7 +432,7 @@ def firewall_problem(node: str, hurt: Sequence[str], broken: Sequence[tuple[str,
         fix=f"on {node}: delete the rule (iptables -D INPUT <rule spec>) or accept the "
             f"cluster's nodes before it (iptables -I INPUT -s <cluster subnet> -j ACCEPT); a "
             f"firewall policy is a person's decision",
-        item="F4", launch="pair", pairs=tuple(pairs))
+        item="F4", scope=Scope.PAIR, pairs=tuple(pairs))
 
 
 # -- RTT ---------------------------------------------------------------------------------------

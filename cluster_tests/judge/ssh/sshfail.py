@@ -70,6 +70,9 @@ def same_node_cause(login: Cause, leg: Cause) -> bool:
 def classify(stderr: str, rc: int) -> Cause:
     """The cause an OpenSSH client's stderr (and exit code) names."""
     s = stderr
+    if ("Can't open user config file" in s or "Bad configuration option" in s
+            or "terminating, " in s and "bad configuration options" in s):
+        return Cause.CONFIG
     if "Could not resolve hostname" in s or "Name or service not known" in s:
         return Cause.DNS
     if "REMOTE HOST IDENTIFICATION HAS CHANGED" in s or "Host key for" in s and "has changed" in s:

@@ -13,6 +13,7 @@ import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
+from cluster_tests.core.testids import Scope
 from cluster_tests.judge.common import fixcmd
 from cluster_tests.judge.common.basefacts import PathStat, SshFiles
 from cluster_tests.judge.common.facts import Command, SshLeg
@@ -232,6 +233,10 @@ def key_authorized(pubkeys: list[str], authorized_keys_text: str | None) -> bool
 
 # -- S1, S2, S4 as Problems ------------------------------------------------------------------
 
+#: the launcher's own ssh failing whatever the node (its configuration, no client): no set of
+#: nodes avoids them
+LAUNCHER_CAUSES = frozenset({sshfail.Cause.CONFIG, sshfail.Cause.NOT_INSTALLED})
+
 
 def login_problem(node: str, where: str, cause: sshfail.Cause, detail: str, hint: str
                   ) -> Problem:
@@ -239,8 +244,9 @@ def login_problem(node: str, where: str, cause: sshfail.Cause, detail: str, hint
     (root@10.0.0.3:22)"), for `cause`; `detail` what the connection said, `hint` its fix
     (sshfail.launcher_fix).
     Nobody can run a command there for us, so the fix is a person's (said, not scripted)."""
+    # the launcher's ssh refusing its own configuration fails every login: no node avoids it
     return Problem((node,), cause.value, f"{where}: {cause.value}: {detail}", fix=hint,
-                   item="S1", launch="node")
+                   item="S1", scope=Scope.LAUNCHER if cause in LAUNCHER_CAUSES else None)
 
 
 def refuses_all_keys(error: str) -> bool:
@@ -259,7 +265,7 @@ def modes_problem(node: str, verdict: ModeVerdict) -> Problem:
     return Problem((node,), SshCause.KEY_MODES if own_key_only else SshCause.FILE_MODES,
                    f"{node}: " + f"\n{node}: ".join(verdict.errors),
                    fix=f"on {node}: {words}", fixes=(fix,) if fix.commands else (), item="S2",
-                   launch="as-rank0" if own_key_only else "node")
+                   scope=Scope.AS_RANK0 if own_key_only else Scope.NODE)
 
 
 @dataclass(frozen=True)
@@ -314,8 +320,7 @@ def trust_problem(a: str, b: str, cause: sshfail.Cause, evidence: str, facts: Tr
         fix = sshfail.pair_fix(cause, a, b, facts.address)
     message = (f"{a} -> {b}: {cause.value}\n  `ssh -o BatchMode=yes {b} true` on {a} said:\n    "
                + evidence.replace("\n", "\n    "))
-    return Problem((a, b), cause.value, message, fix=fix, fixes=fixes, item="S4",
-                   launch="from-rank0")
+    return Problem((a, b), cause.value, message, fix=fix, fixes=fixes, item="S4")
 
 
 # -- S5, S6 ----------------------------------------------------------------------------------
@@ -328,7 +333,7 @@ def pdsh_missing(site: str, launcher: bool) -> Problem:
         return Problem((site,), SshCause.NO_PDSH,
                        "pdsh is not installed on the launcher (deepspeed --hostfile needs it).",
                        fix="apt-get install pdsh   (or yum install pdsh pdsh-rcmd-ssh)",
-                       item="S5")
+                       item="S5", scope=Scope.LAUNCHER)
     return Problem((site,), SshCause.NO_PDSH,
                    f"{site} (rank 0, where `deepspeed --hostfile` starts) has no pdsh on the PATH "
                    f"of a non-interactive shell.", fix=f"on {site}: apt-get install pdsh",
@@ -361,7 +366,9 @@ def pdsh_leg_problem(site: str, target: str, lines: list[str], pdsh_errors: list
         (site, target), cause.value,
         f"{site} -> {target}: pdsh's ssh leg failed ({cause.value}); this is how deepspeed "
         f"starts the ranks on {target}:\n    {said}", fix=f"{fix}; see {see}", item="S5",
-        launch="node" if launcher else "from-rank0")
+        # from the launcher: the target, unless the launcher's own ssh is what fails
+        scope=(Scope.LAUNCHER if launcher and cause in LAUNCHER_CAUSES
+               else Scope.NODE if launcher else None))
 
 
 def slow_login(node: str, seconds: float, limit: float) -> Problem | None:
