@@ -149,6 +149,28 @@ def run_suite(sim, *args: str, timeout: float = 600, env: dict[str, str] | None 
     return result
 
 
+def run_suite_on(sim, node: str, cwd: str, *args: str, launch: tuple[str, ...] = (),
+                 timeout: float = 600) -> SuiteResult:
+    """`cluster-tests ARGS [-- LAUNCH]` as a user runs it (its header shown): logged in to `node` (root, its own
+    ssh setup: no ssh option), in the project directory `cwd` there. The JUnit report goes
+    under the sim's shared directory, which this machine and every node see alike."""
+    import shlex
+
+    junit = Path(tempfile.mkdtemp(prefix="ct-on-node-", dir=sim.state_dir / "shared")) / \
+        "junit.xml"
+    words = ["cluster-tests", "-p", "no:cacheprovider", "-p", "no:hypothesispytest",
+             f"--junitxml={junit}", "-rA", *args, *(("--", *launch) if launch else ())]
+    start = time.monotonic()
+    res = sim.ssh(node, f"cd {shlex.quote(cwd)} && {shlex.join(words)}", timeout=timeout)
+    seconds = time.monotonic() - start
+    _log_run(("on", node, *args, "--", *launch), seconds, res.returncode)
+    result = SuiteResult(res.returncode, res.stdout + res.stderr, seconds, junit=junit)
+    if junit.exists():
+        (result.outcomes, result.messages, result.properties,
+         result.classnames) = parse_junit(junit)
+    return result
+
+
 def _log_run(args: tuple[str, ...], seconds: float, rc: int) -> None:
     """With CT_SUITE_LOG set, one JSON line per suite run (the test that ran it, its arguments,
     its seconds): where the end-to-end tests' time goes, run by run (bench/e2e_profile.py)."""

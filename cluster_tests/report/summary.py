@@ -25,11 +25,23 @@ import pytest
 from cluster_tests.core import nodetable
 from cluster_tests.core import testids as ids
 from cluster_tests.core.nodetable import NodeTable
+from cluster_tests.core.testids import Scope
+from cluster_tests.judge import healthyset
 from cluster_tests.judge.problem import BLOCKED_BY, ROW_MARKS, report_text
 
 #: what replaces a secret value; which names are secret is judge.env.is_secret (the values of
 #: such variables are collected by Cluster.secrets)
 MASK = "****"
+
+
+def _where(where: str, scope: str) -> str:
+    """How a cause's line names where it is: its node or pair, or, for a cause no set of nodes
+    avoids, that it is launch-wide or the launcher's (with the node it was found on)."""
+    if scope == Scope.LAUNCH_WIDE.value:
+        return f"launch-wide ({where}): " if where else "launch-wide: "
+    if scope == Scope.LAUNCHER.value and where and not where.startswith(ids.LAUNCHER):
+        return f"{ids.LAUNCHER} ({where}): "
+    return f"{where}: " if where else ""
 
 
 class Cause(TypedDict):
@@ -42,6 +54,9 @@ class Cause(TypedDict):
     blocks: int
     fix: str
     scripted: bool
+    #: where the cause lives (core/testids.Scope's value): "launch-wide" and "launcher" are
+    #: causes no set of nodes avoids
+    scope: str
 
 
 def mask(text: str, secrets: set[str]) -> str:
@@ -385,7 +400,8 @@ class Recorder:
             out.append({"where": p.where, "cause": p.cause,
                         "headline": str(said) if said else p.headline,
                         "checks": list(b.tests), "blocks": sum(counts.get(t, 0) for t in b.tests),
-                        "fix": fix, "scripted": bool(b.commands)})
+                        "fix": fix, "scripted": bool(b.commands),
+                        "scope": healthyset.scope(p).value})
         return out
 
     def render_causes(self, causes: list[Cause] | None = None) -> list[str]:
@@ -394,7 +410,7 @@ class Recorder:
             return []
         lines = [f"Causes ({len(causes)}; one red each, the checks they block skipped):"]
         for c in causes:
-            where = f"{c['where']}: " if c["where"] else ""
+            where = _where(c["where"], c.get("scope", ""))
             blocks = (f"; blocks {c['blocks']} check{'s' if c['blocks'] != 1 else ''}"
                       if c["blocks"] else "")
             what = (c["cause"] if c["cause"] and not c["cause"].startswith("test_")

@@ -94,7 +94,9 @@ def _writable_by_others(entry: PathStat, user_uid: int) -> str | None:
 def strict_modes(ssh_facts: SshFiles, uid: int, user: str, strict: bool = True) -> ModeVerdict:
     """What sshd (StrictModes) and ssh (key file modes) will make of this user's files.
 
-    `ssh_facts.chain` is [authorized_keys, ~/.ssh, home, parents of home..., /].
+    `ssh_facts.chain` is [authorized_keys, ~/.ssh, home, parents of home..., /]. sshd judges
+    the first three only: its auth_secure_path walks up from authorized_keys and stops at the
+    home directory, so a world-writable sticky scratch area above a home (1777) refuses nothing.
     """
     errors: list[str] = []
     warnings: list[str] = []
@@ -112,7 +114,7 @@ def strict_modes(ssh_facts: SshFiles, uid: int, user: str, strict: bool = True) 
                      f"# then add the public keys")
         commands.append(fixcmd.touch_cmd(ak.path))
     if strict:
-        for entry in chain:
+        for entry in chain[:3]:  # authorized_keys, ~/.ssh, home: where sshd stops
             if not entry.exists:
                 continue
             if entry is not ak and not entry.is_dir:
