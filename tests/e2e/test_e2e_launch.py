@@ -163,11 +163,13 @@ def test_sshd_on_another_port_everywhere_is_green_and_the_launch_works(healthy_s
 
 def test_a_regular_user_with_a_shared_home_is_green_and_the_launch_works(healthy_sim, tmp_path):
     """Many clusters' shape: the user is not root, and one home (NFS) is every node's, with one
-    key pair authorized for itself, one known_hosts and one .bashrc. The launcher's ssh config
-    says `User alice`: the fast checklist, run as alice on every node, is green, and alice's own
-    `deepspeed --hostfile` from node1, in her home, runs on every node."""
+    key pair authorized for itself, one known_hosts and one .bashrc, in a world-writable sticky
+    directory (/home is 1777 on every node, as HPC scratch areas are: sshd stops its checks at
+    the home). The launcher's ssh config says `User alice`: the fast checklist, run as alice on
+    every node, is green, and alice's own `deepspeed --hostfile` from node1, in her home, runs
+    on every node."""
     sim = healthy_sim
-    home = sim.add_user("alice", uid=1500)
+    home = sim.add_user("alice", uid=1500, homes_mode=0o1777)
     for name, text in (("train.py", TRAIN),
                        ("hostfile", "".join(f"{n} slots=1\n" for n in NODES))):
         (home / name).write_text(text)
@@ -299,6 +301,9 @@ def test_broken_deepspeed_env_on_rank0_is_red_on_rank0_only(healthy_sim):
     # one cause, one red: E2's, naming the line; the rehearsal (on node1, where the launch
     # stops, and on every node) is blocked by it
     assert r.failed == {"test_deepspeed_env[node1]"}, r.describe()
+    # launch-wide: node1's runner hands the file to every rank, so no set of nodes avoids it
+    assert "Launch now: no set of nodes launches until this is fixed" in r.output, r.describe()
+    assert not r.junit.with_name("hostfile.healthy").exists()
     msg = r.message("test_deepspeed_env[node1]")
     assert ".deepspeed_env:2: " in msg and "'NCCL_IB_DISABLE' has no '='" in msg, msg
     assert "not enough values to unpack" in msg, msg
