@@ -261,8 +261,10 @@ class _SummaryPlugin:
             manual = (f" ({script[2]} of its {script[1] + script[2]} blocks need a person)"
                       if script[2] else "")
             said = f"review and run {shown}{manual}, then pytest --lf"
-        return self.recorder.verdict_lines(written.launch_lines, said) + (
-            launch_mod.red_lines(cluster.settings) if self.recorder.red else [])
+        if not self.recorder.red:  # what could not run here, then the launch
+            return self.recorder.not_applicable() + written.launch_lines
+        return self.recorder.verdict_lines(written.launch_lines, said) + launch_mod.red_lines(
+            cluster.settings)
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:

@@ -504,14 +504,17 @@ def test_firewall_rules(cluster: Cluster, node: str, record_property) -> None:
 
 # -- F5 / F6: the interfaces the libraries are told to use -------------------------------------
 
+#: why F5 does not apply to a node (its own check, and each of its routes)
+NO_IFNAME = ("no NCCL/GLOO/HCCL_SOCKET_IFNAME set in pdsh's shell (the libraries pick the "
+             "interface themselves): nothing to check")
+
 def test_socket_ifname(cluster: Cluster, node: str, record_property) -> None:
     """F5: NCCL/GLOO/HCCL_SOCKET_IFNAME, as the ranks get them (pdsh's shell, under what the
     launch exports from the rank-0 node), match a usable interface."""
     specs, launch = ifaces.ifname_vars(cluster, node)
     if not specs:
         record_property("socket_ifname", "unset")
-        pytest.skip(f"{node}: no NCCL/GLOO/HCCL_SOCKET_IFNAME set in pdsh's shell (the libraries "
-                    f"pick the interface themselves): nothing to check")
+        pytest.skip(f"{node}: {NO_IFNAME}")
     here = ifaces.ifaces(cluster, node)
     rank0 = cluster.rank0.name
     misses = []
@@ -548,7 +551,7 @@ def test_socket_ifname_route(cluster: Cluster, pair: tuple[str, str]) -> None:
         pytest.skip(f"{a} -> {a}: traffic to itself takes the loopback, whatever the variables say")
     matches = ifaces.usable_matches(cluster, a)
     if not matches:
-        pytest.skip(f"{a}: no *_SOCKET_IFNAME set (the libraries pick the interface themselves)")
+        pytest.skip(f"{a}: {NO_IFNAME}")
     if any(not names for names in matches.values()):
         pytest.skip(f"{a}: a *_SOCKET_IFNAME matches no usable interface: see "
                     f"{ids.SOCKET_IFNAME.of(a)}")

@@ -38,6 +38,9 @@ from cluster_tests.judge.problem import (
     unjudged,
 )
 
+#: the category (pytest's final line, the terminal reporter's stats) of a check that does not
+#: apply here
+NOT_APPLICABLE = "not applicable"
 #: the test ids selected in this run (item names: "test_login[node3]")
 SELECTED_KEY = pytest.StashKey[frozenset[str]]()
 PROBLEM_KEY = pytest.StashKey[Problem]()
@@ -247,12 +250,16 @@ class Outcomes:
     @pytest.hookimpl(tryfirst=True)
     def pytest_report_teststatus(self, report: pytest.TestReport
                                  ) -> tuple[str, str, str] | None:
-        """A blocked check is counted as "blocked", not "skipped": pytest's final line says how
-        many ("60 blocked"), and its short summary (``-ra``) lists no line per blocked check
-        (the summary counts them per red, above the launch line: report/summary.py)."""
-        if report.skipped and any(k == BLOCKED_BY for k, _ in report.user_properties):
+        """A blocked check is counted as "blocked", not "skipped", and one that does not apply
+        here (no GPU, no RDMA device, no --output-dir) as "not applicable": pytest's final line
+        says how many of each ("60 blocked, 50 not applicable"), and its short summary (``-ra``)
+        lists no line per check of either (the verdict counts the blocked per red, and says in
+        one line per kind what could not run here and why: report/summary.py)."""
+        if not report.skipped:
+            return None
+        if any(k == BLOCKED_BY for k, _ in report.user_properties):
             return "blocked", "b", "BLOCKED"
-        return None
+        return NOT_APPLICABLE, "s", "NOT APPLICABLE"
 
     @pytest.hookimpl(trylast=True)
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:

@@ -44,6 +44,27 @@ def _where(where: str, scope: str) -> str:
     return f"{where}: " if where else ""
 
 
+def _item_ranges(items: list[str], order: Mapping[str, int]) -> str:
+    """Checklist items in checklist order, runs of one section's numbers as ranges: "R1-R3, R7"."""
+    got = sorted(dict.fromkeys(items), key=lambda i: (order.get(i, len(order)), i))
+    out: list[str] = []
+    run: list[str] = []
+
+    def follows(item: str, last: str) -> bool:
+        """`item` is the next number of `last`'s section (R3 after R2)."""
+        return (item[:1] == last[:1] and item[1:].isdigit() and last[1:].isdigit()
+                and int(item[1:]) == int(last[1:]) + 1)
+
+    for item in [*got, ""]:
+        if run and item and follows(item, run[-1]):
+            run.append(item)
+            continue
+        if run:
+            out.append(run[0] if len(run) == 1 else f"{run[0]}-{run[-1]}")
+        run = [item] if item else []
+    return ", ".join(out)
+
+
 class Cause(TypedDict):
     """One cause of a run's reds, as summary.json's `causes` lists it (Recorder.causes)."""
 
@@ -384,6 +405,37 @@ class Recorder:
             if root:
                 out[str(root)] = out.get(str(root), 0) + 1
         return out
+
+    def not_applicable(self) -> list[str]:
+        """What could not run here and why, one line per kind (the checks that do not apply,
+        not those blocked by a red): the checklist items, the reason (each node's name taken
+        out), and where ("on all 4 nodes", "on node2, node3")."""
+        kinds: dict[str, tuple[list[str], list[str]]] = {}
+        for o in self.outcomes.values():
+            if o.outcome != "skipped" or o.properties.get(BLOCKED_BY):
+                continue
+            reason = next((ln.strip() for ln in o.message.splitlines() if ln.strip()), "skipped")
+            ends = list(dict.fromkeys([o.node] if o.node else o.pair or ()))
+            pair = [f"{o.pair[0]}{arrow}{o.pair[1]}" for arrow in ("->", " -> ")] if o.pair else []
+            for prefix in (*pair, *ends):
+                if reason.startswith(f"{prefix}: "):
+                    reason = reason[len(prefix) + 2:]
+                    break
+            check = ids.BY_NAME.get(o.function)
+            items, nodes = kinds.setdefault(reason, ([], []))
+            item = check.item.split()[0] if check is not None else o.function
+            if item not in items:
+                items.append(item)
+            nodes += [n for n in ends if n not in nodes]
+        order = {t.item.split()[0]: i for i, t in enumerate(ids.CHECKS)}
+        lines = []
+        for reason, (items, nodes) in sorted(
+                kinds.items(), key=lambda kv: min(order.get(i, len(order)) for i in kv[1][0])):
+            where = ("" if not nodes else f" (all {len(nodes)} nodes)"
+                     if set(nodes) >= set(self.nodes) and len(self.nodes) > 1
+                     else f" ({', '.join(nodes[:4])}{', ...' if len(nodes) > 4 else ''})")
+            lines.append(f"  {_item_ranges(items, order)}: {reason[:140]}{where}")
+        return ["Not applicable here:", *lines] if lines else []
 
     def causes(self) -> list[Cause]:
         """One entry per cause of the run's reds (reds with one fix are one cause): where, what,

@@ -310,3 +310,34 @@ def test_the_verdict_is_the_causes_the_blocked_counts_per_red_then_the_launch():
     # the tables above it no longer open with the causes
     assert not any(ln.startswith("Causes") for ln in rec.summary_lines({}))
     assert Recorder(list(NODES)).verdict_lines() == []
+
+
+def test_what_does_not_apply_is_one_line_per_kind_and_items_read_as_ranges():
+    """A green run's verdict says what could not run here, one line per reason, the items of
+    that reason as ranges, where (every node, or which), the node names taken out of the
+    reasons; a blocked check is not among them."""
+    rec = Recorder(list(NODES))
+    for item, fn in (("R1", "test_rdma_ports"), ("R2", "test_ib_hca"), ("R3", "test_ib_gid_index"),
+                     ("R7", "test_gpu_health")):
+        for n in NODES:
+            reason = "no RDMA devices" if item != "R7" else "CPU only"
+            rec.outcomes[f"{fn}[{n}]"] = Outcome(f"{fn}[{n}]", fn, "m", "skipped",
+                                                 f"{n}: {reason}", node=n)
+    rec.outcomes["test_ascend_env[node2]"] = Outcome(
+        "test_ascend_env[node2]", "test_ascend_env", "m", "skipped", "node2: not an Ascend node",
+        node="node2")
+    rec.outcomes["test_socket_ifname_route[node1->node1]"] = Outcome(
+        "test_socket_ifname_route[node1->node1]", "test_socket_ifname_route", "m", "skipped",
+        "node1 -> node1: traffic to itself takes the loopback", pair=("node1", "node1"))
+    rec.outcomes["test_include_exclude"] = Outcome(
+        "test_include_exclude", "test_include_exclude", "m", "skipped", "no --launch-include")
+    rec.outcomes["test_login_time[node3]"] = Outcome(
+        "test_login_time[node3]", "test_login_time", "m", "skipped", "blocked by x",
+        node="node3", properties={"blocked_by": "test_login[node3]"})
+    assert rec.not_applicable() == [
+        "Not applicable here:",
+        "  H5: no --launch-include",
+        "  F5: traffic to itself takes the loopback (node1)",
+        "  E4: not an Ascend node (node2)",
+        "  R1-R3: no RDMA devices (all 3 nodes)",
+        "  R7: CPU only (all 3 nodes)"]
