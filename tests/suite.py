@@ -151,9 +151,10 @@ def run_suite(sim, *args: str, timeout: float = 600, env: dict[str, str] | None 
 
 def run_suite_on(sim, node: str, cwd: str, *args: str, launch: tuple[str, ...] = (),
                  timeout: float = 600) -> SuiteResult:
-    """`cluster-tests ARGS [-- LAUNCH]` as a user runs it (its header shown): logged in to `node` (root, its own
-    ssh setup: no ssh option), in the project directory `cwd` there. The JUnit report goes
-    under the sim's shared directory, which this machine and every node see alike."""
+    """`cluster-tests ARGS [-- LAUNCH]` as a user runs it (its header shown): logged in to
+    `node` (root, its own ssh setup: no ssh option), in the project directory `cwd` there. The
+    JUnit report goes under the sim's shared directory, which this machine and every node see
+    alike."""
     import shlex
 
     junit = Path(tempfile.mkdtemp(prefix="ct-on-node-", dir=sim.state_dir / "shared")) / \

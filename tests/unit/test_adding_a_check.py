@@ -367,7 +367,8 @@ def test_a_toy_check_added_by_the_recipe_is_one_red_in_every_report(tmp_path: Pa
     assert summary["causes"] == [{
         "where": "node3", "cause": "toy file missing",
         "headline": f"node3: {TOY_FILE} does not exist there.", "checks": ["test_toy[node3]"],
-        "blocks": 0, "fix": f"create {TOY_FILE}", "scripted": True}], summary["causes"]
+        "blocks": 0, "fix": f"create {TOY_FILE}", "scripted": True, "scope": "node"}], \
+        summary["causes"]
     assert summary["fixes"] == [f"create {TOY_FILE}"]
     assert summary["healthy"]["kept"] == ["node1", "node2"]
     assert summary["healthy"]["excluded"] == [
