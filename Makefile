@@ -4,7 +4,7 @@ SHELL := /bin/bash
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STATE ?= .sim/demo
-NODES ?= 4
+NODES ?= 3
 # slurm*/munge: the real Slurm the tests run --transport srun under (fixtures/sim/slurm.py); their
 # services are kept from starting at install (policy-rc.d, removed after if made here)
 APT_PACKAGES := openssh-server openssh-client pdsh iptables iproute2 iperf3 procps psmisc iputils-ping chromium \
@@ -37,13 +37,17 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -c 'import torch, deepspeed, paramiko, testinfra, xdist, cluster_tests.plugin'
 	touch $@
 
+# the launch the demo checks: examples/train/, started from the repository's root (the launch
+# directory, which every simulated node sees, as an NFS home)
+DEMO_LAUNCH := deepspeed --hostfile $(STATE)/hostfile examples/train/train.py \
+  --deepspeed_config examples/train/ds_config.json
 demo: setup
 	@rm -rf reports/demo; mkdir -p reports
 	$(PY) -m fixtures.sim up --nodes $(NODES) --state $(STATE)
-	@rc=0; PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m pytest --hostfile $(STATE)/hostfile \
+	@rc=0; PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VENV)/bin/cluster-tests \
 	  --ssh-config $(STATE)/ssh_config --output-dir $(abspath $(STATE))/shared \
-	  --junitxml=reports/junit.xml || rc=$$?; \
-	$(PY) -m fixtures.sim down --state $(STATE); \
+	  --junitxml=reports/junit.xml -- $(DEMO_LAUNCH) || rc=$$?; \
+	$(PY) -m fixtures.sim down --state $(STATE) >/dev/null; \
 	echo "JUnit report: reports/junit.xml"; exit $$rc
 
 # The unit tests on both cores (pytest-xdist); then the end-to-end tests on two workers, each

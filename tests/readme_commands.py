@@ -14,6 +14,27 @@ Keys are the commands as test_readme extracts them (comments cut, spaces collaps
 from __future__ import annotations
 
 COMMANDS: dict[str, tuple[str, ...]] = {
+    "cluster-tests -- deepspeed --hostfile hostfile train.py --deepspeed ds_config.json": (
+        "tests/e2e/test_e2e_launch_command.py::test_code_not_synced_is_one_red_per_node_naming_the_path",
+    ),
+    'cluster-tests -m "not collective and not training" -- deepspeed --hostfile hostfile '
+    'train.py --deepspeed ds_config.json': (
+        "tests/e2e/test_e2e_launch_command.py::test_code_not_synced_is_one_red_per_node_naming_the_path",
+        "tests/e2e/test_e2e_launch_command.py::test_on_the_rank0_node_with_no_options_green_then_the_launch_itself",
+    ),
+    "cluster-tests --then-launch -- deepspeed --hostfile hostfile train.py": (
+        "tests/e2e/test_e2e_launch_command.py::test_on_the_rank0_node_with_no_options_green_then_the_launch_itself",
+        "tests/e2e/test_e2e_launch_command.py::"
+        "test_a_breaking_line_in_the_launch_directorys_deepspeed_env_is_one_launch_wide_red",
+    ),
+    "make demo": (
+        "tests/e2e/test_e2e_readme.py::"
+        "test_make_demo_is_green_and_ends_with_the_verdict_and_the_launch_line",
+    ),
+    ".venv/bin/python -m fixtures.sim up --nodes 4 --state .sim/dev": (
+        "tests/e2e/test_e2e_readme.py::"
+        "test_the_developing_commands_bring_up_a_cluster_check_it_and_leave_nothing",
+    ),
     'pytest --hostfile hostfile -m "not collective and not training" '
     '--junitxml=reports/junit.xml': (
         "tests/e2e/test_e2e_foundation.py::test_healthy_cluster_is_green",
@@ -41,11 +62,13 @@ COMMANDS: dict[str, tuple[str, ...]] = {
     ),
     '.venv/bin/pytest --hostfile .sim/dev/hostfile --ssh-config .sim/dev/ssh_config -m "not '
     'collective and not training"': (
-        "tests/e2e/test_e2e_foundation.py::test_healthy_cluster_is_green",
-        "tests/e2e/test_e2e_launch.py::test_healthy_cluster_is_green_and_the_launch_works",
+        "tests/e2e/test_e2e_readme.py::"
+        "test_the_developing_commands_bring_up_a_cluster_check_it_and_leave_nothing",
     ),
     ".venv/bin/python -m fixtures.sim down --state .sim/dev": (
         "tests/unit/test_sim.py::test_crashed_up_is_cleaned_by_down",
+        "tests/e2e/test_e2e_readme.py::"
+        "test_the_developing_commands_bring_up_a_cluster_check_it_and_leave_nothing",
     ),
 }
 
