@@ -47,8 +47,7 @@ demo: setup
 	@rc=0; PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VENV)/bin/cluster-tests \
 	  --ssh-config $(STATE)/ssh_config --output-dir $(abspath $(STATE))/shared \
 	  --junitxml=reports/junit.xml -- $(DEMO_LAUNCH) || rc=$$?; \
-	$(PY) -m fixtures.sim down --state $(STATE) >/dev/null; \
-	echo "JUnit report: reports/junit.xml"; exit $$rc
+	$(PY) -m fixtures.sim down --state $(STATE) >/dev/null; exit $$rc
 
 # The unit tests on both cores (pytest-xdist); then the end-to-end tests on two workers, each
 # with a simulated cluster of its own (a test file stays on one worker: its module's sims and

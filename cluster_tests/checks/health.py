@@ -195,12 +195,15 @@ def test_dev_shm(cluster: Cluster, node: str, record_property) -> None:
                            cluster.settings.health.shm_per_rank_mb))
 
 
+#: why a GPU or NPU check does not apply to a node
+CPU_ONLY = "CPU only (neither nvidia-smi nor npu-smi on the non-interactive PATH)"
+
+
 def _accel(cluster: Cluster, node: str, item: str) -> AccelFacts:
     """The node's `accel` facts (a skip on a CPU-only node)."""
     which = cluster.base(node).which
     if not which.get("nvidia-smi") and not which.get("npu-smi"):
-        pytest.skip(f"{node}: CPU only (neither nvidia-smi nor npu-smi on the non-interactive "
-                    f"PATH)")
+        pytest.skip(f"{node}: {CPU_ONLY}")
     return _facts(cluster, node, ACCEL, item)
 
 
@@ -279,7 +282,7 @@ def test_accel_diag(cluster: Cluster, node: str, record_property) -> None:
     if which.get("nvidia-smi"):
         pytest.skip(f"{node}: dcgmi not on the non-interactive PATH: DCGM's diagnostic not run "
                     f"(R7 read the GPUs' health passively)")
-    pytest.skip(f"{node}: CPU only (no dcgmi, nvidia-smi or npu-smi on the non-interactive PATH)")
+    pytest.skip(f"{node}: {CPU_ONLY}")  # (nor dcgmi: it comes with a GPU driver)
 
 
 def _npu_net_health(cluster: Cluster, node: str, record_property) -> None:

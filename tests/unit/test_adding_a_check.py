@@ -1,10 +1,11 @@
-"""README "Adding a check", followed literally for a toy check, in a copy of the package.
+"""docs/developing.md "Adding a check", followed literally for a toy check, in a copy of the
+package.
 
 The copy (pytest's tmp_path) gets what the recipe says a newcomer writes, as text edits of its
 files: the fact (`node/toyprobe.py`, `section_toy`), the verdict (`judge/toy/toyjudge.py`: the
 facts, the probe, the cause enum, `judge_toy` returning a Problem with a `Fix`), the check
-(`checks/toy.py`, `test_toy`), the section's row in `core/sections.py` and the check's entry in
-`LAUNCH_NEEDS`, with what else the recipe names (the script's `PARTS` entry, the package's
+(`checks/toy.py`, `test_toy`), the section's row in `core/sections.py` and the check's `TestId`
+(with its scope), with what else the recipe names (the script's `PARTS` entry, the package's
 `__init__.py`, the section marker, `cluster.require`, the run order test_testids.py spells, the
 judge's unit test). Then the suite runs *from the copy* (its directory first on PYTHONPATH) on
 an in-process fake cluster of 3 nodes (bench/fake_transport.py), where the toy section is
@@ -16,7 +17,7 @@ directory of each node's own: node3's lacks the file.
 - With node3 powered off instead, the toy check there is blocked by its login's red, and
   `-m toy` selects the toy check.
 - The unit tests that hold a check to its place (layers, section table, test ids,
-  LAUNCH_NEEDS), and the toy judge's own, pass on the copy.
+  every check's TestId), and the toy judge's own, pass on the copy.
 
 Each step the recipe names is needed: leaving one out fails one of these tests.
 """
@@ -223,7 +224,7 @@ def test_a_missing_file_is_red_with_the_command_that_creates_it(tmp_path):
 
 #: the unit test files that keep a check's place in the package, copied into the scratch
 #: checkout, and of them the tests that RULES runs there: the import layers, the section table,
-#: the test ids, LAUNCH_NEEDS, no reaching into the remote layer
+#: the test ids (every check's TestId and scope), no reaching into the remote layer
 RULE_FILES = (
     "test_layers.py", "test_testids.py", "test_judge_healthyset.py", "test_one_way_out.py")
 RULES = (
@@ -262,7 +263,7 @@ def _follow_the_recipe(proj: Path) -> None:
     (pkg / "judge" / "toy" / "__init__.py").write_text(JUDGE_INIT)
     (pkg / "judge" / "toy" / "toyjudge.py").write_text(TOYJUDGE)
     (tests / "test_judge_toyjudge.py").write_text(TOYJUDGE_TEST)
-    # 3. the check, its section's row (and letter in the run order), its LAUNCH_NEEDS entry
+    # 3. the check, its section's row (and letter in the run order), its TestId
     (pkg / "checks" / "toy.py").write_text(TOYCHECK)
     _edit(pkg / "core" / "sections.py", '    Section("C", "collective"',
           SECTION_ROW + '    Section("C", "collective"')
@@ -405,7 +406,7 @@ def test_the_toy_check_on_a_dead_node_is_blocked_by_its_login(tmp_path: Path) ->
 
 def test_the_toy_check_keeps_the_rules_the_unit_tests_enforce(tmp_path: Path) -> None:
     """The unit tests that hold every check to its place (RULES: the import layers, the section
-    table, the test ids, LAUNCH_NEEDS, no reaching into the remote layer), and the toy judge's
+    table, the test ids and scopes, no reaching into the remote layer), and the toy judge's
     own unit test, pass on the copy with the toy check in it."""
     proj = _scratch(tmp_path)
     env = {k: v for k, v in os.environ.items() if k != "PYTEST_ADDOPTS"}
