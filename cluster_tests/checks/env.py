@@ -392,6 +392,6 @@ def test_launch_files(cluster: Cluster, node: str, record_property) -> None:
     record_property("launch_dir", facts.launch_dir)
     record_property("launch_files", " ".join(facts.paths) or "none")
     problem = launchfiles.judge_launch_files(node, facts, launchref.reference(cluster),
-                                             launchref.script(s))
+                                             launchref.script(s), cluster.rank0.name)
     if problem is not None:
         outcome.fail(problem)

@@ -11,6 +11,7 @@ from pathlib import Path
 import envnode
 import pytest
 
+from cluster_tests.core.testids import Scope
 from cluster_tests.judge.env import launchfiles
 from cluster_tests.judge.env.launchfiles import LaunchFilesCause
 from cluster_tests.judge.hostfile import launchargs as la
@@ -69,13 +70,14 @@ def test_the_same_copy_on_a_node_is_green(launcher: Path, tmp_path: Path) -> Non
     tok = mine.paths[str(launcher / "tok")]
     assert tok.kind == "dir" and tok.count == 2
     assert [e.path for e in tok.listing] == ["vocab.json", "sub/merges.txt"]
-    assert launchfiles.judge_launch_files("node2", mine, mine, str(launcher / "train.py")) is None
+    assert launchfiles.judge_launch_files("node2", mine, mine, str(launcher / "train.py"),
+                                           "node1") is None
 
 
 def test_a_missing_launch_directory_is_red_with_its_path(launcher: Path, tmp_path: Path) -> None:
     ref = facts(launcher, paths_of(launcher))
     gone = facts(tmp_path / "elsewhere" / "proj", [])
-    p = launchfiles.judge_launch_files("node3", gone, ref, str(launcher / "train.py"))
+    p = launchfiles.judge_launch_files("node3", gone, ref, str(launcher / "train.py"), "node1")
     assert p is not None and p.cause is LaunchFilesCause.DIR_MISSING and p.nodes == ("node3",)
     assert p.item == "E8" and "the launch directory" in p.message and "does not exist" in p.message
     assert "rsync -a" in p.fix and "node3" in p.fix
@@ -94,7 +96,7 @@ def test_a_file_that_differs_or_is_missing_names_the_node_and_the_path(
     shutil.rmtree(launcher.parent)
     shutil.copytree(node, launcher.parent)
     mine = facts(launcher, paths)
-    p = launchfiles.judge_launch_files("node2", mine, ref, str(launcher / "train.py"))
+    p = launchfiles.judge_launch_files("node2", mine, ref, str(launcher / "train.py"), "node1")
     assert p is not None and p.cause is LaunchFilesCause.FILES_MISSING and p.item == "E8"
     lines = p.message.splitlines()
     assert lines[0].startswith("node2: the launch's files are not the launcher's there")
@@ -113,10 +115,19 @@ def test_a_large_file_is_compared_by_size_and_a_missing_script_everywhere(
     assert ref.paths[str(launcher / "data.txt")].sha256 is None
     (launcher / "data.txt").write_text("y" * 100)  # other content, same size: not seen
     same_size = facts(launcher, paths, digest_max=10)
-    assert launchfiles.judge_launch_files("n", same_size, ref, None) is None
+    assert launchfiles.judge_launch_files("n", same_size, ref, None, "node1") is None
     # the launcher lacks the directory (the launch starts elsewhere): the script must be there
     (launcher / "train.py").unlink()
     p = launchfiles.judge_launch_files("n", facts(launcher, paths), None,
-                                       str(launcher / "train.py"))
+                                       str(launcher / "train.py"), "node1")
     assert p is not None and p.cause is LaunchFilesCause.FILES_MISSING
     assert f"{launcher / 'train.py'}: the script, missing here" in p.message
+    # the launcher lacks it too (a typo in the command): one launch-wide red where the launch
+    # starts, not every node's
+    both = facts(launcher, paths)
+    typo = launchfiles.judge_launch_files("node1", both, both, str(launcher / "train.py"), "node1")
+    assert typo is not None and typo.cause is LaunchFilesCause.SCRIPT_NOWHERE
+    assert typo.scope == Scope.LAUNCH_WIDE and "does not exist on the launcher either" in \
+        typo.message
+    assert launchfiles.judge_launch_files("node2", both, both, str(launcher / "train.py"),
+                                          "node1") is None

@@ -28,6 +28,7 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from cluster_tests.core.testids import Scope
 from cluster_tests.judge.common.probes import (
     FactsError,
     Probe,
@@ -58,6 +59,7 @@ class LaunchFilesCause(SectionCause):
     DIR_MISSING = "launch directory missing"
     FILES_MISSING = "launch files missing"
     FILES_DIFFER = "launch files differ"
+    SCRIPT_NOWHERE = "launch script missing"
 
 
 @dataclass(frozen=True)
@@ -199,11 +201,21 @@ def differences(mine: PathFacts, theirs: PathFacts) -> list[str]:
 
 
 def judge_launch_files(node: str, mine: LaunchFiles, launcher: LaunchFiles | None,
-                       script: str | None) -> Problem | None:
+                       script: str | None, site: str) -> Problem | None:
     """E8 on `node`: its launch directory, and each path the launcher has (`launcher`: None
     where the launcher has not the launch directory: then the script must be there, at least).
-    One Problem naming every path that is missing or differs."""
+    One Problem naming every path that is missing or differs. A script that the launcher lacks
+    too (a typo in the command) is one launch-wide red, on the node the launch starts on
+    (`site`), and not the other nodes' cause."""
     d = mine.launch_dir
+    nowhere = (launcher is not None and script is not None
+               and launcher.paths.get(script, PathFacts("missing")).kind == "missing")
+    if nowhere and node == site:
+        return Problem(
+            (node,), LaunchFilesCause.SCRIPT_NOWHERE,
+            f"the launch's script {script} does not exist on the launcher either: every rank "
+            f"would fail to start it", fix=f"correct the script's path in the launch command "
+            f"(it is read in {d} on every node)", item="E8", scope=Scope.LAUNCH_WIDE)
     if not mine.dir_ok:
         return Problem(
             (node,), LaunchFilesCause.DIR_MISSING,
@@ -217,7 +229,7 @@ def judge_launch_files(node: str, mine: LaunchFiles, launcher: LaunchFiles | Non
     for path, facts in mine.paths.items():
         reference = launcher.paths.get(path) if launcher is not None else None
         if reference is None or reference.kind == "missing":
-            if facts.kind == "missing" and path == script:
+            if facts.kind == "missing" and path == script and not nowhere:
                 missing.append(f"{path}: the script, missing here")
             continue
         if facts.kind == "missing":
