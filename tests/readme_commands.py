@@ -31,7 +31,7 @@ COMMANDS: dict[str, tuple[str, ...]] = {
         "tests/e2e/test_e2e_readme.py::"
         "test_make_demo_is_green_and_ends_with_the_verdict_and_the_launch_line",
     ),
-    ".venv/bin/python -m fixtures.sim up --nodes 4 --state .sim/dev": (
+    ".venv/bin/python -m fixtures.sim up --nodes 3 --state .sim/dev": (
         "tests/e2e/test_e2e_readme.py::"
         "test_the_developing_commands_bring_up_a_cluster_check_it_and_leave_nothing",
     ),

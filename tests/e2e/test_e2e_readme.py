@@ -3,8 +3,8 @@
 - `make demo`: a fresh 3-node simulated cluster, the whole checklist (all-reduces and training
   jobs included) against the launch of examples/train/: green, its last lines the verdict and
   the launch line; nothing of the sim left. About 2-3 minutes of both cores: marker `alone`.
-- The developing commands: a 4-node sim brought up from the command line, the fast checklist
-  against it, and down (about 25 s).
+- The developing commands: a 3-node sim brought up from the command line, the fast checklist
+  against it, and down (about 20 s).
 """
 
 from __future__ import annotations
@@ -62,15 +62,15 @@ def assert_down(state: Path) -> None:
 
 
 def test_the_developing_commands_bring_up_a_cluster_check_it_and_leave_nothing(tmp_path):
-    """`python -m fixtures.sim up --nodes 4 --state DIR`, the fast checklist against it with
+    """`python -m fixtures.sim up --nodes 3 --state DIR`, the fast checklist against it with
     its hostfile and ssh config, then `down`: green, and the sim's own record says down."""
     state = tmp_path / "dev"
     python = str(REPO / ".venv" / "bin" / "python")
-    up = subprocess.run([python, "-m", "fixtures.sim", "up", "--nodes", "4", "--state",
+    up = subprocess.run([python, "-m", "fixtures.sim", "up", "--nodes", "3", "--state",
                          str(state)], cwd=REPO, env=_env(), capture_output=True, text=True,
                         timeout=300, check=False)
     try:
-        assert up.returncode == 0 and "up: 4 nodes" in up.stdout, up.stdout + up.stderr
+        assert up.returncode == 0 and "up: 3 nodes" in up.stdout, up.stdout + up.stderr
         junit = tmp_path / "junit.xml"
         run = subprocess.run(
             [str(Path(sys.executable).parent / "pytest"), "--hostfile", f"{state}/hostfile",
@@ -79,7 +79,7 @@ def test_the_developing_commands_bring_up_a_cluster_check_it_and_leave_nothing(t
             cwd=REPO, env=_env(), capture_output=True, text=True, timeout=600, check=False)
         assert run.returncode == 0, run.stdout[-4000:]
         assert _failures(junit) == []
-        assert "The launch will work on 4 of 4 nodes" in run.stdout
+        assert "The launch will work on 3 of 3 nodes" in run.stdout
     finally:
         down = subprocess.run([python, "-m", "fixtures.sim", "down", "--state", str(state)],
                               cwd=REPO, env=_env(), capture_output=True, text=True, timeout=300,
