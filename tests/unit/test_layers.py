@@ -6,7 +6,8 @@ not only its own imports) is checked against what its folder may use.
     node/     nothing of cluster_tests (the scripts run alone on the nodes)
     judge/    judge/ only (pure judgement), and core.testids/core.sections (dependency-free
               constants: the test ids its messages cite, the section table)
-    report/   judge/, report/, core.memokey, core.nodetable, core.testids, core.sections
+    report/   judge/, report/, core.memokey, core.nodetable, core.testids, core.sections,
+              core.pytestprivate
     core/     core/ and judge/
     measure/  core/, judge/, node/, measure/
     checks/   anything but another checks module
@@ -33,8 +34,10 @@ PACKAGE = "cluster_tests"
 ROOT = paths.PACKAGE
 
 #: what report/ may use of core/: keys, the node table and its column declarations, test-id
-#: and section constants; not the cluster, the settings or the transport
-REPORT_CORE = {"core.memokey", "core.nodetable", "core.testids", "core.sections"}
+#: and section constants, and the one module of pytest's private parts (report/junit.py's
+#: writer, report/trim.py); not the cluster, the settings or the transport
+REPORT_CORE = {"core.memokey", "core.nodetable", "core.testids", "core.sections",
+               "core.pytestprivate"}
 #: what judge/ may use of core/: the test-id constants ("see test_login[node3]" in a message
 #: goes through them, so a renamed test cannot leave a stale reference); pure constants, no I/O
 JUDGE_CORE = {"core.testids", "core.sections"}
