@@ -39,15 +39,16 @@ from cluster_tests.core import srun as srun_mod
 from cluster_tests.core import testids as ids
 from cluster_tests.core.cluster import CLUSTER_KEY, Cluster, Node
 from cluster_tests.core.interrupt import InterruptGuard
+from cluster_tests.core.labels import PairLabel, keyword_form
 from cluster_tests.core.settings import Settings, add_options, read_settings
 from cluster_tests.judge.healthyset import Healthy
 from cluster_tests.judge.hostfile import hostparse as hf
 from cluster_tests.judge.problem import Problem
-from cluster_tests.report import files, junit, recordprop
+from cluster_tests.report import colltable, files, junit, recordprop
 from cluster_tests.report import fixes as fixes_mod
 from cluster_tests.report import history as history_mod
 from cluster_tests.report.masking import SecretMasker
-from cluster_tests.report.summary import Recorder, keyword_form, progress_writer
+from cluster_tests.report.summary import Recorder, progress_writer
 from cluster_tests.report.trim import Trimmer
 
 SETTINGS_KEY = pytest.StashKey[Settings]()
@@ -224,14 +225,7 @@ class _SummaryPlugin:
         cluster = _cluster(config)
         if cluster is None or not self.recorder.outcomes:
             return
-        got_extra: list[str] = config.stash.get(SUMMARY_EXTRA_KEY, [])
-        extra = list(got_extra)
-        from cluster_tests.measure.allreducerun import summary_lines as collective_lines
-
-        if not collective_lines(config):
-            # the collective section prints its own table when its fixtures ran in this process;
-            # else (the xdist controller) the table comes from the recorded properties, here
-            extra += self.recorder.render_bandwidth()
+        extra: list[str] = config.stash.get(SUMMARY_EXTRA_KEY, [])
         facts = workers.node_facts(config, _cluster(config))
         lines = self.recorder.summary_lines(facts, extra=extra)
         if lines:
@@ -544,7 +538,10 @@ def _label(item: pytest.Item) -> None:
         item.user_properties.append(("node", node))
     pair = params.get("pair")
     if isinstance(pair, tuple):
-        item.user_properties.append(("pair", "->".join(pair)))
+        item.user_properties.append(("pair", str(PairLabel(*pair))))
+    pair = params.get("node_pair")  # C2's, either way
+    if isinstance(pair, tuple):
+        item.user_properties.append(("pair", str(PairLabel(*pair, ordered=False))))
 
 
 @pytest.hookimpl(tryfirst=True)  # the order settled before xdist's workers report theirs
@@ -680,9 +677,8 @@ def pytest_terminal_summary_verdict(terminalreporter, config: pytest.Config):
 def pytest_terminal_summary_collective(terminalreporter, config: pytest.Config) -> None:
     """C1/C2: the all-reduce bandwidth tables, when a collective check ran (its own hookimpl,
     beside any other summary part)."""
-    from cluster_tests.measure.allreducerun import summary_lines
-
-    lines = summary_lines(config)
+    recorder = config.stash.get(RECORDER_KEY, None)
+    lines = colltable.tables(recorder.allreduce(), recorder.pair_results()) if recorder else []
     if lines:
         terminalreporter.write_sep("=", "all-reduce bandwidth (C1/C2)")
         for line in lines:

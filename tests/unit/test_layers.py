@@ -7,7 +7,7 @@ not only its own imports) is checked against what its folder may use.
     judge/    judge/ only (pure judgement), and core.testids/core.sections (dependency-free
               constants: the test ids its messages cite, the section table)
     report/   judge/, report/, core.memokey, core.nodetable, core.testids, core.sections,
-              core.pytestprivate
+              core.labels, core.pytestprivate
     core/     core/ and judge/
     measure/  core/, judge/, node/, measure/
     checks/   anything but another checks module
@@ -34,10 +34,11 @@ PACKAGE = "cluster_tests"
 ROOT = paths.PACKAGE
 
 #: what report/ may use of core/: keys, the node table and its column declarations, test-id
-#: and section constants, and the one module of pytest's private parts (report/junit.py's
-#: writer, report/trim.py); not the cluster, the settings or the transport
+#: and section constants, the properties that say where a check ran, and the one module of
+#: pytest's private parts (report/junit.py's writer, report/trim.py); not the cluster, the
+#: settings or the transport
 REPORT_CORE = {"core.memokey", "core.nodetable", "core.testids", "core.sections",
-               "core.pytestprivate"}
+               "core.labels", "core.pytestprivate"}
 #: what judge/ may use of core/: the test-id constants ("see test_login[node3]" in a message
 #: goes through them, so a renamed test cannot leave a stale reference); pure constants, no I/O
 JUDGE_CORE = {"core.testids", "core.sections"}
