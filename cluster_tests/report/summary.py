@@ -12,13 +12,12 @@ import json
 import math
 import re
 import sys
-import threading
 import time
 from array import array
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Protocol, TextIO, TypedDict
+from typing import TextIO, TypedDict
 
 import pytest
 
@@ -158,6 +157,11 @@ class Recorder:
         )
 
     # -- views ---------------------------------------------------------------------------------
+    def outcome_of(self, test_id: str) -> str | None:
+        """How the check `test_id` ended (None: it did not run)."""
+        got = self.outcomes.get(test_id)
+        return got.outcome if got is not None else None
+
     def by_function(self, function: str) -> list[Outcome]:
         return [o for o in self.outcomes.values() if o.function == function]
 
@@ -651,66 +655,3 @@ def _number(value: object) -> float | None:
         return float(str(value))
     except ValueError:
         return None
-
-
-class Progress:
-    """Progress of long phases, written through pytest's terminal reporter: a line per phase
-    when it has run a second or more, then at most every `every` seconds, and when done.
-    Thread-safe (the node probes report from the fan-out threads)."""
-
-    def __init__(self, write: Callable[[str], None], every: float = 2.0, first: float = 1.0,
-                 clock: Callable[[], float] = time.monotonic) -> None:
-        self.write = write
-        self.every = every
-        self.first = first
-        self.clock = clock
-        self._phases: dict[str, list[float]] = {}  # phase -> [started, last written (0: never)]
-        self._lock = threading.Lock()
-
-    def __call__(self, phase: str, done: int, total: int) -> None:
-        now = self.clock()
-        with self._lock:
-            state = self._phases.get(phase)
-            if state is None or (done == 0 and state[1] == -1):
-                state = self._phases[phase] = [now, 0.0]
-            started, last = state
-            if last == -1:  # finished already
-                return
-            finished = total > 0 and done >= total
-            if finished:
-                show = last > 0
-                state[1] = -1
-            else:
-                show = (now - started >= self.first) and (last == 0 or now - last >= self.every)
-                if show:
-                    state[1] = now
-            if not show:
-                return
-        pct = f" ({100 * done // total}%)" if total else ""
-        self.write(f"[cluster] {phase}: {done}/{total}{pct}" + (" done" if finished else ""))
-
-
-class _Terminal(Protocol):
-    """What the progress lines need of pytest's terminal reporter."""
-
-    def ensure_newline(self) -> None: ...
-
-    def write_line(self, line: str) -> None: ...
-
-
-def progress_writer(terminalreporter: _Terminal | None, verbose: int,
-                    isatty: bool | None = None) -> Progress | None:
-    """The progress sink for a run: None with -q, or when neither verbose nor a tty."""
-    if terminalreporter is None or verbose < 0:
-        return None
-    tty = sys.stdout.isatty() if isatty is None else isatty
-    if verbose < 1 and not tty:
-        return None
-    lock = threading.Lock()
-
-    def write(line: str) -> None:
-        with lock:
-            terminalreporter.ensure_newline()
-            terminalreporter.write_line(line)
-
-    return Progress(write)

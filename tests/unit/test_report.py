@@ -9,9 +9,10 @@ import re
 from records import c1_property
 
 from cluster_tests.core.labels import PairLabel, keyword_form
+from cluster_tests.core.progress import Progress
 from cluster_tests.report import colltable
 from cluster_tests.report import html as html_report
-from cluster_tests.report.summary import Outcome, Progress, Recorder, node_columns
+from cluster_tests.report.summary import Outcome, Recorder, node_columns
 
 NODES = ["node1", "node2", "node3"]
 
