@@ -20,7 +20,7 @@ import json
 import statistics
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field, replace
-from typing import ClassVar
+from typing import Any, ClassVar, TypeVar
 
 from cluster_tests.judge.collective import confirmation, nccllog
 from cluster_tests.judge.collective.collopts import UNITS_LEGEND, format_size
@@ -28,11 +28,35 @@ from cluster_tests.judge.collective.collverdict import (
     Capped,
     CollectiveReport,
     RemoteRun,
+    SizeRow,
     Stopped,
 )
 from cluster_tests.judge.collective.pairbw import SlowPairs, pair_id
 
 Pair = tuple[str, str]
+
+
+R = TypeVar("R", bound="_Record")
+
+
+class _Record:
+    """A record carried as JSON in a test's property (a JUnit property is text), read back
+    whole."""
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self))  # type: ignore[call-overload]
+
+    @classmethod
+    def from_json(cls: type[R], raw: object) -> R | None:
+        """The record of a property's value (None: not one this version wrote)."""
+        try:
+            return cls._read(json.loads(str(raw)))
+        except (ValueError, TypeError, KeyError):
+            return None
+
+    @classmethod
+    def _read(cls: type[R], d: dict[str, Any]) -> R:
+        raise NotImplementedError
 
 
 @dataclass(frozen=True)
@@ -49,9 +73,14 @@ class SizeResult:
     #: timed calls made (fewer than the run's `iters` on a slow link)
     iters: int | None = None
 
+    @classmethod
+    def of(cls, row: SizeRow) -> SizeResult:
+        return cls(row.size_bytes, row.count, row.dtype, row.time_us, row.algbw_GBps,
+                   row.busbw_GBps, row.wrong, row.iters)
+
 
 @dataclass(frozen=True)
-class AllReduceResult:
+class AllReduceResult(_Record):
     """One all-reduce run as its table shows it."""
 
     PROPERTY: ClassVar[str] = "allreduce"
@@ -80,8 +109,7 @@ class AllReduceResult:
         return cls(
             report.world_size, report.backend, dict(report.versions), report.timed,
             report.iters,
-            tuple(SizeResult(r.size_bytes, r.count, r.dtype, r.time_us, r.algbw_GBps,
-                             r.busbw_GBps, r.wrong, r.iters) for r in report.rows),
+            tuple(SizeResult.of(r) for r in report.rows),
             report.verdict, report.message, report.stopped, report.capped,
             tuple((host, t.describe())
                   for host, t in nccllog.by_node(report.transport_lines, report.ranks).items()),
@@ -91,26 +119,18 @@ class AllReduceResult:
     def of_run(cls, run: RemoteRun) -> AllReduceResult:
         return cls.of(run.report, run.nodes, run.where)
 
-    def to_json(self) -> str:
-        return json.dumps(asdict(self))
-
     @classmethod
-    def from_json(cls, raw: object) -> AllReduceResult | None:
-        """The record of a property's value (None: not one this version wrote)."""
-        try:
-            d = json.loads(str(raw))
-            stopped, capped = d.get("stopped"), d.get("capped")
-            return cls(
-                int(d["world_size"]), d.get("backend"), dict(d.get("versions") or {}),
-                str(d.get("timed") or ""), d.get("iters"),
-                tuple(SizeResult(**r) for r in d.get("rows") or ()),
-                str(d["verdict"]), str(d.get("message") or ""),
-                Stopped(**{**stopped, "skipped": tuple(stopped["skipped"])}) if stopped else None,
-                Capped(**{**capped, "skipped": tuple(capped["skipped"])}) if capped else None,
-                tuple((str(h), str(t)) for h, t in d.get("transports") or ()),
-                tuple(d.get("nodes") or ()), str(d.get("master") or ""))
-        except (ValueError, TypeError, KeyError):
-            return None
+    def _read(cls, d: dict[str, Any]) -> AllReduceResult:
+        stopped, capped = d.get("stopped"), d.get("capped")
+        return cls(
+            int(d["world_size"]), d.get("backend"), dict(d.get("versions") or {}),
+            str(d.get("timed") or ""), d.get("iters"),
+            tuple(SizeResult(**r) for r in d.get("rows") or ()),
+            str(d["verdict"]), str(d.get("message") or ""),
+            Stopped(**{**stopped, "skipped": tuple(stopped["skipped"])}) if stopped else None,
+            Capped(**{**capped, "skipped": tuple(capped["skipped"])}) if capped else None,
+            tuple((str(h), str(t)) for h, t in d.get("transports") or ()),
+            tuple(d.get("nodes") or ()), str(d.get("master") or ""))
 
 
 @dataclass(frozen=True)
@@ -156,7 +176,7 @@ class PairsJudged:
 
 
 @dataclass(frozen=True)
-class PairResult:
+class PairResult(_Record):
     """One C2 pair as its table shows it."""
 
     PROPERTY: ClassVar[str] = "allreduce_pair"
@@ -185,25 +205,16 @@ class PairResult:
             why = (str(run) if isinstance(run, BaseException) else "") or (
                 rep.message if rep else "no result")
             return cls(pair, None, rep.verdict if rep else "error", why, at, judged)
-        r = rep.rows[-1]
         verdict = ("SLOW (sweep stopped)" if rep.stopped is not None
                    else "SLOW" if pair in {p for p, _ in slow.slow} else rep.verdict)
-        return cls(pair, SizeResult(r.size_bytes, r.count, r.dtype, r.time_us, r.algbw_GBps,
-                                    r.busbw_GBps, r.wrong, r.iters), verdict, "", at, judged)
-
-    def to_json(self) -> str:
-        return json.dumps(asdict(self))
+        return cls(pair, SizeResult.of(rep.rows[-1]), verdict, "", at, judged)
 
     @classmethod
-    def from_json(cls, raw: object) -> PairResult | None:
-        try:
-            d = json.loads(str(raw))
-            a, b = d["pair"]
-            return cls((str(a), str(b)), SizeResult(**d["row"]) if d.get("row") else None,
-                       str(d["verdict"]), str(d.get("why") or ""), d.get("not_retried"),
-                       PairsJudged.from_dict(d.get("judged") or {}))
-        except (ValueError, TypeError, KeyError):
-            return None
+    def _read(cls, d: dict[str, Any]) -> PairResult:
+        a, b = d["pair"]
+        return cls((str(a), str(b)), SizeResult(**d["row"]) if d.get("row") else None,
+                   str(d["verdict"]), str(d.get("why") or ""), d.get("not_retried"),
+                   PairsJudged.from_dict(d.get("judged") or {}))
 
 
 # --- the tables ---------------------------------------------------------------------------------
