@@ -367,7 +367,8 @@ class Probes:
         try:
             return self.probe(node, BASE)
         except ProbeError as exc:
-            outcome.fail(exc.problem(""))
+            problem = exc.problem("")
+        outcome.fail(problem)  # (not inside the except: the red is its text, not a chain)
 
     def base_or_none(self, node: str) -> BaseFacts | None:
         """A node's cheap facts, or None when it cannot be logged in to or probed: for checks
