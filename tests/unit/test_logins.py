@@ -8,18 +8,9 @@ from __future__ import annotations
 import json
 import xml.etree.ElementTree as ET
 
+from test_outcome import CONFTEST  # the Outcomes plugin, and the session's selected ids
+
 pytest_plugins = ["pytester"]
-
-CONFTEST = """
-import pytest
-from cluster_tests.core import outcome
-
-def pytest_configure(config):
-    config.pluginmanager.register(outcome.Outcomes(config), "ct_outcomes")
-
-def pytest_collection_finish(session):
-    session.config.stash[outcome.SELECTED_KEY] = frozenset(i.name for i in session.items)
-"""
 
 CHECKS = """
 import pytest
