@@ -42,9 +42,9 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from cluster_tests.judge.collective import collopts as copts  # noqa: E402
-from cluster_tests.judge.collective import colltable as ctab  # noqa: E402
 from cluster_tests.judge.collective import collverdict as C  # noqa: E402
 from cluster_tests.judge.collective import rankplan as rk  # noqa: E402
+from cluster_tests.report import colltable  # noqa: E402
 from fixtures import localcollective as LC  # noqa: E402
 
 DEFAULT_SIZES = "1M,16M,256M,1G"
@@ -384,7 +384,8 @@ def main(argv: list[str] | None = None) -> int:
         else:
             rows.append(Row("C1 transport (NCCL_DEBUG=INFO)", "ok" if net else "FAIL",
                             ("via " + ", ".join(via)) if via else "no 'via' line in the INFO log"))
-        (out / "c1-2hosts.txt").write_text(ctab.format_table(two) + "\n")
+        table = colltable.table(colltable.AllReduceResult.of(two))
+        (out / "c1-2hosts.txt").write_text(table + "\n")
     else:
         rows.append(Row(f"C1 {backend}, 2 ranks as 2 hosts", "skip", f"{left():.0f} s left"))
     if two.ok and left() > 60:
@@ -404,7 +405,7 @@ def main(argv: list[str] | None = None) -> int:
         rows.append(Row("T1 deepspeed on the GPU", "skip", f"{left():.0f} s left"))
     (out / "results.json").write_text(json.dumps([r.__dict__ for r in rows], indent=2) + "\n")
     if two.rows:
-        print(ctab.format_table(two))
+        print(colltable.table(colltable.AllReduceResult.of(two)))
     print()
     print(format_table(rows))
     return 1 if any(r.verdict == "FAIL" for r in rows) else 0

@@ -63,7 +63,7 @@ class SuiteResult:
         return "\n".join(lines)
 
 
-#: the title of the section a red run ends with (plugin.pytest_terminal_summary_verdict)
+#: the title of the section a red run ends with (report/terminal.py's verdict)
 VERDICT = "verdict: causes and launch now"
 
 

@@ -39,6 +39,7 @@ from cluster_tests.judge.collective import pairbw as pb
 from cluster_tests.judge.collective.collverdict import RemoteRun
 from cluster_tests.measure import allreducerun as R
 from cluster_tests.measure.stackdump import RecordProperty
+from cluster_tests.report.colltable import AllReduceResult, PairResult
 
 Pair = tuple[str, str]
 CLUSTER_RUN: MemoKey[RemoteRun] = MemoKey("collective", "cluster")
@@ -61,14 +62,13 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 
 @pytest.fixture(scope="session")
-def allreduce_run(cluster: Cluster, pytestconfig: pytest.Config) -> RemoteRun | R.PortsBlocked:
+def allreduce_run(cluster: Cluster) -> RemoteRun | R.PortsBlocked:
     """C1's run, once per session (or why it was not run: the F3 port matrix shows its ports
-    blocked); kept in config.stash for the terminal summary."""
+    blocked)."""
     try:
         run = cluster.memo(CLUSTER_RUN, lambda: R.run_cluster(cluster))
     except R.PortsBlocked as exc:
         return exc
-    R.stash(pytestconfig).cluster = run
     path = cluster.settings.collective.busbw_record
     if path and run.report.rows:
         Path(path).expanduser().write_text(json.dumps(R.record(run), indent=2) + "\n")
@@ -105,8 +105,6 @@ def pair_runs(cluster: Cluster, pytestconfig: pytest.Config) -> PairRuns:
     retries, reruns = cluster.memo(CONFIRM_RUNS, lambda: R.confirm(
         cluster, plan, slow.threshold_GBps, _announcer(pytestconfig)))
     confirmed = confirmation.judge(plan, retries, bad, cluster.names)
-    store = R.stash(pytestconfig)
-    store.pairs, store.slow, store.confirm, store.reruns = runs, slow, confirmed, reruns
     return PairRuns(runs, slow, confirmed, reruns)
 
 
@@ -131,10 +129,8 @@ def _record(record_property: RecordProperty, run: RemoteRun) -> None:
     record_property("world_size", rep.world_size)
     record_property("master", run.where)
     record_property("sizes", ",".join(str(r.size_bytes) for r in rep.rows))
-    for row in rep.rows:
-        record_property(f"time_us@{row.size_bytes}", round(row.time_us, 3))
-        record_property(f"algbw_GBps@{row.size_bytes}", round(row.algbw_GBps, 6))
-        record_property(f"busbw_GBps@{row.size_bytes}", round(row.busbw_GBps, 6))
+    # the run's table, per size, as one record (report/colltable.py renders and reads it)
+    record_property(AllReduceResult.PROPERTY, AllReduceResult.of_run(run).to_json())
     if rep.rows:
         record_property("busbw_GBps", round(rep.rows[-1].busbw_GBps, 6))
         record_property("size_bytes", rep.rows[-1].size_bytes)
@@ -267,6 +263,8 @@ def test_allreduce_pair(pair_runs: PairRuns, node_pair: Pair, cluster: Cluster,
                         record_property: RecordProperty, pytestconfig: pytest.Config) -> None:
     """C2: all-reduce between two nodes completes, and its busbw is not far below the typical
     good pair's; a node common to the slow (or failing) pairs is named."""
+    record_property(PairResult.PROPERTY, PairResult.of(  # its row of C2's table
+        node_pair, pair_runs.runs.get(node_pair), pair_runs.slow, pair_runs.confirm).to_json())
     run = _pair_run(cluster, pair_runs, node_pair)
     _record(record_property, run)
     if not run.report.ok:

@@ -28,6 +28,7 @@ from typing import NoReturn
 
 import pytest
 
+from cluster_tests.core import pytestprivate
 from cluster_tests.core.testids import Scope
 from cluster_tests.judge.problem import (
     BLOCKED_BY,
@@ -66,19 +67,14 @@ def fail(problem: Problem) -> NoReturn:
     pytest.fail(problem.text(), pytrace=False)
 
 
-class Blocked(pytest.skip.Exception):  # type: ignore[name-defined]
+@pytestprivate.named_as_skip  # reported as pytest reports its own skips ("Skipped: blocked by")
+class Blocked(pytestprivate.ItemSkip):
     """The skip of a blocked check: it carries the blocking red's id, so that the property is
     put on whichever check it reaches (a session-wide measurement re-raises it to each)."""
 
     def __init__(self, root: str, why: str) -> None:
-        super().__init__(f"blocked by {root}: {why}", _use_item_location=True)
+        super().__init__(f"blocked by {root}: {why}")
         self.root = root
-
-
-# reported as pytest reports its own skips ("Skipped: blocked by ..."), as pytest does for its
-# outcome exceptions (their __module__ is "builtins")
-Blocked.__module__ = "builtins"
-Blocked.__qualname__ = Blocked.__name__ = "Skipped"
 
 
 def block(root: str, why: str) -> None:
@@ -268,7 +264,4 @@ class Outcomes:
         the cache plugin has dropped them as skipped)."""
         if not report.skipped or not any(k == BLOCKED_BY for k, _ in report.user_properties):
             return
-        plugin = self.config.pluginmanager.get_plugin("lfplugin")
-        lastfailed: dict[str, bool] | None = getattr(plugin, "lastfailed", None)
-        if lastfailed is not None:
-            lastfailed[report.nodeid] = True
+        pytestprivate.mark_last_failed(self.config, report.nodeid)

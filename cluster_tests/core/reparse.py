@@ -13,7 +13,7 @@ ignores a path that does not exist), the plugin's `pytest_cmdline_main` runs the
 before anything of it is configured, with those options in the equals form (:func:`joined`),
 through `pytest.main`, and returns its exit status.  The arguments as the user typed them travel
 with it (:class:`AsTyped`), for what reports the command line (fixes.sh) and for knowing the
-session is the command's own (plugin._is_the_command).
+session is the command's own (core/leave.is_the_command).
 """
 
 from __future__ import annotations

@@ -18,6 +18,10 @@ from cluster_tests.judge import slurm
 from cluster_tests.judge.healthyset import Healthy
 from cluster_tests.judge.problem import Problem
 
+#: what the verdict does in Slurm, as report/files.py calls it once hostfile.healthy is decided:
+#: (summary lines, summary.json's part)
+AfterVerdict = Callable[[Healthy, list[Problem]], tuple[list[str], dict[str, object]]]
+
 #: seconds one scontrol may take (a client with no controller gives up after about 9 s itself)
 TIMEOUT = 30.0
 
@@ -124,3 +128,15 @@ def after_verdict(names: Sequence[str], healthy: Healthy, problems: Sequence[Pro
     if not got.actions and not got.notes:
         lines.append("  nothing to drain or resume")
     return Report(lines, {"ran": True, **slurm.to_json(got), "results": done})
+
+
+def acting(names: Sequence[str], *, drain: bool, resume: bool,
+           outcome: Callable[[str], str | None]) -> AfterVerdict:
+    """What the verdict does in Slurm (:func:`after_verdict`), for report/files.py to call once
+    hostfile.healthy is decided; `outcome(test_id)`: how a check ended (None: not run)."""
+    def act(healthy: Healthy, problems: list[Problem]) -> tuple[list[str], dict[str, object]]:
+        report = after_verdict(names, healthy, problems, drain=drain, resume=resume,
+                               outcome=outcome)
+        return report.lines, report.json
+
+    return act

@@ -36,10 +36,7 @@ import queue
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
-
-import pytest
 
 from cluster_tests.core import outcome
 from cluster_tests.core import pairs as pairs_mod
@@ -47,7 +44,6 @@ from cluster_tests.core import testids as ids
 from cluster_tests.core.cluster import Cluster, remote_script
 from cluster_tests.core.transport import Feed, quote_argv
 from cluster_tests.judge.collective import collopts as copts
-from cluster_tests.judge.collective import colltable as ctab
 from cluster_tests.judge.collective import collverdict as C
 from cluster_tests.judge.collective import confirmation, nccllog
 from cluster_tests.judge.collective import pairbw as pb
@@ -64,20 +60,6 @@ Pair = tuple[str, str]
 #: C2's runs, keyed in hostfile order: a run, or why it was not run (NodeDown, PortsBlocked...)
 PairRuns = dict[Pair, "RemoteRun | BaseException"]
 
-
-@dataclass
-class Results:
-    """What the collective checks measured this session, for the terminal summary."""
-
-    cluster: RemoteRun | None = None
-    pairs: PairRuns = field(default_factory=dict)
-    slow: pb.SlowPairs | None = None
-    confirm: confirmation.Confirmation | None = None
-    reruns: PairRuns = field(default_factory=dict)
-
-
-#: Where the collective results live for the terminal summary (see cluster_tests/plugin.py).
-RESULTS_KEY = pytest.StashKey[Results]()
 
 #: Must equal node/allreduce.py's BOOTSTRAP (tests check it).
 BOOTSTRAP = ("import sys;n=int(sys.stdin.buffer.readline());s=sys.stdin.buffer.read(n);"
@@ -797,33 +779,3 @@ def load_baseline(path: str) -> dict[str, object]:
     if not isinstance(got, dict):
         raise ValueError(f"expected a JSON object, got {type(got).__name__}")
     return got
-
-
-def stash(config: pytest.Config) -> Results:
-    store = config.stash.get(RESULTS_KEY, None)
-    if store is None:
-        store = config.stash[RESULTS_KEY] = Results()
-    return store
-
-
-def summary_lines(config: pytest.Config) -> list[str]:
-    """The C tables for the terminal summary ([] when no collective check ran)."""
-    store = config.stash.get(RESULTS_KEY, None) or Results()
-    lines: list[str] = []
-    run = store.cluster
-    if run is not None:
-        lines += [f"C1: all-reduce over every rank ({', '.join(run.nodes)}), master {run.where}",
-                  ctab.format_table(run.report)]
-    if store.pairs:
-        if lines:
-            lines.append("")
-        slow, confirmed = store.slow, store.confirm
-        if slow is not None and confirmed is not None and not confirmed.plan.empty:
-            # the table names a suspect only once the confirmation pass has confirmed it
-            slow = dataclasses.replace(slow, suspect=confirmed.confirmed)
-        lines.append(ctab.format_pairs_table(
-            {p: r.report for p, r in store.pairs.items() if isinstance(r, RemoteRun)},
-            {p: str(r) for p, r in store.pairs.items() if not isinstance(r, RemoteRun)}, slow))
-        if confirmed is not None and slow is not None:
-            lines += confirmation.table_lines(confirmed, slow.threshold_GBps)
-    return lines

@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
 
+import pytest
+
 from cluster_tests.core.nodetable import NodeTable
 from cluster_tests.judge.healthyset import Healthy
 from cluster_tests.judge.hostfile.launchargs import LaunchCommand
@@ -21,7 +23,8 @@ from cluster_tests.report import healthy as healthy_mod
 from cluster_tests.report import history as history_mod
 from cluster_tests.report.summary import Recorder
 
-#: what the verdict does outside the reports (Slurm): (summary lines, summary.json's part)
+#: what the verdict does outside the reports (Slurm: core/slurmctl.acting): (summary lines,
+#: summary.json's part)
 AfterVerdict = Callable[[Healthy, list[Problem]], tuple[list[str], dict[str, object]]]
 
 
@@ -30,6 +33,16 @@ class HistoryOptions:
     path: Path
     drop: float = 0.7
     window: int = 10
+
+    @classmethod
+    def beside(cls, given: Path | None, json_path: Path, drop: float = 0.7,
+               window: int = 10) -> HistoryOptions:
+        """--history (`given`), else the history file beside the JSON summary."""
+        return cls(history_mod.path(given, json_path), drop, window)
+
+
+#: the report files written at the end of the run (the terminal summary reads them)
+WRITTEN_KEY = pytest.StashKey["Written"]()
 
 
 @dataclass

@@ -12,6 +12,7 @@ script reaches the nodes exactly as the run did; every host, path and key is shl
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import shlex
 import time
@@ -179,3 +180,16 @@ def write(path: Path, outcomes: Iterable[Red], ssh: Sequence[str], command_line:
     tmp.chmod(0o755)
     tmp.replace(path)
     return n_cmd, n_manual
+
+
+def review_line(script: tuple[Path, int, int] | None, cwd: Path) -> str:
+    """The verdict's line on the fix script written (its path, its command and manual blocks):
+    "review and run reports/fixes.sh (1 of its 2 blocks need a person), then pytest --lf"
+    ("" with nothing in it); its path relative to `cwd` where it is under it."""
+    if script is None or not script[1] + script[2]:
+        return ""
+    path, scripted, manual = script
+    with contextlib.suppress(ValueError):
+        path = path.relative_to(cwd)
+    person = (f" ({manual} of its {scripted + manual} blocks need a person)" if manual else "")
+    return f"review and run {path}{person}, then pytest --lf"

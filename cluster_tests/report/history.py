@@ -24,6 +24,7 @@ import hashlib
 import json
 import math
 import sqlite3
+import sys
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -489,6 +490,24 @@ def series(conn: sqlite3.Connection, digest_: str, recent: int = RECENT) -> Seri
     return {"runs": [{"id": r, "started": s} for r, s in runs],
             "c1": {"size_bytes": newest_c1[0] if newest_c1 else None, "values": c1},
             "pairs": {k: {"size_bytes": sizes[k], "values": v} for k, v in sorted(pairs.items())}}
+
+
+def path(given: Path | None, beside: Path) -> Path:
+    """The history file: --history (`given`), else history.sqlite beside `beside` (the JSON
+    summary, the JUnit report: reports/ by default)."""
+    return given if given is not None else beside.with_name(FILE_NAME)
+
+
+def print_recent(path: Path, runs: int = 10) -> int:
+    """`cluster-tests history` (--history-show): the recent runs printed; the exit status (4:
+    the history cannot be read, said on stderr)."""
+    try:
+        lines = show(path, runs)
+    except HistoryError as exc:
+        print(f"cluster-tests history: {exc}", file=sys.stderr)
+        return 4
+    print("\n".join(lines))
+    return 0
 
 
 def show(path: Path, runs: int = 10) -> list[str]:

@@ -11,7 +11,7 @@ the spool, in pytest's order.
 
 Only LogXML's serialization moves: what goes into each element (properties, failures, captured
 output, durations) is pytest's own code.  pytest offers no public way to change how the file is
-written (report/pytestprivate.py says what this relies on); where its LogXML lacks it (a future
+written (core/pytestprivate.py says what this relies on); where its LogXML lacks it (a future
 pytest), its own writer is left in place (`install`)."""
 
 from __future__ import annotations
@@ -25,19 +25,18 @@ from typing import IO, Any
 
 import pytest
 
-from cluster_tests.report.pytestprivate import (
+from cluster_tests.core.pytestprivate import (
     JUNIT_INI,
     LOG_XML,
+    LOG_XML_ATTRS,
+    LOG_XML_METHODS,
+    junit_global_properties,
     junit_writer,
     replace_junit_writer,
 )
 
 #: marks where the test cases go inside the serialized <testsuite> element
 _CASES = "CT_JUNIT_CASES_GO_HERE"
-#: what this writer relies on in pytest's LogXML (methods; and attributes of an instance)
-_METHODS = ("node_reporter", "finalize", "pytest_sessionfinish", "_get_global_properties_node")
-_ATTRS = ("node_reporters", "node_reporters_ordered", "stats", "cnt_double_fail_tests",
-          "suite_name", "logfile")
 
 
 class _Spooled:
@@ -96,7 +95,7 @@ def _write(elem: ET.Element, write: Callable[[str], object]) -> None:
 
 def streaming_class() -> type | None:
     """The LogXML subclass, or None where pytest's LogXML is not what it was written for."""
-    if LOG_XML is None or not all(hasattr(LOG_XML, n) for n in _METHODS):
+    if LOG_XML is None or not all(hasattr(LOG_XML, n) for n in LOG_XML_METHODS):
         return None
 
     class StreamingLogXML(LOG_XML):  # type: ignore[valid-type,misc]
@@ -144,7 +143,7 @@ def _write_document(xml: Any, spool: IO[bytes] | None) -> None:
     with open(xml.logfile, "w", encoding="utf-8") as logfile:
         logfile.write('<?xml version="1.0" encoding="utf-8"?>')
         logfile.write(head)
-        global_properties = xml._get_global_properties_node()
+        global_properties = junit_global_properties(xml)
         if global_properties is not None:
             logfile.write(ET.tostring(global_properties, encoding="unicode"))
         for entry in xml.node_reporters_ordered:
@@ -183,7 +182,7 @@ def install(config: pytest.Config) -> bool:
     nothing changed."""
     xml = junit_writer(config)
     cls = streaming_class()
-    if (cls is None or type(xml) is not LOG_XML or not all(hasattr(xml, n) for n in _ATTRS)
+    if (cls is None or type(xml) is not LOG_XML or not all(hasattr(xml, n) for n in LOG_XML_ATTRS)
             or getattr(xml, "node_reporters_ordered", None)
             or getattr(xml, "global_properties", None)):
         return False
@@ -191,3 +190,14 @@ def install(config: pytest.Config) -> bool:
               *(config.getini(name) for name in JUNIT_INI))
     replace_junit_writer(config, xml, new)
     return True
+
+
+class Installer:
+    """The plugin that puts the streaming writer in place (:func:`install`): --junitxml (on by
+    default: reports/junit.xml) written test by test."""
+
+    NAME = "cluster_tests_junit"
+
+    @pytest.hookimpl(trylast=True)  # after pytest's junitxml plugin made its writer
+    def pytest_configure(self, config: pytest.Config) -> None:
+        install(config)

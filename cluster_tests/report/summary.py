@@ -12,22 +12,24 @@ import json
 import math
 import re
 import sys
-import threading
 import time
 from array import array
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Protocol, TextIO, TypedDict
+from typing import TextIO, TypedDict
 
 import pytest
 
-from cluster_tests.core import nodetable
+from cluster_tests.core import labels, nodetable
 from cluster_tests.core import testids as ids
+from cluster_tests.core.labels import PairLabel
 from cluster_tests.core.nodetable import NodeTable
 from cluster_tests.core.testids import Scope
 from cluster_tests.judge import healthyset
 from cluster_tests.judge.problem import BLOCKED_BY, ROW_MARKS, report_text
+from cluster_tests.report.colltable import AllReduceResult, PairResult
+from cluster_tests.report.colltable import sizes as allreduce_sizes
 
 #: what replaces a secret value; which names are secret is judge.env.is_secret (the values of
 #: such variables are collected by Cluster.secrets)
@@ -99,6 +101,8 @@ class Outcome:
     pair: tuple[str, str] | None = None
     seconds: float = 0.0
     properties: dict[str, object] = field(default_factory=dict)
+    #: a pair check's pair is ordered (from, to), or either way (C2's, `a<->b`)
+    ordered: bool = True
 
     @property
     def headline(self) -> str:
@@ -137,9 +141,8 @@ class Recorder:
             message = report_text(report.longreprtext)
         elif report.skipped and isinstance(report.longrepr, tuple):
             message = str(report.longrepr[2]).removeprefix("Skipped: ")
-        pair = (_ordered_pair(str(props["pair"])) if "pair" in props
-                else _unordered_pair(test_id))
-        node = props.get("node")
+        label = PairLabel.read(props[labels.PAIR]) if labels.PAIR in props else None
+        node = props.get(labels.NODE)
         self.outcomes[test_id] = Outcome(
             test_id=test_id,
             function=sys.intern(test_id.split("[")[0]),  # one string per check, not per item
@@ -147,12 +150,18 @@ class Recorder:
             outcome=outcome,
             message=mask(message, self.secrets),
             node=None if node is None else str(node),
-            pair=pair,
+            pair=label.nodes if label is not None else None,
             seconds=report.duration,
-            properties={k: v for k, v in props.items() if k not in ("node", "pair")},
+            properties={k: v for k, v in props.items() if k not in (labels.NODE, labels.PAIR)},
+            ordered=label.ordered if label is not None else True,
         )
 
     # -- views ---------------------------------------------------------------------------------
+    def outcome_of(self, test_id: str) -> str | None:
+        """How the check `test_id` ended (None: it did not run)."""
+        got = self.outcomes.get(test_id)
+        return got.outcome if got is not None else None
+
     def by_function(self, function: str) -> list[Outcome]:
         return [o for o in self.outcomes.values() if o.function == function]
 
@@ -335,46 +344,23 @@ class Recorder:
         return {o.pair: v for o in self.by_function(ids.ALLREDUCE_PAIR.name)
                 if o.pair and (v := _number(o.properties.get("busbw_GBps"))) is not None}
 
+    def allreduce(self) -> AllReduceResult | None:
+        """C1's run, as its test recorded it (report/colltable.py; None: C1 did not run)."""
+        for o in self.by_function(ids.ALLREDUCE.name):
+            if AllReduceResult.PROPERTY in o.properties:
+                return AllReduceResult.from_json(o.properties[AllReduceResult.PROPERTY])
+        return None
+
     def allreduce_sizes(self) -> list[dict[str, float]]:
         """C1: one row per message size (size_bytes, time_us, algbw_GBps, busbw_GBps)."""
-        runs = self.by_function(ids.ALLREDUCE.name)
-        if not runs:
-            return []
-        props = runs[0].properties
-        sizes = sorted({int(k.split("@", 1)[1]) for k in props
-                        if "@" in k and k.split("@", 1)[1].isdigit()})
-        rows = []
-        for size in sizes:
-            row: dict[str, float] = {"size_bytes": size}
-            for unit in ("time_us", "algbw_GBps", "busbw_GBps"):
-                v = _number(props.get(f"{unit}@{size}"))
-                if v is not None:
-                    row[unit] = v
-            rows.append(row)
-        return rows
+        return allreduce_sizes(self.allreduce())
 
-    def render_bandwidth(self) -> list[str]:
-        """The C1/C2 numbers as recorded in the tests' properties: the terminal summary shows
-        these when the collective section's own table is not there (the xdist controller)."""
-        lines: list[str] = []
-        sizes = self.allreduce_sizes()
-        if sizes:
-            props = self.by_function(ids.ALLREDUCE.name)[0].properties
-            lines.append(f"C1: all-reduce over {props.get('world_size', '?')} ranks "
-                         f"({props.get('backend', '?')}), from the recorded properties:")
-            lines.append(f"  {'size (B)':>12} {'time (us)':>12} {'algbw (GB/s)':>13} "
-                         f"{'busbw (GB/s)':>13}")
-            for r in sizes:
-                lines.append(f"  {int(r['size_bytes']):>12d} {r.get('time_us', 0):>12.2f} "
-                             f"{r.get('algbw_GBps', 0):>13.4f} {r.get('busbw_GBps', 0):>13.4f}")
-        pairs = {o.pair: o for o in self.by_function(ids.ALLREDUCE_PAIR.name) if o.pair}
-        if pairs:
-            bw = self.pair_bandwidth()
-            lines.append("C2: busbw per node pair (GB/s):")
-            for p, o in sorted(pairs.items()):
-                value = f"{bw[p]:.4f}" if p in bw else "-"
-                lines.append(f"  {p[0]}<->{p[1]}  {value:>10}  {o.outcome}")
-        return lines
+    def pair_results(self) -> list[PairResult]:
+        """C2: each pair's row of its table, as its test recorded it (report/colltable.py)."""
+        got = (PairResult.from_json(o.properties[PairResult.PROPERTY])
+               for o in self.by_function(ids.ALLREDUCE_PAIR.name)
+               if PairResult.PROPERTY in o.properties)
+        return [r for r in got if r is not None]
 
     def render_site(self) -> list[str]:
         """The site's own checks (cluster_host / testinfra): a row per check, a mark per node,
@@ -513,7 +499,7 @@ class Recorder:
         for o in self.outcomes.values():
             if not o.pair:
                 continue
-            arrow = "<->" if f"{o.pair[0]}<->{o.pair[1]}" in o.test_id else "->"  # C2: unordered
+            arrow = "->" if o.ordered else "<->"  # C2: unordered
             key = (o.pair[0], o.pair[1], arrow)
             if key not in out:
                 checks[key] = {}
@@ -522,7 +508,7 @@ class Recorder:
             entry = out[key]
             checks[key][o.function] = o.outcome
             for k, v in o.properties.items():
-                if "@" not in k and (num := _number(v)) is not None and _has_unit(k):
+                if (num := _number(v)) is not None and _has_unit(k):
                     entry[k] = num
         index = {n: i for i, n in enumerate(self.nodes)}
         return [out[k] for k in sorted(out, key=lambda k: (k[2] != "->",
@@ -624,7 +610,9 @@ class _Parsed(dict[str, float]):
 
 
 def _test_json(o: Outcome) -> dict[str, object]:
-    return {**asdict(o), "pair": "->".join(o.pair) if o.pair else None, "headline": o.headline}
+    got = asdict(o)
+    del got["ordered"]  # (its pair is "a->b" either way)
+    return {**got, "pair": "->".join(o.pair) if o.pair else None, "headline": o.headline}
 
 
 def node_columns(facts: dict[str, dict[str, str]]) -> tuple[list[str], dict[str, str]]:
@@ -667,85 +655,3 @@ def _number(value: object) -> float | None:
         return float(str(value))
     except ValueError:
         return None
-
-
-def _ordered_pair(text: str) -> tuple[str, str]:
-    """The `pair` property the plugin records ("node1->node3") as ("node1", "node3")."""
-    a, _, b = text.partition("->")
-    return a, b
-
-
-def _unordered_pair(test_id: str) -> tuple[str, str] | None:
-    """`test_allreduce_pair[node1<->node2]` -> ("node1", "node2")."""
-    m = re.search(r"\[([^\[\]]+)<->([^\[\]]+)\]$", test_id)
-    return (m.group(1), m.group(2)) if m else None
-
-
-def keyword_form(text: str) -> str:
-    """What `-k` can match for a pair id: pytest's -k grammar has no '>' or '<', so the
-    plugin rewrites `a->b` and `a<->b` in the -k expression to `a_to_b`, and gives every
-    pair test the keyword `name[a_to_b]`."""
-    return re.sub(r"<?->", "_to_", text)
-
-
-class Progress:
-    """Progress of long phases, written through pytest's terminal reporter: a line per phase
-    when it has run a second or more, then at most every `every` seconds, and when done.
-    Thread-safe (the node probes report from the fan-out threads)."""
-
-    def __init__(self, write: Callable[[str], None], every: float = 2.0, first: float = 1.0,
-                 clock: Callable[[], float] = time.monotonic) -> None:
-        self.write = write
-        self.every = every
-        self.first = first
-        self.clock = clock
-        self._phases: dict[str, list[float]] = {}  # phase -> [started, last written (0: never)]
-        self._lock = threading.Lock()
-
-    def __call__(self, phase: str, done: int, total: int) -> None:
-        now = self.clock()
-        with self._lock:
-            state = self._phases.get(phase)
-            if state is None or (done == 0 and state[1] == -1):
-                state = self._phases[phase] = [now, 0.0]
-            started, last = state
-            if last == -1:  # finished already
-                return
-            finished = total > 0 and done >= total
-            if finished:
-                show = last > 0
-                state[1] = -1
-            else:
-                show = (now - started >= self.first) and (last == 0 or now - last >= self.every)
-                if show:
-                    state[1] = now
-            if not show:
-                return
-        pct = f" ({100 * done // total}%)" if total else ""
-        self.write(f"[cluster] {phase}: {done}/{total}{pct}" + (" done" if finished else ""))
-
-
-class _Terminal(Protocol):
-    """What the progress lines need of pytest's terminal reporter."""
-
-    def ensure_newline(self) -> None: ...
-
-    def write_line(self, line: str) -> None: ...
-
-
-def progress_writer(terminalreporter: _Terminal | None, verbose: int,
-                    isatty: bool | None = None) -> Progress | None:
-    """The progress sink for a run: None with -q, or when neither verbose nor a tty."""
-    if terminalreporter is None or verbose < 0:
-        return None
-    tty = sys.stdout.isatty() if isatty is None else isatty
-    if verbose < 1 and not tty:
-        return None
-    lock = threading.Lock()
-
-    def write(line: str) -> None:
-        with lock:
-            terminalreporter.ensure_newline()
-            terminalreporter.write_line(line)
-
-    return Progress(write)

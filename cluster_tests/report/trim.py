@@ -1,6 +1,6 @@
 """What the session lets go of once a test is done, that pytest and its plugins would keep to
 its end: 190,000 items at 4096 nodes make every byte an item count.  What this touches of
-pytest's private parts, and why, is in report/pytestprivate.py."""
+pytest's private parts, and why, is in core/pytestprivate.py."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from collections.abc import Generator
 
 import pytest
 
-from cluster_tests.report.pytestprivate import forget_item_leftovers
+from cluster_tests.core.pytestprivate import forget_item_leftovers, forget_report
 
 
 class Trimmer:
@@ -39,7 +39,4 @@ class Trimmer:
             # is read only for the skipped summary's folding, which asks for these two
             report.keywords = {k: 1 for k in ("skip", "pytestmark") if k in report.keywords}
             return
-        reporter = self.config.pluginmanager.get_plugin("terminalreporter")
-        kept = reporter.stats.get("") if reporter is not None else None
-        if kept and kept[-1] is report:
-            kept.pop()
+        forget_report(self.config.pluginmanager.get_plugin("terminalreporter"), report)

@@ -24,6 +24,7 @@ from suite import PYTEST, REPO, run_suite
 from cluster_tests.judge.collective import collverdict as C
 from cluster_tests.judge.collective import pairbw as pb
 from cluster_tests.measure import allreducerun as R
+from cluster_tests.report.colltable import AllReduceResult
 
 FAST = ("-m", "collective", "--sizes", "64K,1M", "--iters", "5", "--warmup", "2",
         "--collective-connect-timeout", "5", "--collective-init-timeout", "10",
@@ -72,10 +73,10 @@ def test_healthy_cluster_reports_busbw_per_size(healthy_sim, baseline: Path) -> 
     props = result.properties["test_allreduce"]
     assert props["backend"] == "gloo" and props["world_size"] == "3"
     assert props["sizes"] == "65536,1048576"
-    for size in (65536, 1048576):
-        time_us = float(props[f"time_us@{size}"])
-        algbw = float(props[f"algbw_GBps@{size}"])
-        busbw = float(props[f"busbw_GBps@{size}"])
+    c1 = AllReduceResult.from_json(props[AllReduceResult.PROPERTY])  # the table's record
+    assert c1 is not None and [r.size_bytes for r in c1.rows] == [65536, 1048576]
+    for row in c1.rows:
+        size, time_us, algbw, busbw = row.size_bytes, row.time_us, row.algbw_GBps, row.busbw_GBps
         assert time_us > 0 and algbw > 0
         assert algbw == pytest.approx(size / (time_us * 1e-6) / 1e9, rel=1e-3)
         assert busbw == pytest.approx(algbw * 2 * (3 - 1) / 3, rel=1e-3)  # nccl-tests' factor

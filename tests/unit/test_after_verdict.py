@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
+from records import c1_property
 
 from cluster_tests.judge.problem import PROPERTY, Problem
 from cluster_tests.report import files, metrics
@@ -39,10 +40,10 @@ def recorder() -> Recorder:
                 "passed"),
         Outcome("test_allreduce_pair[node1<->node2]", "test_allreduce_pair",
                 "cluster_tests/checks/collective.py", "passed", pair=("node1", "node2"),
-                properties={"busbw_GBps": "0.005432", "size_bytes": "1048576"}),
+                properties={"busbw_GBps": "0.005432", "size_bytes": "1048576"}, ordered=False),
         Outcome("test_allreduce", "test_allreduce", "cluster_tests/checks/collective.py",
-                "passed", properties={"busbw_GBps@65536": "0.0044", "busbw_GBps@1048576":
-                                      "0.0053", "time_us@1048576": "1.0"}),
+                "passed", properties=c1_property({65536: (1.0, 0.0033, 0.0044),
+                                                  1048576: (1.0, 0.004, 0.0053)})),
     ]
     rec.outcomes = {o.test_id: o for o in outcomes}
     return rec

@@ -1,4 +1,4 @@
-"""plugin._logs_in_everywhere: logins start before collection only where the session will log
+"""core/runstate.logs_in_everywhere: logins start before collection only where the session will log
 in to every node anyway (it runs tests, here, over SSH, selecting by no name)."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from cluster_tests import plugin
+from cluster_tests.core import runstate
 
 
 def _config(*args: str, transport: str = "ssh", worker: bool = False, **options):
@@ -23,13 +23,13 @@ def _config(*args: str, transport: str = "ssh", worker: bool = False, **options)
 
 @pytest.fixture(autouse=True)
 def _transport(monkeypatch):
-    monkeypatch.setattr(plugin, "_the_cluster", lambda config: SimpleNamespace(
+    monkeypatch.setattr(runstate, "the_cluster", lambda config: SimpleNamespace(
         settings=SimpleNamespace(transport=config.transport)))
 
 
 def test_a_plain_run_and_a_marker_selection_log_in_everywhere():
-    assert plugin._logs_in_everywhere(_config())
-    assert plugin._logs_in_everywhere(_config("cluster_tests/checks/ssh.py", markexpr="ssh"))
+    assert runstate.logs_in_everywhere(_config())
+    assert runstate.logs_in_everywhere(_config("cluster_tests/checks/ssh.py", markexpr="ssh"))
 
 
 @pytest.mark.parametrize("config", [
@@ -40,4 +40,4 @@ def test_a_plain_run_and_a_marker_selection_log_in_everywhere():
     ids=["-k", "--lf", "--deselect", "an id", "--collect-only", "--setup-plan", "--fixtures",
          "-n", "a worker", "srun"])
 def test_a_selection_by_name_or_no_run_here_does_not(config):
-    assert not plugin._logs_in_everywhere(config)
+    assert not runstate.logs_in_everywhere(config)

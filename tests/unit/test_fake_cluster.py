@@ -70,7 +70,7 @@ def test_healthy_fake_cluster_is_green(tmp_path: Path) -> None:
 def test_dead_nodes_are_one_red_each(tmp_path: Path) -> None:
     """The bench's dead-node mode (FAKE_DEAD=4: node4 and node8 time out) gives what a real run
     with two powered-off nodes gives: one red per dead node (its login), nothing else red."""
-    # and the command leaves (plugin._leave: without freeing its objects one by one) with the
+    # and the command leaves (core/leave.leave: without freeing its objects one by one) with the
     # session's status, after every other exit handler, a plugin's included
     (tmp_path / "late_exit.py").write_text(
         "import atexit, pathlib\n"

@@ -15,9 +15,9 @@ from hypothesis import strategies as st
 from paths import SAMPLES, load_script
 
 from cluster_tests.judge.collective import collopts as copts
-from cluster_tests.judge.collective import colltable as ctab
 from cluster_tests.judge.collective import collverdict as C
 from cluster_tests.judge.collective import rankplan as rk
+from cluster_tests.report import colltable
 from fixtures import localcollective as LC
 
 FAST: dict[str, Any] = {"warmup": 2, "iters": 5, "connect_timeout": 10.0, "init_timeout": 10.0,
@@ -52,7 +52,7 @@ def test_gloo_allreduce_is_correct_and_reported_as_nccl_tests(world: int, sizes:
         assert row.time_us > 0
         assert row.algbw_GBps == row.size_bytes / (row.time_us * 1e-6) / 1e9
         assert row.busbw_GBps == row.algbw_GBps * factor
-    table = ctab.format_table(report)
+    table = colltable.table(colltable.AllReduceResult.of(report))
     assert copts.UNITS_LEGEND in table
     assert "# timed: avg time per op of 5 back-to-back in-place all_reduce calls" in table
     assert f"{report.rows[-1].size_bytes:12d}" in table
@@ -193,13 +193,13 @@ def test_slow_link_stops_the_sweep_instead_of_running_into_the_watchdog() -> Non
     assert iters is not None and 1 <= iters <= 5 and report.iters == 5
     if iters < 5:
         assert (f"# slow link: fewer timed calls at 1KB ({report.rows[0].iters})"
-                in ctab.format_table(report))
+                in colltable.table(colltable.AllReduceResult.of(report)))
     assert report.stopped is not None
     assert report.stopped.size_bytes == 16 << 20 and report.stopped.skipped == (16 << 20, 64 << 20)
     assert report.stopped.op_seconds > 0.0005
     assert "sweep stopped before 16MB" in report.message
     assert ("# sweep stopped before 16MB: one all_reduce of that size would take about"
-            in ctab.format_table(report))
+            in colltable.table(colltable.AllReduceResult.of(report)))
     verdict = C.judge_busbw(report.rows, stopped=report.stopped)
     assert verdict.judged and not verdict.ok
     assert "not measured: 16MB, 64MB" in verdict.message

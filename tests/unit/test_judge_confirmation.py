@@ -108,17 +108,6 @@ def test_a_retry_is_slow_when_it_fails_stops_or_falls_below_the_threshold() -> N
     assert confirmation.retry_from(p, True, None, None, None, 0.5).slow
 
 
-def test_the_table_lists_every_retry_and_the_outcome() -> None:
-    bad = [("node1", "node2"), ("node2", "node3")]
-    plan = confirmation.plan(bad, {("node1", "node3"): 1.0}, THREE)
-    c = confirmation.judge(plan, {p: retry(p, 0.01) for p in plan.pairs}, bad, THREE)
-    text = "\n".join(confirmation.table_lines(c, 0.5))
-    assert "node1<->node2  retry: 0.010 GB/s  SLOW  -> SLOW (suspect confirmed)" in text
-    assert "# suspect node: node2 (confirmed:" in text
-    empty = confirmation.plan([], {("node1", "node3"): 1.0}, THREE)
-    assert confirmation.table_lines(confirmation.judge(empty, {}, [], THREE), 0.5) == []
-
-
 def _pair_report(pair: tuple[str, str], time_us: float) -> confirmation.CollectiveReport:
     """The report of a pair's run that measured 1 MiB in `time_us` (the worker's events)."""
     from cluster_tests.judge.collective import collverdict as C

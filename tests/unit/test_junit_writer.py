@@ -22,7 +22,7 @@ def pytest_configure(config):
 def pytest_runtest_logfinish(nodeid, location):
     # what the writer holds once a test is done: no element, no reporter
     from cluster_tests.report.junit import _Spooled
-    from cluster_tests.report.pytestprivate import junit_writer
+    from cluster_tests.core.pytestprivate import junit_writer
     xml = junit_writer(pytest_runtest_logfinish.config)
     held = [e for e in xml.node_reporters_ordered if not isinstance(e, _Spooled)]
     with open("held.txt", "a") as out:
@@ -119,7 +119,8 @@ def test_the_streamed_file_is_pytests_document(pytester):
 def test_a_pytest_writer_it_was_not_made_for_is_left_in_place(pytester, monkeypatch):
     from cluster_tests.report import junit
 
-    monkeypatch.setattr(junit, "_METHODS", (*junit._METHODS, "a_method_pytest_never_had"))
+    monkeypatch.setattr(junit, "LOG_XML_METHODS",
+                        (*junit.LOG_XML_METHODS, "a_method_pytest_never_had"))
     assert junit.streaming_class() is None
 
 

@@ -6,7 +6,8 @@ not only its own imports) is checked against what its folder may use.
     node/     nothing of cluster_tests (the scripts run alone on the nodes)
     judge/    judge/ only (pure judgement), and core.testids/core.sections (dependency-free
               constants: the test ids its messages cite, the section table)
-    report/   judge/, report/, core.memokey, core.nodetable, core.testids, core.sections
+    report/   judge/, report/, core.memokey, core.nodetable, core.testids, core.sections,
+              core.labels, core.pytestprivate
     core/     core/ and judge/
     measure/  core/, judge/, node/, measure/
     checks/   anything but another checks module
@@ -14,7 +15,7 @@ not only its own imports) is checked against what its folder may use.
               and no module of the package imports it
     cli       the `cluster-tests` command: pytest and the plugin's name, nothing else
 
-One exception, in EXCEPTIONS with its reason: core.cluster reads node/ (the scripts it sends).
+One exception, in EXCEPTIONS with its reason: core.probing reads node/ (the scripts it sends).
 
 And no import circles: no module reaches itself through imports (inside functions included: a
 circle "cut" by a function-level import is still a circle), but those in KNOWN_CIRCLES, each
@@ -33,8 +34,11 @@ PACKAGE = "cluster_tests"
 ROOT = paths.PACKAGE
 
 #: what report/ may use of core/: keys, the node table and its column declarations, test-id
-#: and section constants; not the cluster, the settings or the transport
-REPORT_CORE = {"core.memokey", "core.nodetable", "core.testids", "core.sections"}
+#: and section constants, the properties that say where a check ran, and the one module of
+#: pytest's private parts (report/junit.py's writer, report/trim.py); not the cluster, the
+#: settings or the transport
+REPORT_CORE = {"core.memokey", "core.nodetable", "core.testids", "core.sections",
+               "core.labels", "core.pytestprivate"}
 #: what judge/ may use of core/: the test-id constants ("see test_login[node3]" in a message
 #: goes through them, so a renamed test cannot leave a stale reference); pure constants, no I/O
 JUDGE_CORE = {"core.testids", "core.sections"}
@@ -44,9 +48,9 @@ ROOT_MODULE = "plugin"
 
 #: (importer, imported) pairs allowed against the rule, each with its reason; at most one.
 EXCEPTIONS = {
-    # Cluster.probe sends a node script (`node.source(name)`: the file, with the prelude for
+    # Probes.probe sends a node script (`node.source(name)`: the file, with the prelude for
     # the probe family) to run it: core reads the node/ folder; nothing of node/ runs here.
-    ("core.cluster", "node"),
+    ("core.probing", "node"),
 }
 
 
@@ -140,7 +144,7 @@ def _graph() -> dict[str, set[str]]:
 def chains(graph: dict[str, set[str]], start: str) -> dict[str, list[str]]:
     """Every module `start` reaches through imports, each with one shortest chain to it
     ([start, ..., module]). An EXCEPTIONS edge is not taken: what the exception allows is read,
-    not run (core.cluster reads the node/ scripts it sends), and it is allowed on its own edge."""
+    not run (core.probing reads the node/ scripts it sends), and it is allowed on its own edge."""
     found: dict[str, list[str]] = {}
     todo = [[start]]
     while todo:
@@ -186,11 +190,11 @@ def test_nothing_imports_the_composition_root() -> None:
 
 
 def test_chains_are_followed() -> None:
-    graph = {"judge.a": {"core.testids", "core.x"}, "core.x": {"core.cluster"},
-             "core.cluster": {"node"}, "node": set()}
+    graph = {"judge.a": {"core.testids", "core.x"}, "core.x": {"core.probing"},
+             "core.probing": {"node"}, "node": set()}
     got = chains(graph, "judge.a")
-    assert got["core.cluster"] == ["judge.a", "core.x", "core.cluster"]
-    assert not allowed("judge.a", "core.cluster")
+    assert got["core.probing"] == ["judge.a", "core.x", "core.probing"]
+    assert not allowed("judge.a", "core.probing")
     assert "node" not in got  # the exception's edge is not a chain
 
 

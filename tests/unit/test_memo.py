@@ -1,4 +1,4 @@
-"""Cluster's session memo, its own code on a bare object: each key computed once however many
+"""The session memo (core/memo.py): each key computed once however many
 threads ask at once; a value kept alone (no Future per key once computed: 20,000 per 1024
 nodes); a failure kept and re-raised to every asker, never computed again."""
 
@@ -26,7 +26,7 @@ def test_a_key_is_computed_once_and_kept_without_its_future():
     assert got == ["facts"] * 64 and len(calls) == 1
     assert m._memo == {} and m._values == {("probe", "node1"): "facts"}
     assert m.memo(("probe", "node1"), compute) == "facts" and len(calls) == 1
-    assert m.cached(("probe", "node1")) == "facts" and not m._failed(("probe", "node1"))
+    assert m.cached(("probe", "node1")) == "facts" and not m.failed(("probe", "node1"))
 
 
 def test_a_failure_is_kept_and_raised_to_every_asker():
@@ -49,5 +49,5 @@ def test_a_failure_is_kept_and_raised_to_every_asker():
     assert got == ["node3: connection refused"] * 32 and len(calls) == 1
     with pytest.raises(OSError):
         m.memo(("login", "node3"), compute)
-    assert len(calls) == 1 and m._failed(("login", "node3"))
+    assert len(calls) == 1 and m.failed(("login", "node3"))
     assert m.cached(("login", "node3")) is None and ("login", "node3") not in m._values

@@ -6,8 +6,13 @@ from __future__ import annotations
 import json
 import re
 
+from records import c1_property
+
+from cluster_tests.core.labels import PairLabel, keyword_form
+from cluster_tests.core.progress import Progress
+from cluster_tests.report import colltable
 from cluster_tests.report import html as html_report
-from cluster_tests.report.summary import Outcome, Progress, Recorder, keyword_form, node_columns
+from cluster_tests.report.summary import Outcome, Recorder, node_columns
 
 NODES = ["node1", "node2", "node3"]
 
@@ -30,11 +35,11 @@ def _recorder(red: tuple[str, str] = ("node1", "node3")) -> Recorder:
         for b in NODES[i + 1:]:
             rec.outcomes[f"test_allreduce_pair[{a}<->{b}]"] = Outcome(
                 f"test_allreduce_pair[{a}<->{b}]", "test_allreduce_pair", "m", "passed",
-                pair=(a, b), properties={"busbw_GBps": 1.5 if b != "node3" else 0.5})
-    props = {"backend": "gloo", "world_size": 3, "busbw_GBps": 2.0}
-    for size, bw in ((1024, 0.1), (65536, 1.0), (1048576, 2.0)):
-        props.update({f"time_us@{size}": 10.0, f"algbw_GBps@{size}": bw / 1.3,
-                      f"busbw_GBps@{size}": bw})
+                pair=(a, b), properties={"busbw_GBps": 1.5 if b != "node3" else 0.5},
+                ordered=False)
+    props = {"backend": "gloo", "world_size": 3, "busbw_GBps": 2.0,
+             **c1_property({size: (10.0, bw / 1.3, bw)
+                            for size, bw in ((1024, 0.1), (65536, 1.0), (1048576, 2.0))})}
     rec.outcomes["test_allreduce"] = Outcome("test_allreduce", "test_allreduce", "m", "passed",
                                              properties=props)
     return rec
@@ -86,11 +91,20 @@ def test_the_json_file_written_test_by_test_is_the_document(tmp_path):
     assert json.loads(line.strip().rstrip(","))["outcome"] == "failed"
 
 
-def test_bandwidth_lines_from_properties():
-    lines = _recorder().render_bandwidth()
-    assert lines[0].startswith("C1: all-reduce over 3 ranks (gloo)")
-    assert any(line.split()[:4] == ["1048576", "10.00", "1.5385", "2.0000"] for line in lines)
-    assert "  node1<->node3      0.5000  passed" in lines
+def test_the_collective_tables_read_the_records_and_pairs_their_labels():
+    rec = _recorder()
+    c1 = rec.allreduce()
+    assert c1 is not None and [r.size_bytes for r in c1.rows] == [1024, 65536, 1048576]
+    lines = colltable.tables(c1, rec.pair_results())
+    assert any(line.split()[:8] == ["1048576", "262144", "float32", "sum", "10.00", "1.54",
+                                    "2.00", "0"] for line in "\n".join(lines).splitlines())
+    # the pair of a C2 test is its label's (`pair` property), either way; none from its id
+    assert {o.pair: o.ordered for o in rec.by_function("test_allreduce_pair")} == {
+        ("node1", "node2"): False, ("node1", "node3"): False, ("node2", "node3"): False}
+    for text, label in (("node1->node3", PairLabel("node1", "node3")),
+                        ("gpu-01<->gpu-02", PairLabel("gpu-01", "gpu-02", ordered=False)),
+                        ("node3->*", PairLabel("node3", "*"))):
+        assert PairLabel.read(text) == label and str(label) == text
 
 
 def test_html_has_the_red_cell_and_the_plot():

@@ -9,7 +9,7 @@ pytest_plugins = ["pytester"]
 
 CONFTEST = """
 import pytest
-from cluster_tests.report.pytestprivate import TMPPATH_RESULT
+from cluster_tests.core.pytestprivate import TMPPATH_RESULT
 from cluster_tests.report.trim import Trimmer
 
 def pytest_configure(config):

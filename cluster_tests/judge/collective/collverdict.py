@@ -5,9 +5,10 @@ The worker (``node/allreduce.py``) runs one process per rank and prints JSON eve
 host and local rank) that never joined, hung or failed, the busbw formula (nccl-tests'
 doc/PERFORMANCE.md), the backend each node's accelerators call for, and C1's busbw against
 ``--min-busbw`` and a baseline (:func:`judge_busbw`). The seams around it: the options
-(``collopts.py``), the rank layout and worker command (``rankplan.py``), the tables
-(``colltable.py``), C2's pairs (``pairbw.py``) and their confirmation (``confirmation.py``),
-beside this module in judge/collective/. The SSH orchestration is ``measure/allreducerun.py``.
+(``collopts.py``), the rank layout and worker command (``rankplan.py``), C2's pairs
+(``pairbw.py``) and their confirmation (``confirmation.py``), beside this module in
+judge/collective/. The SSH orchestration is ``measure/allreducerun.py``; the tables are
+``report/colltable.py``.
 
 Units: sizes in bytes, times in microseconds, bandwidths in GB/s with 1 GB = 1e9 bytes.
 """

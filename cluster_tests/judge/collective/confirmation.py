@@ -195,27 +195,6 @@ def retry_from(pair: Pair, ok: bool, busbw: float | None, stopped: str | None,
     return Retry(pair, busbw, busbw < threshold)
 
 
-def table_lines(c: Confirmation, threshold: float) -> list[str]:
-    """C2 table's confirmation block: every retry with its number, then the outcome."""
-    if c.plan.empty:
-        return []
-    lines = [f"# C2 confirmation: measured again before blaming (slow = below "
-             f"{threshold:.3f} GB/s, as above)"]
-    for pair in c.plan.pairs:
-        r = c.retries.get(pair)
-        v = c.verdicts.get(pair)
-        what = ("SLOW" if r and r.slow else "ok") if r else "not run"
-        tag = {"flaky": "  -> FLAKY (slow once)", "slow-again": "  -> SLOW twice",
-               "confirmed": "  -> SLOW (suspect confirmed)"}.get(v.state, "") if v else ""
-        lines.append(f"#{pair[0] + '<->' + pair[1]:>27}  retry: "
-                     f"{r.describe() if r else '-'}  {what}{tag}")
-    if c.plan.suspect:
-        lines.append(f"# suspect node: {c.confirmed or 'none'} ({c.suspect_line()})")
-    for pair in c.plan.skipped:
-        lines.append(f"#{pair[0] + '<->' + pair[1]:>27}  not measured again (cap {RETRY_CAP})")
-    return lines
-
-
 # --- the verdict of one slow pair -------------------------------------------------------------
 
 

@@ -124,12 +124,6 @@ def by_node(lines_by_rank: Mapping[int, Sequence[str]],
     return {host: parse(lines) for host, lines in grouped.items()}
 
 
-def table_lines(lines_by_rank: Mapping[int, Sequence[str]], ranks: Sequence[Rank]) -> list[str]:
-    """`# transport node1: net IB (mlx5_0:1/IB); intra-node P2P/IPC` per node, for C1's table."""
-    return [f"# transport {host}: {t.describe()}"
-            for host, t in by_node(lines_by_rank, ranks).items()]
-
-
 def socket_fallbacks(nodes: Mapping[str, Transports],
                      rdma_nodes: Mapping[str, str]) -> dict[str, str]:
     """Nodes that have active RDMA ports (`rdma_nodes`: node -> its ports, described) but
