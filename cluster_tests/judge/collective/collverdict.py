@@ -48,7 +48,7 @@ EXIT_INIT = 12
 EXIT_COLLECTIVE = 13
 
 
-class CollectiveCause(SectionCause):
+class CollectiveCause(SectionCause, items=("C",)):
     """What a C1/C2 red is (Problem.cause): first the report's failure kinds (its verdicts),
     then what else stops or spoils a run."""
 

@@ -52,7 +52,7 @@ OUTPUT_FLAG = re.compile(r"^--?[\w-]*(output|save|log|checkpoint|ckpt|cache|tens
 SYSTEM_DIRS = ("/", "/tmp", "/dev", "/proc", "/sys", "/run", "/etc", "/usr", "/var", "/home")
 
 
-class LaunchFilesCause(SectionCause):
+class LaunchFilesCause(SectionCause, items=("E8",)):
     """What E8 finds on a node (Problem.cause)."""
 
     DIR_MISSING = "launch directory missing"

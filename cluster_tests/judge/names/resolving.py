@@ -18,7 +18,7 @@ from cluster_tests.judge.problem import Fix, Problem, SectionCause
 from cluster_tests.judge.ssh import sshnames
 
 
-class NamesCause(SectionCause):
+class NamesCause(SectionCause, items=("N",)):
     """What can be wrong with how the nodes find each other by name (Problem.cause)."""
 
     NOT_RESOLVED = "name not resolved"  # N1

@@ -29,7 +29,7 @@ from cluster_tests.judge.network.portfacts import (
 from cluster_tests.judge.problem import Problem, SectionCause
 
 
-class NetworkCause(SectionCause):
+class NetworkCause(SectionCause, items=("F",)):
     """What can be wrong in section F (Problem.cause)."""
 
     PROBE_FAILED = "network probe failed"

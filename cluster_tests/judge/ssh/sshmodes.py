@@ -247,7 +247,7 @@ def login_problem(node: str, where: str, cause: sshfail.Cause, detail: str, hint
     (sshfail.launcher_fix).
     Nobody can run a command there for us, so the fix is a person's (said, not scripted)."""
     # the launcher's ssh refusing its own configuration fails every login: no node avoids it
-    return Problem((node,), cause.value, f"{where}: {cause.value}: {detail}", fix=hint,
+    return Problem((node,), cause, f"{where}: {cause}: {detail}", fix=hint,
                    item="S1", scope=Scope.LAUNCHER if cause in LAUNCHER_CAUSES else None)
 
 
@@ -320,9 +320,9 @@ def trust_problem(a: str, b: str, cause: sshfail.Cause, evidence: str, facts: Tr
             fix = sshfail.pair_fix(cause, a, b)
     else:
         fix = sshfail.pair_fix(cause, a, b, facts.address)
-    message = (f"{a} -> {b}: {cause.value}\n  `ssh -o BatchMode=yes {b} true` on {a} said:\n    "
+    message = (f"{a} -> {b}: {cause}\n  `ssh -o BatchMode=yes {b} true` on {a} said:\n    "
                + evidence.replace("\n", "\n    "))
-    return Problem((a, b), cause.value, message, fix=fix, fixes=fixes, item="S4")
+    return Problem((a, b), cause, message, fix=fix, fixes=fixes, item="S4")
 
 
 # -- S5, S6 ----------------------------------------------------------------------------------
@@ -365,8 +365,8 @@ def pdsh_leg_problem(site: str, target: str, lines: list[str], pdsh_errors: list
                              if exit_code is not None else [])) or "(nothing)"
     fix = sshfail.pair_fix(cause, "the launcher" if launcher else site, target)
     return Problem(
-        (site, target), cause.value,
-        f"{site} -> {target}: pdsh's ssh leg failed ({cause.value}); this is how deepspeed "
+        (site, target), cause,
+        f"{site} -> {target}: pdsh's ssh leg failed ({cause}); this is how deepspeed "
         f"starts the ranks on {target}:\n    {said}", fix=f"{fix}; see {see}", item="S5",
         # from the launcher: the target, unless the launcher's own ssh is what fails
         scope=(Scope.LAUNCHER if launcher and cause in LAUNCHER_CAUSES
