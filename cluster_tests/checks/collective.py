@@ -193,7 +193,7 @@ def test_allreduce(allreduce_run: RemoteRun | R.PortsBlocked, cluster: Cluster,
     if isinstance(run, R.PortsBlocked):
         _ports_blocked(cluster, run)
         outcome.fail(C.ports_blocked(f"all-reduce over every rank of {', '.join(cluster.names)}",
-                                     run.blocked, item="C1"))
+                                     run.blocked, item=ids.ALLREDUCE.items[0]))
     _record(record_property, run)
     for host, t in R.transports(run).items():
         record_property(f"transport@{host}", t.describe())
@@ -203,10 +203,11 @@ def test_allreduce(allreduce_run: RemoteRun | R.PortsBlocked, cluster: Cluster,
         _block_by_ifname(cluster, run)
         outcome.fail(C.run_failed(
             run, f"{what} on {', '.join(run.nodes)}", R.ports_seen(cluster, run.nodes),
-            item="C1", after=_stacks(pytestconfig, cluster, run, "allreduce", record_property)))
+            item=ids.ALLREDUCE.items[0],
+            after=_stacks(pytestconfig, cluster, run, "allreduce", record_property)))
     if fallback is not None:
         outcome.fail(fallback)
-    _after_run(cluster, [run], what, "C1")
+    _after_run(cluster, [run], what, ids.ALLREDUCE.items[0])
 
 
 def test_allreduce_busbw(allreduce_run: RemoteRun | R.PortsBlocked, cluster: Cluster,
@@ -244,11 +245,12 @@ def _pair_run(cluster: Cluster, runs: PairRuns, pair: Pair) -> RemoteRun:
         return run
     if isinstance(run, R.NodeDown):
         cluster.require(run.node)
-        outcome.fail(C.node_down(run.node, item="C2", where=pair))
+        outcome.fail(C.node_down(run.node, item=ids.ALLREDUCE_PAIR.item, where=pair))
     if isinstance(run, R.PortsBlocked):
         _ports_blocked(cluster, run)
-        outcome.fail(C.ports_blocked(pb.pair_id(pair), run.blocked, item="C2", where=pair))
-    outcome.fail(C.not_run(pb.pair_id(pair), str(run), item="C2", where=pair))
+        outcome.fail(C.ports_blocked(pb.pair_id(pair), run.blocked,
+                                     item=ids.ALLREDUCE_PAIR.item, where=pair))
+    outcome.fail(C.not_run(pb.pair_id(pair), str(run), item=ids.ALLREDUCE_PAIR.item, where=pair))
 
 
 def _pair_failed(cluster: Cluster, runs: PairRuns, pair: Pair, run: RemoteRun,
@@ -259,7 +261,7 @@ def _pair_failed(cluster: Cluster, runs: PairRuns, pair: Pair, run: RemoteRun,
     stacks = _stacks(config, cluster, run, f"allreduce_pair-{pair[0]}-{pair[1]}",
                      record_property)
     outcome.fail(C.run_failed(run, pb.pair_id(pair), R.ports_seen(cluster, run.nodes),
-                              item="C2", where=pair,
+                              item=ids.ALLREDUCE_PAIR.item, where=pair,
                               after=[*pb.common_node_words(failing, "failing"), *stacks]))
 
 
@@ -271,14 +273,14 @@ def test_allreduce_pair(pair_runs: PairRuns, node_pair: Pair, cluster: Cluster,
     _record(record_property, run)
     if not run.report.ok:
         _pair_failed(cluster, pair_runs, node_pair, run, record_property, pytestconfig)
-    _after_run(cluster, [run], pb.pair_id(node_pair), "C2", node_pair)
+    _after_run(cluster, [run], pb.pair_id(node_pair), ids.ALLREDUCE_PAIR.item, node_pair)
     confirmed = pair_runs.confirm
     verdict = confirmed.verdicts.get(node_pair)
     if verdict is None:
         return  # neither slow nor stopped
     _record_confirmation(record_property, confirmed, node_pair)
     reruns = [r for r in pair_runs.reruns.values() if isinstance(r, RemoteRun)]
-    leftover = C.leftover(reruns, item="C2", where=node_pair)
+    leftover = C.leftover(reruns, item=ids.ALLREDUCE_PAIR.item, where=node_pair)
     if leftover is not None:
         outcome.fail(leftover)
     first = confirmation.slow_words(node_pair, run.report, pair_runs.slow, len(pair_runs.runs))

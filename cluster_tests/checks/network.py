@@ -80,7 +80,7 @@ class NetworkWarning(UserWarning):
     """Works, but worth a look (slow pair, firewall rules that do not bite today)."""
 
 
-def _slice(cluster: Cluster, a: str, b: str, item: str) -> Reach:
+def _slice(cluster: Cluster, a: str, b: str, check: ids.TestId) -> Reach:
     """What a reached of b in the port matrix; fails briefly when a or b could not take part."""
     cluster.require(a)
     cluster.require(b)
@@ -95,12 +95,12 @@ def _slice(cluster: Cluster, a: str, b: str, item: str) -> Reach:
     for node, errors, what in ((b, m.listen_errors, "open listeners"),
                                (a, m.connect_errors, "run connections")):
         if node in errors:
-            outcome.fail(nc.matrix_gap(a, b, node, what, errors[node], item))
+            outcome.fail(nc.matrix_gap(a, b, node, what, errors[node], check.item))
     reach = m.reach(a, b)
     if reach is None:
-        outcome.fail(nc.no_result(a, b, item))
+        outcome.fail(nc.no_result(a, b, check.item))
     if reach.addr is None:
-        outcome.fail(nc.unresolved(a, b, reach.resolve_error, item))
+        outcome.fail(nc.unresolved(a, b, reach.resolve_error, check.item))
     return reach
 
 
@@ -344,7 +344,7 @@ def _median_rtt(m: nc.PortMatrix, a: str, b: str) -> float | None:
 
 def _reachable(cluster: Cluster, a: str, b: str,
                record: Callable[[str, str], None] | None = None) -> None:
-    reach = _slice(cluster, a, b, "F1")
+    reach = _slice(cluster, a, b, ids.REACHABLE)
     stats = nc.rtt_stats(reach.rtt_ms)
     if stats is None:
         if reach.ssh is not None and reach.ssh.ok:
@@ -358,7 +358,8 @@ def _reachable(cluster: Cluster, a: str, b: str,
         if nc.source_at_fault(m, a, b):
             outcome.fail(nc.source_fault_problem(a, b, str(reach.addr),
                                                  f"{b}'s high ports nor from its sshd",
-                                                 _drop_rules(cluster, a), "F1"))
+                                                 _drop_rules(cluster, a),
+                                                 ids.REACHABLE.item))
         outcome.fail(nc.unreachable_problem(a, reach))
     if record is not None:
         record("rtt_ms", f"{stats.median_ms:.3f}")
@@ -383,7 +384,7 @@ def test_high_ports(cluster: Cluster, pair: tuple[str, str], record_property) ->
 
 def _high_ports(cluster: Cluster, a: str, b: str,
                 record: Callable[[str, str], None] | None = None) -> None:
-    reach = _slice(cluster, a, b, "F3")
+    reach = _slice(cluster, a, b, ids.HIGH_PORTS)
     m = ports.port_matrix(cluster)
     if record is not None:
         record("matrix_seconds", f"{m.seconds:.2f}")
@@ -420,7 +421,8 @@ def test_master_port(cluster: Cluster, rendezvous_leg: tuple[str, str]) -> None:
     cluster.require(rank0)
     m = ports.port_matrix(cluster)
     if rank0 in m.listen_errors:
-        outcome.fail(nc.listeners_failed((node, rank0), rank0, m.listen_errors[rank0], "F2"))
+        outcome.fail(nc.listeners_failed((node, rank0), rank0, m.listen_errors[rank0],
+                                          ids.MASTER_PORT.item))
     master = m.master(rank0)
     if master is None or not master.free:
         if node != rank0:
@@ -434,7 +436,7 @@ def test_master_port(cluster: Cluster, rendezvous_leg: tuple[str, str]) -> None:
                       + (f": {why.headline}" if why else ""))
         # H3 is not in this run (-m network): the cause is this red's, never hidden
         outcome.fail(nc.no_master_addr(node, rank0, port, why, d.command))
-    reach = _slice(cluster, node, rank0, "F2")
+    reach = _slice(cluster, node, rank0, ids.MASTER_PORT)
     if reach.master is None or not reach.master.ok:
         _master_leg(cluster, m, reach, node, d.value)
 
@@ -480,7 +482,7 @@ def test_firewall_rules(cluster: Cluster, node: str, record_property) -> None:
     try:
         fw = cluster.probe(node, FIREWALL)
     except ProbeError as exc:
-        outcome.fail(exc.problem("F4"))
+        outcome.fail(exc.problem(ids.FIREWALL_RULES.item))
     rules = _drop_rules(cluster, node)
     if rules is None:
         errs = "; ".join(f"{tool}: {c.err.strip()[:150]}" for tool, c in fw.tools)
@@ -636,7 +638,8 @@ def test_own_address(cluster: Cluster, node: str, record_property) -> None:
     cluster.require(node)
     m = ports.port_matrix(cluster)
     if node in m.listen_errors:
-        outcome.fail(nc.listeners_failed((node,), node, m.listen_errors[node], "F7"))
+        outcome.fail(nc.listeners_failed((node,), node, m.listen_errors[node],
+                                          ids.OWN_ADDRESS.item))
     own = m.listeners[node].own
     if own is not None and own.addr:
         record_property("own_address", f"{own.addr} ({own.how})")

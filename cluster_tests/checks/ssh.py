@@ -70,7 +70,7 @@ def test_ssh_trust(cluster: Cluster, pair: tuple[str, str]) -> None:
     try:
         results = sshpairs.pairs_from(cluster, a)
     except ProbeError as exc:
-        outcome.fail(exc.problem("S4"))
+        outcome.fail(exc.problem(ids.SSH_TRUST.item))
     leg = results[b]
     if leg.cause is None:
         return

@@ -454,14 +454,15 @@ def busbw_problem(report: CollectiveReport, verdict: BusbwVerdict) -> Problem | 
         f"all-reduce over {report.world_size} ranks ({report.backend}): {verdict.message}",
         fix=f"run `-k {ids.ALLREDUCE_PAIR}` to find the slow node or link; check the NIC speed "
             f"and that {report.backend} uses the fast interface "
-            f"(NCCL_SOCKET_IFNAME/GLOO_SOCKET_IFNAME)", item="C1")
+            f"(NCCL_SOCKET_IFNAME/GLOO_SOCKET_IFNAME)", item=ids.ALLREDUCE_BUSBW.item)
 
 
 def baseline_unreadable(path: str, error: str) -> Problem:
     """C1's red when --busbw-baseline cannot be read (`error`: why)."""
     return Problem((), CollectiveCause.BASELINE_UNREADABLE,
                    f"--busbw-baseline {path}: cannot read it: {error}",
-                   fix=f"write one with --busbw-record {path} on a healthy run", item="C1")
+                   fix=f"write one with --busbw-record {path} on a healthy run",
+                   item=ids.ALLREDUCE_BUSBW.item)
 
 
 # --- a run over the remote layer, and why it failed --------------------------------------------
@@ -779,4 +780,4 @@ def socket_fallback(fallbacks: Mapping[str, str]) -> Problem | None:
         + "\n  ".join(fallbacks.values()),
         fix=f"unset NCCL_IB_DISABLE / NCCL_NET=Socket; see {ids.IB_HCA} and {ids.MEMLOCK} of "
             "those nodes; install rdma-core (libibverbs) where the ranks run; a container needs "
-            "--device=/dev/infiniband and --cap-add=IPC_LOCK", item="C1")
+            "--device=/dev/infiniband and --cap-add=IPC_LOCK", item=ids.ALLREDUCE.items[0])

@@ -9,6 +9,7 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from cluster_tests.core import testids as ids
 from cluster_tests.judge.common.facts import Command
 from cluster_tests.judge.common.netfacts import Interface, route_device
 from cluster_tests.judge.network.portjudge import NetworkCause
@@ -132,7 +133,8 @@ def judge_socket_ifname(node: str, rank0: str, misses: Sequence[Miss],
     said = [_miss_text(node, rank0, m, here) for m in misses]
     return Problem((node,), NetworkCause.IFNAME_UNUSABLE,
                    f"{node}: " + f"\n{node}: ".join(text for text, _ in said),
-                   fix="; ".join(dict.fromkeys(fix for _, fix in said)), item="F5")
+                   fix="; ".join(dict.fromkeys(fix for _, fix in said)),
+                   item=ids.SOCKET_IFNAME.item)
 
 
 # -- F5: the route between two nodes -----------------------------------------------------------
@@ -148,7 +150,7 @@ def judge_route(a: str, b: str, addr: str, route: Command | None,
         said = (route.err or route.out).strip()[:200] if route is not None else ""
         return Problem((a, b), NetworkCause.NO_ROUTE,
                        f"{a} -> {b} ({addr}): no route (`ip -o route get {addr}` on {a}: {said})",
-                       item="F5")
+                       item=ids.SOCKET_IFNAME_ROUTE.item)
     wrong = {var: names for var, names in matches.items() if dev not in names}
     if not wrong:
         return None
@@ -158,7 +160,7 @@ def judge_route(a: str, b: str, addr: str, route: Command | None,
         + "; ".join(f"{var}={env[var]} selects {', '.join(n)}" for var, n in wrong.items())
         + ": the library binds one interface and the packets leave by another.",
         fix=f"select {dev} (export NCCL_SOCKET_IFNAME=={dev}), or route {b}'s subnet via the "
-            f"selected interface on {a}", item="F5")
+            f"selected interface on {a}", item=ids.SOCKET_IFNAME_ROUTE.item)
 
 
 # -- F6 ----------------------------------------------------------------------------------------
@@ -179,4 +181,5 @@ def judge_mtu(node: str, mtus: Mapping[str, tuple[str, int | None]], rank0: str
         (node,), NetworkCause.MTU_MISMATCH,
         f"{node}: {dev} has MTU {mtu}, most nodes use {common}; large packets between them are "
         f"dropped or fragmented (a hang or a slow all-reduce):\n{table}",
-        fix=f"on {node}: ip link set dev {dev} mtu {common}  (and make it persistent)", item="F6")
+        fix=f"on {node}: ip link set dev {dev} mtu {common}  (and make it persistent)",
+        item=ids.MTU.item)

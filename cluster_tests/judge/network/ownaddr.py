@@ -21,6 +21,7 @@ from __future__ import annotations
 import ipaddress
 from collections.abc import Mapping
 
+from cluster_tests.core import testids as ids
 from cluster_tests.judge.network.portfacts import OwnAddress, PortTry
 from cluster_tests.judge.network.portjudge import NetworkCause
 from cluster_tests.judge.problem import Problem
@@ -105,7 +106,7 @@ def problem(node: str, own: OwnAddress | None, peers: Mapping[str, PortTry | Non
         why = own.error or "; ".join(own.bind_errors) or "none binds"
         return Problem((node,), NetworkCause.OWN_ADDRESS_NONE,
                        f"{node}: its gloo ranks have no address to bind ({view}; {why}): "
-                       f"init_process_group fails there.", fix=fix, item="F7")
+                       f"init_process_group fails there.", fix=fix, item=ids.OWN_ADDRESS.item)
     if own.how == "loopback fallback" or _loopback(addr):
         why = ("so torch falls back to 127.0.0.1" if not own.candidates else
                "none of those addresses binds, so torch falls back to 127.0.0.1"
@@ -114,7 +115,7 @@ def problem(node: str, own: OwnAddress | None, peers: Mapping[str, PortTry | Non
         return Problem((node,), NetworkCause.OWN_ADDRESS_LOOPBACK,
                        f"{node}: its gloo ranks would advertise {addr} to their peers ({view}; "
                        f"{why}): every peer would connect to itself, and init_process_group "
-                       f"fails on every node.", fix=fix, item="F7")
+                       f"fails on every node.", fix=fix, item=ids.OWN_ADDRESS.item)
     bad = {p: r for p, r in sorted(peers.items()) if r is not None and not r.ok}
     if not bad:
         return None
@@ -122,7 +123,7 @@ def problem(node: str, own: OwnAddress | None, peers: Mapping[str, PortTry | Non
     return Problem((node,), NetworkCause.OWN_ADDRESS_UNREACHABLE,
                    f"{node}: its gloo ranks would advertise {addr} ({_family(addr)}; {view}, the "
                    f"first that binds), and {', '.join(bad)} cannot connect to it ({said}): "
-                   f"init_process_group fails on every node.", fix=fix, item="F7")
+                   f"init_process_group fails on every node.", fix=fix, item=ids.OWN_ADDRESS.item)
 
 
 def dial_address(own: OwnAddress | None) -> str | None:
