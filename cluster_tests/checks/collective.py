@@ -29,6 +29,7 @@ from pathlib import Path
 
 import pytest
 
+from cluster_tests.checks import block_on
 from cluster_tests.core import outcome
 from cluster_tests.core import testids as ids
 from cluster_tests.core.cluster import Cluster
@@ -38,6 +39,7 @@ from cluster_tests.judge.collective import confirmation
 from cluster_tests.judge.collective import pairbw as pb
 from cluster_tests.judge.collective.collverdict import RemoteRun
 from cluster_tests.measure import allreducerun as R
+from cluster_tests.measure import ports
 from cluster_tests.measure.stackdump import RecordProperty
 
 Pair = tuple[str, str]
@@ -181,7 +183,8 @@ def _after_run(cluster: Cluster, runs: list[RemoteRun], what: str, item: str,
 def _ports_blocked(cluster: Cluster, exc: R.PortsBlocked) -> None:
     """Blocked by the F red that found the run's ports blocked (returns where it is not run)."""
     if exc.blocked:
-        outcome.block(*R.ports_root(cluster, exc.blocked[0]))
+        pair = exc.blocked[0]
+        block_on(C.ports_roots(pair, *ports.firewall_facts(cluster, pair.source, pair.target)))
 
 
 def test_allreduce(allreduce_run: RemoteRun | R.PortsBlocked, cluster: Cluster,

@@ -19,6 +19,7 @@ from typing import TypeVar
 
 import pytest
 
+from cluster_tests.checks import block_by_trust
 from cluster_tests.core import nodetable, outcome
 from cluster_tests.core import testids as ids
 from cluster_tests.core.cluster import Cluster, Declared, ProbeError
@@ -33,7 +34,7 @@ from cluster_tests.judge.env.envvars import ENVFILES, EnvFiles, Finding, Package
 from cluster_tests.judge.env.launchfiles import LAUNCHFILES
 from cluster_tests.judge.env.launchlegs import LaunchCause, Leg
 from cluster_tests.judge.health import rdma
-from cluster_tests.measure import accel, envfacts, launchref, rehearsal, sshroot
+from cluster_tests.measure import accel, envfacts, launchref, rehearsal
 
 pytestmark = pytest.mark.env
 
@@ -315,7 +316,7 @@ def _block_leg(cluster: Cluster, r: rehearsal.Rehearsal, node: str, leg: Leg) ->
     site = r.site
     if leg.root == ids.PDSH.of(site, node):
         cluster.require(node)
-        sshroot.block_by_trust(cluster, site, node)
+        block_by_trust(cluster, site, node)
     if leg.root == ids.LAUNCH_REHEARSAL.of(site):
         env_file = _launch_blocked_by_env_file(cluster, r)
         if env_file is not None:

@@ -95,6 +95,16 @@ def cause_of(words: str, item: str = "") -> SectionCause | Headline:
 
 
 @dataclass(frozen=True)
+class Root:
+    """A red that holds another check's cause: its test id, and why (the blocked check's
+    words). A judge names the roots of a cause; the check blocks on the first that runs in the
+    session (``core.outcome.block``) and fails with its own red when none does."""
+
+    check: str
+    why: str
+
+
+@dataclass(frozen=True)
 class Fix:
     """One change on one machine. ``commands`` are POSIX shell, idempotent (a second run changes
     nothing), run in that order on ``where`` (a node of the hostfile, or the launcher). A Fix

@@ -29,6 +29,12 @@ def ifaces(cluster: Cluster, node: str) -> dict[str, Interface]:
     return parse_interfaces(facts.ip_link, facts.ip_addr)
 
 
+def others(cluster: Cluster, node: str) -> dict[str, dict[str, Interface]]:
+    """The interfaces of every other node that has base facts (F5: where else a value the
+    launch exports would fit)."""
+    return {n: ifaces(cluster, n) for n in cluster.names if n != node and cluster.base_or_none(n)}
+
+
 def launch_ifname_vars(cluster: Cluster) -> dict[str, str]:
     """*_SOCKET_IFNAME values that the launch itself exports to every rank from the rank-0 node
     (its environment by DeepSpeed's prefixes, and its `.deepspeed_env`; the rehearsal's)."""

@@ -1,5 +1,5 @@
-"""checks/network.py's clean flags under --pairs matrix: the bulk reading of a compact row
-(`_row_flags`, 16.7 M pairs at 4096 nodes) gives, pair by pair, what `_clean` gives: RTT
+"""judge/network/pairjudge.py's clean flags under --pairs matrix: the bulk reading of a compact
+row (`row_flags`, 16.7 M pairs at 4096 nodes) gives, pair by pair, what `clean` gives: RTT
 outliers and missing samples, pairs that came back whole, misresolved names, a node to itself
 and nodes that are down."""
 
@@ -11,12 +11,13 @@ from typing import cast
 import pytest
 from memostub import SessionMemo
 
-from cluster_tests.checks import network as net
 from cluster_tests.core.cluster import Cluster
 from cluster_tests.judge.common import netfacts
 from cluster_tests.judge.common.basefacts import BaseFacts
+from cluster_tests.judge.network import pairjudge
 from cluster_tests.judge.network import portjudge as nc
 from cluster_tests.judge.network.portfacts import Compact
+from cluster_tests.measure import ports
 
 
 def _matrix(rng: random.Random, names: list[str]) -> nc.PortMatrix:
@@ -61,16 +62,16 @@ def test_a_compact_row_in_bulk_is_each_pair_judged_alone(monkeypatch, seed, typi
     for a in names:
         if a in down:
             continue
-        bulk = net._row_flags(m, a, m.compact[a], where, base_of, down, typical)
+        bulk = pairjudge.row_flags(m, a, m.compact[a], where, base_of, down, typical)
         alone = bytearray(0 if b in down else
-                          net._clean(m, a, b, base_of[a], base_of[b], typical) for b in names)
+                          pairjudge.clean(m, a, b, base_of[a], base_of[b], typical) for b in names)
         assert bulk == alone, a
     # the rows cover every kind of flag
     every = {v for a in names if a not in down
-             for v in net._row_flags(m, a, m.compact[a], where, base_of, down, typical)}
-    assert {0, net.F3_CLEAN | net.F1_CLEAN} <= every
+             for v in pairjudge.row_flags(m, a, m.compact[a], where, base_of, down, typical)}
+    assert {0, pairjudge.F3_CLEAN | pairjudge.F1_CLEAN} <= every
     if typical is not None:
-        assert net.F3_CLEAN in every  # outliers and missing samples: F3 only
+        assert pairjudge.F3_CLEAN in every  # outliers and missing samples: F3 only
 
 
 class _Cluster(SessionMemo):
@@ -82,12 +83,12 @@ class _Cluster(SessionMemo):
 def test_the_latency_row_read_in_bulk_is_each_pairs_median():
     names = [f"node{i}" for i in range(1, 41)]
     m = _matrix(random.Random(7), names)
-    cluster = cast(Cluster, _Cluster(names))  # the memo and the names: what _rtt_row reads
+    cluster = cast(Cluster, _Cluster(names))  # the memo and the names: what rtt_row reads
     for a in names:
-        one_by_one = [net._median_rtt(m, a, b) for b in names]
-        assert net._rtt_row(cluster, m, a) == " ".join(
+        one_by_one = [ports.median_rtt(m, a, b) for b in names]
+        assert ports.rtt_row(cluster, m, a) == " ".join(
             f"{v:.3f}" if v is not None else "-" for v in one_by_one)
-    assert net._rtt_row(cluster, nc.PortMatrix(token="t"), "node1") is None  # nothing measured
+    assert ports.rtt_row(cluster, nc.PortMatrix(token="t"), "node1") is None  # nothing measured
 
 
 def test_the_compact_rtts_counted_in_bulk_are_each_pairs_median_but_a_nodes_own():

@@ -30,7 +30,9 @@ from cluster_tests.judge.common.probes import (
     text,
     text_map,
 )
-from cluster_tests.judge.problem import Problem, SectionCause
+from cluster_tests.judge.network import portjudge as nc
+from cluster_tests.judge.network.portjudge import PortMatrix
+from cluster_tests.judge.problem import Problem, Root, SectionCause
 
 #: One JSON event line of a worker (node/allreduce.py `emit`), as it came.
 Event = Mapping[str, object]
@@ -704,6 +706,19 @@ class BlockedPair:
     target: str
     failed: tuple[tuple[int, str], ...]  # (port, how it ended, in the probe's words)
     check: str  # the F3 test of the pair ("test_high_ports[node1->node3]")
+
+
+def ports_roots(pair: BlockedPair, m: PortMatrix | None,
+                rules: Mapping[str, list[str] | None]) -> list[Root]:
+    """The reds that hold a blocked pair's cause, in order: the F4 red of the node whose own
+    firewall drops it (the port matrix `m` and the rules of the pair's nodes say), then the
+    pair's F3 red."""
+    src, dst = pair.source, pair.target
+    why = f"{dst} takes no connection from {src} on high ports: an all-reduce could only hang"
+    node = nc.firewall_at_fault(m, rules, src, dst) if m is not None else None
+    first = ([Root(ids.FIREWALL_RULES.of(node), f"{node}'s own firewall drops {src} -> {dst}: "
+                                                f"{why}")] if node is not None else [])
+    return [*first, Root(pair.check, why)]
 
 
 def ports_blocked(what: str, blocked: Sequence[BlockedPair], *, item: str,

@@ -13,7 +13,7 @@ from cluster_tests.core import testids as ids
 from cluster_tests.judge.common.facts import Command
 from cluster_tests.judge.common.netfacts import Interface, route_device
 from cluster_tests.judge.network.portjudge import NetworkCause
-from cluster_tests.judge.problem import Problem
+from cluster_tests.judge.problem import Problem, Root
 
 SOCKET_IFNAME_VARS = ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME", "HCCL_SOCKET_IFNAME")
 
@@ -71,6 +71,22 @@ def matched_interfaces(spec: IfSpec, ifaces: Mapping[str, Interface]) -> list[In
 def selected(spec: IfSpec, ifaces: Mapping[str, Interface]) -> list[Interface]:
     """The usable interfaces (up, with an address, not lo) `spec` selects."""
     return [i for i in matched_interfaces(spec, ifaces) if usable(i) and i.name != "lo"]
+
+
+def fits(spec: IfSpec, others: Mapping[str, Mapping[str, Interface]]) -> tuple[str, ...]:
+    """The nodes of `others` (node -> its interfaces) where `spec` selects a usable one."""
+    return tuple(n for n, found in others.items() if selected(spec, found))
+
+
+def exported_root(var: str, value: str, fits: tuple[str, ...] | None, node: str, rank0: str
+                  ) -> Root | None:
+    """F5's red on the rank-0 node, where a value the launch exports from there (`fits`: the
+    other nodes it fits; None: the node's own environment sets it) fits no node: the same
+    value reaches every rank, and the cause is rank 0's."""
+    if fits != () or node == rank0:
+        return None
+    return Root(ids.SOCKET_IFNAME.of(rank0), f"{var}={value}, exported by the launch from "
+                                             f"{rank0}, fits no node")
 
 
 def socket_ifname_vars(env: Mapping[str, str]) -> dict[str, str]:

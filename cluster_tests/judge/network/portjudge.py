@@ -476,16 +476,22 @@ def typical_rtt(baseline_ms: Iterable[float] | Counter[float]) -> float | None:
     return float(lo) if n % 2 else (lo + hi) / 2
 
 
+def outlier_limit(typical: float | None, factor: float = 5.0, floor_ms: float = 2.0) -> float:
+    """The highest median RTT that is no outlier against the cluster's `typical` pair (infinite
+    where there is none): `factor` times it, or `floor_ms` above it where that is more
+    (sub-millisecond LANs jitter). One number, so that a million pairs are compared with it at
+    once (judge/network/pairjudge.py)."""
+    return math.inf if typical is None else max(typical * factor, typical + floor_ms)
+
+
 def is_outlier(value_ms: float, baseline_ms: list[float] | float | None, factor: float = 5.0,
                floor_ms: float = 2.0) -> bool:
     """True when a pair's median RTT is far above the cluster's typical pair (median of medians,
     or given already as :func:`typical_rtt`): more than `factor` times it and more than
-    `floor_ms` above it (sub-millisecond LANs jitter)."""
+    `floor_ms` above it (:func:`outlier_limit`)."""
     typical = (baseline_ms if isinstance(baseline_ms, float | None)
                else typical_rtt(baseline_ms))
-    if typical is None:
-        return False
-    return value_ms > typical * factor and value_ms - typical > floor_ms
+    return value_ms > outlier_limit(typical, factor, floor_ms)
 
 
 # -- firewall rules ----------------------------------------------------------------------------

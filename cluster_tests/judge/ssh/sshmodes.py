@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, replace
 from cluster_tests.core import testids as ids
 from cluster_tests.core.testids import Scope
 from cluster_tests.judge.common import fixcmd
-from cluster_tests.judge.common.basefacts import PathStat, SshFiles
+from cluster_tests.judge.common.basefacts import BaseFacts, PathStat, SshFiles
 from cluster_tests.judge.common.facts import Command, SshLeg
 from cluster_tests.judge.common.probes import Probe, integer, obj, opt_text, text
 from cluster_tests.judge.problem import Fix, Problem, SectionCause
@@ -150,6 +150,13 @@ def strict_modes(ssh_facts: SshFiles, uid: int, user: str, strict: bool = True) 
     verdict = ModeVerdict(errors, warnings, fixes, commands)
     _private_keys(ssh_facts, verdict)
     return verdict
+
+
+def node_modes(facts: BaseFacts, sshd: SshdFacts) -> ModeVerdict:
+    """S2's verdict on a node's ssh files (its base facts), StrictModes as its sshd has it
+    (`sshd -T`; unread: on, sshd's default)."""
+    return strict_modes(facts.ssh, facts.uid, facts.user,
+                        strict=sshd.get("strictmodes") != "no")
 
 
 def _private_keys(ssh_facts: SshFiles, verdict: ModeVerdict) -> None:
