@@ -38,6 +38,7 @@ from cluster_tests.judge.collective import collverdict as C
 from cluster_tests.judge.collective import confirmation
 from cluster_tests.judge.collective import pairbw as pb
 from cluster_tests.judge.collective.collverdict import RemoteRun
+from cluster_tests.judge.network import ifjudge
 from cluster_tests.measure import allreducerun as R
 from cluster_tests.measure import ports
 from cluster_tests.measure.stackdump import RecordProperty
@@ -162,12 +163,8 @@ def _block_by_ifname(cluster: Cluster, run: RemoteRun) -> None:
     chosen = run.report.backend or (run.options.backend if run.options.backend != "auto"
                                      else None)
     for backend in [chosen] if chosen else ["gloo", "nccl", "hccl"]:
-        found = ifaces.unusable_ifname(cluster, backend)
-        if found is None:
-            continue
-        node, var, value = found
-        outcome.block(ids.SOCKET_IFNAME.of(node), f"{var}={value} selects no usable interface "
-                                                  f"on {node}")
+        var = f"{backend.upper()}_SOCKET_IFNAME"
+        block_on(ifjudge.ifname_roots(var, ifaces.ifname_picks(cluster, var), cluster.rank0.name))
 
 
 def _after_run(cluster: Cluster, runs: list[RemoteRun], what: str, item: str,

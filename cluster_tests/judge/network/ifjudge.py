@@ -89,6 +89,34 @@ def exported_root(var: str, value: str, fits: tuple[str, ...] | None, node: str,
                                              f"{rank0}, fits no node")
 
 
+@dataclass(frozen=True)
+class Pick:
+    """A *_SOCKET_IFNAME on one node: its value as the ranks get it there (None: unset), whether
+    it selects a usable interface there, whether the launch exports it from the rank-0 node."""
+
+    value: str | None
+    usable: bool
+    exported: bool
+
+    @property
+    def fine(self) -> bool:
+        return self.value is None or self.usable
+
+
+def ifname_roots(var: str, picks: Mapping[str, Pick], rank0: str) -> list[Root]:
+    """F5's red that holds the cause of a run of `var`'s backend (C1, C2) that failed, where the
+    ranks of a node get a `var` that selects no usable interface there (`picks`: by node): they
+    cannot even create their device. One the launch exports from the rank-0 node and that fits
+    no node is the rank-0 node's red (F5 names it there, the others cite it)."""
+    for node, pick in picks.items():
+        if pick.fine:
+            continue
+        where = rank0 if pick.exported and not any(p.fine for p in picks.values()) else node
+        return [Root(ids.SOCKET_IFNAME.of(where), f"{var}={pick.value} selects no usable "
+                                                  f"interface on {where}")]
+    return []
+
+
 def socket_ifname_vars(env: Mapping[str, str]) -> dict[str, str]:
     return {v: env[v] for v in SOCKET_IFNAME_VARS if env.get(v, "").strip()}
 
