@@ -113,7 +113,7 @@ class Fix:
     where: str
     what: str
     commands: tuple[str, ...] = ()
-    item: str = ""  # checklist item, e.g. "S2"
+    item: str = ""  # the checklist item of the check it fixes for (`ids.SSH_MODES.item`)
     note: str = ""  # said in the block's comment (e.g. what a command cannot do for you)
 
     def key(self) -> tuple[str, tuple[str, ...]]:
@@ -132,7 +132,9 @@ class Problem:
     person must act). ``scope`` says where the cause lives, and so what leaving nodes out can
     do about it, where it differs from its check's own (core/testids.py: S4's own key refused
     on rank 0 keeps rank 0 from being rank 0; a `.deepspeed_env` line the launcher exports is
-    launch-wide). ``check`` is the test id of the red (filled in by ``core.outcome.fail``)."""
+    launch-wide). ``item`` is the checklist item of the check that judged it, from that check's
+    `TestId` (core/testids.py). ``check`` is the test id of the red (filled in by
+    ``core.outcome.fail``)."""
 
     nodes: tuple[str, ...]
     cause: SectionCause | Headline
