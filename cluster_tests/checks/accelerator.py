@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from cluster_tests.core import nodetable, outcome
+from cluster_tests.core import testids as ids
 from cluster_tests.core.cluster import Cluster, Declared, ProbeError
 from cluster_tests.core.nodetable import NodeColumn
 from cluster_tests.core.settings import Settings
@@ -36,7 +37,7 @@ def test_accelerators(cluster: Cluster, node: str, record_property) -> None:
     try:
         inv = accel.inventory(cluster, node)
     except ProbeError as exc:
-        outcome.fail(exc.problem("A1"))
+        outcome.fail(exc.problem(ids.ACCELERATORS.item))
     record_property("accelerators", inv.describe())
     dev: DeviceFacts | None = None
     if inv.kind != "cpu":  # CPU only: nothing to allocate on; H4 compares slots with the CPUs
@@ -44,7 +45,7 @@ def test_accelerators(cluster: Cluster, node: str, record_property) -> None:
             dev = cluster.probe(node, DEVICES, npu=inv.kind == "ascend",
                                 timeout=max(120, cluster.settings.timeout_command))
         except ProbeError as exc:
-            outcome.fail(exc.problem("A1"))
+            outcome.fail(exc.problem(ids.ACCELERATORS.item))
         record_property("framework_devices", str(dev.count))
     problem = inventory.judge_accelerators(node, inv, dev)
     if problem is not None:

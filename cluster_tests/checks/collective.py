@@ -29,6 +29,7 @@ from pathlib import Path
 
 import pytest
 
+from cluster_tests.checks import block_on
 from cluster_tests.core import outcome
 from cluster_tests.core import testids as ids
 from cluster_tests.core.cluster import Cluster
@@ -37,7 +38,9 @@ from cluster_tests.judge.collective import collverdict as C
 from cluster_tests.judge.collective import confirmation
 from cluster_tests.judge.collective import pairbw as pb
 from cluster_tests.judge.collective.collverdict import RemoteRun
+from cluster_tests.judge.network import ifjudge
 from cluster_tests.measure import allreducerun as R
+from cluster_tests.measure import ports
 from cluster_tests.measure.stackdump import RecordProperty
 from cluster_tests.report.colltable import AllReduceResult, PairResult
 
@@ -156,12 +159,8 @@ def _block_by_ifname(cluster: Cluster, run: RemoteRun) -> None:
     chosen = run.report.backend or (run.options.backend if run.options.backend != "auto"
                                      else None)
     for backend in [chosen] if chosen else ["gloo", "nccl", "hccl"]:
-        found = ifaces.unusable_ifname(cluster, backend)
-        if found is None:
-            continue
-        node, var, value = found
-        outcome.block(ids.SOCKET_IFNAME.of(node), f"{var}={value} selects no usable interface "
-                                                  f"on {node}")
+        var = f"{backend.upper()}_SOCKET_IFNAME"
+        block_on(ifjudge.ifname_roots(var, ifaces.ifname_picks(cluster, var), cluster.rank0.name))
 
 
 def _after_run(cluster: Cluster, runs: list[RemoteRun], what: str, item: str,
@@ -177,7 +176,8 @@ def _after_run(cluster: Cluster, runs: list[RemoteRun], what: str, item: str,
 def _ports_blocked(cluster: Cluster, exc: R.PortsBlocked) -> None:
     """Blocked by the F red that found the run's ports blocked (returns where it is not run)."""
     if exc.blocked:
-        outcome.block(*R.ports_root(cluster, exc.blocked[0]))
+        pair = exc.blocked[0]
+        block_on(C.ports_roots(pair, *ports.firewall_facts(cluster, pair.source, pair.target)))
 
 
 def test_allreduce(allreduce_run: RemoteRun | R.PortsBlocked, cluster: Cluster,
@@ -189,7 +189,7 @@ def test_allreduce(allreduce_run: RemoteRun | R.PortsBlocked, cluster: Cluster,
     if isinstance(run, R.PortsBlocked):
         _ports_blocked(cluster, run)
         outcome.fail(C.ports_blocked(f"all-reduce over every rank of {', '.join(cluster.names)}",
-                                     run.blocked, item="C1"))
+                                     run.blocked, item=ids.ALLREDUCE.items[0]))
     _record(record_property, run)
     for host, t in R.transports(run).items():
         record_property(f"transport@{host}", t.describe())
@@ -199,10 +199,11 @@ def test_allreduce(allreduce_run: RemoteRun | R.PortsBlocked, cluster: Cluster,
         _block_by_ifname(cluster, run)
         outcome.fail(C.run_failed(
             run, f"{what} on {', '.join(run.nodes)}", R.ports_seen(cluster, run.nodes),
-            item="C1", after=_stacks(pytestconfig, cluster, run, "allreduce", record_property)))
+            item=ids.ALLREDUCE.items[0],
+            after=_stacks(pytestconfig, cluster, run, "allreduce", record_property)))
     if fallback is not None:
         outcome.fail(fallback)
-    _after_run(cluster, [run], what, "C1")
+    _after_run(cluster, [run], what, ids.ALLREDUCE.items[0])
 
 
 def test_allreduce_busbw(allreduce_run: RemoteRun | R.PortsBlocked, cluster: Cluster,
@@ -240,11 +241,12 @@ def _pair_run(cluster: Cluster, runs: PairRuns, pair: Pair) -> RemoteRun:
         return run
     if isinstance(run, R.NodeDown):
         cluster.require(run.node)
-        outcome.fail(C.node_down(run.node, item="C2", where=pair))
+        outcome.fail(C.node_down(run.node, item=ids.ALLREDUCE_PAIR.item, where=pair))
     if isinstance(run, R.PortsBlocked):
         _ports_blocked(cluster, run)
-        outcome.fail(C.ports_blocked(pb.pair_id(pair), run.blocked, item="C2", where=pair))
-    outcome.fail(C.not_run(pb.pair_id(pair), str(run), item="C2", where=pair))
+        outcome.fail(C.ports_blocked(pb.pair_id(pair), run.blocked,
+                                     item=ids.ALLREDUCE_PAIR.item, where=pair))
+    outcome.fail(C.not_run(pb.pair_id(pair), str(run), item=ids.ALLREDUCE_PAIR.item, where=pair))
 
 
 def _pair_failed(cluster: Cluster, runs: PairRuns, pair: Pair, run: RemoteRun,
@@ -255,7 +257,7 @@ def _pair_failed(cluster: Cluster, runs: PairRuns, pair: Pair, run: RemoteRun,
     stacks = _stacks(config, cluster, run, f"allreduce_pair-{pair[0]}-{pair[1]}",
                      record_property)
     outcome.fail(C.run_failed(run, pb.pair_id(pair), R.ports_seen(cluster, run.nodes),
-                              item="C2", where=pair,
+                              item=ids.ALLREDUCE_PAIR.item, where=pair,
                               after=[*pb.common_node_words(failing, "failing"), *stacks]))
 
 
@@ -269,14 +271,14 @@ def test_allreduce_pair(pair_runs: PairRuns, node_pair: Pair, cluster: Cluster,
     _record(record_property, run)
     if not run.report.ok:
         _pair_failed(cluster, pair_runs, node_pair, run, record_property, pytestconfig)
-    _after_run(cluster, [run], pb.pair_id(node_pair), "C2", node_pair)
+    _after_run(cluster, [run], pb.pair_id(node_pair), ids.ALLREDUCE_PAIR.item, node_pair)
     confirmed = pair_runs.confirm
     verdict = confirmed.verdicts.get(node_pair)
     if verdict is None:
         return  # neither slow nor stopped
     _record_confirmation(record_property, confirmed, node_pair)
     reruns = [r for r in pair_runs.reruns.values() if isinstance(r, RemoteRun)]
-    leftover = C.leftover(reruns, item="C2", where=node_pair)
+    leftover = C.leftover(reruns, item=ids.ALLREDUCE_PAIR.item, where=node_pair)
     if leftover is not None:
         outcome.fail(leftover)
     first = confirmation.slow_words(node_pair, run.report, pair_runs.slow, len(pair_runs.runs))

@@ -19,6 +19,7 @@ from typing import TypeVar
 
 import pytest
 
+from cluster_tests.checks import block_by_trust
 from cluster_tests.core import nodetable, outcome
 from cluster_tests.core import testids as ids
 from cluster_tests.core.cluster import Cluster, Declared, ProbeError
@@ -33,7 +34,7 @@ from cluster_tests.judge.env.envvars import ENVFILES, EnvFiles, Finding, Package
 from cluster_tests.judge.env.launchfiles import LAUNCHFILES
 from cluster_tests.judge.env.launchlegs import LaunchCause, Leg
 from cluster_tests.judge.health import rdma
-from cluster_tests.measure import accel, envfacts, launchref, rehearsal, sshroot
+from cluster_tests.measure import accel, envfacts, launchref, rehearsal
 
 pytestmark = pytest.mark.env
 
@@ -96,17 +97,18 @@ class EnvWarning(UserWarning):
     """Works, but departs from the field guide."""
 
 
-def _probe(cluster: Cluster, node: str, probe: Probe[T], item: str, **params: object) -> T:
-    """`node`'s facts of `probe`; a probe that cannot deliver them is the red of `item`."""
+def _probe(cluster: Cluster, node: str, probe: Probe[T], check: ids.TestId, **params: object
+           ) -> T:
+    """`node`'s facts of `probe`; a probe that cannot deliver them is the red of `check`."""
     cluster.require(node)
     try:
         return cluster.probe(node, probe, **params)
     except ProbeError as exc:
-        outcome.fail(exc.problem(item))
+        outcome.fail(exc.problem(check.item))
 
 
-def _envfiles(cluster: Cluster, node: str, item: str) -> EnvFiles:
-    return _probe(cluster, node, ENVFILES, item, launch_dir=cluster.settings.env.launch_dir)
+def _envfiles(cluster: Cluster, node: str, check: ids.TestId) -> EnvFiles:
+    return _probe(cluster, node, ENVFILES, check, launch_dir=cluster.settings.env.launch_dir)
 
 
 def _required(cluster: Cluster) -> list[str]:
@@ -122,7 +124,7 @@ def test_required_env(cluster: Cluster, node: str) -> None:
     deepspeed, path = facts.which.get("deepspeed"), facts.env.get("PATH")
     if not missing and deepspeed is not None:
         return
-    bashrc = _envfiles(cluster, node, "E1").bashrc
+    bashrc = _envfiles(cluster, node, ids.REQUIRED_ENV).bashrc
     if deepspeed is None and not missing:
         # the launch never looks deepspeed up on this PATH: it runs its own interpreter by
         # absolute path on every node; if that works here (E5), this is only a warning
@@ -170,7 +172,7 @@ def _launch_blocked_by_env_file(cluster: Cluster, r: rehearsal.Rehearsal) -> str
 def test_deepspeed_env(cluster: Cluster, node: str, record_property) -> None:
     """E2: `.deepspeed_env` (home and launch directory) reads the way DeepSpeed 0.19 reads it,
     where the launch starts (it exports them to every rank: a broken line is launch-wide)."""
-    files = _envfiles(cluster, node, "E2")
+    files = _envfiles(cluster, node, ids.DEEPSPEED_ENV)
     record_property("deepspeed_env", ", ".join(files.present) or "none")
     site = cluster.rank0.name  # where the launch starts (the rehearsal's site)
     for f in files.findings():
@@ -201,7 +203,7 @@ def _versions(cluster: Cluster, node: str) -> Versions:
         return envfacts.versions_probe(cluster, node)
     except ProbeError as exc:
         _block_by_rehearsal(cluster, node, exc.message)
-        outcome.fail(exc.problem("E3"))
+        outcome.fail(exc.problem(ids.VERSIONS.item))
 
 
 def _imported_findings(cluster: Cluster, node: str, python: str,
@@ -258,11 +260,11 @@ def test_ascend_env(cluster: Cluster, node: str, record_property) -> None:
     try:
         inv = accel.inventory(cluster, node)
     except ProbeError as exc:
-        outcome.fail(exc.problem("E4"))
+        outcome.fail(exc.problem(ids.ASCEND_ENV.item))
     if (inv is None or inv.kind != "ascend") and not facts.which.get("hccn_tool"):
         pytest.skip(f"{node}: not an Ascend node (no npu-smi listing NPUs, no hccn_tool)")
     devices = list(range(inv.count)) if inv is not None and inv.kind == "ascend" else []
-    data = _probe(cluster, node, envvars.ASCEND, "E4", devices=devices)
+    data = _probe(cluster, node, envvars.ASCEND, ids.ASCEND_ENV, devices=devices)
     for var in envvars.ASCEND_VARS:
         record_property(var, envvars.shown(var, data.env.get(var)))
     unset = [v for v in envvars.ASCEND_VARS if v not in data.env]
@@ -314,7 +316,7 @@ def _block_leg(cluster: Cluster, r: rehearsal.Rehearsal, node: str, leg: Leg) ->
     site = r.site
     if leg.root == ids.PDSH.of(site, node):
         cluster.require(node)
-        sshroot.block_by_trust(cluster, site, node)
+        block_by_trust(cluster, site, node)
     if leg.root == ids.LAUNCH_REHEARSAL.of(site):
         env_file = _launch_blocked_by_env_file(cluster, r)
         if env_file is not None:
@@ -335,11 +337,11 @@ def test_tmpdir(cluster: Cluster, node: str, record_property) -> None:
         facts = dataclasses.replace(data.tmpdir, from_launch=exported is not None)
     else:
         launch_value = envvars.unquote_export(exported) if exported is not None else None
-        facts = _probe(cluster, node, envvars.TMPDIR, "E6", tmpdir=launch_value)
+        facts = _probe(cluster, node, envvars.TMPDIR, ids.TMPDIR, tmpdir=launch_value)
     if facts.effective is not None:
         record_property("tmpdir", f"{facts.effective.path} "
                                   f"({rdma.fmt_bytes(facts.effective.free_bytes)} free)")
-    verdict = envvars.judge_tmpdir(node, facts, _envfiles(cluster, node, "E6").bashrc)
+    verdict = envvars.judge_tmpdir(node, facts, _envfiles(cluster, node, ids.TMPDIR).bashrc)
     for text in verdict.warnings:
         warnings.warn(EnvWarning(f"{node}: {text}"), stacklevel=1)
     if verdict.problem is not None:
@@ -388,7 +390,7 @@ def test_launch_files(cluster: Cluster, node: str, record_property) -> None:
     if node not in rehearsal.launch_hosts(cluster):
         pytest.skip(f"{node} is not in the launch (its --include/--exclude/--num_nodes)")
     s = cluster.settings
-    facts = _probe(cluster, node, LAUNCHFILES, "E8", **launchref.params(s))
+    facts = _probe(cluster, node, LAUNCHFILES, ids.LAUNCH_FILES, **launchref.params(s))
     record_property("launch_dir", facts.launch_dir)
     record_property("launch_files", " ".join(facts.paths) or "none")
     problem = launchfiles.judge_launch_files(node, facts, launchref.reference(cluster),

@@ -61,17 +61,17 @@ class HealthWarning(UserWarning):
     """Works, but worth a look (persistence mode off, an application Xid in the kernel log)."""
 
 
-def _facts(cluster: Cluster, node: str, probe: Probe[T], item: str) -> T:
-    """The node's answer to `probe`, or the red of check `item` that needed it."""
+def _facts(cluster: Cluster, node: str, probe: Probe[T], check: ids.TestId) -> T:
+    """The node's answer to `probe`, or the red of `check`, which needed it."""
     cluster.require(node)
     try:
         return cluster.probe(node, probe)
     except ProbeError as exc:
-        outcome.fail(exc.problem(item))
+        outcome.fail(exc.problem(check.item))
 
 
-def _fabric(cluster: Cluster, node: str, item: str) -> FabricFacts:
-    return _facts(cluster, node, FABRIC, item)
+def _fabric(cluster: Cluster, node: str, check: ids.TestId) -> FabricFacts:
+    return _facts(cluster, node, FABRIC, check)
 
 
 def _ports(cluster: Cluster, node: str) -> rdma.RdmaFacts:
@@ -98,8 +98,8 @@ def _ib_disabled(cluster: Cluster, node: str) -> str:
     return ""
 
 
-def _need_rdma(cluster: Cluster, node: str, item: str) -> rdma.RdmaFacts:
-    _fabric(cluster, node, item)
+def _need_rdma(cluster: Cluster, node: str, check: ids.TestId) -> rdma.RdmaFacts:
+    _fabric(cluster, node, check)
     facts = _ports(cluster, node)
     if not facts.ports:
         pytest.skip(f"{node}: no RDMA devices (/sys/class/infiniband is empty or absent, and no "
@@ -126,7 +126,7 @@ def _fail(problem: Problem | None) -> None:
 
 def test_rdma_ports(cluster: Cluster, node: str, record_property) -> None:
     """R1: the node's RDMA ports are active and as fast as the same ports on its peers."""
-    facts = _need_rdma(cluster, node, "R1")
+    facts = _need_rdma(cluster, node, ids.RDMA_PORTS)
     record_property("rdma", rdma.rdma_summary(facts.ports))
     hca, _ = _launch_env(cluster, node, "NCCL_IB_HCA")
     spec = rdma.parse_hca_spec(hca) if hca else None
@@ -138,9 +138,9 @@ def test_ib_hca(cluster: Cluster, node: str, record_property) -> None:
     value, where = _launch_env(cluster, node, "NCCL_IB_HCA")
     if value is None:
         record_property("NCCL_IB_HCA", "unset")
-        _need_rdma(cluster, node, "R2")
+        _need_rdma(cluster, node, ids.IB_HCA)
         return  # NCCL uses every active port
-    ports = _need_rdma(cluster, node, "R2").ports
+    ports = _need_rdma(cluster, node, ids.IB_HCA).ports
     spec = rdma.parse_hca_spec(value)
     chosen, problems = rdma.judge_hca(spec, ports)
     record_property("NCCL_IB_HCA", f"{value} -> {', '.join(p.name for p in chosen) or 'nothing'}")
@@ -150,7 +150,7 @@ def test_ib_hca(cluster: Cluster, node: str, record_property) -> None:
 def test_ib_gid_index(cluster: Cluster, node: str, record_property) -> None:
     """R3: for RoCE, NCCL_IB_GID_INDEX exists on every active RoCE port, with the same RoCE
     version as on the other nodes."""
-    ports = _need_rdma(cluster, node, "R3").ports
+    ports = _need_rdma(cluster, node, ids.IB_GID_INDEX).ports
     if not any(p.roce and p.up for p in ports):
         pytest.skip(f"{node}: no active RoCE port (InfiniBand needs no GID index)")
     value, where = _launch_env(cluster, node, "NCCL_IB_GID_INDEX")
@@ -169,7 +169,7 @@ def test_ib_gid_index(cluster: Cluster, node: str, record_property) -> None:
 
 def test_memlock(cluster: Cluster, node: str, record_property) -> None:
     """R4: max locked memory (ulimit -l) in pdsh's shell is unlimited where RDMA devices exist."""
-    lim = _fabric(cluster, node, "R4").limits
+    lim = _fabric(cluster, node, ids.MEMLOCK).limits
     record_property("memlock", f"{rdma.fmt_kb(lim.memlock_soft_kb)} "
                                f"(hard {rdma.fmt_kb(lim.memlock_hard_kb)})")
     ports = _ports(cluster, node).ports
@@ -180,7 +180,7 @@ def test_memlock(cluster: Cluster, node: str, record_property) -> None:
 
 def test_open_files(cluster: Cluster, node: str, record_property) -> None:
     """R5: open files (ulimit -n) in pdsh's shell are enough for the job's sockets."""
-    lim = _fabric(cluster, node, "R5").limits
+    lim = _fabric(cluster, node, ids.OPEN_FILES).limits
     record_property("nofile", f"{lim.nofile_soft} (hard {lim.nofile_hard})")
     world = sum(n.slots for n in cluster.nodes)
     _fail(rdma.nofile_problem(node, lim, world, node == cluster.rank0.name))
@@ -188,7 +188,7 @@ def test_open_files(cluster: Cluster, node: str, record_property) -> None:
 
 def test_dev_shm(cluster: Cluster, node: str, record_property) -> None:
     """R6: /dev/shm has room for the node's local ranks (slots x --shm-per-rank-mb)."""
-    shm = _fabric(cluster, node, "R6").shm
+    shm = _fabric(cluster, node, ids.DEV_SHM).shm
     record_property("dev_shm", f"{rdma.fmt_bytes(shm.avail_bytes)} free of "
                                f"{rdma.fmt_bytes(shm.total_bytes)}")
     _fail(rdma.shm_problem(node, shm, cluster.node(node).slots,
@@ -199,12 +199,12 @@ def test_dev_shm(cluster: Cluster, node: str, record_property) -> None:
 CPU_ONLY = "CPU only (neither nvidia-smi nor npu-smi on the non-interactive PATH)"
 
 
-def _accel(cluster: Cluster, node: str, item: str) -> AccelFacts:
+def _accel(cluster: Cluster, node: str, check: ids.TestId) -> AccelFacts:
     """The node's `accel` facts (a skip on a CPU-only node)."""
     which = cluster.base(node).which
     if not which.get("nvidia-smi") and not which.get("npu-smi"):
         pytest.skip(f"{node}: {CPU_ONLY}")
-    return _facts(cluster, node, ACCEL, item)
+    return _facts(cluster, node, ACCEL, check)
 
 
 def _warn(node: str, notes: Iterable[str]) -> None:
@@ -215,7 +215,7 @@ def _warn(node: str, notes: Iterable[str]) -> None:
 def test_gpu_health(cluster: Cluster, node: str, record_property) -> None:
     """R7: every NVIDIA GPU is healthy beyond being listed: ECC, row remapping, throttling,
     PCIe width, NVLink, fabric manager, Xid errors (per device, with index and bus id)."""
-    facts = _accel(cluster, node, "R7").nvidia
+    facts = _accel(cluster, node, ids.GPU_HEALTH).nvidia
     if facts is None:
         pytest.skip(f"{node}: no NVIDIA GPU (nvidia-smi not on the non-interactive PATH)")
     verdict = gpuhealth.judge_nvidia(facts)
@@ -249,7 +249,7 @@ def _peer_npus(cluster: Cluster, node: str) -> dict[str, gpuhealth.NpuVerdict]:
 def test_npu_health(cluster: Cluster, node: str, record_property) -> None:
     """R8: every Ascend NPU's health, RoCE port link (its net health is R9's) and device IP
     (set, one per NPU, no clash across nodes), and the TLS switch the same on every node."""
-    facts = _accel(cluster, node, "R8").ascend
+    facts = _accel(cluster, node, ids.NPU_HEALTH).ascend
     if facts is None:
         pytest.skip(f"{node}: no Ascend NPU (npu-smi not on the non-interactive PATH)")
     verdict = _npu_verdict(cluster, node)
@@ -272,7 +272,7 @@ def test_accel_diag(cluster: Cluster, node: str, record_property) -> None:
     try:
         diag = cluster.probe(node, DIAG, **params)
     except ProbeError as exc:
-        outcome.fail(exc.problem("R9"))
+        outcome.fail(exc.problem(ids.ACCEL_DIAG.item))
     if diag.dcgmi:
         _judge_dcgm(cluster, node, diag, params, record_property)
         return
@@ -287,7 +287,7 @@ def test_accel_diag(cluster: Cluster, node: str, record_property) -> None:
 
 def _npu_net_health(cluster: Cluster, node: str, record_property) -> None:
     """R9 on an Ascend node: each NPU's RoCE port's net health."""
-    facts = _accel(cluster, node, "R9").ascend
+    facts = _accel(cluster, node, ids.ACCEL_DIAG).ascend
     if facts is None or not facts.hccn:
         pytest.skip(f"{node}: Ascend NPUs but hccn_tool not on the non-interactive PATH: the "
                     f"RoCE ports' net health not probed")
@@ -311,8 +311,8 @@ def _judge_dcgm(cluster: Cluster, node: str, diag: dcgm.DiagFacts, params: dict[
                 f"(its host engine, nv-hostengine, must be running: systemctl start nvidia-dcgm)")
         warnings.warn(HealthWarning(said), stacklevel=1)
         pytest.skip(said)
-    gpus = _accel(cluster, node, "R9").nvidia if cluster.base(node).which.get("nvidia-smi") \
-        else None
+    gpus = (_accel(cluster, node, ids.ACCEL_DIAG).nvidia
+            if cluster.base(node).which.get("nvidia-smi") else None)
     bus_ids = {g.index: g.bus_id for g in gpus.gpus} if gpus is not None else {}
     failed = sum(t.failed for t in run.tests)
     record_property("dcgm", f"{diag.argv}: DCGM {run.version or '?'}, {len(run.tests)} test(s), "

@@ -8,6 +8,7 @@ import warnings
 
 import pytest
 
+from cluster_tests.checks import block_by_ssh_root, block_by_trust, master_addr_verdict
 from cluster_tests.core import nodetable, outcome
 from cluster_tests.core import testids as ids
 from cluster_tests.core.cluster import Cluster, Declared
@@ -21,7 +22,7 @@ from cluster_tests.judge.hostfile import hostparse as hf
 from cluster_tests.judge.hostfile import masteraddr as ma
 from cluster_tests.judge.hostfile import resourcefilter as rf
 from cluster_tests.judge.ssh import sshfail, sshnames
-from cluster_tests.measure import accel, masterroute, sshroot
+from cluster_tests.measure import accel, masterroute
 
 pytestmark = pytest.mark.hostfile
 
@@ -118,7 +119,7 @@ def test_master_addr(cluster: Cluster, rank0_node: str, record_property) -> None
     d = masterroute.derived(cluster)
     record_property("master_addr", d.value or "")
     record_property("master_addr_from", d.how if d.how == "given" else d.command)
-    problem = masterroute.verdict(cluster)
+    problem = master_addr_verdict(cluster)
     if problem is None:
         return
     if d.how == "derived" and d.value is None and d.exit_status == 255:
@@ -131,8 +132,8 @@ def _block_by_ssh(cluster: Cluster, site: str, first_host: str, said: str) -> No
     """Blocked where DeepSpeed's ssh from `site` to `first_host` fails (exit 255) for a cause
     S's reds already hold (the node's sshd, the trust of that leg)."""
     cause = sshfail.classify(said, 255)
-    sshroot.block_by_root(cluster, site, first_host, cause)
-    sshroot.block_by_trust(cluster, site, first_host)
+    block_by_ssh_root(cluster, site, first_host, cause)
+    block_by_trust(cluster, site, first_host)
 
 
 def test_slots_fit_accelerators(cluster: Cluster, node: str) -> None:

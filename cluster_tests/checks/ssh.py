@@ -6,6 +6,7 @@ import warnings
 
 import pytest
 
+from cluster_tests.checks import block_by_ssh_root, block_by_trust, block_on
 from cluster_tests.core import outcome
 from cluster_tests.core import testids as ids
 from cluster_tests.core.cluster import Cluster, Declared, ProbeError
@@ -13,7 +14,7 @@ from cluster_tests.core.memokey import MemoKey
 from cluster_tests.core.settings import Settings
 from cluster_tests.core.testids import LAUNCHER
 from cluster_tests.judge.env import launchlegs
-from cluster_tests.judge.ssh import sshfail, sshmodes
+from cluster_tests.judge.ssh import legroot, sshmodes
 from cluster_tests.measure import rehearsal, sshpairs, sshroot
 
 #: per launch site: its pdsh run's output split by host, once (not once per target's item)
@@ -42,7 +43,8 @@ def test_login(cluster: Cluster, node: str) -> None:
 
 def test_ssh_modes(cluster: Cluster, node: str) -> None:
     """S2: ~/.ssh, authorized_keys and home as sshd's StrictModes wants them (and key modes)."""
-    verdict = sshroot.node_modes(cluster, node)
+    facts = cluster.base(node)
+    verdict = sshmodes.node_modes(facts, sshroot.sshd_config(cluster, node))
     for w in verdict.warnings:
         warnings.warn(SshWarning(f"{node}: {w}"), stacklevel=1)
     if verdict.errors:
@@ -70,27 +72,14 @@ def test_ssh_trust(cluster: Cluster, pair: tuple[str, str]) -> None:
     try:
         results = sshpairs.pairs_from(cluster, a)
     except ProbeError as exc:
-        outcome.fail(exc.problem("S4"))
+        outcome.fail(exc.problem(ids.SSH_TRUST.item))
     leg = results[b]
     if leg.cause is None:
         return
-    sshroot.block_by_root(cluster, a, b, leg.cause)
+    block_by_ssh_root(cluster, a, b, leg.cause)
     outcome.fail(sshmodes.trust_problem(a, b, leg.cause, leg.evidence,
-                                        _trust_facts(cluster, a, b), rank0=cluster.rank0.name))
-
-
-def _trust_facts(cluster: Cluster, a: str, b: str) -> sshmodes.TrustFacts:
-    """What S4's fix of a -> b needs to know, from the facts the run has."""
-    fa, fb = cluster.base_or_none(a), cluster.base_or_none(b)
-    key = cluster.host_key(b) if fb is not None else None
-    return sshmodes.TrustFacts(
-        pubkeys=dict(fa.ssh.pubkeys) if fa is not None else {},
-        authorized_keys=fb.ssh.chain[0].path if fb is not None and fb.ssh.chain else None,
-        authorized_keys_text=fb.ssh.authorized_keys_text if fb is not None else None,
-        known_hosts=f"{(fa.home if fa is not None else '') or '~'}/.ssh/known_hosts",
-        host_key=key,
-        address=cluster.address(b),
-    )
+                                        sshroot.trust_facts(cluster, a, b),
+                                        rank0=cluster.rank0.name))
 
 
 def _from_rehearsal(cluster: Cluster, site: str) -> bool:
@@ -167,10 +156,9 @@ def _pdsh_leg_failed(cluster: Cluster, site: str, target: str,
     """S5's red for a leg that did not reach `target`, or the red that holds its cause."""
     cause = sshmodes.pdsh_leg_cause(leg.lines, leg.pdsh_errors, leg.exit_code)
     err = cluster.login_error(target)
-    if err is not None and sshfail.same_node_cause(err.cause, cause):
-        outcome.block(ids.LOGIN.of(target), sshfail.node_state(target, err.cause))
+    block_on(legroot.login_roots(target, cause, err.cause if err is not None else None))
     if site != LAUNCHER:
-        sshroot.block_by_trust(cluster, site, target)
+        block_by_trust(cluster, site, target)
     see = ids.LOGIN.of(target) if site == LAUNCHER else ids.SSH_TRUST.of(site, target)
     outcome.fail(sshmodes.pdsh_leg_problem(site, target, leg.lines, leg.pdsh_errors,
                                            leg.exit_code, launcher=site == LAUNCHER, see=see))

@@ -31,17 +31,17 @@ def _output_dir(cluster: Cluster) -> str:
     return path
 
 
-def _dir(cluster: Cluster, node: str, path: str, item: str) -> DirFacts:
+def _dir(cluster: Cluster, node: str, path: str, check: ids.TestId) -> DirFacts:
     cluster.require(node)
     try:
         return cluster.probe(node, DIR, path=path)
     except ProbeError as exc:
-        outcome.fail(exc.problem(item))
+        outcome.fail(exc.problem(check.item))
 
 
 def test_output_dir(cluster: Cluster, node: str, record_property) -> None:
     """D1: the output directory exists, is writable, and has --min-free-gb free."""
-    facts = _dir(cluster, node, _output_dir(cluster), "D1")
+    facts = _dir(cluster, node, _output_dir(cluster), ids.OUTPUT_DIR)
     if facts.usable:
         record_property("free_gb", f"{(facts.free_bytes or 0) / 1e9:.1f}")
         record_property("mount", storejudge.describe_mount(facts.mount))
@@ -55,13 +55,14 @@ def test_output_shared(cluster: Cluster, pair: tuple[str, str]) -> None:
     a, b = pair
     path = _output_dir(cluster)
     for n in dict.fromkeys(pair):
-        if not _dir(cluster, n, path, "D2").usable:
+        if not _dir(cluster, n, path, ids.OUTPUT_SHARED).usable:
             pytest.skip(f"{path} is not a writable directory on {n}: see {ids.OUTPUT_DIR.of(n)}")
     m = share_matrix(cluster, path)
     for n in dict.fromkeys(pair):
         if n in m.errors:
             outcome.fail(storejudge.probe_failed(a, b, n, m.errors[n]))
     problem = storejudge.judge_shared(a, b, path, m.writes[a], m.reads[b].get(a), m.tokens[a],
-                                      _dir(cluster, a, path, "D2"), _dir(cluster, b, path, "D2"))
+                                      _dir(cluster, a, path, ids.OUTPUT_SHARED),
+                                      _dir(cluster, b, path, ids.OUTPUT_SHARED))
     if problem is not None:
         outcome.fail(problem)

@@ -34,6 +34,7 @@ from cluster_tests.judge.problem import (
     BLOCKED_BY,
     PROPERTY,
     ROW_MARKS,
+    OutcomeCause,
     Problem,
     report_text,
     unjudged,
@@ -176,7 +177,7 @@ def _combined(item_pair: tuple[str, str], reds: Sequence[Problem], total: int) -
     # each pair's text; a fix said beside the text (not in it) once, at the end
     apart = [p.fix for p in reds if p.text() != p.message.rstrip()]
     return Problem(
-        (node,), causes.pop() if len(causes) == 1 else "several pairs fail",
+        (node,), causes.pop() if len(causes) == 1 else OutcomeCause.SEVERAL_PAIRS,
         f"{a} -> {b}: {len(reds)} of {total} pairs fail ({', '.join(peers)}):\n"
         + "\n".join(p.message.rstrip() for p in reds), fix="; ".join(dict.fromkeys(apart)),
         item=reds[0].item, scope=Scope.PAIR, fixes=tuple(fixes.values()),

@@ -72,6 +72,11 @@ class TestId:
         return self.name
 
     @property
+    def items(self) -> tuple[str, ...]:
+        """Its checklist items, one each: ("C1", "C3") for "C1 + C3"."""
+        return tuple(self.item.split(" + "))
+
+    @property
     def section(self) -> str:
         """The checklist section letter: "S"."""
         return self.item[0]

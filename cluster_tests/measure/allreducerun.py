@@ -38,7 +38,6 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
-from cluster_tests.core import outcome
 from cluster_tests.core import pairs as pairs_mod
 from cluster_tests.core import testids as ids
 from cluster_tests.core.cluster import Cluster, remote_script
@@ -54,7 +53,7 @@ from cluster_tests.judge.common.basefacts import BASE
 from cluster_tests.judge.common.probes import integer, number, text
 from cluster_tests.judge.ssh import sshnames
 from cluster_tests.measure import ports
-from cluster_tests.measure.ports import PORT_MATRIX, firewall_root
+from cluster_tests.measure.ports import PORT_MATRIX
 
 Pair = tuple[str, str]
 #: C2's runs, keyed in hostfile order: a run, or why it was not run (NodeDown, PortsBlocked...)
@@ -670,17 +669,6 @@ def f3_blocked(cluster: Cluster, nodes: Sequence[str]) -> list[C.BlockedPair]:
              if a != b and (r := matrix.reach(a, b)) is not None and r.blocked]
     return [C.BlockedPair(a, b, tuple((t.port or 0, t.words) for t in r.failed),
                           ports.pair_item(cluster, ids.HIGH_PORTS, a, b)) for a, b, r in found]
-
-
-def ports_root(cluster: Cluster, pair: C.BlockedPair) -> tuple[str, str]:
-    """(the red that holds a blocked pair's cause, why): the F4 red of the node whose own
-    firewall drops it, else the pair's F3 red."""
-    src, dst = pair.source, pair.target
-    why = f"{dst} takes no connection from {src} on high ports: an all-reduce could only hang"
-    node = firewall_root(cluster, src, dst)
-    if node is not None and outcome.selected(ids.FIREWALL_RULES.of(node)):
-        return ids.FIREWALL_RULES.of(node), f"{node}'s own firewall drops {src} -> {dst}: {why}"
-    return pair.check, why
 
 
 class NodeDown(Exception):

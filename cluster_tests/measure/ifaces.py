@@ -29,6 +29,12 @@ def ifaces(cluster: Cluster, node: str) -> dict[str, Interface]:
     return parse_interfaces(facts.ip_link, facts.ip_addr)
 
 
+def others(cluster: Cluster, node: str) -> dict[str, dict[str, Interface]]:
+    """The interfaces of every other node that has base facts (F5: where else a value the
+    launch exports would fit)."""
+    return {n: ifaces(cluster, n) for n in cluster.names if n != node and cluster.base_or_none(n)}
+
+
 def launch_ifname_vars(cluster: Cluster) -> dict[str, str]:
     """*_SOCKET_IFNAME values that the launch itself exports to every rank from the rank-0 node
     (its environment by DeepSpeed's prefixes, and its `.deepspeed_env`; the rehearsal's)."""
@@ -52,28 +58,18 @@ def usable_matches(cluster: Cluster, node: str) -> dict[str, list[str]]:
     return out
 
 
-def unusable_ifname(cluster: Cluster, backend: str) -> tuple[str, str, str] | None:
-    """(the node whose F5 is red for it, the variable, its value) of the first
-    `<BACKEND>_SOCKET_IFNAME` the ranks get that selects no usable interface on their node
-    (None: every one selects one, or none is set).  One the launch exports from the rank-0 node
-    and that fits no node is the rank-0 node's red (F5 names it there, the others cite it).  A
-    run of that backend (C1, C2) cannot even create its device then: F5's red is the cause."""
-    var = f"{backend.upper()}_SOCKET_IFNAME"
-    rank0 = cluster.rank0.name
-    fits: dict[str, bool] = {}
+def ifname_picks(cluster: Cluster, var: str) -> dict[str, ifjudge.Pick]:
+    """`var` (a *_SOCKET_IFNAME) on every node with base facts: its value as the ranks get it
+    there, whether it selects a usable interface, whether the launch exports it from rank 0."""
+    out = {}
     for node in cluster.names:
         if cluster.base_or_none(node) is None:
             continue
-        value = ifname_vars(cluster, node)[0].get(var)
-        fits[node] = value is None or bool(usable_matches(cluster, node).get(var))
-    for node, ok in fits.items():
-        if ok:
-            continue
         got, launch = ifname_vars(cluster, node)
-        if var in launch and not any(fits.values()):
-            return rank0, var, got[var]
-        return node, var, got[var]
-    return None
+        value = got.get(var)
+        out[node] = ifjudge.Pick(value, value is not None and bool(
+            usable_matches(cluster, node).get(var)), var in launch)
+    return out
 
 
 def comm_interface(cluster: Cluster, node: str) -> str | None:

@@ -16,14 +16,12 @@ from cluster_tests.core.cluster import Cluster
 from cluster_tests.core.memokey import MemoKey
 from cluster_tests.judge.common.netfacts import own_addresses, parse_interfaces
 from cluster_tests.judge.hostfile import masteraddr as ma
-from cluster_tests.judge.problem import Problem
 from cluster_tests.judge.ssh import sshnames
 from cluster_tests.measure import rehearsal
 
 MASTER_ADDR: MemoKey[ma.Derived] = MemoKey("masteraddr", "derived")
 SSH_CHECK: MemoKey[ma.SshCheck | None] = MemoKey("masteraddr", "ssh_check")
 ROUTES: MemoKey[dict[str, ma.Route]] = MemoKey("masteraddr", "routes")
-VERDICT: MemoKey[Problem | None] = MemoKey("masteraddr", "verdict")
 
 
 def derived(cluster: Cluster) -> ma.Derived:
@@ -121,16 +119,12 @@ def _routes(cluster: Cluster) -> dict[str, ma.Route]:
     return out
 
 
-def verdict(cluster: Cluster) -> Problem | None:
-    """H3's judgement of the master address (judge/masteraddr.judge: the value against rank
-    0's interfaces and every peer's route), once for the session: H3 reports it, and F2's legs
-    that fail where it is bad are its consequences (blocked by H3).  None when the value is
-    usable, or when rank 0 cannot be probed (its own red says why)."""
-    def compute() -> Problem | None:
-        facts = cluster.base_or_none(cluster.rank0.name)
-        if facts is None:
-            return None
-        ifaces = parse_interfaces(facts.ip_link, facts.ip_addr)
-        owners = {ip: i.name for i in ifaces.values() for ip in i.ips}
-        return ma.judge(derived(cluster), owners, routes(cluster))
-    return cluster.memo(VERDICT, compute)
+def rank0_addresses(cluster: Cluster) -> dict[str, str] | None:
+    """The rank-0 node's addresses, each with its interface (what H3 judges the master address
+    against, beside each peer's route to it); None where rank 0 cannot be probed (its own red
+    says why)."""
+    facts = cluster.base_or_none(cluster.rank0.name)
+    if facts is None:
+        return None
+    ifaces = parse_interfaces(facts.ip_link, facts.ip_addr)
+    return {ip: i.name for i in ifaces.values() for ip in i.ips}

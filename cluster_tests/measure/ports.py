@@ -26,6 +26,7 @@ from cluster_tests.core.cluster import Cluster, ProbeError
 from cluster_tests.core.memokey import Encoded, MemoKey
 from cluster_tests.core.testids import TestId
 from cluster_tests.judge.common import netfacts
+from cluster_tests.judge.common.basefacts import BaseFacts
 from cluster_tests.judge.network import ownaddr
 from cluster_tests.judge.network import portjudge as nc
 from cluster_tests.judge.network.portfacts import (
@@ -38,10 +39,13 @@ from cluster_tests.judge.network.portfacts import (
     Stopped,
 )
 from cluster_tests.judge.network.portjudge import PortMatrix
+from cluster_tests.judge.ssh import sshnames
 from cluster_tests.measure import masterroute, sort_outcomes
 
 PORT_MATRIX: MemoKey[PortMatrix] = MemoKey("netcheck", "port_matrix")
 RTT_TYPICAL: MemoKey[float | None] = MemoKey("netcheck", "rtt_typical")
+RTT_TEXT: MemoKey[dict[float, str]] = MemoKey("netcheck", "rtt_text")
+ENTRIES_INTO: MemoKey[dict[str, list[tuple[str, Reach]]]] = MemoKey("netcheck", "entries_into")
 
 
 def port_timeout(cluster: Cluster) -> float:
@@ -279,18 +283,83 @@ def drop_rules(cluster: Cluster, node: str) -> list[str] | None:
     return found
 
 
-def firewall_root(cluster: Cluster, a: str, b: str) -> str | None:
-    """The node whose own firewall (F4's red on it) explains a -> b failing, from this session's
-    port matrix (None when the matrix is not measured, or no node's rules explain it)."""
+def firewall_facts(cluster: Cluster, a: str, b: str
+                   ) -> tuple[PortMatrix | None, dict[str, list[str] | None]]:
+    """What tells whether a node's own firewall explains a -> b failing (F4's red on it): this
+    session's port matrix and the DROP/REJECT rules of a and b (those logged in to); (None, {})
+    where the matrix is not measured or a took no part in it."""
     m = cluster.cached(PORT_MATRIX)
     if m is None or a not in m.results:
-        return None
-    rules = {n: drop_rules(cluster, n) for n in (a, b) if cluster.login_error(n) is None}
-    return nc.firewall_at_fault(m, rules, a, b)
+        return None, {}
+    return m, {n: drop_rules(cluster, n) for n in (a, b) if cluster.login_error(n) is None}
 
 
-def firewall_pairs(cluster: Cluster, node: str) -> list[tuple[str, str]]:
-    """The pairs `node`'s own firewall breaks (F4's red on it)."""
-    m = port_matrix(cluster)
-    rules = {n: drop_rules(cluster, n) for n in cluster.names if cluster.login_error(n) is None}
-    return nc.firewall_pairs(m, rules, node)
+def all_drop_rules(cluster: Cluster) -> dict[str, list[str] | None]:
+    """The DROP/REJECT rules of every node logged in to (F4's red on a node names every pair
+    its rules break)."""
+    return {n: drop_rules(cluster, n) for n in cluster.names if cluster.login_error(n) is None}
+
+
+def peers(cluster: Cluster) -> tuple[dict[str, BaseFacts | None], set[str]]:
+    """Every node's base facts (None: not to be had) and the nodes that cannot be logged in to:
+    what the clean flags of the matrix (judge/network/pairjudge.py) read beside it."""
+    names = cluster.names
+    bases = {n: cluster.base_or_none(n) for n in names}
+    return bases, {n for n in names if cluster.login_error(n) is not None}
+
+
+def entries_into(cluster: Cluster) -> dict[str, list[tuple[str, Reach]]]:
+    """target -> [(source, what it reached)] of the matrix's entries kept whole (under --pairs
+    matrix the ones that did not come back compact), by target: gathered once, not once per
+    target."""
+    def compute() -> dict[str, list[tuple[str, Reach]]]:
+        out: dict[str, list[tuple[str, Reach]]] = {}
+        for a, row in port_matrix(cluster).results.items():
+            for b, r in row.items():
+                out.setdefault(b, []).append((a, r))
+        return out
+    return cluster.memo(ENTRIES_INTO, compute)
+
+
+def median_rtt(m: PortMatrix, a: str, b: str) -> float | None:
+    """a -> b's median handshake RTT in ms (None: not measured)."""
+    compact = m.compact_of(a, b)
+    if compact is not None:
+        return None if math.isnan(compact[1]) else compact[1]
+    reach = m.reach(a, b)
+    stats = nc.rtt_stats(reach.rtt_ms) if reach is not None else None
+    return stats.median_ms if stats is not None else None
+
+
+def rtt_row(cluster: Cluster, m: PortMatrix, a: str) -> str | None:
+    """a's median RTT to every node in name order, in ms with three decimals ("-": not
+    measured), for the reports' latency map; None when none was.  A compact row is read from
+    its arrays, each distinct value formatted once (RTTs have few: 16.7 M of them at 4096
+    nodes)."""
+    names = cluster.names
+    row = m.compact.get(a)
+    text = cluster.memo(RTT_TEXT, dict)
+    words: list[str] = []
+    if row is not None and (row.names is names or row.names == names):
+        for b, x, r in zip(names, row.addr, row.rtt, strict=True):
+            if not x:  # not compact: the pair's own entry
+                v = median_rtt(m, a, b)
+                words.append("-" if v is None else f"{v:.3f}")
+            elif r != r:  # NaN: no sample
+                words.append("-")
+            else:
+                w = text.get(r)
+                words.append(w if w is not None else text.setdefault(r, f"{r:.3f}"))
+    else:
+        words = [("-" if (v := median_rtt(m, a, b)) is None else f"{v:.3f}") for b in names]
+    return None if all(w == "-" for w in words) else " ".join(words)
+
+
+def source_address(cluster: Cluster, a: str, b: str) -> str:
+    """a's address as b sees it: the one a's ranks advertise, else where b's ssh sends a's
+    name."""
+    m = cluster.cached(PORT_MATRIX)
+    if m is not None and m.dial.get(a):
+        return str(m.dial[a])
+    got = sshnames.placement(cluster.base(b), a).addrs
+    return got[0] if got else a

@@ -1,21 +1,16 @@
-"""Where an ssh leg's failure comes from, when it is a cause another red of the run holds.
-
-`ssh b` from node a (S4, pdsh's legs, DeepSpeed's own `ssh <first host> hostname -I`) fails for
-a cause that is b's alone (down, refusing every key, a changed host key: S1's red), a's or b's
-own firewall (F4), a resolving b to another machine or not at all (N1), a's unusable key or
-b's file modes (S2), b's sshd taking no keys (S3). :func:`block_by_root` blocks the calling
-check on that red (``core.outcome.block``) and returns when there is none.
-"""
+"""What tells whether an ssh leg fails because of another red's cause (judge/ssh/legroot.py
+judges it), and what S4's fix of a failing leg needs: facts only, gathered from what the run
+has measured (the logins, the port matrix, the nodes' base facts and `sshd -T`)."""
 
 from __future__ import annotations
 
-from cluster_tests.core import outcome
 from cluster_tests.core import pairs as pairs_mod
 from cluster_tests.core import testids as ids
 from cluster_tests.core.cluster import Cluster, ProbeError
 from cluster_tests.core.memokey import base_key
+from cluster_tests.judge.common.basefacts import BaseFacts
 from cluster_tests.judge.common.facts import SshLeg
-from cluster_tests.judge.ssh import sshfail, sshmodes, sshnames
+from cluster_tests.judge.ssh import legroot, sshfail, sshmodes
 from cluster_tests.measure import ports, sshpairs
 
 
@@ -27,46 +22,32 @@ def sshd_config(cluster: Cluster, node: str) -> sshmodes.SshdFacts:
         return sshmodes.SshdFacts(-1, {})
 
 
-def node_modes(cluster: Cluster, node: str) -> sshmodes.ModeVerdict:
-    """S2's verdict on the node's ssh files (StrictModes as its sshd has it)."""
-    facts = cluster.base(node)
-    strict = sshd_config(cluster, node).get("strictmodes") != "no"
-    return sshmodes.strict_modes(facts.ssh, facts.uid, facts.user, strict=strict)
+def _keys(cluster: Cluster, node: str) -> tuple[BaseFacts, sshmodes.SshdFacts] | None:
+    """A node's base facts and sshd settings (None: it cannot be logged in to or probed)."""
+    if cluster.base_or_none(node) is None:
+        return None
+    return cluster.base(node), sshd_config(cluster, node)
 
 
-def block_by_root(cluster: Cluster, a: str, b: str, cause: sshfail.Cause) -> None:
-    """Block the calling check when `ssh b` on a fails (for `cause`) because of another red's
-    cause (see the module docstring); return otherwise."""
+def leg_facts(cluster: Cluster, a: str, b: str, cause: sshfail.Cause, *, firewall: bool
+              ) -> legroot.LegFacts:
+    """What the run knows of `ssh b` on a failing for `cause`: the launcher's login to b; where
+    `firewall` (F4 runs for a or b) and a node's own firewall may explain it, the port matrix
+    (measured here if it is not yet) and a's and b's rules; a's and b's base facts as the run
+    has them; where a key was refused, a's and b's base facts and sshd settings."""
     err = cluster.login_error(b)
-    if err is not None and sshfail.same_node_cause(err.cause, cause):
-        outcome.block(ids.LOGIN.of(b), sshfail.node_state(b, err.cause))
-    if err is None and cause in sshfail.NODE_DOWN and any(
-            outcome.selected(ids.FIREWALL_RULES.of(n)) for n in (a, b)):
-        # b answers the launcher but not a: a node's own firewall? (the port matrix says)
+    login = err.cause if err is not None else None
+    matrix: ports.PortMatrix | None = None
+    rules: dict[str, list[str] | None] = {}
+    if firewall and legroot.firewall_may_explain(cause, login):
         ports.port_matrix(cluster)
-        node = ports.firewall_root(cluster, a, b)
-        if node is not None:
-            outcome.block(ids.FIREWALL_RULES.of(node), f"{node}'s own firewall (INPUT) drops "
-                                                       f"{a} -> {b}")
-    if cause == sshfail.Cause.DNS:
-        outcome.block(ids.RESOLVES.of(a, b), f"{a} cannot resolve {b}")
-    else:
-        # where a's ssh sends b (its ssh config's HostName, else its resolver): elsewhere?
-        wrong = sshnames.misplaced(cluster.cached(base_key(a)), cluster.cached(base_key(b)), b)
-        if wrong is not None:
-            outcome.block(ids.RESOLVES.of(a, b), f"{a} resolves {b} to {', '.join(wrong[0])}, "
-                                                 f"which is not one of {b}'s addresses")
-    if cause not in sshfail.NODE_REFUSES_KEYS:
-        return
-    if cluster.base_or_none(a) is not None and any(
-            e.startswith("private key") for e in node_modes(cluster, a).errors):
-        outcome.block(ids.SSH_MODES.of(a), f"{a} cannot use its own key (file modes)")
-    if cluster.base_or_none(b) is None:
-        return
-    if sshd_config(cluster, b).get("pubkeyauthentication") == "no":
-        outcome.block(ids.SSHD_CONFIG.of(b), f"sshd on {b} has PubkeyAuthentication no")
-    if any(sshmodes.refuses_all_keys(e) for e in node_modes(cluster, b).errors):
-        outcome.block(ids.SSH_MODES.of(b), f"sshd on {b} refuses every key because of file modes")
+        matrix, rules = ports.firewall_facts(cluster, a, b)
+    names_a, names_b = cluster.cached(base_key(a)), cluster.cached(base_key(b))
+    keys_a = keys_b = None
+    if legroot.keys_may_explain(cause):
+        keys_a = _keys(cluster, a)
+        keys_b = _keys(cluster, b)
+    return legroot.LegFacts(a, b, cause, login, matrix, rules, names_a, names_b, keys_a, keys_b)
 
 
 def trust_result(cluster: Cluster, a: str, b: str) -> SshLeg | None:
@@ -79,12 +60,15 @@ def trust_result(cluster: Cluster, a: str, b: str) -> SshLeg | None:
         return None
 
 
-def block_by_trust(cluster: Cluster, a: str, b: str) -> None:
-    """Block the calling check when S4 found `ssh b` on a failing (pdsh's leg a -> b, the
-    rehearsal's, DeepSpeed's own `ssh <first host>`): by the red that holds S4's cause, else by
-    S4's own red; return when S4 passed or did not measure the pair."""
-    leg = trust_result(cluster, a, b)
-    if leg is None or leg.cause is None:
-        return
-    block_by_root(cluster, a, b, leg.cause)
-    outcome.block(ids.SSH_TRUST.of(a, b), f"{a} -> {b}: {leg.cause.value}")
+def trust_facts(cluster: Cluster, a: str, b: str) -> sshmodes.TrustFacts:
+    """What S4's fix of a -> b needs to know, from the facts the run has."""
+    fa, fb = cluster.base_or_none(a), cluster.base_or_none(b)
+    key = cluster.host_key(b) if fb is not None else None
+    return sshmodes.TrustFacts(
+        pubkeys=dict(fa.ssh.pubkeys) if fa is not None else {},
+        authorized_keys=fb.ssh.chain[0].path if fb is not None and fb.ssh.chain else None,
+        authorized_keys_text=fb.ssh.authorized_keys_text if fb is not None else None,
+        known_hosts=f"{(fa.home if fa is not None else '') or '~'}/.ssh/known_hosts",
+        host_key=key,
+        address=cluster.address(b),
+    )

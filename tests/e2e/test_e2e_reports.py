@@ -7,6 +7,7 @@ import json
 from suite import run_suite
 
 from cluster_tests.judge.problem import PROPERTY, Problem
+from cluster_tests.judge.ssh import sshfail
 from cluster_tests.report.summary import Outcome, Recorder
 
 
@@ -37,7 +38,7 @@ def test_asymmetric_fault_is_exactly_one_red_cell(healthy_sim, tmp_path):
 
 def test_fixes_are_deduplicated():
     rec = Recorder(["a", "b"])
-    problem = Problem(("a", "b"), "public key refused", "a -> b: public key refused",
+    problem = Problem(("a", "b"), sshfail.Cause.AUTH, "a -> b: public key refused",
                       fix="on b: chmod 600 ~/.ssh/authorized_keys")
     for i in range(5):
         rec.outcomes[f"t{i}"] = Outcome(f"t{i}", "t", "m", "failed", problem.text(),

@@ -68,6 +68,7 @@ TOYJUDGE = '''\
 from __future__ import annotations
 
 from dataclasses import dataclass
+from cluster_tests.core import testids as ids
 from cluster_tests.judge.common.probes import Probe, flag, obj, text
 from cluster_tests.judge.problem import Fix, Problem, SectionCause
 
@@ -103,8 +104,8 @@ def judge_toy(node: str, facts: ToyFacts) -> Problem | None:
     return Problem(
         (node,), ToyCause.MISSING, f"{node}: {facts.path} does not exist there.",
         fix=f"on {node}: touch {facts.path}",
-        fixes=(Fix(node, f"create {facts.path}", (f"touch {facts.path}",), item="X1"),),
-        item="X1")
+        fixes=(Fix(node, f"create {facts.path}", (f"touch {facts.path}",), item=ids.TOY.item),),
+        item=ids.TOY.item)
 '''
 
 # 3. The check: checks/<section>.py, the module its row in core/sections.py names.
@@ -117,6 +118,7 @@ from __future__ import annotations
 import pytest
 
 from cluster_tests.core import outcome
+from cluster_tests.core import testids as ids
 from cluster_tests.core.cluster import Cluster, ProbeError
 from cluster_tests.judge.toy import toyjudge
 from cluster_tests.judge.toy.toyjudge import TOY
@@ -132,7 +134,7 @@ def test_toy(cluster: Cluster, node: str, record_property) -> None:
     try:
         facts = cluster.probe(node, TOY, path=PATH)
     except ProbeError as exc:
-        outcome.fail(exc.problem("X1"))
+        outcome.fail(exc.problem(ids.TOY.item))
     record_property("toy_file", facts.path)
     problem = toyjudge.judge_toy(node, facts)
     if problem is not None:

@@ -12,7 +12,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from records import c1_property
 
-from cluster_tests.judge.problem import PROPERTY, Problem
+from cluster_tests.judge.problem import PROPERTY, Headline, Problem
 from cluster_tests.report import files, metrics
 from cluster_tests.report import history as history_mod
 from cluster_tests.report import html as html_report
@@ -25,7 +25,7 @@ ODD = 'line "one"\\ two\nthree'
 
 def recorder() -> Recorder:
     rec = Recorder(list(NODES))
-    problem = Problem(("node3",), ODD, "node3: refused", check="test_login[node3]")
+    problem = Problem(("node3",), Headline(ODD), "node3: refused", check="test_login[node3]")
     outcomes = [
         Outcome("test_login[node1]", "test_login", "cluster_tests/checks/ssh.py", "passed",
                 node="node1"),

@@ -11,7 +11,7 @@ import subprocess
 
 from cluster_tests.judge.common import fixcmd
 from cluster_tests.judge.common.basefacts import BaseFacts
-from cluster_tests.judge.problem import PROPERTY, Problem
+from cluster_tests.judge.problem import PROPERTY, Headline, Problem
 from cluster_tests.report import fixes as fixes_mod
 from cluster_tests.report.summary import Outcome
 
@@ -85,7 +85,7 @@ def test_modes_change_once(tmp_path):
 
 def _outcome(test_id, module, fixes=(), message="", fix=""):
     where = tuple(test_id.split("[", 1)[1].rstrip("]").split("->"))
-    problem = Problem(where, "cause", message or test_id, fix=fix, fixes=tuple(fixes),
+    problem = Problem(where, Headline("cause"), message or test_id, fix=fix, fixes=tuple(fixes),
                       check=test_id)
     return Outcome(test_id, test_id.split("[")[0], module, "failed", problem.text(),
                    properties={PROPERTY: problem.to_json()})

@@ -15,6 +15,7 @@ import pytest
 from records import c1_property
 
 from cluster_tests.judge.problem import PROPERTY, Problem
+from cluster_tests.judge.ssh import sshfail
 from cluster_tests.report import history as history_mod
 from cluster_tests.report.summary import Outcome, Recorder
 
@@ -30,7 +31,7 @@ def run(c1: float | None = 1.0, c2: float | dict | None = 1.0, *, red: dict | No
     rec = history_mod.RunRecord(started, started + 5, list(nodes), history_mod.digest(nodes, {}),
                                 0, "hostfile")
     rec.results = [(f"test_login[{n}]", "failed" if n in red else "passed",
-                    Problem((n,), "connection refused", "x", check=f"test_login[{n}]").to_json()
+                    Problem((n,), sshfail.Cause.REFUSED, "x", check=f"test_login[{n}]").to_json()
                     if n in red else None, None) for n in nodes]
     rec.node_stats = {n: (0.1, 0.05, n in red, red.get(n, [])) for n in nodes}
     if c1 is not None:
@@ -217,7 +218,8 @@ def test_a_node_red_in_three_of_its_last_five_runs_is_flapping(tmp_path):
 
 def test_a_run_record_reads_the_recorders_outcomes_problems_and_figures():
     rec = Recorder(NODES)
-    problem = Problem(("node3",), "connection refused", "node3: refused", check="test_login[node3]")
+    problem = Problem(("node3",), sshfail.Cause.REFUSED, "node3: refused",
+                      check="test_login[node3]")
     rec.outcomes = {o.test_id: o for o in [
         Outcome("test_login[node3]", "test_login", "ssh.py", "failed", "node3: refused",
                 node="node3", properties={PROPERTY: problem.to_json()}),

@@ -10,13 +10,14 @@ import paths
 from cluster_tests.core import testids as ids
 from cluster_tests.core.testids import Scope
 from cluster_tests.judge.healthyset import healthy, scope
-from cluster_tests.judge.problem import Fix, Problem
+from cluster_tests.judge.problem import Fix, Headline, Problem
+from cluster_tests.judge.ssh import sshfail
 
 NODES = ["node1", "node2", "node3", "node4"]
 
 
 def red(check: str, *nodes: str, cause: str = "x", scope: Scope | None = None) -> Problem:
-    return Problem(tuple(nodes), cause, f"{'->'.join(nodes)}: {cause}", scope=scope,
+    return Problem(tuple(nodes), Headline(cause), f"{'->'.join(nodes)}: {cause}", scope=scope,
                    check=f"{check}[{'->'.join(nodes)}]")
 
 
@@ -96,15 +97,16 @@ def test_checks_the_launch_does_not_need_exclude_nothing():
 
 def test_problem_travels_as_json_and_one_fix_is_one_cause():
     fix = Fix("node3", "authorize node1's key", ("grep -q x f || echo x >> f",), "S4")
-    a = Problem(("node1", "node3"), "public key refused", "node1 -> node3: refused",
+    a = Problem(("node1", "node3"), sshfail.Cause.AUTH, "node1 -> node3: refused",
                 fix="append it",
                 fixes=(fix,), item="S4", scope=Scope.FROM_RANK0,
                 check="test_ssh_trust[node1->node3]")
     back = Problem.from_json(a.to_json())
     assert back == a and back is not None and back.fixes[0].commands == fix.commands
-    b = Problem(("node1", "node3"), "other words", "another check said it", fixes=(fix,))
+    b = Problem(("node1", "node3"), Headline("other words"), "another check said it", fixes=(fix,))
     assert a.key() == b.key()  # the same change fixes both
-    assert Problem(("node3",), "refused", "m").key() != Problem(("node2",), "refused", "m").key()
+    refused = Headline("refused")
+    assert Problem(("node3",), refused, "m").key() != Problem(("node2",), refused, "m").key()
     assert Problem.from_json("not json") is None
     assert a.text().endswith("\n  fix: append it")
 

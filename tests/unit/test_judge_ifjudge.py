@@ -15,6 +15,7 @@ from cluster_tests.judge.common.netfacts import Interface, parse_interfaces
 from cluster_tests.judge.network import ifjudge
 from cluster_tests.judge.network.portfacts import read_routes
 from cluster_tests.judge.network.portjudge import NetworkCause
+from cluster_tests.judge.problem import Root
 
 #: a real node's interfaces: lo, eth0 10.137.169.3 (and IPv6), docker0 172.17.0.1, a veth,
 #: eth1 192.168.7.3 and its peer (no IPv4)
@@ -138,3 +139,21 @@ def test_mtu_red_on_the_odd_node_only() -> None:
     even = {"node1": ("eth0", 9000), "node2": ("eth0", 1500)}
     assert ifjudge.judge_mtu("node1", even, "node1") is None
     assert ifjudge.judge_mtu("node2", even, "node1") is not None
+
+
+def test_a_failed_run_is_blocked_by_the_f5_red_of_its_backends_variable():
+    """C1/C2: the first node whose ranks get a NCCL_SOCKET_IFNAME that selects nothing there;
+    one the launch exports that fits no node is rank 0's red."""
+    var = "NCCL_SOCKET_IFNAME"
+    fine, own = ifjudge.Pick(None, False, False), ifjudge.Pick("ib", False, False)
+    assert ifjudge.ifname_roots(var, {"node1": fine, "node2": own}, "node1") == [
+        Root("test_socket_ifname[node2]",
+                     "NCCL_SOCKET_IFNAME=ib selects no usable interface on node2")]
+    exported = ifjudge.Pick("ib", False, True)
+    roots = ifjudge.ifname_roots(var, {"node1": exported, "node2": exported}, "node1")
+    assert [r.check for r in roots] == ["test_socket_ifname[node1]"]
+    # where it fits somewhere, each node's own red
+    roots = ifjudge.ifname_roots(var, {"node1": ifjudge.Pick("ib", True, True),
+                                       "node2": exported}, "node1")
+    assert [r.check for r in roots] == ["test_socket_ifname[node2]"]
+    assert ifjudge.ifname_roots(var, {"node1": fine}, "node1") == []

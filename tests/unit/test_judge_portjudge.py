@@ -57,6 +57,10 @@ def test_rtt_stats_and_outliers():
     base = [0.2, 0.25, 0.3, 0.22]
     assert nc.is_outlier(5.0, base) and not nc.is_outlier(0.9, base)
     assert not nc.is_outlier(50.0, [0.2])  # one pair is no baseline
+    # the limit: 5 x the typical pair, or 2 ms above it where that is more
+    assert nc.outlier_limit(3.0) == 15.0 and nc.outlier_limit(0.25) == 2.25
+    assert nc.outlier_limit(None) == float("inf")
+    assert nc.is_outlier(2.26, 0.25) and not nc.is_outlier(2.25, 0.25)
 
 
 def _entry(ok: bool, target: str = "n9") -> Reach:

@@ -12,7 +12,7 @@ import pytest
 from cluster_tests.core import testids as ids
 from cluster_tests.judge import slurm
 from cluster_tests.judge.healthyset import healthy
-from cluster_tests.judge.problem import Problem
+from cluster_tests.judge.problem import Headline, Problem
 
 CAPTURES = {r["name"]: r for r in json.loads(
     (paths.SAMPLES / "scontrol-show-node-22.05.8.json").read_text())["captures"]}
@@ -24,7 +24,7 @@ def slurm_nodes(name: str) -> list[slurm.SlurmNode]:
 
 
 def red(check: str, *nodes: str, cause: str = "x", **kw) -> Problem:
-    return Problem(tuple(nodes), cause, f"{'->'.join(nodes)}: {cause}",
+    return Problem(tuple(nodes), Headline(cause), f"{'->'.join(nodes)}: {cause}",
                    check=f"{check}[{'->'.join(nodes)}]", **kw)
 
 

@@ -298,9 +298,10 @@ def test_the_verdict_is_the_causes_the_blocked_counts_per_red_then_the_launch():
     by ..."), the fix script, and the launch lines last (pytest prints no line per blocked
     check: the summary counts them)."""
     from cluster_tests.judge.problem import BLOCKED_BY, PROPERTY, Problem
+    from cluster_tests.judge.ssh import sshfail
 
     rec = Recorder(list(NODES))
-    login = Problem(("node3",), "connection refused", "node3: connection refused",
+    login = Problem(("node3",), sshfail.Cause.REFUSED, "node3: connection refused",
                     fix="start sshd on node3", check="test_login[node3]")
     rec.outcomes["test_login[node3]"] = Outcome(
         "test_login[node3]", "test_login", "m", "failed", login.text(), node="node3",

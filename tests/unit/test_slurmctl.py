@@ -17,12 +17,13 @@ import pytest
 from cluster_tests.core import slurmctl
 from cluster_tests.core import testids as ids
 from cluster_tests.judge.healthyset import healthy
-from cluster_tests.judge.problem import Problem
+from cluster_tests.judge.problem import Headline, Problem
+from cluster_tests.judge.ssh import sshfail
 
 SAMPLE = paths.SAMPLES / "scontrol-show-node-22.05.8.json"
 CAPTURES = {r["name"]: r for r in json.loads(SAMPLE.read_text())["captures"]}
 NODES = ["node1", "node2", "node3"]
-LOGIN3 = Problem(("node3",), "connection refused", "node3: refused", check="test_login[node3]")
+LOGIN3 = Problem(("node3",), sshfail.Cause.REFUSED, "node3: refused", check="test_login[node3]")
 
 STAND_IN = f"""#!{sys.executable}
 import json, os, sys
@@ -62,7 +63,7 @@ def after(environ: dict[str, str], problems: list[Problem], *, drain: bool = Fal
 
 def test_without_the_flags_nothing_changes_and_the_lines_are_printed(scontrol):
     env, calls = scontrol
-    pair = Problem(("node1", "node2"), "ports dropped", "x",
+    pair = Problem(("node1", "node2"), Headline("ports dropped"), "x",
                    check=f"{ids.HIGH_PORTS.name}[node1->node2]")
     got = after(env("show_node_o_idle"), [LOGIN3, pair])
     assert calls() == [["show", "node", "-o"]]  # read, never updated

@@ -9,7 +9,9 @@ the constants of core/testids.py it cannot.  This file keeps that rule after eve
 (b) no string literal in cluster_tests/ (f-string parts included; docstrings, which explain, and
     core/testids.py, which defines, excepted) contains a test name (`test_` and a word), the
     check modules' own messages included.  Check module names (env, the section keys of the
-    fixes script) come from the section table, `core/sections.py`.
+    fixes script) come from the section table, `core/sections.py`;
+(c) a Problem's or a Fix's checklist item comes from a constant too (`item=ids.SSH_TRUST.item`),
+    never a literal ("S4").
 """
 
 from __future__ import annotations
@@ -63,6 +65,7 @@ def test_id_forms() -> None:
     e4 = ids.ASCEND_ENV
     assert (e4.item, e4.section, e4.module) == ("E4", "E", "env")
     assert ids.ALLREDUCE.section == "C"
+    assert ids.ALLREDUCE.items == ("C1", "C3") and ids.LOGIN.items == ("S1",)
     with pytest.raises(AttributeError):
         ids.LOGIN.name = "test_other"  # type: ignore[misc]
 
@@ -112,3 +115,29 @@ def test_no_test_name_spelled_by_hand() -> None:
     found = _spelled_names()
     assert not found, ("test names spelled as strings (use cluster_tests.core.testids):\n"
                        + "\n".join(found))
+
+
+def _item_literals(tree: ast.AST, where: str) -> list[str]:
+    """The checklist items written as literals where a Problem or a Fix takes one: an `item=`
+    keyword, a Fix's fourth argument, a ProbeError's `.problem(...)`."""
+    found = []
+    for n in ast.walk(tree):
+        if not isinstance(n, ast.Call):
+            continue
+        func = n.func.attr if isinstance(n.func, ast.Attribute) else getattr(n.func, "id", "")
+        args = [k.value for k in n.keywords if k.arg == "item"]
+        args += n.args[3:4] if func == "Fix" else n.args[:1] if func == "problem" else []
+        found += [f"{where}:{a.lineno}: {a.value!r}" for a in args
+                  if isinstance(a, ast.Constant) and isinstance(a.value, str)]
+    return found
+
+
+def test_no_item_spelled_by_hand() -> None:
+    """(c): the item of a red is its check's (`ids.MTU.item`), so that it cannot differ from the
+    docstring of the check that judged it."""
+    found = [f for path in sorted(PACKAGE.rglob("*.py"))
+             for f in _item_literals(ast.parse(path.read_text()), str(path.relative_to(PACKAGE)))]
+    assert not found, "checklist items spelled as strings:\n" + "\n".join(found)
+    planted = ast.parse('Problem((n,), c, "m", item="S4")\nFix(n, "w", (), "S2")\n'
+                        'exc.problem("F4")\nFix(n, "w", (), ids.SSH_MODES.item)')
+    assert len(_item_literals(planted, "x")) == 3

@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from cluster_tests.core import testids as ids
 from cluster_tests.judge.common import tooloutput
 from cluster_tests.judge.common.facts import Command
 from cluster_tests.judge.common.fieldread import ByFields
@@ -165,7 +166,7 @@ def judge_accelerators(node: str, inv: Inventory, dev: DeviceFacts | None) -> Pr
             return None
         return Problem((node,), AcceleratorCause.TOOL_FAILED,
                        f"{node}: a vendor tool exists but fails:\n  " + "\n  ".join(failed),
-                       fix=f"on {node}: {TOOL_FIX}", item="A1")
+                       fix=f"on {node}: {TOOL_FIX}", item=ids.ACCELERATORS.item)
     sick = [f"{u.describe()} (npu-smi info)" for u in inv.unhealthy]
     framework = _framework_problems(inv, dev) if dev is not None else []
     problems = failed + sick + framework
@@ -177,5 +178,6 @@ def judge_accelerators(node: str, inv: Inventory, dev: DeviceFacts | None) -> Pr
         if sick else {}
     return Problem((node,), cause,
                    f"{node}: {inv.describe()}, not all usable:\n  " + "\n  ".join(problems),
-                   fix=f"on {node}: {NPU_FIX if sick else FRAMEWORK_FIX}", item="A1",
+                   fix=f"on {node}: {NPU_FIX if sick else FRAMEWORK_FIX}",
+                   item=ids.ACCELERATORS.item,
                    facts=dict(facts))

@@ -31,7 +31,9 @@ from cluster_tests.judge.common.probes import (
     text,
     text_map,
 )
-from cluster_tests.judge.problem import Problem, SectionCause
+from cluster_tests.judge.network import portjudge as nc
+from cluster_tests.judge.network.portjudge import PortMatrix
+from cluster_tests.judge.problem import Problem, Root, SectionCause
 
 #: One JSON event line of a worker (node/allreduce.py `emit`), as it came.
 Event = Mapping[str, object]
@@ -49,7 +51,7 @@ EXIT_INIT = 12
 EXIT_COLLECTIVE = 13
 
 
-class CollectiveCause(SectionCause):
+class CollectiveCause(SectionCause, items=("C",)):
     """What a C1/C2 red is (Problem.cause): first the report's failure kinds (its verdicts),
     then what else stops or spoils a run."""
 
@@ -455,14 +457,15 @@ def busbw_problem(report: CollectiveReport, verdict: BusbwVerdict) -> Problem | 
         f"all-reduce over {report.world_size} ranks ({report.backend}): {verdict.message}",
         fix=f"run `-k {ids.ALLREDUCE_PAIR}` to find the slow node or link; check the NIC speed "
             f"and that {report.backend} uses the fast interface "
-            f"(NCCL_SOCKET_IFNAME/GLOO_SOCKET_IFNAME)", item="C1")
+            f"(NCCL_SOCKET_IFNAME/GLOO_SOCKET_IFNAME)", item=ids.ALLREDUCE_BUSBW.item)
 
 
 def baseline_unreadable(path: str, error: str) -> Problem:
     """C1's red when --busbw-baseline cannot be read (`error`: why)."""
     return Problem((), CollectiveCause.BASELINE_UNREADABLE,
                    f"--busbw-baseline {path}: cannot read it: {error}",
-                   fix=f"write one with --busbw-record {path} on a healthy run", item="C1")
+                   fix=f"write one with --busbw-record {path} on a healthy run",
+                   item=ids.ALLREDUCE_BUSBW.item)
 
 
 # --- a run over the remote layer, and why it failed --------------------------------------------
@@ -706,6 +709,19 @@ class BlockedPair:
     check: str  # the F3 test of the pair ("test_high_ports[node1->node3]")
 
 
+def ports_roots(pair: BlockedPair, m: PortMatrix | None,
+                rules: Mapping[str, list[str] | None]) -> list[Root]:
+    """The reds that hold a blocked pair's cause, in order: the F4 red of the node whose own
+    firewall drops it (the port matrix `m` and the rules of the pair's nodes say), then the
+    pair's F3 red."""
+    src, dst = pair.source, pair.target
+    why = f"{dst} takes no connection from {src} on high ports: an all-reduce could only hang"
+    node = nc.firewall_at_fault(m, rules, src, dst) if m is not None else None
+    first = ([Root(ids.FIREWALL_RULES.of(node), f"{node}'s own firewall drops {src} -> {dst}: "
+                                                f"{why}")] if node is not None else [])
+    return [*first, Root(pair.check, why)]
+
+
 def ports_blocked(what: str, blocked: Sequence[BlockedPair], *, item: str,
                   where: tuple[str, ...] | None = None) -> Problem:
     """The red of a run not started because the network checks found its ports blocked (when
@@ -780,4 +796,4 @@ def socket_fallback(fallbacks: Mapping[str, str]) -> Problem | None:
         + "\n  ".join(fallbacks.values()),
         fix=f"unset NCCL_IB_DISABLE / NCCL_NET=Socket; see {ids.IB_HCA} and {ids.MEMLOCK} of "
             "those nodes; install rdma-core (libibverbs) where the ranks run; a container needs "
-            "--device=/dev/infiniband and --cap-add=IPC_LOCK", item="C1")
+            "--device=/dev/infiniband and --cap-add=IPC_LOCK", item=ids.ALLREDUCE.items[0])

@@ -24,6 +24,7 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from cluster_tests.core import testids as ids
 from cluster_tests.judge.collective.collopts import format_size
 from cluster_tests.judge.collective.collverdict import CollectiveCause, CollectiveReport
 from cluster_tests.judge.collective.pairbw import SlowPairs, pair_id, suspect_node
@@ -253,4 +254,4 @@ def slow_pair(pair: Pair, report: CollectiveReport, first: str, c: Confirmation,
         pair, CollectiveCause.PAIR_TOO_SLOW if report.stopped is not None
         else CollectiveCause.SLOW_PAIR, "\n".join([first, *blame(c, pair, verdict)]),
         fix=f"compare `ethtool <iface>` speeds and `tc qdisc show` on {a} and {b}; "
-            f"iperf3 -s on {a}, iperf3 -c {a} on {b}", item="C2")
+            f"iperf3 -s on {a}, iperf3 -c {a} on {b}", item=ids.ALLREDUCE_PAIR.item)

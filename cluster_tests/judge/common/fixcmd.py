@@ -7,6 +7,7 @@ from __future__ import annotations
 import shlex
 from collections.abc import Sequence
 
+from cluster_tests.core import testids as ids
 from cluster_tests.judge.common.basefacts import BaseFacts
 from cluster_tests.judge.common.netfacts import is_ip, own_addresses
 from cluster_tests.judge.problem import Fix
@@ -151,7 +152,8 @@ def hostname_fix(node: str, base: BaseFacts | None) -> list[Fix]:
     if not cmds:
         return []
     return [Fix(node, f"make {node} name this node (hostname {actual}; it resolves to "
-                      f"{', '.join(got) or 'nothing'} there)", tuple(cmds), "H2",
+                      f"{', '.join(got) or 'nothing'} there)", tuple(cmds),
+                ids.HOSTNAME_MATCHES.item,
                 "without systemd, hostname(1) lasts until reboot: also write it to /etc/hostname")]
 
 
@@ -160,4 +162,5 @@ def hosts_fix(viewer: str, viewer_base: BaseFacts | None, name: str, address: st
     """N1/N2: `viewer`'s /etc/hosts maps `name` to `address` (it said `wrong`)."""
     said = f" (it says {', '.join(wrong)})" if wrong else ""
     return Fix(viewer, f"/etc/hosts: {name} is {address}{said}",
-               (as_root(viewer_base, hosts_entry_cmd(name, address)),), "N2")
+               (as_root(viewer_base, hosts_entry_cmd(name, address)),),
+               ids.NAME_CONSISTENT.item)

@@ -19,6 +19,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+from cluster_tests.core import testids as ids
 from cluster_tests.core.testids import Scope
 from cluster_tests.judge.common import tooloutput
 from cluster_tests.judge.common.facts import Command
@@ -228,7 +229,8 @@ def judge_env_files(node: str, files: EnvFiles, site: str) -> Problem | None:
         f"exports every line to every rank: it would stop or export garbage on every node:\n  "
         + "\n  ".join(map(str, errors)),
         fix=f"on {node}, {where}: delete the line, or write it as NAME=value (deepspeed's env "
-            f"file has no comments or blank lines)", item="E2", scope=Scope.LAUNCH_WIDE)
+            f"file has no comments or blank lines)",
+        item=ids.DEEPSPEED_ENV.item, scope=Scope.LAUNCH_WIDE)
 
 
 def _whose(path: str, home: str) -> str:
@@ -259,13 +261,14 @@ def judge_env_agrees(node: str, table: Table,
         ".deepspeed_env to every rank (counted in above), so what differs is set by this node's "
         "own shell and not by the launch.",
         fix=f"set the same values on every node (~/.bashrc above any early return), or put them "
-            f"in ~/.deepspeed_env on {rank0}, which the launch exports everywhere", item="E2")
+            f"in ~/.deepspeed_env on {rank0}, which the launch exports everywhere",
+        item=ids.ENV_AGREES.item)
 
 
 def env_unread(node: str) -> Problem:
     """E2 where the node's environment could not be read."""
     return Problem((node,), EnvCause.ENV_UNREAD, f"{node}: could not read its environment",
-                   item="E2")
+                   item=ids.ENV_AGREES.item)
 
 
 # -- ~/.bashrc ---------------------------------------------------------------------------------
@@ -346,7 +349,7 @@ def judge_required_env(node: str, missing: Sequence[str], deepspeed: str | None,
         (node,), EnvCause.NOT_SET if missing else EnvCause.DEEPSPEED_OFF_PATH,
         f"{node}: as pdsh's non-interactive shell sees it, " + "; ".join(problems) + "\n"
         + "".join(f"  {h}\n" for h in hints) + f"  python found there: {python}",
-        fix=fix, item="E1")
+        fix=fix, item=ids.REQUIRED_ENV.item)
 
 
 # -- the temporary directory (E6) ----------------------------------------------------------------
@@ -447,7 +450,7 @@ def judge_tmpdir(node: str, facts: TmpdirFacts, bashrc: str | None = None,
                           f"at a larger local disk")
     else:
         return TmpVerdict(None, warnings)
-    return TmpVerdict(node_problem(node, [finding], "E6"), warnings)
+    return TmpVerdict(node_problem(node, [finding], ids.TMPDIR.item), warnings)
 
 
 # -- what the launch's interpreter imports (E3) -------------------------------------------------
@@ -571,7 +574,7 @@ def versions_problem(node: str, findings: Sequence[Finding], shell_python: str,
             if launch_python and launch_python != shell_python else "")
     pip = " ".join(f"{k}=={pins[k]}" for k in ("torch", "deepspeed") if pins.get(k))
     return node_problem(
-        node, findings, "E3",
+        node, findings, ids.VERSIONS.item,
         fix=f"on {node}: install the same versions as the other nodes into the python that "
             f"pdsh's shell finds ({shell_python}){also}, e.g. pip install {pip}; remove any "
             f"stray copy that shadows them (the file named above)")
@@ -609,7 +612,7 @@ def judge_npu_links(node: str, facts: AscendFacts) -> Problem | None:
     return Problem((node,), EnvCause.NPU_LINKS_DOWN,
                    f"{node}: NPU network links not up:\n  " + "\n  ".join(down),
                    fix=f"on {node}: check cabling/switch port; hccn_tool -i N -net_health -g",
-                   item="E4")
+                   item=ids.ASCEND_ENV.item)
 
 
 # -- comparing across nodes --------------------------------------------------------------------

@@ -199,7 +199,8 @@ def stale_lock_fix(node: str, lock: Lock) -> Fix:
     (same inode): a build started since has created a new one, which is left alone."""
     path = lock.path
     cmd = f'[ "$(stat -c %i {q(path)} 2>/dev/null)" != {lock.ino} ] || rm -f -- {q(path)}'
-    return Fix(node, f"remove the stale JIT build lock of {lock.op} ({path})", (cmd,), "E7",
+    return Fix(node, f"remove the stale JIT build lock of {lock.op} ({path})", (cmd,),
+               ids.JIT_OPS.item,
                note="no process on any node sharing it held it or was building there")
 
 
@@ -394,7 +395,8 @@ def jit_problem(node: str, verdicts: Mapping[str, JitVerdict]) -> Problem | None
     if not v.findings:
         return None
     return node_problem(
-        node, v.findings, "E7", tail=f"\n{node}: also {blocked_line(v)}" if v.blocked_by else "",
+        node, v.findings, ids.JIT_OPS.item,
+        tail=f"\n{node}: also {blocked_line(v)}" if v.blocked_by else "",
         fixes=tuple(v.fixes), breaks=tuple(n for n, o in verdicts.items() if o.blocked_by == node))
 
 

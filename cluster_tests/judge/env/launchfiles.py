@@ -28,6 +28,7 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from cluster_tests.core import testids as ids
 from cluster_tests.core.testids import Scope
 from cluster_tests.judge.common.probes import (
     FactsError,
@@ -53,7 +54,7 @@ OUTPUT_FLAG = re.compile(r"^--?[\w-]*(output|save|log|checkpoint|ckpt|cache|tens
 SYSTEM_DIRS = ("/", "/tmp", "/dev", "/proc", "/sys", "/run", "/etc", "/usr", "/var", "/home")
 
 
-class LaunchFilesCause(SectionCause):
+class LaunchFilesCause(SectionCause, items=(ids.LAUNCH_FILES.item,)):
     """What E8 finds on a node (Problem.cause)."""
 
     DIR_MISSING = "launch directory missing"
@@ -215,7 +216,8 @@ def judge_launch_files(node: str, mine: LaunchFiles, launcher: LaunchFiles | Non
             (node,), LaunchFilesCause.SCRIPT_NOWHERE,
             f"the launch's script {script} does not exist on the launcher either: every rank "
             f"would fail to start it", fix=f"correct the script's path in the launch command "
-            f"(it is read in {d} on every node)", item="E8", scope=Scope.LAUNCH_WIDE)
+            f"(it is read in {d} on every node)", item=ids.LAUNCH_FILES.item,
+            scope=Scope.LAUNCH_WIDE)
     if not mine.dir_ok:
         return Problem(
             (node,), LaunchFilesCause.DIR_MISSING,
@@ -224,7 +226,7 @@ def judge_launch_files(node: str, mine: LaunchFiles, launcher: LaunchFiles | Non
             f"in rendezvous until killed)",
             fix=f"on {node}: create or mount {d} with the project's files (the same path as on "
                 f"the launcher: rsync -a {d}/ {node}:{d}/ from the launcher), or start the "
-                f"launch in a directory every node has", item="E8")
+                f"launch in a directory every node has", item=ids.LAUNCH_FILES.item)
     missing, differ = [], []
     for path, facts in mine.paths.items():
         reference = launcher.paths.get(path) if launcher is not None else None
@@ -248,4 +250,4 @@ def judge_launch_files(node: str, mine: LaunchFiles, launcher: LaunchFiles | Non
         f"{node}: the launch's files are not the launcher's there (code not synced to {node}?); "
         f"its ranks would run other code or fail to open them:\n  - " + "\n  - ".join(found),
         fix=f"copy them from the launcher (the same paths): rsync -aR {paths} {node}:/ ; or put "
-            f"{d} on a volume every node mounts", item="E8")
+            f"{d} on a volume every node mounts", item=ids.LAUNCH_FILES.item)

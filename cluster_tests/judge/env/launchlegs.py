@@ -62,7 +62,7 @@ PDSH_MAX_FAN_OUT = 1024
 _NEEDS_QUOTES = re.compile(r"[^\w@%+=:,./-]")
 
 
-class LaunchCause(SectionCause):
+class LaunchCause(SectionCause, items=(ids.LAUNCH_REHEARSAL.item,)):
     """What can stop the launch's own steps on a node, E5 (Problem.cause)."""
 
     LAUNCH_FAILS = "launch step fails"
@@ -356,7 +356,8 @@ class Leg:
     data: LegReport | None = None
     #: a skip whose cause is another red's: that red's test id (the check is blocked by it)
     root: str = ""
-    cause: str = LaunchCause.LAUNCH_FAILS  # or EnvCause.ENV_FILE_BROKEN; a ProbeError's own
+    #: LaunchCause, or EnvCause.ENV_FILE_BROKEN; a ProbeError's own
+    cause: SectionCause = LaunchCause.LAUNCH_FAILS
 
     @property
     def cannot_import(self) -> bool:
@@ -374,7 +375,8 @@ def leg_problem(node: str, leg: Leg, ran: str, command: str) -> Problem:
     not start) and the `deepspeed` command line the rehearsal mirrors."""
     return Problem((node,), leg.cause,
                    leg.text + (f"\n  each node ran: {ran}" if ran else "")
-                   + f"\n  the launch rehearsed: {command}", fix=leg.fix, item="E5",
+                   + f"\n  the launch rehearsed: {command}", fix=leg.fix,
+                   item=ids.LAUNCH_REHEARSAL.item,
                    scope=Scope.LAUNCH_WIDE if leg.cause in LAUNCH_WIDE else None)
 
 

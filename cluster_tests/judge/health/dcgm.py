@@ -27,6 +27,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from cluster_tests.core import testids as ids
 from cluster_tests.core.testids import Scope
 from cluster_tests.judge.accelerator.inventory import command
 from cluster_tests.judge.common.probes import Probe, obj, opt_text, texts
@@ -399,7 +400,7 @@ def timed_out(node: str, argv: str, deadline: float, level: int) -> Problem:
     return Problem((node,), DiagCause.TIMED_OUT,
                    f"{node}: `{argv}` did not finish in {deadline:.0f} s (level {level} takes far "
                    f"less): a GPU or DCGM's host engine is hung",
-                   fix=f"on {node}: {HUNG_FIX}", item="R9", scope=Scope.NODE)
+                   fix=f"on {node}: {HUNG_FIX}", item=ids.ACCEL_DIAG.item, scope=Scope.NODE)
 
 
 def needs_fabric_manager(run: DiagRun) -> bool:
@@ -426,7 +427,7 @@ def verdict(node: str, run: DiagRun, bus_ids: Mapping[int, str], argv: str) -> P
     if any("persistence" in w for w in fix_words):
         fixes = (Fix(node, "enable persistence mode on every GPU (DCGM's diagnostic requires "
                            "it; each rank's first CUDA call is faster with it)",
-                     ("nvidia-smi -pm 1",), item="R9"),)
+                     ("nvidia-smi -pm 1",), item=ids.ACCEL_DIAG.item),)
     known = set(bus_ids) | {g for t in run.tests for g in t.gpus}
     cut = list(dict.fromkeys(f.test.name for f in fails
                              if any(len(m) in CUT_AT for _, m in f.test.messages)))
@@ -441,7 +442,7 @@ def verdict(node: str, run: DiagRun, bus_ids: Mapping[int, str], argv: str) -> P
         head + "\n  " + "\n  ".join(describe(run, fails, bus_ids))
         + "".join(f"\n  ({name}: dcgmi cut DCGM's message short; GPUs it did not reach may "
                   f"have failed too)" for name in cut),
-        fix=f"on {node}: {fix}", item="R9", scope=Scope.NODE, fixes=fixes,
+        fix=f"on {node}: {fix}", item=ids.ACCEL_DIAG.item, scope=Scope.NODE, fixes=fixes,
         facts={"dcgm_version": run.version, "failed_tests": tests, "gpus": gpus})
 
 
@@ -456,5 +457,5 @@ def net_health_verdict(node: str, status_by_dev: Mapping[str, str]
         (node,), DiagCause.NET_HEALTH,
         f"{node}: NPU RoCE net health (hccn_tool -i N -net_health -g) failed on device "
         f"{','.join(devs)}:\n  " + "\n  ".join(problems),
-        fix=f"on {node}: " + "; ".join(fixes), item="R9", scope=Scope.NODE,
+        fix=f"on {node}: " + "; ".join(fixes), item=ids.ACCEL_DIAG.item, scope=Scope.NODE,
         facts={"devices": devs}), notes

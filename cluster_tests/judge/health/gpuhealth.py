@@ -26,6 +26,7 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from cluster_tests.core import testids as ids
 from cluster_tests.judge.accelerator.inventory import command
 from cluster_tests.judge.common import tooloutput
 from cluster_tests.judge.common.facts import Command
@@ -545,7 +546,8 @@ def gpu_health_problem(node: str, verdict: NvidiaVerdict) -> Problem | None:
         return None
     return Problem((node,), GpuCause.GPU_HEALTH,
                    f"{node}: GPU health:\n  " + "\n  ".join(i.line for i in verdict.issues),
-                   fix=f"on {node}: " + "; ".join(gpu_fixes(node, verdict.issues)), item="R7",
+                   fix=f"on {node}: " + "; ".join(gpu_fixes(node, verdict.issues)),
+                   item=ids.GPU_HEALTH.item,
                    facts={"gpus": sorted({i.gpu for i in verdict.issues if i.gpu is not None})})
 
 
@@ -611,4 +613,4 @@ def npu_health_problem(node: str, verdict: NpuVerdict,
         return None
     return Problem((node,), GpuCause.NPU_HEALTH,
                    f"{node}: NPU health:\n  " + "\n  ".join(problems),
-                   fix=f"on {node}: {NPU_FIX}", item="R8")
+                   fix=f"on {node}: {NPU_FIX}", item=ids.NPU_HEALTH.item)

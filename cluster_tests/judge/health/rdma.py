@@ -26,6 +26,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
+from cluster_tests.core import testids as ids
 from cluster_tests.judge.common.fieldread import ByFields
 from cluster_tests.judge.common.probes import (
     FactsError,
@@ -583,7 +584,8 @@ def judge_ports(node: str, facts: RdmaFacts, peers: Mapping[str, Sequence[Port]]
     return Problem((node,), RdmaCause.PORTS,
                    f"{node}: RDMA ports (read from {facts.source}):\n  "
                    + "\n  ".join(dict.fromkeys(problems)),
-                   fix=f"on {node}: {PORTS_FIX}", item="R1", facts={"ports_down": down})
+                   fix=f"on {node}: {PORTS_FIX}",
+                   item=ids.RDMA_PORTS.item, facts={"ports_down": down})
 
 
 def hca_problem(node: str, value: str, where: str, spec: HcaSpec, ports: Sequence[Port],
@@ -599,7 +601,7 @@ def hca_problem(node: str, value: str, where: str, spec: HcaSpec, ports: Sequenc
         f"  RDMA ports on {node}: {', '.join(p.describe() for p in ports)}",
         fix=f"export NCCL_IB_HCA={'=' + ','.join(active) if active else '<device>:<port>'}"
             f" (where it is set: {where}), or unset it to let NCCL use every active port",
-        item="R2")
+        item=ids.IB_HCA.item)
 
 
 def gid_index_problem(node: str, index: int, where: str, ports: Sequence[Port],
@@ -618,13 +620,13 @@ def gid_index_problem(node: str, index: int, where: str, ports: Sequence[Port],
         return None
     return Problem((node,), RdmaCause.GID_INDEX,
                    f"{node}: NCCL_IB_GID_INDEX={index} (from {where}):\n  "
-                   + "\n  ".join(problems), fix=GID_FIX, item="R3")
+                   + "\n  ".join(problems), fix=GID_FIX, item=ids.IB_GID_INDEX.item)
 
 
 def gid_index_not_a_number(node: str, value: str, where: str) -> Problem:
     return Problem((node,), RdmaCause.GID_INDEX,
                    f"{node}: NCCL_IB_GID_INDEX={value!r} (from {where}) is not a number",
-                   item="R3")
+                   item=ids.IB_GID_INDEX.item)
 
 
 def _memlock_fix(node: str, limits: Limits, minimum: int) -> str:
@@ -653,7 +655,7 @@ def memlock_problem(node: str, limits: Limits, nports: int, uses_rdma: bool,
         f"{node}: {wrong} ({nports} RDMA port(s) here); memory registration "
         f"(ibv_reg_mr) fails or NCCL falls back to sockets."
         + ("\n  set by:\n    " + "\n    ".join(origin) if origin else ""),
-        fix=_memlock_fix(node, limits, minimum), item="R4")
+        fix=_memlock_fix(node, limits, minimum), item=ids.MEMLOCK.item)
 
 
 def nofile_problem(node: str, limits: Limits, world: int, is_rank0: bool) -> Problem | None:
@@ -669,7 +671,7 @@ def nofile_problem(node: str, limits: Limits, world: int, is_rank0: bool) -> Pro
         f"{node}: {wrong}." + ("\n  set by:\n    " + "\n    ".join(set_by) if set_by else ""),
         fix=f"on {node}: '* soft nofile {need}' in /etc/security/limits.d/90-nofile.conf (and a "
             f"hard limit at least that), LimitNOFILE= for sshd, or the container's --ulimit "
-            f"nofile={need}:{need}", item="R5")
+            f"nofile={need}:{need}", item=ids.OPEN_FILES.item)
 
 
 def shm_problem(node: str, shm: Shm, slots: int,
@@ -688,4 +690,4 @@ def shm_problem(node: str, shm: Shm, slots: int,
         fix=f"on {node}: a container: --shm-size={gib}g (docker), an emptyDir with medium: "
             f"Memory on /dev/shm (Kubernetes); a host: mount -o remount,size={gib}G /dev/shm "
             f"(and its size= in /etc/fstab); and remove stale segments of killed jobs "
-            f"(ls -la /dev/shm)", item="R6")
+            f"(ls -la /dev/shm)", item=ids.DEV_SHM.item)

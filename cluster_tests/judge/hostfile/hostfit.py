@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from cluster_tests.core import testids as ids
 from cluster_tests.judge.common import fixcmd
 from cluster_tests.judge.common.basefacts import BaseFacts
 from cluster_tests.judge.common.netfacts import all_ips, is_ip, is_loopback, parse_interfaces
@@ -54,7 +55,8 @@ def judge_name(node: str, facts: BaseFacts, lineno: int, fixable: bool = True) -
             (node,), HostfileCause.ADDRESS_NOT_THE_NODES,
             f"{node}: the hostfile names address {node}, but the node that answers there has "
             f"{', '.join(sorted(ips)) or 'no addresses'} (hostname {facts.hostname}).",
-            fix=f"write one of its addresses in the hostfile line {lineno}", item="H2"))
+            fix=f"write one of its addresses in the hostfile line {lineno}",
+            item=ids.HOSTNAME_MATCHES.item))
     actual = facts.hostname
     if actual == node:
         return NameVerdict("hostname")
@@ -77,7 +79,8 @@ def judge_name(node: str, facts: BaseFacts, lineno: int, fixable: bool = True) -
         fix=f"on {node}: hostnamectl set-hostname {node} and add "
             f"'{own[0] if own else '<its address>'} {node}' to /etc/hosts (or write '{actual}' in "
             f"the hostfile, line {lineno})",
-        fixes=tuple(fixcmd.hostname_fix(node, facts) if fixable else ()), item="H2"))
+        fixes=tuple(fixcmd.hostname_fix(node, facts) if fixable else ()),
+        item=ids.HOSTNAME_MATCHES.item))
 
 
 def judge_ssh_name(node: str, rank0: str, placed: sshnames.Placement, ips: set[str],
@@ -101,7 +104,7 @@ def judge_ssh_name(node: str, rank0: str, placed: sshnames.Placement, ips: set[s
         + (f"its ssh config (HostName {target})" if target != node else "its resolver"),
         fix=(sshnames.alias_fix(rank0, node, address) if placed.placed else
              sshnames.place_fix(rank0, node, address, alias=alias)),
-        item="H2")
+        item=ids.HOSTNAME_MATCHES.item)
 
 
 def judge_slots(node: str, slots: int, count: int, has: str, lineno: int) -> Problem | None:
@@ -113,5 +116,6 @@ def judge_slots(node: str, slots: int, count: int, has: str, lineno: int) -> Pro
         (node,), HostfileCause.TOO_MANY_SLOTS,
         f"{node}: the hostfile gives slots={slots} but the node has {has}; DeepSpeed would "
         f"start {slots} ranks there.",
-        fix=f"write '{node} slots={count}' (hostfile line {lineno})", item="H4",
+        fix=f"write '{node} slots={count}' (hostfile line {lineno})",
+        item=ids.SLOTS_FIT_ACCELERATORS.item,
         facts={"slots": slots, "accelerators": count})

@@ -29,6 +29,7 @@ from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from cluster_tests.core import testids as ids
 from cluster_tests.judge.hostfile.hostlint import Line, lint_line
 from cluster_tests.judge.hostfile.hostmodel import (
     BOM,
@@ -263,5 +264,5 @@ def judge_syntax(parse: HostfileParse) -> Problem | None:
         (), HostfileCause.REFUSED,
         "the hostfile will not launch as it is:\n" + "\n".join(problems),
         fix=f"edit {parse.path}: write each line named above as its finding says (or remove "
-            f"it), then rerun", item="H1",
+            f"it), then rerun", item=ids.HOSTFILE_SYNTAX.item,
         facts={"lines": sorted({f.line for f in parse.errors})})

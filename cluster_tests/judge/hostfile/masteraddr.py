@@ -28,7 +28,7 @@ from cluster_tests.judge.common.netfacts import is_ip
 from cluster_tests.judge.hostfile.hostmodel import HostfileCause
 from cluster_tests.judge.problem import Problem
 
-ITEM = "H3"
+ITEM = ids.MASTER_ADDR.item
 BEGIN = "CT_MASTER_ADDR_BEGIN"
 END = "CT_MASTER_ADDR_END"
 #: bash's xtrace prefix in the startup-file trace (``PS4``); names the file and line

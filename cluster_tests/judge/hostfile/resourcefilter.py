@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 
+from cluster_tests.core import testids as ids
 from cluster_tests.judge.hostfile.hostmodel import HostfileCause, show
 from cluster_tests.judge.problem import Problem
 
@@ -128,9 +129,10 @@ def judge_filter(hosts: Mapping[str, SlotSpec], include: str = "",
                        f"the launch's resource filter will be refused by DeepSpeed: {exc}",
                        fix="name only the hostfile's hosts and their slot indices in "
                            "--launch-include / --launch-exclude (and the launch's --include / "
-                           "--exclude)", item="H5")
+                           "--exclude)", item=ids.INCLUDE_EXCLUDE.item)
     if not active:
         return Problem((), HostfileCause.FILTER_EMPTY,
                        "the include/exclude filters leave no slot to launch on",
-                       fix="include at least one host with slots, or exclude fewer", item="H5")
+                       fix="include at least one host with slots, or exclude fewer",
+                       item=ids.INCLUDE_EXCLUDE.item)
     return None

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import ipaddress
 
+from cluster_tests.core import testids as ids
 from cluster_tests.judge.common import fixcmd
 from cluster_tests.judge.common.basefacts import BaseFacts
 from cluster_tests.judge.common.netfacts import is_ip, is_loopback, parse_interfaces
@@ -26,7 +27,7 @@ from cluster_tests.judge.hostfile.masteraddr import VIRTUAL_PREFIXES
 from cluster_tests.judge.names.resolving import NamesCause
 from cluster_tests.judge.problem import Fix, Problem
 
-ITEM = "N3"
+ITEM = ids.HOSTNAME_NOT_LOOPBACK.item
 CAUSE = NamesCause.LOOPBACK
 
 

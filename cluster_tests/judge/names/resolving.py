@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from cluster_tests.core import testids as ids
 from cluster_tests.judge.common import fixcmd
 from cluster_tests.judge.common.basefacts import BaseFacts
 from cluster_tests.judge.common.netfacts import is_loopback
@@ -18,7 +19,7 @@ from cluster_tests.judge.problem import Fix, Problem, SectionCause
 from cluster_tests.judge.ssh import sshnames
 
 
-class NamesCause(SectionCause):
+class NamesCause(SectionCause, items=("N",)):
     """What can be wrong with how the nodes find each other by name (Problem.cause)."""
 
     NOT_RESOLVED = "name not resolved"  # N1
@@ -43,7 +44,7 @@ def not_placed(a: str, b: str, p: sshnames.Placement, facts_a: BaseFacts | None,
             f"launcher's ssh config sends it to {target})" if alias else ""),
         fix=sshnames.place_fix(a, b, address, alias=alias),
         fixes=((fixcmd.hosts_fix(a, facts_a, b, address),) if address and not alias else ()),
-        item="N1")
+        item=ids.RESOLVES.item)
 
 
 def placed_elsewhere(a: str, b: str, p: sshnames.Placement, facts_a: BaseFacts | None,
@@ -63,7 +64,7 @@ def placed_elsewhere(a: str, b: str, p: sshnames.Placement, facts_a: BaseFacts |
             + (f" ({', '.join(p.addrs)})" if p.addrs != (p.hostname,) else "")
             + f"; {', '.join(wrong)} is not an address of {b} (which has {has}): {a}'s ssh "
             f"would go elsewhere",
-            fix=sshnames.alias_fix(a, b, right[0] if right else None), item="N1")
+            fix=sshnames.alias_fix(a, b, right[0] if right else None), item=ids.RESOLVES.item)
     return _hosts_line_wrong(
         (a, b), NamesCause.ELSEWHERE,
         f"{a} resolves {b} to {', '.join(p.addrs)}; {', '.join(wrong)} is not an address of {b} "
@@ -81,7 +82,7 @@ def _hosts_line_wrong(pair: tuple[str, str], cause: NamesCause, message: str,
         fix=f"on {a}: make the /etc/hosts line read '{right[0] if right else '<its address>'} "
             f"{name}' (or fix the DNS record)",
         fixes=((fixcmd.hosts_fix(a, facts_a, name, right[0], said),) if right else ()),
-        item="N1")
+        item=ids.RESOLVES.item)
 
 
 def master_name(a: str, rank0: str, master: str, facts_a: BaseFacts,
@@ -101,7 +102,7 @@ def master_name(a: str, rank0: str, master: str, facts_a: BaseFacts,
             fix=f"on {a}: add '{there} {master}' to /etc/hosts (or a DNS record), or pass "
                 f"--master_addr {there}",
             fixes=((fixcmd.hosts_fix(a, facts_a, master, right[0]),) if right else ()),
-            item="N1")
+            item=ids.RESOLVES.item)
     if set(m.addrs) & own:
         return None
     return _hosts_line_wrong(
@@ -139,7 +140,7 @@ def inconsistent(node: str, own: set[str], views: Mapping[str, tuple[str, ...]],
         f"{', '.join(sorted(own)) or 'unknown'}:\n{table}",
         fix=f"on {', '.join(wrong) or 'some nodes'}: make the /etc/hosts line read "
             f"'{right} {node}' (or fix the DNS record)",
-        fixes=fixes, item="N2")
+        fixes=fixes, item=ids.NAME_CONSISTENT.item)
 
 
 def slow(a: str, b: str, p: sshnames.Placement, limit: float) -> Problem | None:
@@ -153,4 +154,4 @@ def slow(a: str, b: str, p: sshnames.Placement, limit: float) -> Problem | None:
         f"{a}: resolving {p.hostname or b} took {seconds:.2f} s (limit {limit:g} s, "
         f"--slow-resolve): DNS is slow or failing over.",
         fix=f"on {a}: put '{b}' in /etc/hosts, or fix the resolver in /etc/resolv.conf",
-        item="N4", facts={"seconds": round(seconds, 4)})
+        item=ids.RESOLVE_FAST.item, facts={"seconds": round(seconds, 4)})

@@ -9,10 +9,11 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from cluster_tests.core import testids as ids
 from cluster_tests.judge.common.facts import Command
 from cluster_tests.judge.common.netfacts import Interface, route_device
 from cluster_tests.judge.network.portjudge import NetworkCause
-from cluster_tests.judge.problem import Problem
+from cluster_tests.judge.problem import Problem, Root
 
 SOCKET_IFNAME_VARS = ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME", "HCCL_SOCKET_IFNAME")
 
@@ -70,6 +71,50 @@ def matched_interfaces(spec: IfSpec, ifaces: Mapping[str, Interface]) -> list[In
 def selected(spec: IfSpec, ifaces: Mapping[str, Interface]) -> list[Interface]:
     """The usable interfaces (up, with an address, not lo) `spec` selects."""
     return [i for i in matched_interfaces(spec, ifaces) if usable(i) and i.name != "lo"]
+
+
+def fits(spec: IfSpec, others: Mapping[str, Mapping[str, Interface]]) -> tuple[str, ...]:
+    """The nodes of `others` (node -> its interfaces) where `spec` selects a usable one."""
+    return tuple(n for n, found in others.items() if selected(spec, found))
+
+
+def exported_root(var: str, value: str, fits: tuple[str, ...] | None, node: str, rank0: str
+                  ) -> Root | None:
+    """F5's red on the rank-0 node, where a value the launch exports from there (`fits`: the
+    other nodes it fits; None: the node's own environment sets it) fits no node: the same
+    value reaches every rank, and the cause is rank 0's."""
+    if fits != () or node == rank0:
+        return None
+    return Root(ids.SOCKET_IFNAME.of(rank0), f"{var}={value}, exported by the launch from "
+                                             f"{rank0}, fits no node")
+
+
+@dataclass(frozen=True)
+class Pick:
+    """A *_SOCKET_IFNAME on one node: its value as the ranks get it there (None: unset), whether
+    it selects a usable interface there, whether the launch exports it from the rank-0 node."""
+
+    value: str | None
+    usable: bool
+    exported: bool
+
+    @property
+    def fine(self) -> bool:
+        return self.value is None or self.usable
+
+
+def ifname_roots(var: str, picks: Mapping[str, Pick], rank0: str) -> list[Root]:
+    """F5's red that holds the cause of a run of `var`'s backend (C1, C2) that failed, where the
+    ranks of a node get a `var` that selects no usable interface there (`picks`: by node): they
+    cannot even create their device. One the launch exports from the rank-0 node and that fits
+    no node is the rank-0 node's red (F5 names it there, the others cite it)."""
+    for node, pick in picks.items():
+        if pick.fine:
+            continue
+        where = rank0 if pick.exported and not any(p.fine for p in picks.values()) else node
+        return [Root(ids.SOCKET_IFNAME.of(where), f"{var}={pick.value} selects no usable "
+                                                  f"interface on {where}")]
+    return []
 
 
 def socket_ifname_vars(env: Mapping[str, str]) -> dict[str, str]:
@@ -132,7 +177,8 @@ def judge_socket_ifname(node: str, rank0: str, misses: Sequence[Miss],
     said = [_miss_text(node, rank0, m, here) for m in misses]
     return Problem((node,), NetworkCause.IFNAME_UNUSABLE,
                    f"{node}: " + f"\n{node}: ".join(text for text, _ in said),
-                   fix="; ".join(dict.fromkeys(fix for _, fix in said)), item="F5")
+                   fix="; ".join(dict.fromkeys(fix for _, fix in said)),
+                   item=ids.SOCKET_IFNAME.item)
 
 
 # -- F5: the route between two nodes -----------------------------------------------------------
@@ -148,7 +194,7 @@ def judge_route(a: str, b: str, addr: str, route: Command | None,
         said = (route.err or route.out).strip()[:200] if route is not None else ""
         return Problem((a, b), NetworkCause.NO_ROUTE,
                        f"{a} -> {b} ({addr}): no route (`ip -o route get {addr}` on {a}: {said})",
-                       item="F5")
+                       item=ids.SOCKET_IFNAME_ROUTE.item)
     wrong = {var: names for var, names in matches.items() if dev not in names}
     if not wrong:
         return None
@@ -158,7 +204,7 @@ def judge_route(a: str, b: str, addr: str, route: Command | None,
         + "; ".join(f"{var}={env[var]} selects {', '.join(n)}" for var, n in wrong.items())
         + ": the library binds one interface and the packets leave by another.",
         fix=f"select {dev} (export NCCL_SOCKET_IFNAME=={dev}), or route {b}'s subnet via the "
-            f"selected interface on {a}", item="F5")
+            f"selected interface on {a}", item=ids.SOCKET_IFNAME_ROUTE.item)
 
 
 # -- F6 ----------------------------------------------------------------------------------------
@@ -179,4 +225,5 @@ def judge_mtu(node: str, mtus: Mapping[str, tuple[str, int | None]], rank0: str
         (node,), NetworkCause.MTU_MISMATCH,
         f"{node}: {dev} has MTU {mtu}, most nodes use {common}; large packets between them are "
         f"dropped or fragmented (a hang or a slow all-reduce):\n{table}",
-        fix=f"on {node}: ip link set dev {dev} mtu {common}  (and make it persistent)", item="F6")
+        fix=f"on {node}: ip link set dev {dev} mtu {common}  (and make it persistent)",
+        item=ids.MTU.item)

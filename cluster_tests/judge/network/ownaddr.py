@@ -19,10 +19,12 @@ always across address families), and only waits for such a peer otherwise (a war
 from __future__ import annotations
 
 import ipaddress
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
-from cluster_tests.judge.network.portfacts import OwnAddress, PortTry
-from cluster_tests.judge.network.portjudge import NetworkCause
+from cluster_tests.core import testids as ids
+from cluster_tests.judge.common.netfacts import is_loopback
+from cluster_tests.judge.network.portfacts import OwnAddress, PortTry, Reach
+from cluster_tests.judge.network.portjudge import NetworkCause, PortMatrix
 from cluster_tests.judge.problem import Problem
 
 
@@ -105,7 +107,7 @@ def problem(node: str, own: OwnAddress | None, peers: Mapping[str, PortTry | Non
         why = own.error or "; ".join(own.bind_errors) or "none binds"
         return Problem((node,), NetworkCause.OWN_ADDRESS_NONE,
                        f"{node}: its gloo ranks have no address to bind ({view}; {why}): "
-                       f"init_process_group fails there.", fix=fix, item="F7")
+                       f"init_process_group fails there.", fix=fix, item=ids.OWN_ADDRESS.item)
     if own.how == "loopback fallback" or _loopback(addr):
         why = ("so torch falls back to 127.0.0.1" if not own.candidates else
                "none of those addresses binds, so torch falls back to 127.0.0.1"
@@ -114,7 +116,7 @@ def problem(node: str, own: OwnAddress | None, peers: Mapping[str, PortTry | Non
         return Problem((node,), NetworkCause.OWN_ADDRESS_LOOPBACK,
                        f"{node}: its gloo ranks would advertise {addr} to their peers ({view}; "
                        f"{why}): every peer would connect to itself, and init_process_group "
-                       f"fails on every node.", fix=fix, item="F7")
+                       f"fails on every node.", fix=fix, item=ids.OWN_ADDRESS.item)
     bad = {p: r for p, r in sorted(peers.items()) if r is not None and not r.ok}
     if not bad:
         return None
@@ -122,7 +124,7 @@ def problem(node: str, own: OwnAddress | None, peers: Mapping[str, PortTry | Non
     return Problem((node,), NetworkCause.OWN_ADDRESS_UNREACHABLE,
                    f"{node}: its gloo ranks would advertise {addr} ({_family(addr)}; {view}, the "
                    f"first that binds), and {', '.join(bad)} cannot connect to it ({said}): "
-                   f"init_process_group fails on every node.", fix=fix, item="F7")
+                   f"init_process_group fails on every node.", fix=fix, item=ids.OWN_ADDRESS.item)
 
 
 def dial_address(own: OwnAddress | None) -> str | None:
@@ -138,3 +140,47 @@ def dial_address(own: OwnAddress | None) -> str | None:
     except ValueError:
         return None
     return None if ip.is_loopback or ip.is_unspecified else addr
+
+
+def node_verdict(m: PortMatrix, node: str, into: Sequence[tuple[str, Reach]]
+                 ) -> tuple[Problem | None, str | None]:
+    """F7's (red, warning) for `node`'s own address, from the port matrix (`into`: the sources
+    whose entries into `node` the matrix keeps whole, with what they reached)."""
+    if node not in m.listeners:
+        return None, None
+    own = m.listeners[node].own
+    # a peer whose connections into node fail on the high ports too is F3's (the firewall of
+    # either end, named there): here only what the address itself breaks
+    # (the peers that tried node: with --pairs ring two, not all; judge only reads those)
+    if own is None or problem(node, own, {}) is None:
+        # the address itself is usable: only a peer that failed it makes a problem, and a
+        # compact peer (every port answered, the own address too) did not; the peers with an
+        # entry of their own are few under --pairs matrix (4096 a node otherwise)
+        tried = {a: r.own for a, r in into if a != node and (not r.failed or r.elsewhere_ok)}
+        if problem(node, own, tried) is None:
+            return None, None
+    # a compact entry (every port answered, its own address too where tried) is read without
+    # making the entry: one answer for every compact peer
+    compact_own = m.compact_own(node)
+    peers: dict[str, PortTry | None] = {}
+    for a, row in m.results.items():
+        if a == node:
+            continue
+        if m.compact_of(a, node) is not None:
+            peers[a] = compact_own
+        elif (r := row.get(node)) is not None and (not r.failed or r.elsewhere_ok):
+            peers[a] = r.own
+    return judge(node, own, peers, {a: _listened_at(m, a) for a in peers})
+
+
+def _listened_at(m: PortMatrix, node: str) -> str | None:
+    lst = m.listeners.get(node)
+    return lst.own.addr if lst is not None and lst.own is not None else None
+
+
+def loopback_from_hostname(own: OwnAddress | None) -> bool:
+    """F7's address is a loopback answer of the hostname's own lookup (not torch's fallback,
+    nor GLOO_SOCKET_IFNAME's interface): N3's red (the hostname's loopback line in /etc/hosts)
+    holds the cause where N3 runs."""
+    return (own is not None and own.addr is not None and own.how == "hostname"
+            and is_loopback(own.addr))

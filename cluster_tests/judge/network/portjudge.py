@@ -29,7 +29,7 @@ from cluster_tests.judge.network.portfacts import (
 from cluster_tests.judge.problem import Problem, SectionCause
 
 
-class NetworkCause(SectionCause):
+class NetworkCause(SectionCause, items=("F",)):
     """What can be wrong in section F (Problem.cause)."""
 
     PROBE_FAILED = "network probe failed"
@@ -317,7 +317,7 @@ def unreachable_problem(a: str, reach: Reach) -> Problem:
         f"{a} -> {b} ({addr}): {a} reaches neither {b}'s high ports nor its sshd "
         f"(port 22: {reach.ssh.words if reach.ssh is not None else 'not tried'}).",
         fix=f"check the route (on {a}: ip route get {addr}) and {b}'s firewall "
-            f"(on {b}: iptables -S INPUT)", item="F1")
+            f"(on {b}: iptables -S INPUT)", item=ids.REACHABLE.item)
 
 
 def high_ports_problem(reach: Reach, a: str, *, timeout: float, into_b: Sequence[str],
@@ -329,7 +329,7 @@ def high_ports_problem(reach: Reach, a: str, *, timeout: float, into_b: Sequence
     b, addr, bad = reach.target, reach.addr or "", reach.failed
     if source_fault:
         what = f"{b}'s high ports " + ", ".join(str(t.port) for t in bad)
-        return source_fault_problem(a, b, addr, what, rules, "F3")
+        return source_fault_problem(a, b, addr, what, rules, ids.HIGH_PORTS.item)
     by_status: dict[str, list[int]] = {}
     for t in bad:
         by_status.setdefault(t.words, []).append(t.port or 0)
@@ -344,7 +344,8 @@ def high_ports_problem(reach: Reach, a: str, *, timeout: float, into_b: Sequence
         f"HCCL open such ports, and the launch would hang at initialization.\n"
         + "\n".join(lines) + "\n" + firewall_evidence(b, rules),
         fix=f"on {b}: iptables -I INPUT -p tcp -s {source_addr} -j ACCEPT (or open "
-            f"1024-65535/tcp between the cluster's nodes in the firewall in between)", item="F3")
+            f"1024-65535/tcp between the cluster's nodes in the firewall in between)",
+        item=ids.HIGH_PORTS.item)
 
 
 # -- the reds: F2 ------------------------------------------------------------------------------
@@ -363,7 +364,7 @@ def master_port_taken(node: str, rank0: str, port: int, master: MasterListen) ->
         f"{rank0}: the rendezvous port {port} (--master_port) is already in use "
         f"({master.error}): {owner}\n  rank 0 could not bind it and the launch would fail.",
         fix="stop that process, or launch with --master_port <free port> (and pass "
-            "--master-port to this suite)", item="F2")
+            "--master-port to this suite)", item=ids.MASTER_PORT.item)
 
 
 def no_master_addr(node: str, rank0: str, port: int, why: Problem | None, command: str
@@ -371,7 +372,8 @@ def no_master_addr(node: str, rank0: str, port: int, why: Problem | None, comman
     """F2 where DeepSpeed derives no --master_addr (`why`: H3's red, where it judged one)."""
     return Problem((node, rank0), NetworkCause.NO_MASTER_ADDR,
                    f"{node} -> {rank0}:{port}: the launch has no --master_addr to connect to: "
-                   + (why.text() if why is not None else f"`{command}` gave none"), item="F2")
+                   + (why.text() if why is not None else f"`{command}` gave none"),
+                   item=ids.MASTER_PORT.item)
 
 
 def master_addr_unresolved(node: str, rank0: str, port: int, value: str | None,
@@ -380,7 +382,7 @@ def master_addr_unresolved(node: str, rank0: str, port: int, value: str | None,
         (node, rank0), NetworkCause.MASTER_ADDR_UNRESOLVED,
         f"{node} -> {rank0}:{port}: {node} cannot resolve the launch's --master_addr "
         f"'{value}' ({master.error}), so its ranks cannot reach the rendezvous: see "
-        f"{ids.MASTER_ADDR.of(rank0)}", item="F2")
+        f"{ids.MASTER_ADDR.of(rank0)}", item=ids.MASTER_PORT.item)
 
 
 def master_leg_problem(node: str, reach: Reach, port: int, value: str | None, timeout: float,
@@ -399,11 +401,11 @@ def master_leg_problem(node: str, reach: Reach, port: int, value: str | None, ti
             (node, rank0), NetworkCause.MASTER_ADDR_SILENT,
             f"{node} -> {rank0}:{port}: the launch's --master_addr {value} ({maddr}) does not "
             f"answer from {node}: {said}\n  ({node} knows {rank0} as {reach.addr}): see "
-            f"{ids.MASTER_ADDR.of(rank0)}", item="F2")
+            f"{ids.MASTER_ADDR.of(rank0)}", item=ids.MASTER_PORT.item)
     if source_fault:
         return source_fault_problem(node, rank0, str(reach.addr),
                                     f"the rendezvous port {port} on {rank0}", rules.get(node),
-                                    "F2")
+                                    ids.MASTER_PORT.item)
     own = [r for r in rules.get(rank0) or [] if str(port) in r]
     blame = (f"  {rank0}'s own firewall {'rejects' if words == 'refused' else 'drops'} "
              f"this port: {own[0]}\n" if own else "")
@@ -412,7 +414,8 @@ def master_leg_problem(node: str, reach: Reach, port: int, value: str | None, ti
         f"{node} -> {rank0}:{port} ({reach.addr}): the rendezvous port does not answer: {said}\n"
         f"  every rank connects there first; this one would wait until the rendezvous timeout.\n"
         + blame + firewall_evidence(rank0, rules.get(rank0)),
-        fix=f"on {rank0}: iptables -I INPUT -p tcp --dport {port} -j ACCEPT", item="F2")
+        fix=f"on {rank0}: iptables -I INPUT -p tcp --dport {port} -j ACCEPT",
+        item=ids.MASTER_PORT.item)
 
 
 # -- the reds: F4 ------------------------------------------------------------------------------
@@ -432,7 +435,7 @@ def firewall_problem(node: str, hurt: Sequence[str], broken: Sequence[tuple[str,
         fix=f"on {node}: delete the rule (iptables -D INPUT <rule spec>) or accept the "
             f"cluster's nodes before it (iptables -I INPUT -s <cluster subnet> -j ACCEPT); a "
             f"firewall policy is a person's decision",
-        item="F4", scope=Scope.PAIR, pairs=tuple(pairs))
+        item=ids.FIREWALL_RULES.item, scope=Scope.PAIR, pairs=tuple(pairs))
 
 
 # -- RTT ---------------------------------------------------------------------------------------
@@ -473,16 +476,22 @@ def typical_rtt(baseline_ms: Iterable[float] | Counter[float]) -> float | None:
     return float(lo) if n % 2 else (lo + hi) / 2
 
 
+def outlier_limit(typical: float | None, factor: float = 5.0, floor_ms: float = 2.0) -> float:
+    """The highest median RTT that is no outlier against the cluster's `typical` pair (infinite
+    where there is none): `factor` times it, or `floor_ms` above it where that is more
+    (sub-millisecond LANs jitter). One number, so that a million pairs are compared with it at
+    once (judge/network/pairjudge.py)."""
+    return math.inf if typical is None else max(typical * factor, typical + floor_ms)
+
+
 def is_outlier(value_ms: float, baseline_ms: list[float] | float | None, factor: float = 5.0,
                floor_ms: float = 2.0) -> bool:
     """True when a pair's median RTT is far above the cluster's typical pair (median of medians,
     or given already as :func:`typical_rtt`): more than `factor` times it and more than
-    `floor_ms` above it (sub-millisecond LANs jitter)."""
+    `floor_ms` above it (:func:`outlier_limit`)."""
     typical = (baseline_ms if isinstance(baseline_ms, float | None)
                else typical_rtt(baseline_ms))
-    if typical is None:
-        return False
-    return value_ms > typical * factor and value_ms - typical > floor_ms
+    return value_ms > outlier_limit(typical, factor, floor_ms)
 
 
 # -- firewall rules ----------------------------------------------------------------------------

@@ -13,9 +13,10 @@ import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
+from cluster_tests.core import testids as ids
 from cluster_tests.core.testids import Scope
 from cluster_tests.judge.common import fixcmd
-from cluster_tests.judge.common.basefacts import PathStat, SshFiles
+from cluster_tests.judge.common.basefacts import BaseFacts, PathStat, SshFiles
 from cluster_tests.judge.common.facts import Command, SshLeg
 from cluster_tests.judge.common.probes import Probe, integer, obj, opt_text, text
 from cluster_tests.judge.problem import Fix, Problem, SectionCause
@@ -151,6 +152,13 @@ def strict_modes(ssh_facts: SshFiles, uid: int, user: str, strict: bool = True) 
     return verdict
 
 
+def node_modes(facts: BaseFacts, sshd: SshdFacts) -> ModeVerdict:
+    """S2's verdict on a node's ssh files (its base facts), StrictModes as its sshd has it
+    (`sshd -T`; unread: on, sshd's default)."""
+    return strict_modes(facts.ssh, facts.uid, facts.user,
+                        strict=sshd.get("strictmodes") != "no")
+
+
 def _private_keys(ssh_facts: SshFiles, verdict: ModeVerdict) -> None:
     """ssh ignores a private key that others can read: add each such key to `verdict`."""
     for _name, entry in sorted(ssh_facts.private_keys.items()):
@@ -184,7 +192,7 @@ def sshd_config_problems(node: str, cfg: SshdFacts, root: bool) -> list[Problem]
             f"{node}: PubkeyAuthentication is 'no': sshd refuses every key, so pdsh cannot "
             f"log in",
             fix=f"on {node}: set 'PubkeyAuthentication yes' in /etc/ssh/sshd_config; "
-                f"systemctl reload ssh", item="S3"))
+                f"systemctl reload ssh", item=ids.SSHD_CONFIG.item))
     if root and cfg.get("permitrootlogin", "prohibit-password") not in (
         "yes", "prohibit-password", "without-password"
     ):
@@ -193,7 +201,7 @@ def sshd_config_problems(node: str, cfg: SshdFacts, root: bool) -> list[Problem]
             f"{node}: PermitRootLogin is '{cfg.get('permitrootlogin')}': root cannot log in "
             f"with a key",
             fix=f"on {node}: set 'PermitRootLogin prohibit-password'; systemctl reload ssh",
-            item="S3"))
+            item=ids.SSHD_CONFIG.item))
     return problems
 
 
@@ -247,8 +255,8 @@ def login_problem(node: str, where: str, cause: sshfail.Cause, detail: str, hint
     (sshfail.launcher_fix).
     Nobody can run a command there for us, so the fix is a person's (said, not scripted)."""
     # the launcher's ssh refusing its own configuration fails every login: no node avoids it
-    return Problem((node,), cause.value, f"{where}: {cause.value}: {detail}", fix=hint,
-                   item="S1", scope=Scope.LAUNCHER if cause in LAUNCHER_CAUSES else None)
+    return Problem((node,), cause, f"{where}: {cause}: {detail}", fix=hint,
+                   item=ids.LOGIN.item, scope=Scope.LAUNCHER if cause in LAUNCHER_CAUSES else None)
 
 
 def refuses_all_keys(error: str) -> bool:
@@ -261,12 +269,13 @@ def modes_problem(node: str, verdict: ModeVerdict) -> Problem:
     """S2: sshd (StrictModes) or ssh refuses the user's files on `node`."""
     words = "; ".join(dict.fromkeys(verdict.fixes))
     fix = Fix(node, f"file modes that sshd (StrictModes) or ssh refuse: {words}",
-              tuple(dict.fromkeys(verdict.commands)), "S2")
+              tuple(dict.fromkeys(verdict.commands)), ids.SSH_MODES.item)
     # a key file of the node's own stops only its own ssh to others: it matters as rank 0
     own_key_only = not any(refuses_all_keys(e) for e in verdict.errors)
     return Problem((node,), SshCause.KEY_MODES if own_key_only else SshCause.FILE_MODES,
                    f"{node}: " + f"\n{node}: ".join(verdict.errors),
-                   fix=f"on {node}: {words}", fixes=(fix,) if fix.commands else (), item="S2",
+                   fix=f"on {node}: {words}", fixes=(fix,) if fix.commands else (),
+                   item=ids.SSH_MODES.item,
                    scope=Scope.AS_RANK0 if own_key_only else Scope.NODE)
 
 
@@ -306,7 +315,8 @@ def trust_problem(a: str, b: str, cause: sshfail.Cause, evidence: str, facts: Tr
                    f"ssh {a} cat ~/.ssh/{pub} | ssh {b} 'cat >> {ak}'")
             if known is False and line:
                 fixes = (Fix(b, f"authorize {a}'s key ({pub}) in {ak}",
-                             (fixcmd.authorize_key_cmd(ak, line.strip().splitlines()[0]),), "S4"),)
+                             (fixcmd.authorize_key_cmd(ak, line.strip().splitlines()[0]),),
+                             ids.SSH_TRUST.item),)
     elif cause in (sshfail.Cause.HOSTKEY_UNKNOWN, sshfail.Cause.HOSTKEY_CHANGED):
         verb = "does not know" if cause == sshfail.Cause.HOSTKEY_UNKNOWN else "has another key for"
         if facts.host_key is not None:
@@ -315,14 +325,15 @@ def trust_problem(a: str, b: str, cause: sshfail.Cause, evidence: str, facts: Tr
                    f"{a}'s {facts.known_hosts} (never ssh-keyscan: that trusts whoever answers)")
             fixes = (Fix(a, f"record {b}'s host key (as the launcher verified it) in "
                             f"{facts.known_hosts}",
-                         (fixcmd.known_host_cmd(facts.known_hosts, b, kt, blob),), "S4"),)
+                         (fixcmd.known_host_cmd(facts.known_hosts, b, kt, blob),),
+                         ids.SSH_TRUST.item),)
         else:
             fix = sshfail.pair_fix(cause, a, b)
     else:
         fix = sshfail.pair_fix(cause, a, b, facts.address)
-    message = (f"{a} -> {b}: {cause.value}\n  `ssh -o BatchMode=yes {b} true` on {a} said:\n    "
+    message = (f"{a} -> {b}: {cause}\n  `ssh -o BatchMode=yes {b} true` on {a} said:\n    "
                + evidence.replace("\n", "\n    "))
-    return Problem((a, b), cause.value, message, fix=fix, fixes=fixes, item="S4")
+    return Problem((a, b), cause, message, fix=fix, fixes=fixes, item=ids.SSH_TRUST.item)
 
 
 # -- S5, S6 ----------------------------------------------------------------------------------
@@ -335,17 +346,17 @@ def pdsh_missing(site: str, launcher: bool) -> Problem:
         return Problem((site,), SshCause.NO_PDSH,
                        "pdsh is not installed on the launcher (deepspeed --hostfile needs it).",
                        fix="apt-get install pdsh   (or yum install pdsh pdsh-rcmd-ssh)",
-                       item="S5", scope=Scope.LAUNCHER)
+                       item=ids.PDSH_INSTALLED.item, scope=Scope.LAUNCHER)
     return Problem((site,), SshCause.NO_PDSH,
                    f"{site} (rank 0, where `deepspeed --hostfile` starts) has no pdsh on the PATH "
                    f"of a non-interactive shell.", fix=f"on {site}: apt-get install pdsh",
-                   item="S5")
+                   item=ids.PDSH_INSTALLED.item)
 
 
 def pdsh_timed_out(site: str, target: str) -> Problem:
     """S5: `site`'s pdsh run did not end within its deadline."""
     return Problem((site, target), SshCause.PDSH_TIMEOUT,
-                   f"{site}: pdsh did not finish within its deadline", item="S5")
+                   f"{site}: pdsh did not finish within its deadline", item=ids.PDSH.item)
 
 
 def pdsh_leg_cause(lines: list[str], pdsh_errors: list[str], exit_code: int | None
@@ -365,9 +376,9 @@ def pdsh_leg_problem(site: str, target: str, lines: list[str], pdsh_errors: list
                              if exit_code is not None else [])) or "(nothing)"
     fix = sshfail.pair_fix(cause, "the launcher" if launcher else site, target)
     return Problem(
-        (site, target), cause.value,
-        f"{site} -> {target}: pdsh's ssh leg failed ({cause.value}); this is how deepspeed "
-        f"starts the ranks on {target}:\n    {said}", fix=f"{fix}; see {see}", item="S5",
+        (site, target), cause,
+        f"{site} -> {target}: pdsh's ssh leg failed ({cause}); this is how deepspeed "
+        f"starts the ranks on {target}:\n    {said}", fix=f"{fix}; see {see}", item=ids.PDSH.item,
         # from the launcher: the target, unless the launcher's own ssh is what fails
         scope=(Scope.LAUNCHER if launcher and cause in LAUNCHER_CAUSES
                else Scope.NODE if launcher else None))
@@ -383,5 +394,6 @@ def slow_login(node: str, seconds: float, limit: float) -> Problem | None:
         f"The usual causes: sshd does a reverse DNS lookup of the client that times out, "
         f"or GSSAPI is tried first.",
         fix=f"on {node}: 'UseDNS no' in /etc/ssh/sshd_config; "
-            f"on the launcher: 'GSSAPIAuthentication no' in the ssh config", item="S6",
+            f"on the launcher: 'GSSAPIAuthentication no' in the ssh config",
+        item=ids.LOGIN_TIME.item,
         facts={"login_seconds": round(seconds, 3)})

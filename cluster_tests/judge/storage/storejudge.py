@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from cluster_tests.core import testids as ids
 from cluster_tests.judge.common.fieldread import ByFields, by_fields
 from cluster_tests.judge.common.probes import (
     Probe,
@@ -117,19 +118,20 @@ def judge_dir(node: str, facts: DirFacts, min_free_gb: float) -> Problem | None:
             f"{node}: output directory {path} "
             f"{'does not exist' if missing else 'is not a directory'} there.",
             fix=f"on {node}: mount the shared volume at {path} (or mkdir -p {path} if it lives "
-                f"on a volume already shared)", item="D1")
+                f"on a volume already shared)", item=ids.OUTPUT_DIR.item)
     if not facts.writable:
         return Problem(
             (node,), StorageCause.NOT_WRITABLE,
             f"{node}: cannot create a file in {path}: {facts.error} ({mount}).",
             fix=f"on {node}: chown/chmod it for the login user, or remount it read-write",
-            item="D1")
+            item=ids.OUTPUT_DIR.item)
     if facts.free_bytes is not None and facts.free_bytes / 1e9 < min_free_gb:
         return Problem(
             (node,), StorageCause.SHORT_OF_SPACE,
             f"{node}: {path} has {facts.free_bytes / 1e9:.1f} GB free, less than --min-free-gb "
             f"{min_free_gb:g} ({mount}); checkpoints would fail half-written.",
-            fix="free space on that volume, or point --output-dir elsewhere", item="D1",
+            fix="free space on that volume, or point --output-dir elsewhere",
+            item=ids.OUTPUT_DIR.item,
             facts={"free_gb": round(facts.free_bytes / 1e9, 1)})
     return None
 
@@ -139,7 +141,8 @@ def judge_shared(a: str, b: str, path: str, written: Written, got: ReadBack | No
     """D2: the token `a` wrote into `path` is what `b` reads there (`got`; None: b read none)."""
     if not written.ok:
         return Problem((a,), StorageCause.NOT_WRITTEN,
-                       f"{a}: could not write {written.file}: {written.error}", item="D2")
+                       f"{a}: could not write {written.file}: {written.error}",
+                       item=ids.OUTPUT_SHARED.item)
     if got is not None and got.found and got.content == token:
         return None
     what = (f"{b} finds no such file ({got.error if got is not None else 'not read'})"
@@ -152,10 +155,10 @@ def judge_shared(a: str, b: str, path: str, written: Written, got: ReadBack | No
         f"  {path} is not one shared volume: checkpoints saved by one node would be missing on "
         f"the other (and a resume would load stale or no weights).",
         fix=f"mount the same volume at {path} on every node (on {b}: mount {source} {path})",
-        item="D2")
+        item=ids.OUTPUT_SHARED.item)
 
 
 def probe_failed(a: str, b: str, node: str, error: str) -> Problem:
     """D2 where the share matrix's probe on `node` failed."""
     return Problem((a, b), StorageCause.PROBE_FAILED,
-                   f"{a} -> {b}: the probe on {node} failed: {error}", item="D2")
+                   f"{a} -> {b}: the probe on {node} failed: {error}", item=ids.OUTPUT_SHARED.item)

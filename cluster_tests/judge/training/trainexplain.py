@@ -250,12 +250,12 @@ def launch_failed(launch: Launch, config: Describes, after: Sequence[str] = ()) 
     where = (tuple(dict.fromkeys(d.node for d in roots if d.node)) if multi
              else (launch.node,))
     return Problem(where, cause(launch), "\n".join([*lines, *after]), fix="; ".join(fixes),
-                   item="T2" if multi else "T1")
+                   item=(ids.TRAIN_MULTI_NODE if multi else ids.TRAIN_SINGLE_NODE).item)
 
 
 def options_refused(error: str) -> Problem:
     """The red of training options the checks cannot use (ConfigError: which, and why)."""
-    return Problem((), TrainCause.BAD_OPTIONS, error, item="T1")
+    return Problem((), TrainCause.BAD_OPTIONS, error, item=ids.TRAIN_SINGLE_NODE.item)
 
 
 def filter_refused(error: str) -> Problem:
@@ -263,7 +263,7 @@ def filter_refused(error: str) -> Problem:
     return Problem((), TrainCause.FILTER_REFUSED,
                    f"DeepSpeed will refuse the launch's resource filter: {error}",
                    fix="make --launch-include/--launch-exclude name only hostfile hosts and "
-                       "existing slot indices", item="T2")
+                       "existing slot indices", item=ids.TRAIN_MULTI_NODE.item)
 
 
 def short_cause(launch: Launch) -> str:
