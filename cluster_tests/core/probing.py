@@ -94,8 +94,9 @@ class ProbeError(Exception):
         self.cause = cause
         super().__init__(message + (f"\n  fix: {fix}" if fix else ""))
 
-    def problem(self, item: str) -> Problem:
-        """The red of the check (checklist `item`) that needed these facts."""
+    def problem(self, item: str = "") -> Problem:
+        """The red of the check (checklist `item`, where the caller knows it) that needed these
+        facts."""
         return Problem((self.node,), self.cause, self.message, fix=self.fix, item=item)
 
 
@@ -367,7 +368,7 @@ class Probes:
         try:
             return self.probe(node, BASE)
         except ProbeError as exc:
-            problem = exc.problem("")
+            problem = exc.problem()  # (whichever check asked: its id names it)
         outcome.fail(problem)  # (not inside the except: the red is its text, not a chain)
 
     def base_or_none(self, node: str) -> BaseFacts | None:
