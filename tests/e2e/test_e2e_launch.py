@@ -249,9 +249,11 @@ def _fault_pythonhome(sim):
 
 
 FAULTS = {
-    # name: (inject, what the rehearsal says, what the real launch prints on node3)
+    # name: (inject, what node3's red says, what the real launch prints on node3); the red is
+    # the rehearsal's, but E8's where the launch directory is missing (the rehearsal it blocks)
     "launch dir missing on node3": (
-        _fault_launch_dir, "`cd /root/proj` failed there", "can't open file '/root/train.py'"),
+        _fault_launch_dir, "the launch directory /root/proj does not exist there",
+        "can't open file '/root/train.py'"),
     "interpreter missing on node3": (
         _fault_interpreter, "which does not exist on node3", "No such file or directory"),
     "stray deepspeed package in node3's launch dir": (
@@ -269,9 +271,15 @@ def test_a_node_the_launch_fails_on_is_red_alone_and_for_the_same_reason(healthy
     try:
         args, launch_dir = inject(sim)
         r = run_suite(sim, *FAST, *args)
-        assert "test_launch_rehearsal[node3]" in r.failed, r.describe()
-        assert said in r.message("test_launch_rehearsal[node3]"), r.describe()
-        assert "fix: on node3" in r.message("test_launch_rehearsal[node3]")
+        red = "test_launch_rehearsal[node3]"
+        if fault.startswith("launch dir"):
+            red = "test_launch_files[node3]"
+            assert r.failed == {red}, r.describe()
+            assert r.properties["test_launch_rehearsal[node3]"]["blocked_by"] == red, \
+                r.describe()
+        assert red in r.failed, r.describe()
+        assert said in r.message(red), r.describe()
+        assert "fix: on node3" in r.message(red)
         assert names_only(r.failed, "node3") == [], r.describe()
         assert {"test_launch_rehearsal[node1]", "test_launch_rehearsal[node2]"} <= r.passed
         if fault.startswith(("stray", "interpreter")):
