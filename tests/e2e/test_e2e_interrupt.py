@@ -208,18 +208,18 @@ def interrupt(sim, moment: Moment, tmp_path: Path) -> str:
         try:
             proc.wait(timeout=max(1.0, sent + 30 - time.monotonic()))
         except subprocess.TimeoutExpired:
-            left = node_processes(sim)
+            on_nodes = node_processes(sim)
             proc.send_signal(signal.SIGABRT)  # where it waits: faulthandler prints every thread
             proc.wait(timeout=20)
             reader.join(5)
             raise AssertionError(f"pytest did not end within 30 s of the {where}; on the "
-                                 f"nodes: {left}\n{''.join(lines)[-12000:]}") from None
+                                 f"nodes: {on_nodes}\n{''.join(lines)[-12000:]}") from None
         took = time.monotonic() - sent
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-    left = [p for procs in node_processes(sim).values() for p in procs]
+    left = [p for ps in node_processes(sim).values() for p in ps]
     left += session_processes(proc.pid)
     reader.join(5)
     out = "".join(lines)
