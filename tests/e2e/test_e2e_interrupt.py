@@ -57,8 +57,9 @@ PHASES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "C2": (("allreduce.py", "--world-size 2"), ("node1", "node2", "node3")),
     "T1": (("-t1-",), ("node1", "node2", "node3")),
     "T2": (("-t2/",), ("node1",)),
-    # pdsh's legs: launch.py started on another node by pdsh's ssh from node1
-    "T2-pdsh": (("-t2/", "deepspeed.launcher.launch"), ("node2", "node3")),
+    # pdsh fanning out from node1: its ssh clients logging in to the other nodes, where sshd
+    # is about to start launch.py
+    "T2-pdsh": (("pdsh", "-t2/"), ("node1",)),
 }
 
 
