@@ -51,6 +51,8 @@ TRAIN = ("-m", "training", *TRAINING)
 #: what shows that a phase runs: a process of one of the nodes whose command line holds all
 #: of the words
 PHASES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    # the run's first command on a node (a login's probe)
+    "nodes": (("",), ("node1", "node2", "node3")),
     "F3": (('"listen"',), ("node2", "node3")),
     "E5": (("CT_DEADLINE=",), ("node1", "node2", "node3")),
     "C1": (("allreduce.py", "--world-size 3"), ("node1", "node2", "node3")),
@@ -59,7 +61,7 @@ PHASES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "T2": (("-t2/",), ("node1",)),
     # pdsh fanning out from node1: its ssh clients logging in to the other nodes, where sshd
     # is about to start launch.py
-    "T2-pdsh": (("pdsh", "-t2/"), ("node1",)),
+    "T2-pdsh": (("pdsh",), ("node1",)),
 }
 
 
@@ -74,15 +76,17 @@ class Moment:
     second: bool
 
     def __str__(self) -> str:
-        where = "the start" if self.after is None else f"{self.after} is seen running"
+        where = ("the start" if self.after is None
+                 else "the first command on a node" if self.after == "nodes"
+                 else f"{self.after} is seen running")
         return f"{self.offset:.2f} s after {where}" + (", twice" if self.second else "")
 
 
 def _moments(seed: int = 50) -> dict[str, Moment]:
     rng = random.Random(seed)
     draws = [
-        ("start-early", FULL, None, rng.uniform(0.5, 4.0)),
-        ("start-late", FULL, None, rng.uniform(4.0, 20.0)),
+        ("start-early", FULL, "nodes", rng.uniform(0.0, 4.0)),
+        ("start-late", FULL, None, rng.uniform(10.0, 25.0)),
         ("C1", FULL, "C1", rng.uniform(0.0, 3.0)),
         ("C2", FULL, "C2", rng.uniform(0.0, 3.0)),
         ("T1", TRAIN, "T1", rng.uniform(0.0, 1.5)),
@@ -195,7 +199,7 @@ def interrupt(sim, moment: Moment, tmp_path: Path) -> str:
         assert proc.poll() is None and at is not None, (
             f"the run never reached {moment}:\n{''.join(lines)[-3000:]}")
         procs = node_processes(sim)
-        running = _running(procs)
+        running = [p for p in _running(procs) if p != "nodes"]
         scratch |= _scratch(procs)
         sent = time.monotonic()
         proc.send_signal(signal.SIGINT)
@@ -222,6 +226,9 @@ def interrupt(sim, moment: Moment, tmp_path: Path) -> str:
             proc.wait()
     left = [p for ps in node_processes(sim).values() for p in ps]
     left += session_processes(proc.pid)
+    if not left:  # and none that sshd was still starting when pytest ended
+        time.sleep(2)
+        left = [p for ps in node_processes(sim).values() for p in ps]
     reader.join(5)
     out = "".join(lines)
     assert not left, ("left running after the " + where + ":\n  " + "\n  ".join(left)
