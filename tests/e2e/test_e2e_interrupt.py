@@ -16,9 +16,13 @@ starting) nor on the launcher (in pytest's own session), nor any scratch file. H
 moments press Ctrl-C a second time as soon as the run says it is cleaning up: that one must not
 cut the cleanup of the nodes short.
 
+And a command asked for just before the run's end, still on its way to the node when the
+cleanup has begun (its channel slow to open), is refused, never started after the cleanup.
+
 Cost: one suite run per moment, each up to its moment plus its cleanup: about 5 minutes on 2
-busy cores. These tests load the machine on purpose, so they need it alone (the `alone` marker:
-`make test` runs them after the others, one at a time).
+busy cores (7 with another suite beside it); the command on its way, about 15 s. These tests
+load the machine on purpose, so they need it alone (the `alone` marker: `make test` runs them
+after the others, one at a time).
 """
 
 from __future__ import annotations
@@ -246,3 +250,54 @@ def test_ctrl_c_at_a_random_moment(healthy_sim, tmp_path, load, name):
     out = interrupt(healthy_sim, moment, tmp_path)
     if moment.second:  # that one is only acknowledged, and the nodes are cleaned up all the same
         assert "still cleaning up the nodes" in out, out[-2000:]
+
+
+def test_a_command_still_on_its_way_when_the_run_ends_never_starts(healthy_sim, monkeypatch):
+    """A command asked for just before the run's end, whose thread is still on its way to the
+    node when the cleanup has begun and ended (here: its channel takes 4 s to open, as a
+    starved thread or a loaded node's sshd makes it), is refused, not started after the
+    cleanup and left running. About 15 s."""
+    import paramiko
+
+    from cluster_tests.core.transport import ConnectError, Pool, resolve_target
+
+    sim = healthy_sim
+    opened = paramiko.Transport.open_session
+
+    def slow_open(self, *args, **kwargs):
+        if threading.current_thread().name.startswith("on-its-way"):
+            time.sleep(4)
+        return opened(self, *args, **kwargs)
+
+    monkeypatch.setattr(paramiko.Transport, "open_session", slow_open)
+    names = [nd.name for nd in sim.nodes]
+    pool = Pool({n: resolve_target(n, str(sim.ssh_config)) for n in names},
+                str(sim.ssh_config))
+    refused: list[str] = []
+
+    def ask(node: str) -> None:
+        try:
+            pool.stream(node, "sleep 60", timeout=90)
+        except ConnectError as exc:
+            refused.append(f"{node}: {exc}")
+
+    try:
+        for n in names:
+            pool.connection(n).connect()
+        threads = [threading.Thread(target=ask, args=(n,), name=f"on-its-way-{n}", daemon=True)
+                   for n in names]
+        for t in threads:
+            t.start()
+        time.sleep(0.3)
+        pool.end_leftovers()
+        for t in threads:
+            t.join(30)
+        time.sleep(1)
+        left = [str(p) for p in sim.processes() if "sleep 60" in p.cmdline]
+    finally:
+        pool.close()
+        for p in sim.processes():
+            if "sleep 60" in p.cmdline:
+                sim.exec(p.node, ["kill", "-KILL", str(p.pid)])
+    assert not left, "started after the run's cleanup, and left running:\n  " + "\n  ".join(left)
+    assert len(refused) == len(names), refused
