@@ -49,6 +49,7 @@ from cluster_tests.core.transport import (
     NodeSession,
     SSHTarget,
     Streamed,
+    Sweep,
     Transport,
     fan_out,
 )
@@ -357,8 +358,8 @@ class FakeSession:
             on_chunk(res.stdout.encode(), False)
         return Streamed(res.command, res.exit_status, res.duration)
 
-    def end_leftovers(self, timeout: float = 5.0) -> None:
-        return None
+    def end_leftovers(self, timeout: float = 5.0) -> Sweep:
+        return Sweep(self.target.alias)
 
     def close(self) -> None:
         self._connected = False
@@ -391,8 +392,8 @@ class FakeTransport:
     def map(self, fn: Callable[[T], R], items: Iterable[T]) -> list[R | BaseException]:
         return fan_out(fn, items, self.fanout)
 
-    def end_leftovers(self) -> None:
-        return None
+    def end_leftovers(self) -> list[Sweep]:
+        return []
 
     def close(self) -> None:
         with self._lock:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shlex
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeVar, overload
 
@@ -53,8 +54,10 @@ from cluster_tests.core.transport import (
     ConnectError,
     Pool,
     SSHTarget,
+    Sweep,
     Targets,
     Transport,
+    leftovers_script,
     resolve_target,
 )
 from cluster_tests.judge.common.basefacts import BASE, BaseFacts
@@ -300,14 +303,41 @@ class Cluster:
             self.__dict__["_secret_union"] = set().union(*seen.values())
         return set(self.__dict__["_secret_union"])
 
-    def close(self) -> None:
-        """End whatever this run left on the nodes, then log out."""
+    def close(self) -> list[Sweep]:
+        """End whatever this run left on the nodes (`Pool.end_leftovers`), then log out.
+        Returns the nodes where something of the run is still alive, or that could not be
+        swept (normally none): `leftover_report` says what and how to end it."""
+        left: list[Sweep] = []
         try:
             if self.srun is not None:
                 self.srun.end_all()
-            self.pool.end_leftovers()
+            left = self.pool.end_leftovers()
         finally:
             self.pool.close()
+        return left
+
+    def leftover_report(self, left: Sequence[Sweep]) -> str:
+        """What `close` could not end, each process (node, pid, command line), and the one
+        command that ends them from the launcher."""
+        lines = ["[cluster] still running on the nodes after the cleanup:"]
+        kills = []
+        for s in left:
+            for pid, cmd in s.left:
+                lines.append(f"  {s.node} pid {pid}: {cmd}")
+            if s.error:
+                lines.append(f"  {s.node}: not swept ({s.error}); its processes carry "
+                             f"{self.pool.tag} in their command line or environment")
+        ssh = ["ssh"] + (["-F", str(self.settings.ssh_config)]
+                         if self.settings.ssh_config else [])
+        for s in left:
+            if s.left:
+                kills.append(shlex.join([*ssh, s.node, "kill", "-KILL",
+                                         *(str(p) for p, _ in s.left)]))
+            elif s.error:
+                kills.append(shlex.join([*ssh, s.node, "sh", "-c",
+                                         leftovers_script(self.pool.tag)]))
+        lines.append("[cluster] end them with: " + "; ".join(kills))
+        return "\n".join(lines) + "\n"
 
 
 #: the run's cluster, on the pytest config (`config.stash.get(CLUSTER_KEY, None)`): set by the

@@ -94,8 +94,14 @@ class InterruptGuard:
         if first:
             raise KeyboardInterrupt
 
-    def _say(self, text: str) -> None:
+    def say(self, text: str) -> bool:
+        """`text` on the standard error of pytest_configure's time; False where there is none
+        (the guard was never installed, or is uninstalled)."""
         if self._fd is None:
-            return
+            return False
         with contextlib.suppress(OSError):  # a closed terminal: nothing to say it on
             os.write(self._fd, text.encode())
+        return True
+
+    def _say(self, text: str) -> None:
+        self.say(text)

@@ -37,7 +37,9 @@ def end(config: pytest.Config, command_forms: Sequence[list[str]]) -> None:
         if cluster is not None:
             if session is not None and session.exitstatus != pytest.ExitCode.INTERRUPTED:
                 cluster.finish_background()  # (after Ctrl-C: close() ends what they started)
-            cluster.close()
+            left = cluster.close()
+            if left:
+                say(config, cluster.leftover_report(left))
     finally:
         guard = config.stash.get(GUARD_KEY, None)
         if guard is not None:
@@ -47,6 +49,15 @@ def end(config: pytest.Config, command_forms: Sequence[list[str]]) -> None:
         launch = (cluster.settings if cluster.settings.then_launch and status == 0
                   and session.testscollected else None)
         atexit.register(leave, status, launch, environ(config))
+
+
+def say(config: pytest.Config, text: str) -> None:
+    """`text` on the terminal, even while pytest still captures output (the Ctrl-C guard's
+    copy of the standard error of pytest_configure's time), else on sys.stderr."""
+    guard = config.stash.get(GUARD_KEY, None)
+    if guard is None or not guard.say(text):
+        sys.stderr.write(text)
+        sys.stderr.flush()
 
 
 def is_the_command(config: pytest.Config, command_forms: Sequence[list[str]]) -> bool:

@@ -422,22 +422,68 @@ def wait_result(fut: Future[T]) -> T:
 RUN_TAG_VAR = "CT_RUN_TAG"
 
 
-def leftovers_script(tag: str) -> str:
-    """The shell script that ends every process of run `tag` on a node: those whose command
-    line carries the tag, those whose environment does (what left the session with setsid: a
-    port listener, pdsh's ssh clients), and the whole session of each (what a command started,
-    a ~/.bashrc's `sleep`, a worker, stays in its sshd session). TERM first (`timeout` passes
-    it on to the command's process group), KILL what is left. The pattern's brackets keep the
-    script's own command lines (pgrep's, grep's, this shell's) from matching."""
+def leftovers_script(tag: str, grace: float = 0.5) -> str:
+    """The shell script that ends, in one round, every process of run `tag` on a node, and
+    says which it found (``found PID COMMAND``) and which were still alive after it (``left
+    PID COMMAND``):
+
+    - those whose command line carries the tag (every command `stream` starts: its shell's $0;
+      T1's and T2's jobs on every node, pdsh's legs among them: their --run-id);
+    - those whose environment does (what left the session with setsid: a port listener, pdsh's
+      ssh clients);
+    - every other child of this login's own sshd: the commands of this run's session, even one
+      that sshd has forked but that has not yet become the command (no tag to see yet);
+    - and the whole session of each (what a command started, a ~/.bashrc's `sleep`, a worker,
+      stays in its sshd session).
+
+    TERM first (`timeout` passes it on to the command's process group), KILL what is left
+    after `grace` seconds; DeepSpeed's runner gets KILL at once (its answer to TERM kills every
+    DeepSpeed launch on every node). The pattern's brackets keep the script's own command
+    lines (pgrep's, grep's, this shell's) from matching; the script's own session and its
+    sshd's are never ended."""
     pattern = shlex.quote(f"[{tag[0]}]{tag[1:]}")
     return (
-        f"p={pattern}; "
+        f"p={pattern}; me=$$; a=$$; c=; "
+        # this login's sshd (the first ancestor named sshd*), and our own child of it (a)
+        'while [ "${a:-1}" -gt 1 ]; do up=$(ps -o ppid= -p "$a" | tr -d " "); '
+        'case "$(cat /proc/${up:-1}/comm 2>/dev/null)" in sshd*) c=$up; break;; esac; '
+        "a=$up; done; "
+        "mine=$(ps -o sid= -p $me | tr -d ' '); cs=$(ps -o sid= -p ${c:-1} | tr -d ' '); "
         f'ours() {{ pgrep -f "$p"; grep -lsa "{RUN_TAG_VAR}=$p" /proc/[0-9]*/environ '
-        "| cut -d/ -f3; }; "
-        "end() { for s in $(ours | xargs -r ps -o sid= -p | sort -u); do pkill -$1 -s $s; done; "
-        "ours | xargs -r kill -$1 2>/dev/null; }; "
-        "end TERM; sleep 0.3; end KILL; exit 0"
+        '| cut -d/ -f3; [ -n "$c" ] && pgrep -P "$c" | grep -vx "$a"; }; '
+        'list() { ours | sort -un | while read q; do [ "$q" = "$me" ] && continue; '
+        "[ -r /proc/$q/cmdline ] || continue; "
+        "printf '%s %s %s\\n' $1 $q \"$(tr '\\0' ' ' < /proc/$q/cmdline 2>/dev/null)\"; done; }; "
+        "end() { for s in $(ours | xargs -r ps -o sid= -p | sort -un); do "
+        '[ "$s" = "$mine" ] || [ "$s" = "$cs" ] || [ "$s" -le 1 ] || pkill -$1 -s $s; done; '
+        "ours | grep -vx $me | xargs -r kill -$1 2>/dev/null; }; "
+        'f=$(list found); [ -z "$f" ] && exit 0; echo "$f"; '
+        # DeepSpeed's runner answers TERM with a pkill of every launch.py on every node,
+        # other people's too: it gets KILL at once
+        'pkill -KILL -f "deepspeed[.]launcher[.]runner .*$p"; '
+        f"end TERM; sleep {grace:g}; end KILL; sleep 0.1; list left; exit 0"
     )
+
+
+@dataclass
+class Sweep:
+    """What one round of `leftovers_script` did on one node: the processes it found and
+    those still alive after it, each (pid, command line); `error` where it could not run."""
+
+    node: str
+    found: list[tuple[int, str]] = field(default_factory=list)
+    left: list[tuple[int, str]] = field(default_factory=list)
+    error: str | None = None
+
+    @classmethod
+    def parse(cls, node: str, text: str) -> Sweep:
+        out = cls(node)
+        for line in text.splitlines():
+            word, _, rest = line.partition(" ")
+            pid, _, cmd = rest.partition(" ")
+            if word in ("found", "left") and pid.isdigit():
+                getattr(out, word).append((int(pid), cmd.strip()))
+        return out
 
 
 def off_main_thread(fn: Callable[[], T], name: str,
@@ -544,7 +590,7 @@ class NodeSession(Protocol):
                timeout: float = ..., kill_after: int = ..., wait: float | None = ...,
                combine_stderr: bool = ...) -> Streamed: ...
 
-    def end_leftovers(self, timeout: float = ...) -> None: ...
+    def end_leftovers(self, timeout: float = ...) -> Sweep: ...
 
     def close(self) -> None: ...
 
@@ -564,7 +610,7 @@ class Transport(Protocol):
 
     def map(self, fn: Callable[[T], R], items: Iterable[T]) -> list[R | BaseException]: ...
 
-    def end_leftovers(self) -> None: ...
+    def end_leftovers(self) -> list[Sweep]: ...
 
     def close(self) -> None: ...
 
@@ -584,6 +630,10 @@ class Connection:
         #: the node's host key (type, base64) as this login verified it
         self.host_key: tuple[str, str] | None = None
         self.closing = threading.Event()  # set: stop waiting for commands (the run is ending)
+        #: `_exec`'s gate: `closing` is set under it, and `_starting` counts the commands whose
+        #: start is being asked for
+        self._gate = threading.Condition()
+        self._starting = 0
         #: set by the Pool: at most --fanout handshakes at a time from this launcher, whichever
         #: threads ask (a map's workers, a background phase, tests)
         self.handshakes: threading.Semaphore | None = None
@@ -807,7 +857,7 @@ class Connection:
             if combine_stderr:
                 chan.set_combine_stderr(True)
             chan.settimeout(0.2)
-            chan.exec_command(wrapped)
+            self._exec(chan, wrapped)
             data = feed.data if feed is not None else stdin if isinstance(stdin, bytes) else b""
             if data:
                 chan.sendall(data)
@@ -845,27 +895,66 @@ class Connection:
             chan.close()
         return Streamed(command, status, time.monotonic() - start, timed_out, stopped)
 
+    def _exec(self, chan: paramiko.Channel, command: str) -> None:
+        """Start `command` on `chan`, unless the run is ending: the gate that no command passes
+        once `refuse` has begun (a thread past `stream`'s own check, still logging in or opening
+        its channel when the cleanup started, would otherwise start its command after the
+        cleanup had looked, and leave it running)."""
+        with self._gate:
+            if self.closing.is_set():
+                raise ConnectError(self.target, Cause.PROTOCOL, "the run is ending", "")
+            self._starting += 1
+        try:
+            chan.exec_command(command)
+        finally:
+            with self._gate:
+                self._starting -= 1
+                self._gate.notify_all()
+
+    def refuse(self, wait: float = 5.0) -> None:
+        """From now on no command starts on this node (`_exec`); returns once the commands
+        whose start was already asked for are started (sshd has forked them: the cleanup that
+        follows finds them), or after `wait` seconds."""
+        with self._gate:
+            self.closing.set()
+            self._gate.wait_for(lambda: self._starting == 0, timeout=wait)
+
     @property
     def connected(self) -> bool:
         return self._client is not None
 
-    def end_leftovers(self, timeout: float = 5.0) -> None:
-        """End every process of this run still alive on the node (`leftovers_script`)."""
+    def end_leftovers(self, timeout: float = 5.0) -> Sweep:
+        """One round of ending every process of this run still alive on the node
+        (`leftovers_script`): what it found, and what was still alive after it."""
         if self._client is None:
-            return
+            return Sweep(self.target.alias)
         script = f"sh -c {shlex.quote(leftovers_script(self.tag))}"
+        out = bytearray()
         try:
             transport = self._client.get_transport()
             if transport is None or not transport.is_active():
-                return
+                return Sweep(self.target.alias, error="the session is closed")
             chan = transport.open_session(timeout=timeout)
             chan.settimeout(timeout)
             chan.exec_command(script)
             # bounded: a node whose shell start-up hangs runs this late, but still runs it
-            chan.status_event.wait(timeout)
+            end = time.monotonic() + timeout
+            while time.monotonic() < end:
+                if chan.recv_ready():
+                    out += chan.recv(65536)
+                    continue
+                if chan.exit_status_ready():
+                    while chan.recv_ready():
+                        out += chan.recv(65536)
+                    break
+                time.sleep(0.02)
+            else:
+                chan.close()
+                return Sweep(self.target.alias, error=f"no answer within {timeout:g} s")
             chan.close()
-        except (TimeoutError, OSError, paramiko.SSHException):
-            pass
+        except (TimeoutError, OSError, paramiko.SSHException) as exc:
+            return Sweep(self.target.alias, error=str(exc) or type(exc).__name__)
+        return Sweep.parse(self.target.alias, out.decode("utf-8", "replace"))
 
     def close(self) -> None:
         with self._lock:
@@ -946,14 +1035,33 @@ class Pool:
         returned."""
         return fan_out(fn, items, self.fanout)
 
-    def end_leftovers(self) -> None:
-        """Stop waiting for commands, and on every node logged in to, end whatever this run
-        still has running there."""
+    def end_leftovers(self, deadline: float = 20.0, settle: float = 0.5) -> list[Sweep]:
+        """Stop waiting for commands, start none any more (`Connection.refuse`), and on every
+        node logged in to, end whatever this run still has running there: in rounds
+        (`Connection.end_leftovers`), until two rounds `settle` seconds apart find nothing on
+        any node (a leg that pdsh's ssh had asked a node's sshd to start when its client was
+        ended becomes a process of the run a moment later: the next round ends it), or
+        `deadline` seconds have passed. Returns the last round's sweeps with what is still
+        alive (`Sweep.left`), or that could not be swept (`Sweep.error`): normally none."""
         with self._lock:
             conns = list(self._conns.values())
         for conn in conns:
             conn.closing.set()
-        self.map(lambda c: c.end_leftovers(), [c for c in conns if c.connected])
+        self.map(lambda c: c.refuse(), conns)
+        end = time.monotonic() + deadline
+        quiet = 0
+        last: list[Sweep] = []
+        while True:
+            got = self.map(lambda c: c.end_leftovers(), [c for c in conns if c.connected])
+            last = [g if isinstance(g, Sweep) else Sweep("?", error=str(g)) for g in got]
+            if any(s.found for s in last):
+                quiet = 0
+            else:
+                quiet += 1
+            if quiet >= 2 or time.monotonic() + settle >= end:
+                break
+            time.sleep(settle if quiet else 0.05)
+        return [s for s in last if s.left or s.error]
 
     def close(self) -> None:
         with self._lock:

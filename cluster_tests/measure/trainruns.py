@@ -276,6 +276,15 @@ class TrainingRuns:
             return None
         return "localhost:" + ",".join(map(str, ids))
 
+    def run_id(self, label: str) -> str:
+        """The job's --run-id: the run's label and the run tag (`Pool.tag`). Every process of
+        the job carries it in its command line, on every node and whatever started it there
+        (pdsh's legs of T2, the launch.py and ranks they start): the end of the run finds and
+        ends them by the tag (`Pool.end_leftovers`) even where the run's own session never
+        reached (the other nodes of T2)."""
+        tag = getattr(getattr(self.cluster, "pool", None), "tag", None)
+        return f"{self.session_id}-{label}" + (f".{tag}" if tag else "")
+
     def run_dir(self, label: str) -> str:
         return f"{SCRATCH}/{RUN_PREFIX}{self.session_id}-{label}"
 
@@ -312,7 +321,7 @@ class TrainingRuns:
         slots = self.slots(node)
         argv = targv.single_node_argv(
             cfg.python, f"{d}/{SCRIPT_NAME}", slots, cfg.master_port,
-            cfg.job_args(f"{self.session_id}-{label}"), cfg.launcher_args,
+            cfg.job_args(self.run_id(label)), cfg.launcher_args,
             include=self.local_include(node),
         )
         launch = Launch(f"T1-{node}", node, [node], slots, self._command(d, argv))
@@ -346,7 +355,7 @@ class TrainingRuns:
         argv = targv.multi_node_argv(
             cfg.python, f"{d}/hostfile", cfg.master_addr, cfg.master_port,
             f"{d}/{SCRIPT_NAME}", include=cfg.include or None, exclude=cfg.exclude or None,
-            extra=cfg.job_args(f"{self.session_id}-{label}"),
+            extra=cfg.job_args(self.run_id(label)),
             launcher_args=(*cfg.launch_passthrough, *cfg.launcher_args),
         )
         expected = sum(len(s) for s in active.values())
