@@ -272,12 +272,13 @@ def _faults_launch_dir_and_pythonhome(sim):
 
 def _faults_interpreter_and_stray_package(sim):
     """The venv (deepspeed's interpreter) is not on node3; an old copy of the package is left in
-    node2's home (the launch directory, first on sys.path)."""
+    node2's home, the launch directory (first on sys.path): the suite is told so (--launch-dir;
+    it defaults to the directory it runs in), as the real launch starts there."""
     put_script(sim, NODES, job=FAILING)
     sim.bind_private_dir("node3", VENV)
     sim.exec("node2", ["sh", "-c", "mkdir -p /root/deepspeed && "
                                    "echo '__version__ = \"0.14.0\"' > /root/deepspeed/__init__.py"])
-    return (), "/root"
+    return ("--launch-dir", "/root"), "/root"
 
 
 #: one suite run (the fast checklist) and one real launch per entry, for the two faults it holds
@@ -561,7 +562,9 @@ def test_launch_args_round_trip_to_t2_and_the_rehearsals_red(healthy_sim):
     sim.exec("node2", ["sh", "-c", "mkdir -p /root/deepspeed && "
                                    "echo '__version__ = \"0.14.0\"' > /root/deepspeed/__init__.py"])
     try:
+        # node2's home is the launch directory (--launch-dir: it defaults to where pytest runs)
         r = run_suite(sim, "-m", "env or training", "-k", "launch_rehearsal or multi_node",
+                      "--launch-dir", "/root",
                       "--launch-args", "--master_port 29533 --exclude node3")
         assert "test_launch_rehearsal[node2]" in r.failed, r.describe()
         said = r.message("test_launch_rehearsal[node2]")
