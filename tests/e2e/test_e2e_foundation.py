@@ -10,8 +10,9 @@ from suite import run_suite
 FAST = ("-m", "not collective and not training")
 
 
-def test_healthy_cluster_is_green(healthy_sim):
-    result = run_suite(healthy_sim, *FAST)
+def test_healthy_cluster_is_green(healthy_fast_run):
+    """Cost: none of its own (it reads the shared healthy fast-checklist run, conftest.py)."""
+    result = healthy_fast_run
     assert result.returncode == 0, result.describe()
     assert "test_login[node1]" in result.passed
     assert "test_ssh_trust[node3->node3]" in result.passed

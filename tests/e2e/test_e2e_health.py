@@ -45,8 +45,10 @@ def _give_rdma(sim, node: str) -> Path:
 _fake_tool = fake_tool
 
 
-def test_cpu_only_sim_is_green_and_skips_with_reasons(healthy_sim):
-    result = run_suite(healthy_sim, "-m", "health")
+def test_cpu_only_sim_is_green_and_skips_with_reasons(healthy_fast_run):
+    """Cost: none of its own (the health checks' green is read from the shared healthy
+    fast-checklist run, conftest.py)."""
+    result = healthy_fast_run
     assert result.returncode == 0, result.describe()
     for node in ("node1", "node2", "node3"):
         assert {f"test_memlock[{node}]", f"test_open_files[{node}]",

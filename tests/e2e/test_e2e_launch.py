@@ -81,7 +81,9 @@ def names_only(failed: set[str], node: str) -> list[str]:
 
 
 @pytest.mark.parametrize("naming", ["hostnames", "addresses", "service-fqdns"])
-def test_healthy_cluster_is_green_and_the_launch_works(healthy_sim, tmp_path, naming):
+def test_healthy_cluster_is_green_and_the_launch_works(healthy_sim, tmp_path, naming, request):
+    """Cost: one fast-checklist run (about 20 CPU s; for plain hostnames, the shared healthy run
+    of conftest.py, the same hostfile and ssh config) and one real launch (about 20 CPU s)."""
     sim = healthy_sim
     names = {nd.name: nd.name for nd in sim.nodes}
     if naming == "addresses":
@@ -93,8 +95,12 @@ def test_healthy_cluster_is_green_and_the_launch_works(healthy_sim, tmp_path, na
     hostfile = tmp_path / "hostfile"
     hostfile.write_text("".join(f"{names[nd.name]} slots=1\n" for nd in sim.nodes))
     config = sim.ssh_config_for({n: v for n, v in names.items() if n != v}, tmp_path / "ssh_config")
-    put_script(sim, list(names))
-    r = run_suite(sim, *FAST, hostfile=hostfile, ssh_config=config)
+    if naming == "hostnames":  # the hostfile and the ssh config are the sim's own
+        r = request.getfixturevalue("healthy_fast_run")
+        put_script(sim, list(names))
+    else:
+        put_script(sim, list(names))
+        r = run_suite(sim, *FAST, hostfile=hostfile, ssh_config=config)
     assert r.returncode == 0, r.describe()
     rehearsed = {f"test_launch_rehearsal[{v}]" for v in names.values()}
     assert rehearsed <= r.passed, r.describe()
@@ -146,18 +152,35 @@ def test_ssh_alias_hostfile_is_green_and_the_launch_works(healthy_sim, tmp_path)
     assert launch_ok(out, 3), out[-3000:]
 
 
-def test_sshd_on_another_port_everywhere_is_green_and_the_launch_works(healthy_sim):
-    """Every node's sshd on 2222, 22 answering nothing (the port in each sshd_config, in the
-    launcher's and every node's ssh config, known_hosts keyed `[name]:2222`): the fast checklist
-    is green, and the real launch works, pdsh's ssh taking the port from the rank-0 node's ssh
-    config as the suite's checks do."""
-    sim = healthy_sim
-    put_script(sim, NODES)
-    sim.move_sshd(2222)
-    assert not sim.sshd_answers("node1")  # nothing on 22 any more
-    r = run_suite(sim, *FAST)
+@pytest.fixture(scope="module")
+def port_and_hostname_run(sim):
+    """One green shape of two tests, one suite run and one real launch (about 45 CPU s): every
+    node's sshd on 2222, 22 answering nothing (the port in each sshd_config, in the launcher's
+    and every node's ssh config, known_hosts keyed `[name]:2222`); and node3's `hostname` is
+    'gpu-box-7', which resolves there to its own routable address. Returns (whether node1's
+    sshd still answered on 22, the fast checklist's result, the real launch's output)."""
+    sim.restore()
+    try:
+        put_script(sim, NODES)
+        sim.move_sshd(2222)
+        sim.set_hostname("node3", "gpu-box-7")
+        sim.add_hosts_line("node3", f"{sim.nodes[2].address} gpu-box-7")
+        answers = sim.sshd_answers("node1")
+        r = run_suite(sim, *FAST)
+        out = real_launch(sim, NODES)
+    finally:
+        sim.restore()
+    return answers, r, out
+
+
+def test_sshd_on_another_port_everywhere_is_green_and_the_launch_works(healthy_sim,
+                                                                        port_and_hostname_run):
+    """Every node's sshd on 2222, 22 answering nothing: the fast checklist is green, and the real
+    launch works, pdsh's ssh taking the port from the rank-0 node's ssh config as the suite's
+    checks do. Cost: shares port_and_hostname_run (node3's hostname differs there too)."""
+    answers, r, out = port_and_hostname_run
+    assert not answers  # nothing on 22 any more
     assert r.returncode == 0, r.describe()
-    out = real_launch(sim, NODES)
     assert launch_ok(out, 3), out[-3000:]
 
 
@@ -220,85 +243,109 @@ def test_an_ssh_alias_to_a_dead_address_is_one_red_on_that_node(healthy_sim, tmp
     assert any(ln.startswith("gpu-c:") and dead in ln for ln in out.splitlines()), out[-3000:]
 
 
-def _fault_launch_dir(sim):
-    # the script only where the directory exists (on node3 the ranks start in the home instead)
-    for n in ("node1", "node2"):
-        sim.exec(n, ["mkdir", "-p", "/root/proj"])
-    put_script(sim, ["node1", "node2"], "/root/proj", FAILING)
-    return ("--launch-dir", "/root/proj"), "/root/proj"
-
-
-def _fault_interpreter(sim):
-    put_script(sim, NODES, job=FAILING)
-    sim.bind_private_dir("node3", VENV)  # the venv (deepspeed's interpreter) is not on node3
-    return (), "/root"
-
-
-def _fault_stray_package(sim):
-    # an old copy of the package left in node3's home (the launch directory, first on sys.path)
-    put_script(sim, NODES, job=FAILING)
-    sim.exec("node3", ["sh", "-c", "mkdir -p /root/deepspeed && "
-                                   "echo '__version__ = \"0.14.0\"' > /root/deepspeed/__init__.py"])
-    return (), "/root"
-
-
-def _fault_pythonhome(sim):
-    put_script(sim, NODES, job=FAILING)
-    sim.append_bashrc("node3", "export PYTHONHOME=/opt/python-removed\n")
-    return (), "/root"
-
-
+#: launch faults, each on one node other than rank 0: name -> (the node, what its red says, what
+#: the real launch prints there); the red is the rehearsal's, but E8's where the launch
+#: directory is missing (the rehearsal it blocks). Two independent faults share one suite run
+#: and one real launch (FAULT_RUNS), on two different nodes: each node's red is asserted alone.
 FAULTS = {
-    # name: (inject, what node3's red says, what the real launch prints on node3); the red is
-    # the rehearsal's, but E8's where the launch directory is missing (the rehearsal it blocks)
     "launch dir missing on node3": (
-        _fault_launch_dir, "the launch directory /root/proj does not exist there",
+        "node3", "the launch directory /root/proj does not exist there",
         "can't open file '/root/train.py'"),
+    "PYTHONHOME set by node2's bashrc": (
+        "node2", "PYTHONHOME is '/opt/python-removed' there", "Fatal Python error"),
     "interpreter missing on node3": (
-        _fault_interpreter, "which does not exist on node3", "No such file or directory"),
-    "stray deepspeed package in node3's launch dir": (
-        _fault_stray_package, "No module named 'deepspeed.launcher'",
-        "No module named 'deepspeed.launcher'"),
-    "PYTHONHOME set by node3's bashrc": (
-        _fault_pythonhome, "PYTHONHOME is '/opt/python-removed' there", "Fatal Python error"),
+        "node3", "which does not exist on node3", "No such file or directory"),
+    "stray deepspeed package in node2's launch dir": (
+        "node2", "No module named 'deepspeed.launcher'", "No module named 'deepspeed.launcher'"),
 }
 
 
-@pytest.mark.parametrize("fault", list(FAULTS))
-def test_a_node_the_launch_fails_on_is_red_alone_and_for_the_same_reason(healthy_sim, fault):
-    sim = healthy_sim
-    inject, said, launch_says = FAULTS[fault]
+def _faults_launch_dir_and_pythonhome(sim):
+    """/root/proj (the launch directory) on node1 and node2 only, the script there only (on
+    node3 the ranks start in the home, which has none); node2's bashrc sets PYTHONHOME."""
+    for n in ("node1", "node2"):
+        sim.exec(n, ["mkdir", "-p", "/root/proj"])
+    put_script(sim, ["node1", "node2"], "/root/proj", FAILING)
+    sim.append_bashrc("node2", "export PYTHONHOME=/opt/python-removed\n")
+    return ("--launch-dir", "/root/proj"), "/root/proj"
+
+
+def _faults_interpreter_and_stray_package(sim):
+    """The venv (deepspeed's interpreter) is not on node3; an old copy of the package is left in
+    node2's home, the launch directory (first on sys.path): the suite is told so (--launch-dir;
+    it defaults to the directory it runs in), as the real launch starts there."""
+    put_script(sim, NODES, job=FAILING)
+    sim.bind_private_dir("node3", VENV)
+    sim.exec("node2", ["sh", "-c", "mkdir -p /root/deepspeed && "
+                                   "echo '__version__ = \"0.14.0\"' > /root/deepspeed/__init__.py"])
+    return ("--launch-dir", "/root"), "/root"
+
+
+#: one suite run (the fast checklist) and one real launch per entry, for the two faults it holds
+FAULT_RUNS = {
+    ("launch dir missing on node3", "PYTHONHOME set by node2's bashrc"):
+        _faults_launch_dir_and_pythonhome,
+    ("interpreter missing on node3", "stray deepspeed package in node2's launch dir"):
+        _faults_interpreter_and_stray_package,
+}
+
+
+@pytest.fixture(scope="module")
+def fault_runs() -> dict[str, tuple]:
+    """fault name -> (suite result, real launch output) of the run that held it: filled by the
+    first test of each pair, read by the second (two faults, one run)."""
+    return {}
+
+
+def _run_faults(sim, runs: dict[str, tuple], fault: str) -> tuple:
+    if fault in runs:
+        return runs[fault]
+    pair, inject = next((k, v) for k, v in FAULT_RUNS.items() if fault in k)
     try:
         args, launch_dir = inject(sim)
         r = run_suite(sim, *FAST, *args)
-        red = "test_launch_rehearsal[node3]"
-        if fault.startswith("launch dir"):
-            red = "test_launch_files[node3]"
-            assert r.failed == {red}, r.describe()
-            assert r.properties["test_launch_rehearsal[node3]"]["blocked_by"] == red, \
-                r.describe()
-        assert red in r.failed, r.describe()
-        assert said in r.message(red), r.describe()
-        assert "fix: on node3" in r.message(red)
-        assert names_only(r.failed, "node3") == [], r.describe()
-        assert {"test_launch_rehearsal[node1]", "test_launch_rehearsal[node2]"} <= r.passed
-        if fault.startswith(("stray", "interpreter")):
-            # deepspeed missing (or shadowed) on node3: one red, the rehearsal's; E3, which sees
-            # the same from its side, is blocked by it, saying what it saw
-            assert r.failed == {"test_launch_rehearsal[node3]"}, r.describe()
-            assert r.properties["test_versions[node3]"]["blocked_by"] == \
-                "test_launch_rehearsal[node3]", r.describe()
-        if fault.startswith("stray"):  # E3 names what the launch imports, and from where
-            e3 = r.message("test_versions[node3]")
-            assert "deepspeed imported from /root/deepspeed/__init__.py is 0.14.0" in e3, e3
-            assert "remove or rename /root/deepspeed" in r.message("test_launch_rehearsal[node3]")
         out = real_launch(sim, ["node1", "node2", "node3"], launch_dir=launch_dir)
-        assert not launch_ok(out, 3), out[-3000:]
-        node3 = [ln for ln in out.splitlines() if ln.startswith("node3:")]
-        assert any(launch_says in ln for ln in node3), out[-3000:]
     finally:
         for n in ("node1", "node2", "node3"):
             sim.exec(n, ["rm", "-rf", "/root/proj", "/root/deepspeed"])
+        sim.restore()
+    for f in pair:
+        runs[f] = (r, out)
+    return r, out
+
+
+@pytest.mark.parametrize("fault", list(FAULTS))
+def test_a_node_the_launch_fails_on_is_red_alone_and_for_the_same_reason(healthy_sim, fault,
+                                                                         fault_runs):
+    """Cost: one fast-checklist run and one failing real launch for each two faults (about
+    25 CPU s each), shared by the two tests of a pair (FAULT_RUNS)."""
+    node, said, launch_says = FAULTS[fault]
+    other = "node2" if node == "node3" else "node3"  # the node of the fault it shares a run with
+    r, out = _run_faults(healthy_sim, fault_runs, fault)
+    mine = {t for t in r.failed if node in t and other not in t}  # the reds of this node alone
+    red = "test_launch_files[node3]" if fault.startswith("launch dir") else \
+        f"test_launch_rehearsal[{node}]"
+    if fault.startswith("launch dir"):
+        assert mine == {red}, r.describe()
+        assert r.properties["test_launch_rehearsal[node3]"]["blocked_by"] == red, r.describe()
+    assert red in r.failed, r.describe()
+    assert said in r.message(red), r.describe()
+    assert f"fix: on {node}" in r.message(red)
+    # every red names the node of one of the run's two faults
+    assert [t for t in r.failed if node not in t and other not in t] == [], r.describe()
+    assert "test_launch_rehearsal[node1]" in r.passed, r.describe()
+    if fault.startswith(("stray", "interpreter")):
+        # deepspeed missing (or shadowed) on the node: one red, the rehearsal's; E3, which sees
+        # the same from its side, is blocked by it, saying what it saw
+        assert mine == {red}, r.describe()
+        assert r.properties[f"test_versions[{node}]"]["blocked_by"] == red, r.describe()
+    if fault.startswith("stray"):  # E3 names what the launch imports, and from where
+        e3 = r.message(f"test_versions[{node}]")
+        assert "deepspeed imported from /root/deepspeed/__init__.py is 0.14.0" in e3, e3
+        assert "remove or rename /root/deepspeed" in r.message(red)
+    assert not launch_ok(out, 3), out[-3000:]
+    lines = [ln for ln in out.splitlines() if ln.startswith(f"{node}:")]
+    assert any(launch_says in ln for ln in lines), out[-3000:]
 
 
 def test_broken_deepspeed_env_on_rank0_is_red_on_rank0_only(healthy_sim):
@@ -515,7 +562,9 @@ def test_launch_args_round_trip_to_t2_and_the_rehearsals_red(healthy_sim):
     sim.exec("node2", ["sh", "-c", "mkdir -p /root/deepspeed && "
                                    "echo '__version__ = \"0.14.0\"' > /root/deepspeed/__init__.py"])
     try:
+        # node2's home is the launch directory (--launch-dir: it defaults to where pytest runs)
         r = run_suite(sim, "-m", "env or training", "-k", "launch_rehearsal or multi_node",
+                      "--launch-dir", "/root",
                       "--launch-args", "--master_port 29533 --exclude node3")
         assert "test_launch_rehearsal[node2]" in r.failed, r.describe()
         said = r.message("test_launch_rehearsal[node2]")
@@ -630,18 +679,15 @@ def test_own_address_peers_cannot_reach_is_red_on_that_node(healthy_sim):
 
 
 def test_a_hostname_other_than_the_hostfile_name_resolving_to_a_routable_address_is_green(
-        healthy_sim):
+        healthy_sim, port_and_hostname_run):
     """node3's `hostname` is 'gpu-box-7', which resolves there to its own routable address: gloo
-    advertises that address, the peers reach it, the launch works; F7 is green (H2 warns)."""
+    advertises that address, the peers reach it, the launch works; F7 is green (H2 warns).
+    Cost: shares port_and_hostname_run (every sshd is on port 2222 there too)."""
     sim = healthy_sim
-    put_script(sim, NODES)
-    sim.set_hostname("node3", "gpu-box-7")
-    sim.add_hosts_line("node3", f"{sim.nodes[2].address} gpu-box-7")
-    r = run_suite(sim, *FAST)
+    _answers, r, out = port_and_hostname_run
     assert r.returncode == 0, r.describe()
     own = r.properties["test_own_address[node3]"]["own_address"]
     assert own == f"{sim.nodes[2].address} (hostname)"
-    out = real_launch(sim, NODES)
     assert launch_ok(out, 3), out[-3000:]
 
 

@@ -57,22 +57,63 @@ def test_world_writable_authorized_keys(healthy_sim):
     assert "test_ssh_trust[node1->node3]" in r.passed
 
 
-def test_strictmodes_off_makes_modes_a_warning(healthy_sim):
+# --- warnings, not reds: five harmless shapes in one suite run (module fixture), each test
+# asserting its own; the run stays green only if none of them is red ----------------------------
+
+
+@pytest.fixture(scope="module")
+def warnings_run(sim):
+    """One run of the ssh and name checks (about 6 CPU s) on five harmless shapes at once:
+    node2's sshd with StrictModes off and its ~/.ssh 0777; node2's `hostname` is gpu-07 while
+    'node2' still leads to it; node3's ~/.ssh 0755 and its authorized_keys 0660 (its private
+    group); node1's non-interactive shell unsets PDSH_RCMD_TYPE (the launcher's sets it)."""
+    sim.restore()
+    try:
+        sim.set_sshd_option("node2", "StrictModes", "no")
+        sim.chmod("node2", "ssh_dir", 0o777)
+        sim.set_hostname("node2", "gpu-07")
+        sim.chmod("node3", "ssh_dir", 0o755)
+        sim.chmod("node3", "authorized_keys", 0o660)
+        sim.append_bashrc("node1", "unset PDSH_RCMD_TYPE\n")
+        return run_suite(sim, *FAST, env={"PDSH_RCMD_TYPE": "ssh"})
+    finally:
+        sim.restore()
+
+
+def test_strictmodes_off_makes_modes_a_warning(warnings_run):
     # with StrictModes off, sshd takes keys whatever the modes: not red, but shown
-    healthy_sim.set_sshd_option("node2", "StrictModes", "no")
-    healthy_sim.chmod("node2", "ssh_dir", 0o777)
-    r = run_suite(healthy_sim, *FAST)
+    r = warnings_run
     assert r.returncode == 0, r.describe()
     assert "/root/.ssh has mode 0777; the guide asks for 0700" in r.output
 
 
-def test_group_writable_in_private_group_is_a_warning(healthy_sim):
+def test_group_writable_in_private_group_is_a_warning(warnings_run):
     # Debian's sshd accepts a group-writable authorized_keys whose group is the user's
     # private group (root's group has no other member here)
-    healthy_sim.chmod("node2", "authorized_keys", 0o660)
-    r = run_suite(healthy_sim, *FAST)
+    r = warnings_run
     assert r.returncode == 0, r.describe()
     assert "/root/.ssh/authorized_keys has mode 0660; the guide asks for 0600" in r.output
+
+
+def test_ssh_dir_755_is_a_warning_only(warnings_run):
+    r = warnings_run
+    assert r.returncode == 0, r.describe()
+    assert "/root/.ssh has mode 0755; the guide asks for 0700" in r.output
+
+
+def test_hostname_differs_but_the_name_leads_to_the_node(warnings_run):
+    """`hostname` is gpu-07 but 'node2' resolves to node2 everywhere: the launch works (pdsh
+    reaches node2 by that name), so it is a warning, not a red."""
+    r = warnings_run
+    assert r.returncode == 0, r.describe()
+    assert "node2: `hostname` there prints 'gpu-07'" in r.output
+    assert r.properties["test_hostname_matches[node2]"]["name_is"] == "alias"
+
+
+def test_pdsh_rcmd_type_unset_is_a_warning(warnings_run):
+    r = warnings_run
+    assert r.returncode == 0, r.describe()
+    assert "node1: PDSH_RCMD_TYPE is unset" in r.output
 
 
 def test_writable_home_refuses_keys(healthy_sim):
@@ -80,13 +121,6 @@ def test_writable_home_refuses_keys(healthy_sim):
     r = run_suite(healthy_sim, *FAST)
     dead("node3", r)
     assert "chmod go-w ~" in r.message("test_login[node3]")
-
-
-def test_ssh_dir_755_is_a_warning_only(healthy_sim):
-    healthy_sim.chmod("node2", "ssh_dir", 0o755)
-    r = run_suite(healthy_sim, *FAST)
-    assert r.returncode == 0, r.describe()
-    assert "/root/.ssh has mode 0755; the guide asks for 0700" in r.output
 
 
 def test_private_key_readable_by_others(healthy_sim):
@@ -139,16 +173,6 @@ def test_changed_host_key(healthy_sim):
     for a in ("node1", "node2"):
         assert ("blocked by test_login[node3]: node3 answers with a changed host key"
                 in r.message(f"test_ssh_trust[{a}->node3]")), r.describe()
-
-
-def test_hostname_differs_but_the_name_leads_to_the_node(healthy_sim):
-    """`hostname` is gpu-07 but 'node2' resolves to node2 everywhere: the launch works (pdsh
-    reaches node2 by that name), so it is a warning, not a red."""
-    healthy_sim.set_hostname("node2", "gpu-07")
-    r = run_suite(healthy_sim, *FAST)
-    assert r.returncode == 0, r.describe()
-    assert "node2: `hostname` there prints 'gpu-07'" in r.output
-    assert r.properties["test_hostname_matches[node2]"]["name_is"] == "alias"
 
 
 def test_hostname_differs_and_the_name_leads_elsewhere(healthy_sim):
@@ -227,13 +251,6 @@ def test_pdsh_missing_on_rank0_and_launcher(healthy_sim, tmp_path):
     assert "node1 (rank 0, where `deepspeed --hostfile` starts) has no pdsh" in r.message(
         "test_pdsh_installed[node1]")
     assert blocked(r)["test_pdsh[node1->node2]"] == "test_pdsh_installed[node1]"
-
-
-def test_pdsh_rcmd_type_unset_is_a_warning(healthy_sim):
-    healthy_sim.append_bashrc("node1", "unset PDSH_RCMD_TYPE\n")
-    r = run_suite(healthy_sim, *FAST, env={"PDSH_RCMD_TYPE": "ssh"})
-    assert r.returncode == 0, r.describe()
-    assert "node1: PDSH_RCMD_TYPE is unset" in r.output
 
 
 @pytest.mark.parametrize("node", ["node2"])
