@@ -23,13 +23,24 @@ import time
 PR_SET_CHILD_SUBREAPER = 36
 
 
+def become_subreaper() -> None:
+    """The orphans of this process's descendants are reparented to it (and reaped here)."""
+    ctypes.CDLL(None).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+
+
+def children_cpu() -> float:
+    """CPU seconds (user + system) of every reaped descendant so far."""
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return ru.ru_utime + ru.ru_stime
+
+
 def main(argv: list[str]) -> int:
     if argv[:1] == ["--"]:
         argv = argv[1:]
     if not argv:
         print(__doc__, file=sys.stderr)
         return 2
-    ctypes.CDLL(None).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+    become_subreaper()
     start = time.monotonic()
     proc = subprocess.Popen(argv)
     rc = 0

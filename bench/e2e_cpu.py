@@ -14,9 +14,7 @@ one up and down, to subtract.
 from __future__ import annotations
 
 import argparse
-import ctypes
 import os
-import resource
 import subprocess
 import sys
 import tempfile
@@ -27,9 +25,10 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "tests"))
 
+from cpu_of import become_subreaper, children_cpu  # noqa: E402
+
 from fixtures.sim import SimCluster  # noqa: E402
 
-PR_SET_CHILD_SUBREAPER = 36
 SELECTIONS: dict[str, list[str]] = {
     "(sim only)": [],
     "-m ssh": ["-m", "ssh"],
@@ -50,13 +49,8 @@ def reap() -> None:
             time.sleep(0.2)
 
 
-def cpu() -> float:
-    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return ru.ru_utime + ru.ru_stime
-
-
 def measure(name: str, args: list[str], ext: Path) -> tuple[float, float]:
-    before, start = cpu(), time.monotonic()
+    before, start = children_cpu(), time.monotonic()
     with tempfile.TemporaryDirectory(prefix="ct-cpu-") as tmp:
         with SimCluster(Path(tmp) / "sim", nodes=3, slots=1, torch_extensions_dir=ext) as sim:
             if name != "(sim only)":
@@ -67,7 +61,7 @@ def measure(name: str, args: list[str], ext: Path) -> tuple[float, float]:
                     cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                     check=False, timeout=900)
         reap()
-    return cpu() - before, time.monotonic() - start
+    return children_cpu() - before, time.monotonic() - start
 
 
 def main() -> None:
@@ -75,8 +69,7 @@ def main() -> None:
     ap.add_argument("suite_args", nargs="*", help="one selection (after --)")
     ap.add_argument("--extensions", default=str(REPO / ".sim" / "torch_extensions" / "main"))
     a = ap.parse_args()
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+    become_subreaper()
     selections = {" ".join(a.suite_args): a.suite_args} if a.suite_args else SELECTIONS
     print(f"{'selection':40} {'cpu s':>8} {'wall s':>8}")
     for name, args in selections.items():
