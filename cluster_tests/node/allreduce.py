@@ -334,20 +334,26 @@ def rendezvous(store: object, args: argparse.Namespace, deadline: float) -> None
     master = f"{args.master_addr}:{args.master_port}"
     me = {"host": socket.gethostname(), "label": args.label, "local_rank": args.local_rank,
           "pid": os.getpid()}
-    store.set(f"joined/{args.rank}", json.dumps(me))  # type: ignore[attr-defined]
-    store.add("joined_count", 1)  # type: ignore[attr-defined]
-    while store.add("joined_count", 0) < args.world_size:  # type: ignore[attr-defined]
-        if time.monotonic() > deadline:
-            missing = [r for r in range(args.world_size)
-                       if not store.check([f"joined/{r}"])]  # type: ignore[attr-defined]
-            joined = [r for r in range(args.world_size) if r not in missing]
-            dump_own_stack()
-            emit("missing_ranks", stage="rendezvous", missing=missing, joined=joined,
-                 master=master, timeout_s=args.connect_timeout)
-            fail("rendezvous", f"ranks {','.join(map(str, missing))} never joined the rendezvous"
-                 f" at {master} within {args.connect_timeout:g} s", timeout=True,
-                 missing=missing)
-        time.sleep(0.05)
+    try:
+        store.set(f"joined/{args.rank}", json.dumps(me))  # type: ignore[attr-defined]
+        store.add("joined_count", 1)  # type: ignore[attr-defined]
+        while store.add("joined_count", 0) < args.world_size:  # type: ignore[attr-defined]
+            if time.monotonic() > deadline:
+                missing = [r for r in range(args.world_size)
+                           if not store.check([f"joined/{r}"])]  # type: ignore[attr-defined]
+                joined = [r for r in range(args.world_size) if r not in missing]
+                dump_own_stack()
+                emit("missing_ranks", stage="rendezvous", missing=missing, joined=joined,
+                     master=master, timeout_s=args.connect_timeout)
+                fail("rendezvous", f"ranks {','.join(map(str, missing))} never joined the "
+                     f"rendezvous at {master} within {args.connect_timeout:g} s", timeout=True,
+                     missing=missing)
+            time.sleep(0.05)
+    except Exception as exc:  # noqa: BLE001 - report the stage, whatever broke
+        # the store went away under us (rank 0 ended first, at its own deadline): where this
+        # rank waited is still where it was, and the launcher's ask would come too late
+        dump_own_stack()
+        fail("rendezvous", f"store error during rendezvous: {exc}")
     peers = []
     if args.rank == 0:
         for r in range(args.world_size):
@@ -607,10 +613,7 @@ def main(argv: list) -> int:
     watchdog.arm("connect", args.connect_timeout + 5.0)
     store = connect(args)
     watchdog.arm("rendezvous", max(0.0, deadline - time.monotonic()) + 5.0)
-    try:
-        rendezvous(store, args, deadline)
-    except Exception as exc:  # noqa: BLE001 - report the stage, whatever broke
-        fail("rendezvous", f"store error during rendezvous: {exc}")
+    rendezvous(store, args, deadline)
 
     watchdog.arm("init", init_s)
     init_group(torch, dist, args, backend, device, store, init_s, nccl_log)

@@ -4,8 +4,10 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
+import sys
 import threading
 from typing import Any
 
@@ -129,6 +131,53 @@ def test_missing_rank_zero_fails_the_others_at_connect() -> None:
     assert "rank 1 (127.0.0.1 local 1) failed in stage connect" in report.message
     assert "rank 0 (127.0.0.1 local 0) printed nothing" in report.message
     assert_gone(report, 1)
+
+
+def test_a_rank_whose_store_ends_in_the_rendezvous_still_says_where_it_waited() -> None:
+    """World 3, rank 2 never comes. Rank 1 starts after rank 0 has imported torch, so rank 0
+    (the store) reaches the rendezvous deadline first and ends: rank 1's next store call fails
+    before its own deadline, and before the launcher's request for its stack could reach it.
+    It dumps its stack itself, in the rendezvous, as a rank at its own deadline does."""
+    import json
+
+    ranks = rk.assign_ranks({"127.0.0.1": 3})
+    port = LC.free_port()
+    options = rk.WorkerOptions(sizes=[1024], backend="gloo", dtype="float32", warmup=1, iters=1,
+                               connect_timeout=3.0, init_timeout=5.0, op_timeout=5.0,
+                               size_seconds=1.0)
+    env = {**os.environ, "GLOO_SOCKET_IFNAME": "lo", "PYTHONUNBUFFERED": "1"}
+    env.pop("CT_STACK_FD", None)  # the dump goes to stderr
+
+    def start(rank: int) -> subprocess.Popen[bytes]:
+        argv = rk.worker_argv(sys.executable, LC.WORKER_SCRIPT, ranks[rank], 3, "127.0.0.1",
+                              port, options)
+        return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
+                                start_new_session=True)
+
+    procs = [start(0)]
+    try:
+        assert procs[0].stdout is not None
+        for raw in procs[0].stdout:  # rank 0 has imported torch: its deadline comes first
+            if b'"start"' in raw:
+                break
+        procs.append(start(1))
+        out, err = procs[1].communicate(timeout=60)
+        procs[0].communicate(timeout=30)
+    finally:
+        for proc in procs:
+            LC.kill_group(proc)
+    events = [json.loads(line) for line in out.decode().splitlines() if line.startswith("{")]
+    errors = [e for e in events if e.get("event") == "error"]
+    assert [e["stage"] for e in errors] == ["rendezvous"], events
+    assert "store error during rendezvous" in errors[0]["message"], errors
+    assert [p.returncode for p in procs] == [C.EXIT_MISSING, C.EXIT_MISSING]
+    dump = err.decode(errors="replace")
+    # faulthandler's dump (torch's own error text holds no Python frame), read as the red reads
+    # it: where rank 0 said it was at its own deadline
+    assert re.search(r'File ".*allreduce\.py", line \d+ in rendezvous', dump), dump
+    from cluster_tests.judge.common import stacks as S
+
+    assert S.where(S.main_thread(S.parse(dump))) == "in rendezvous (allreduce.py)", dump
 
 
 def test_rank_that_joins_but_never_inits_trips_the_init_watchdog() -> None:
