@@ -44,7 +44,7 @@ def training(cluster: Cluster, request: pytest.FixtureRequest):
         config = trr.config_from_settings(cluster.settings)
     except trr.ConfigError as exc:
         outcome.fail(tx.options_refused(str(exc)))
-    runs = trr.TrainingRuns(cluster, config, _log_dir(request.config))
+    runs = trr.TrainingRuns(cluster, config, _log_dir(request.config), cluster.run_tag)
     wanted: list[str] = []
     for item in request.session.items:
         name = getattr(item, "originalname", item.name)

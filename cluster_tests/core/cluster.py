@@ -148,6 +148,12 @@ class Cluster:
         self.logins.pool = transport
 
     @property
+    def run_tag(self) -> str:
+        """The run's tag, in every command the remote layer runs (and in T1/T2's --run-id): the
+        end of the run finds and ends what carries it on every node."""
+        return self.pool.tag
+
+    @property
     def shared(self) -> SharedResults | None:
         """Under pytest-xdist (core.workers sets it): probe results shared by the workers."""
         return self.probes.shared

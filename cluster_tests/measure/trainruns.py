@@ -240,10 +240,13 @@ def _ere(text: str) -> str:
 class TrainingRuns:
     """The T1 and T2 runs of one pytest session (each at most once), and their cleanup."""
 
-    def __init__(self, cluster: Cluster, config: TrainingConfig, log_dir: Path | None) -> None:
+    def __init__(self, cluster: Cluster, config: TrainingConfig, log_dir: Path | None,
+                 run_tag: str | None = None) -> None:
         self.cluster = cluster
         self.config = config
         self.log_dir = log_dir
+        #: the run's tag (`Cluster.run_tag`), carried in every job's --run-id
+        self.run_tag = run_tag
         self.session_id = uuid.uuid4().hex[:10]
         self._lock = threading.Lock()
         self._touched: set[str] = set()
@@ -277,13 +280,12 @@ class TrainingRuns:
         return "localhost:" + ",".join(map(str, ids))
 
     def run_id(self, label: str) -> str:
-        """The job's --run-id: the run's label and the run tag (`Pool.tag`). Every process of
+        """The job's --run-id: the run's label and the run tag (`run_tag`). Every process of
         the job carries it in its command line, on every node and whatever started it there
         (pdsh's legs of T2, the launch.py and ranks they start): the end of the run finds and
         ends them by the tag (`Pool.end_leftovers`) even where the run's own session never
         reached (the other nodes of T2)."""
-        tag = getattr(getattr(self.cluster, "pool", None), "tag", None)
-        return f"{self.session_id}-{label}" + (f".{tag}" if tag else "")
+        return f"{self.session_id}-{label}" + (f".{self.run_tag}" if self.run_tag else "")
 
     def run_dir(self, label: str) -> str:
         return f"{SCRATCH}/{RUN_PREFIX}{self.session_id}-{label}"

@@ -139,3 +139,13 @@ def test_refused_options_and_filters_are_reds_without_a_node() -> None:
         "DeepSpeed will refuse the launch's resource filter: node9 is not in the hostfile\n"
         "  fix: make --launch-include/--launch-exclude name only hostfile hosts and existing "
         "slot indices")
+
+
+def test_every_job_carries_the_run_tag_in_its_run_id() -> None:
+    """T1's and T2's --run-id hold the run's tag, which the end-of-run sweep looks for on every
+    node (pdsh's legs and the ranks they start included); without a tag, only the label."""
+    c = SimpleNamespace()
+    tagged = trr.TrainingRuns(None, c, None, "ct-run-0123abcd")  # type: ignore[arg-type]
+    assert tagged.run_id("t2") == f"{tagged.session_id}-t2.ct-run-0123abcd"
+    untagged = trr.TrainingRuns(None, c, None)  # type: ignore[arg-type]
+    assert untagged.run_id("t2") == f"{untagged.session_id}-t2"
