@@ -52,9 +52,10 @@ demo: setup
 # The unit tests on both cores (pytest-xdist); then the end-to-end tests on two workers, each
 # with a simulated cluster of its own (a test file stays on one worker: its module's sims and
 # the phases its tests share); then, one at a time, those that need the machine to themselves
-# (marker `alone`: they load both cores on purpose). pytest caches the modules it rewrites
-# (the plugin's, the tests') as bytecode, which PYTHONDONTWRITEBYTECODE would forbid: each of
-# the hundreds of suite runs the tests start would then parse and rewrite them all again.
+# (marker `alone`: make demo loads both cores; the bandwidth comparisons need them quiet).
+# pytest caches the modules it rewrites (the plugin's, the tests') as bytecode, which
+# PYTHONDONTWRITEBYTECODE would forbid: each of the hundreds of suite runs the tests start
+# would then parse and rewrite them all again.
 E2E := $(PY) -m pytest tests/e2e -p no:cacheprovider -q -x --timeout=900
 test: export PYTHONDONTWRITEBYTECODE=
 test: setup

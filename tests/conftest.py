@@ -131,10 +131,11 @@ def pytest_configure(config: pytest.Config) -> None:
 #: `--durations=0`; the history test alone runs five suites). `make test` hands the tests out
 #: with `--dist worksteal`: each worker starts on its half in this order and, once idle, takes
 #: the other's last (shortest) tests, so the two end together instead of one waiting out a long
-#: module alone. Modules not listed come last, in file order.
-HEAVY_FIRST = ("history", "launch", "collective", "training", "ssh_names", "nodelist",
-               "one_cause", "jit", "env", "network", "fixes", "accel_storage", "reliability",
-               "foundation")
+#: module alone. Modules not listed come last, in file order. The Ctrl-C tests come first: they
+#: need a loaded machine, and at the start the other worker has half the tests ahead of it.
+HEAVY_FIRST = ("interrupt", "history", "launch", "collective", "training", "ssh_names",
+               "nodelist", "one_cause", "jit", "env", "network", "fixes", "accel_storage",
+               "reliability", "foundation")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -2,7 +2,8 @@
 the launcher.
 
 The user presses Ctrl-C at a moment drawn at random (a fixed seed: the same moments every run,
-`MOMENTS`) with both cores kept busy by a load generator of the test's own: in a full `-m
+`MOMENTS`) on a loaded machine (`load`: the other worker's end-to-end tests under `make test`,
+a spinning process per core when run by itself): in a full `-m
 "collective or training"` run (its first seconds, while the nodes are logged in to and probed;
 later, while the checks before the all-reduce run; the start of the all-reduce (C1) and of the
 pair all-reduce (C2)), in its training half alone (`-m training`: the same T1 and T2, reached a
@@ -19,10 +20,11 @@ cut the cleanup of the nodes short.
 And a command asked for just before the run's end, still on its way to the node when the
 cleanup has begun (its channel slow to open), is refused, never started after the cleanup.
 
-Cost: one suite run per moment, each up to its moment plus its cleanup: about 5 minutes on 2
-busy cores (7 with another suite beside it); the command on its way, about 15 s. These tests
-load the machine on purpose, so they need it alone (the `alone` marker: `make test` runs them
-after the others, one at a time).
+Cost: one suite run per moment, each up to its moment plus its cleanup: about 2.5 minutes with
+another worker's tests beside it; the command on its way, about 5 s. `make test` runs them first
+on one of its two workers (tests/conftest.py's HEAVY_FIRST), while the other works through its
+half: that load is what a user's second run beside the first makes, and no core spins for
+nothing.
 """
 
 from __future__ import annotations
@@ -40,8 +42,6 @@ from pathlib import Path
 
 import pytest
 from suite import PYTEST, REPO, sigint_as_at_a_terminal
-
-pytestmark = pytest.mark.alone
 
 COLLECTIVE = ("--sizes", "64K,1M", "--iters", "5", "--warmup", "2",
               "--collective-connect-timeout", "5", "--collective-init-timeout", "10",
@@ -161,13 +161,28 @@ def _running(procs: dict[str, list[str]]) -> list[str]:
 
 @pytest.fixture
 def load():
-    """Both cores kept busy (a spinning process per core), for the length of the test."""
+    """The machine kept busy for the length of the test: beside another xdist worker (`make
+    test`), that worker's end-to-end tests do it (each a suite run on a sim of its own, CPU-bound
+    on every core); run by itself, a spinning process per core."""
+    if int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) > 1:
+        yield
+        return
     spinners = [subprocess.Popen([sys.executable, "-c", "while True: pass"])
                 for _ in range(os.cpu_count() or 2)]
     yield
     for p in spinners:
         p.kill()
         p.wait()
+
+
+def _load() -> str:
+    """How loaded the machine is now: the processes running or ready to run this instant (the
+    load average lags a minute behind)."""
+    stat = Path("/proc/stat").read_text()
+    running = next((int(ln.split()[1]) for ln in stat.splitlines()
+                    if ln.startswith("procs_running ")), 0)
+    return (f"{running} runnable on {os.cpu_count()} cores, load average "
+            f"{os.getloadavg()[0]:.1f}")
 
 
 def interrupt(sim, moment: Moment, tmp_path: Path) -> str:
@@ -213,7 +228,7 @@ def interrupt(sim, moment: Moment, tmp_path: Path) -> str:
                 time.sleep(0.02)
             proc.send_signal(signal.SIGINT)
         where = (f"Ctrl-C {sent - start:.1f} s into the run, {moment} (running then: "
-                 f"{', '.join(running) or 'no phase of the nodes'})")
+                 f"{', '.join(running) or 'no phase of the nodes'}; {_load()})")
         try:
             proc.wait(timeout=max(1.0, sent + 30 - time.monotonic()))
         except subprocess.TimeoutExpired:
