@@ -105,17 +105,13 @@ def healthy_sim(sim):
     sim.restore()
 
 
-#: the fast checklist: every check but the all-reduces and the training jobs
-FAST = ("-m", "not collective and not training")
-
-
 @pytest.fixture(scope="session")
 def healthy_fast_run(sim):
     """The fast checklist, run once (per xdist worker) on the healthy sim: one suite run (about
     20 CPU s) that the end-to-end tests of a healthy cluster's fast checks read, each asserting
     its own part (tests/e2e: foundation's green, the launch's green before its real launch, E's
     and the health checks' green), instead of one such run each."""
-    from suite import run_suite
+    from suite import FAST, run_suite
 
     sim.restore()
     return run_suite(sim, *FAST)

@@ -28,6 +28,9 @@ from paths import REPO
 #: times on a 2-core CI machine)
 PYTEST = (sys.executable, "-m", "pytest", "-p", "no:hypothesispytest")
 
+#: the fast checklist: every check but the all-reduces and the training jobs
+FAST = ("-m", "not collective and not training")
+
 
 @dataclass
 class SuiteResult:

@@ -17,11 +17,9 @@ import time
 from pathlib import Path
 
 import pytest
-from suite import PYTEST, REPO, SuiteResult, parse_junit, verdict_of
+from suite import FAST, PYTEST, REPO, SuiteResult, parse_junit, verdict_of
 
 from fixtures.sim import SimCluster
-
-FAST = ("-m", "not collective and not training")
 
 
 @pytest.fixture(scope="module")

@@ -5,9 +5,7 @@ from __future__ import annotations
 import json
 import re
 
-from suite import run_suite
-
-FAST = ("-m", "not collective and not training")
+from suite import FAST, run_suite
 
 
 def test_healthy_cluster_is_green(healthy_fast_run):

@@ -15,11 +15,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from suite import accepted_logins, logins_from, run_suite
+from suite import FAST, accepted_logins, logins_from, run_suite
 
 from fixtures.sim import free_subnet_in
 
-FAST = ("-m", "not collective and not training")
 NODES = ["node1", "node2", "node3"]
 #: the venv whose `deepspeed` the nodes run (its `#!` line names this path, unresolved)
 VENV = Path(sys.executable).parent.parent
@@ -95,12 +94,12 @@ def test_healthy_cluster_is_green_and_the_launch_works(healthy_sim, tmp_path, na
     hostfile = tmp_path / "hostfile"
     hostfile.write_text("".join(f"{names[nd.name]} slots=1\n" for nd in sim.nodes))
     config = sim.ssh_config_for({n: v for n, v in names.items() if n != v}, tmp_path / "ssh_config")
-    if naming == "hostnames":  # the hostfile and the ssh config are the sim's own
-        r = request.getfixturevalue("healthy_fast_run")
-        put_script(sim, list(names))
-    else:
-        put_script(sim, list(names))
-        r = run_suite(sim, *FAST, hostfile=hostfile, ssh_config=config)
+    # plain hostnames: the hostfile and the ssh config are the sim's own (its run restores the
+    # sim first, so the script is put after it)
+    shared = request.getfixturevalue("healthy_fast_run") if naming == "hostnames" else None
+    put_script(sim, list(names))
+    r = shared if shared is not None else run_suite(sim, *FAST, hostfile=hostfile,
+                                                    ssh_config=config)
     assert r.returncode == 0, r.describe()
     rehearsed = {f"test_launch_rehearsal[{v}]" for v in names.values()}
     assert rehearsed <= r.passed, r.describe()

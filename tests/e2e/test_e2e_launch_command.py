@@ -14,9 +14,8 @@ import os
 import random
 
 import pytest
-from suite import run_suite_on, verdict_of
+from suite import FAST, run_suite_on, verdict_of
 
-FAST = ("-m", "not collective and not training")
 NODES = ["node1", "node2", "node3"]
 HOSTFILE = "".join(f"{n} slots=1\n" for n in NODES)
 #: the job: a process group on gloo, one all-reduce, a line per rank, then the exit status its

@@ -15,13 +15,12 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from suite import SuiteResult, verdict_of
+from suite import FAST, SuiteResult, verdict_of
 from test_e2e_fixes import run
 from test_e2e_launch import TRAIN
 
 from fixtures.sim import SimCluster
 
-FAST = ("-m", "not collective and not training")
 #: these tests are not about slow pairs: a 2-core machine's noise must not make one; nor about
 #: bandwidth figures: C1 and C2 run (so that what a cause blocks there is seen) on one size
 STEADY = ("--pair-slow-ratio", "0.05", "--sizes", "64K", "--iters", "3", "--warmup", "1")
